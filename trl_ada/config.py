@@ -1,0 +1,155 @@
+"""Configuration for [`AdaGRPOTrainer`]."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig
+
+from .samplers import SAMPLER_NAMES, SamplerSettings
+
+
+@dataclass
+class AdaGRPOConfig(GRPOConfig):
+    r"""
+    Configuration class for [`AdaGRPOTrainer`] (Reinforce-Ada, [arXiv 2510.04996](https://huggingface.co/papers/2510.04996)).
+
+    Inherits every parameter of [`~trl.GRPOConfig`]. `num_generations` keeps TRL's meaning: it is the size `n` of the
+    *update group*, i.e. how many completions of each prompt enter the loss. Adaptive samplers may draw more than `n`
+    completions for a prompt (in rounds of `round_size`), then downsample the pool to exactly `n`, so the training step
+    keeps TRL's static shapes.
+
+    Parameters:
+        > Parameters that control the adaptive sampling
+
+        sampler (`str`, *optional*, defaults to `"seq_balance"`):
+            Sampling strategy. `"uniform"`: plain GRPO, one round of `num_generations` per prompt (reproduces
+            `GRPOTrainer`). `"seq_pos"`: rounds of `round_size` until a prompt has `positive_quota` positives.
+            `"seq_balance"`: rounds until a prompt has `positive_quota` positives and `negative_quota` negatives.
+        round_size (`int`, *optional*, defaults to `8`):
+            Completions generated per active prompt in each round (`M` in the paper). Ignored by `"uniform"`.
+        max_rounds (`int`, *optional*, defaults to `4`):
+            Maximum number of rounds per generation batch. `round_size * max_rounds` caps the completions drawn for
+            one prompt. Ignored by `"uniform"`.
+        positive_quota (`int` or `None`, *optional*, defaults to `None`):
+            Positives a prompt needs before it retires. `None` means 1 for `"seq_pos"` and `num_generations // 2` for
+            `"seq_balance"`.
+        negative_quota (`int` or `None`, *optional*, defaults to `None`):
+            Negatives a prompt needs before it retires (`"seq_balance"` only). `None` means `num_generations // 2`.
+        positive_threshold (`float`, *optional*, defaults to `0.5`):
+            A completion is positive when its (weighted, summed) reward is strictly greater than this value. The
+            paper's authors used 0.7 on 0/1 rewards; any value in (0, 1) is equivalent for binary rewards.
+        baseline (`str`, *optional*, defaults to `"pool"`):
+            Baseline subtracted from each reward. `"pool"`: mean reward of every completion drawn for the prompt (the
+            paper's high-fidelity baseline). `"group"`: mean of the `num_generations` kept completions (TRL's).
+        objective (`str`, *optional*, defaults to `"linear"`):
+            Per-prompt gradient weight `w(p̂)` from the objective `f(p)`: `"linear"` (f = p, w = 1, the authors'
+            released code), `"log"` (f = log p, w = 1/p̂, the paper's Seq estimator), `"power"` (f = p^α,
+            w = α p̂^(α-1)). `p̂` is the share of positives in the prompt's whole pool.
+        power_alpha (`float`, *optional*, defaults to `0.5`):
+            Exponent α of the `"power"` objective, in (0, 1].
+        max_weight (`float`, *optional*, defaults to `10.0`):
+            Upper clip of the per-prompt weight `w(p̂)`, applied before normalisation. Needed because 1/p̂ is unbounded
+            as p̂ → 0.
+        normalize_weights (`bool`, *optional*, defaults to `True`):
+            Rescale the per-prompt weights of a generation batch to mean 1 (over prompts with a non-zero advantage).
+            The objective then changes *how the update is spread over prompts*, not its overall size, so the learning
+            rate tuned for GRPO carries over; with `False` a `"log"` run's effective step grows as prompts get
+            harder. A no-op for `"linear"`.
+        downsample (`str`, *optional*, defaults to `"balanced"`):
+            How a pool is cut to `num_generations`. `"balanced"`: up to `num_generations // 2` positives, the rest
+            negatives, topping up from the other side when one side is short. `"random"`: uniformly at random.
+        zero_variance_tolerance (`float`, *optional*, defaults to `1e-6`):
+            A group whose reward standard deviation is at most this value counts as zero-variance (no signal). Float
+            noise can leave a tiny non-zero std in a constant group, so an exact comparison would miss it.
+    """
+
+    sampler: str = field(
+        default="seq_balance",
+        metadata={"help": "Sampling strategy.", "choices": list(SAMPLER_NAMES)},
+    )
+    round_size: int = field(
+        default=8,
+        metadata={"help": "Completions generated per active prompt in each round (M in the paper)."},
+    )
+    max_rounds: int = field(
+        default=4,
+        metadata={"help": "Maximum rounds per generation batch; round_size * max_rounds caps a prompt's pool."},
+    )
+    positive_quota: int | None = field(
+        default=None,
+        metadata={
+            "help": "Positives a prompt needs before it retires. None: 1 for seq_pos, num_generations // 2 for "
+            "seq_balance."
+        },
+    )
+    negative_quota: int | None = field(
+        default=None,
+        metadata={"help": "Negatives a prompt needs before it retires (seq_balance). None: num_generations // 2."},
+    )
+    positive_threshold: float = field(
+        default=0.5,
+        metadata={"help": "A completion is positive when its reward is strictly greater than this value."},
+    )
+    baseline: str = field(
+        default="pool",
+        metadata={
+            "help": "Baseline: mean reward of the whole pool, or of the kept group.",
+            "choices": ["pool", "group"],
+        },
+    )
+    objective: str = field(
+        default="linear",
+        metadata={
+            "help": "Objective f(p) whose gradient weight w(p̂) multiplies the advantage.",
+            "choices": ["linear", "log", "power"],
+        },
+    )
+    power_alpha: float = field(default=0.5, metadata={"help": "Exponent of the power objective, in (0, 1]."})
+    max_weight: float = field(default=10.0, metadata={"help": "Upper clip of the per-prompt weight."})
+    normalize_weights: bool = field(
+        default=True,
+        metadata={"help": "Rescale per-prompt weights to mean 1 over the generation batch."},
+    )
+    downsample: str = field(
+        default="balanced",
+        metadata={"help": "How a pool is cut to num_generations.", "choices": ["balanced", "random"]},
+    )
+    zero_variance_tolerance: float = field(
+        default=1e-6,
+        metadata={"help": "Reward std at or below which a group counts as zero-variance."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalises each reward function "
+                "inside the group, which has no meaning for a pool baseline. Use "
+                "multi_objective_aggregation='sum_then_normalize' (TRL's default)."
+            )
+        # Validates every sampler knob (and fills the quota defaults) before any model is loaded.
+        settings = self.sampler_settings()
+        self.positive_quota = settings.positive_quota
+        self.negative_quota = settings.negative_quota
+
+    def sampler_settings(self) -> SamplerSettings:
+        """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
+        return SamplerSettings(
+            sampler=self.sampler,
+            num_generations=self.num_generations,
+            round_size=self.round_size,
+            max_rounds=self.max_rounds,
+            positive_quota=self.positive_quota,
+            negative_quota=self.negative_quota,
+            positive_threshold=self.positive_threshold,
+            baseline=self.baseline,
+            scale_rewards=self.scale_rewards,
+            objective=self.objective,
+            power_alpha=self.power_alpha,
+            max_weight=self.max_weight,
+            normalize_weights=self.normalize_weights,
+            downsample=self.downsample,
+            zero_variance_tolerance=self.zero_variance_tolerance,
+            seed=self.seed,
+        ).validated()

@@ -1,0 +1,293 @@
+"""
+Sampler strategies: which prompts need how many more completions, and which completions form the update group.
+
+The trainer drives one [`SamplingStep`] per generation batch:
+
+```python
+step = sampler.begin(num_prompts)
+while requests := step.requests():          # [(prompt_index, count), ...], ascending prompt index
+    rewards = generate_and_score(requests)  # one reward per completion, laid out request by request
+    step.observe(requests, rewards)
+selection = step.finish()                   # kept indices, baseline, scale, weight and advantages per prompt
+```
+
+Pure Python: no torch and no TRL, so every rule can be checked with Bernoulli rewards (see `trl-ada simulate`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from . import rules
+from .settings import SamplerSettings
+
+
+@dataclass(frozen=True)
+class PromptResult:
+    """What the update sees of one prompt: its kept completions and how they are scored."""
+
+    kept: tuple[int, ...]
+    """Indices into the prompt's pool, in draw order."""
+    baseline: float
+    """Value subtracted from each kept reward (pool or group mean)."""
+    scale: float | None
+    """Std the centred rewards are divided by (`+1e-4`), or `None` without reward scaling."""
+    weight: float
+    """Objective weight `w(p̂)` (clipped, then normalised when `normalize_weights`)."""
+    pass_rate: float
+    """Share of positives among the scorable completions of the whole pool (`p̂`)."""
+    advantages: tuple[float, ...]
+    """One advantage per kept completion."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The result of one generation batch: a [`PromptResult`] per prompt plus the statistics worth logging."""
+
+    prompts: tuple[PromptResult, ...]
+    pools: tuple[tuple[float, ...], ...]
+    rounds: int
+    active_after_round: tuple[int, ...]
+    rounds_per_prompt: tuple[int, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class SamplingStep:
+    """The state of one generation batch: every prompt's pool of rewards, in draw order."""
+
+    def __init__(self, sampler: Sampler, num_prompts: int) -> None:
+        if num_prompts < 1:
+            raise ValueError("a sampling step needs at least one prompt")
+        self.sampler = sampler
+        self.settings = sampler.settings
+        self.pools: list[list[float]] = [[] for _ in range(num_prompts)]
+        self.rounds = 0
+        self.active_after_round: list[int] = []
+        self.rounds_per_prompt: list[int] = [0] * num_prompts
+        self._pending: list[tuple[int, int]] | None = None
+
+    @property
+    def num_prompts(self) -> int:
+        return len(self.pools)
+
+    def requests(self) -> list[tuple[int, int]]:
+        """`(prompt_index, count)` pairs for the next round, ascending by prompt; empty when sampling is over."""
+        if self._pending is not None:
+            raise RuntimeError("observe() the previous round's rewards before asking for the next round")
+        if self.rounds >= self.sampler.max_rounds:
+            return []
+        requests = []
+        for index, pool in enumerate(self.pools):
+            count = self.sampler.request_size(pool, self.rounds)
+            if count > 0:
+                requests.append((index, count))
+        self._pending = requests or None
+        return requests
+
+    def observe(self, requests: Sequence[tuple[int, int]], rewards: Sequence[float]) -> None:
+        """Add one round's rewards, laid out as `requests` asked (prompt by prompt, `count` each)."""
+        if self._pending is None or list(requests) != self._pending:
+            raise RuntimeError("observe() must receive exactly the requests of the last requests() call")
+        expected = sum(count for _, count in requests)
+        if len(rewards) != expected:
+            raise ValueError(f"expected {expected} rewards for this round, got {len(rewards)}")
+        offset = 0
+        for index, count in requests:
+            self.pools[index].extend(float(r) for r in rewards[offset : offset + count])
+            self.rounds_per_prompt[index] += 1
+            offset += count
+        self._pending = None
+        self.rounds += 1
+        self.active_after_round.append(
+            sum(1 for pool in self.pools if self.sampler.request_size(pool, self.rounds) > 0)
+        )
+
+    def finish(self) -> Selection:
+        """Downsample every pool to `num_generations` and compute baselines, scales, weights and advantages."""
+        if self._pending is not None:
+            raise RuntimeError("observe() the last round's rewards before finish()")
+        settings = self.settings
+        n = settings.num_generations
+        for index, pool in enumerate(self.pools):
+            if len(pool) < n:
+                raise RuntimeError(f"prompt {index} has {len(pool)} completions, fewer than num_generations={n}")
+
+        kept = [
+            rules.downsample(pool, n, settings.downsample, settings.positive_threshold, self.sampler.rng)
+            for pool in self.pools
+        ]
+        kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(self.pools, kept, strict=True)]
+
+        # The baseline and the std come from the same set of rewards: the whole pool, or the kept group.
+        reference = self.pools if settings.baseline == "pool" else kept_rewards
+        stats = [rules.mean_and_std(rewards) for rewards in reference]
+        if settings.scale_rewards == "group":
+            scales: list[float | None] = [std for _, std in stats]
+        elif settings.scale_rewards == "batch":
+            batch_std = rules.mean_and_std([r for rewards in kept_rewards for r in rewards])[1]
+            scales = [batch_std] * self.num_prompts
+        else:
+            scales = [None] * self.num_prompts
+
+        pass_rates = []
+        for pool in self.pools:
+            positives, negatives = rules.count_outcomes(pool, settings.positive_threshold)
+            pass_rates.append(positives / (positives + negatives) if positives + negatives else math.nan)
+        weights = [
+            rules.objective_weight(
+                0.0 if math.isnan(p) else p, settings.objective, settings.power_alpha, settings.max_weight
+            )
+            for p in pass_rates
+        ]
+        if settings.normalize_weights:
+            # Mean 1 over the prompts that carry a signal, so the objective reshapes the update, not its size.
+            informative = [
+                w
+                for w, pool in zip(weights, self.pools, strict=True)
+                if not rules.has_zero_variance(pool, settings.zero_variance_tolerance)
+            ]
+            if informative:
+                mean_weight = math.fsum(informative) / len(informative)
+                weights = [w / mean_weight for w in weights]
+
+        results = []
+        for idx, rewards, (baseline, _), scale, weight, pass_rate in zip(
+            kept, kept_rewards, stats, scales, weights, pass_rates, strict=True
+        ):
+            advantages = tuple(rules.advantage(r, baseline, scale, weight) for r in rewards)
+            results.append(PromptResult(tuple(idx), baseline, scale, weight, pass_rate, advantages))
+        return Selection(
+            prompts=tuple(results),
+            pools=tuple(tuple(pool) for pool in self.pools),
+            rounds=self.rounds,
+            active_after_round=tuple(self.active_after_round),
+            rounds_per_prompt=tuple(self.rounds_per_prompt),
+            metrics=self._metrics(results, kept_rewards),
+        )
+
+    def _metrics(self, results: list[PromptResult], kept_rewards: list[list[float]]) -> dict[str, float]:
+        settings = self.settings
+        n, tolerance = settings.num_generations, settings.zero_variance_tolerance
+        sizes = [len(pool) for pool in self.pools]
+        # What plain GRPO with the same n would have seen: the first n draws of each prompt.
+        zero_first = [rules.has_zero_variance(pool[:n], tolerance) for pool in self.pools]
+        zero_kept = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
+        pool_means = [rules.mean_and_std(pool)[0] for pool in self.pools]
+        pass_rates = [r.pass_rate for r in results if not math.isnan(r.pass_rate)]
+        metrics = {
+            "samples_per_prompt/mean": sum(sizes) / len(sizes),
+            "samples_per_prompt/max": float(max(sizes)),
+            "samples_per_prompt/min": float(min(sizes)),
+            "rounds": float(self.rounds),
+            "rounds_per_prompt/mean": sum(self.rounds_per_prompt) / len(self.rounds_per_prompt),
+            "zero_variance_share/first_n": sum(zero_first) / len(zero_first),
+            "zero_variance_share/kept": sum(zero_kept) / len(zero_kept),
+            "pass_rate/mean": sum(pass_rates) / len(pass_rates) if pass_rates else math.nan,
+            "weight/mean": sum(r.weight for r in results) / len(results),
+            "pool_reward/mean": _nanmean(pool_means),
+        }
+        for round_index, active in enumerate(self.active_after_round, start=1):
+            metrics[f"active_prompts/after_round_{round_index}"] = float(active)
+        return metrics
+
+
+def _nanmean(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+class Sampler:
+    """
+    Base strategy. A subclass decides, from a prompt's pool of rewards so far, how many more completions it needs
+    (`request_size`); downsampling, baselines and weights are shared rules (see `trl_ada.samplers.rules`).
+
+    The sampler owns the random generator used for downsampling. Every process builds it from the same seed and
+    feeds it the same (gathered) rewards, so all processes make the same choices.
+    """
+
+    name: ClassVar[str]
+
+    def __init__(self, settings: SamplerSettings) -> None:
+        self.settings = settings.validated()
+        self.rng = random.Random(self.settings.seed)
+
+    @property
+    def max_rounds(self) -> int:
+        return self.settings.max_rounds
+
+    def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
+        """Start a generation batch of `num_prompts` prompts (`prompt_keys`: stable ids, for stateful samplers)."""
+        return SamplingStep(self, num_prompts)
+
+    def request_size(self, pool: Sequence[float], rounds_done: int) -> int:
+        """How many more completions a prompt with this pool needs in round `rounds_done + 1` (0: retired)."""
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """Training state to save in a checkpoint."""
+        return {"rng": self.rng.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+
+
+class UniformSampler(Sampler):
+    """Plain GRPO: one round of `num_generations` completions per prompt, all kept."""
+
+    name = "uniform"
+
+    @property
+    def max_rounds(self) -> int:
+        return 1
+
+    def request_size(self, pool: Sequence[float], rounds_done: int) -> int:
+        return self.settings.num_generations if rounds_done == 0 else 0
+
+
+class SequentialSampler(Sampler):
+    """
+    Reinforce-Ada-Seq (Algorithm 2 of the paper): rounds of `round_size` completions for every active prompt until
+    its exit rule holds or its pool reaches `round_size * max_rounds`.
+    """
+
+    def request_size(self, pool: Sequence[float], rounds_done: int) -> int:
+        if rounds_done >= self.settings.max_rounds or len(pool) >= self.settings.max_pool_size:
+            return 0
+        if rounds_done > 0 and self.has_exited(pool):
+            return 0
+        return min(self.settings.round_size, self.settings.max_pool_size - len(pool))
+
+    def has_exited(self, pool: Sequence[float]) -> bool:
+        """The exit rule. A pool smaller than the update group never exits, so it can always be downsampled."""
+        positives, negatives = rules.count_outcomes(pool, self.settings.positive_threshold)
+        return (
+            len(pool) >= self.settings.num_generations
+            and positives >= self.settings.positive_quota
+            and negatives >= self.settings.negative_quota
+        )
+
+
+class SeqPosSampler(SequentialSampler):
+    """Reinforce-Ada-Seq-pos: a prompt retires once it has `positive_quota` positives."""
+
+    name = "seq_pos"
+
+
+class SeqBalanceSampler(SequentialSampler):
+    """Reinforce-Ada-Seq-balance: a prompt retires once it has `positive_quota` positives and `negative_quota` negatives."""
+
+    name = "seq_balance"
+
+
+SAMPLERS: dict[str, type[Sampler]] = {cls.name: cls for cls in (UniformSampler, SeqPosSampler, SeqBalanceSampler)}
+
+
+def build_sampler(settings: SamplerSettings) -> Sampler:
+    """The sampler that `settings.sampler` names."""
+    settings = settings.validated()
+    return SAMPLERS[settings.sampler](settings)

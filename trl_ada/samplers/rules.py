@@ -1,0 +1,107 @@
+"""
+The rules of Reinforce-Ada, each in one place: what counts as positive, pool statistics, downsampling, the objective's
+weight and the advantage. Pure Python (no torch, no TRL) so they can be tested with Bernoulli rewards in microseconds.
+
+Rewards are floats; `NaN` marks an unscorable completion (every reward function returned `None`). Unscorable
+completions are neither positive nor negative, never enter a mean or a std, and get a zero advantage.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+# Added to the std before dividing, exactly as TRL's GRPOTrainer does, so that `scale_rewards` means the same here.
+STD_EPSILON = 1e-4
+
+
+def is_scorable(reward: float) -> bool:
+    return not math.isnan(reward)
+
+
+def count_outcomes(rewards: Sequence[float], threshold: float) -> tuple[int, int]:
+    """Return `(positives, negatives)`; a positive has reward strictly above `threshold`. NaN counts as neither."""
+    positives = negatives = 0
+    for reward in rewards:
+        if math.isnan(reward):
+            continue
+        if reward > threshold:
+            positives += 1
+        else:
+            negatives += 1
+    return positives, negatives
+
+
+def mean_and_std(rewards: Sequence[float]) -> tuple[float, float]:
+    """Mean and unbiased std (as `torch.std`) of the scorable rewards; `(nan, 0.0)` when none is scorable."""
+    values = [r for r in rewards if not math.isnan(r)]
+    if not values:
+        return math.nan, 0.0
+    mean = math.fsum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    variance = math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return mean, math.sqrt(variance)
+
+
+def has_zero_variance(rewards: Sequence[float], tolerance: float) -> bool:
+    """A group teaches nothing when its rewards are (numerically) constant."""
+    return mean_and_std(rewards)[1] <= tolerance
+
+
+def downsample(rewards: Sequence[float], size: int, mode: str, threshold: float, rng: random.Random) -> list[int]:
+    """
+    Indices (ascending, i.e. in draw order) of the `size` completions of a pool that form the update group.
+
+    `"balanced"` keeps `min(size // 2, #positives)` positives and fills the rest with negatives, topping up from the
+    positives when negatives run short; unscorable completions are used only when both sides are exhausted. Within a
+    side the choice is uniform at random from `rng`. `"random"` chooses `size` completions uniformly at random.
+    """
+    if size > len(rewards):
+        raise ValueError(f"cannot keep {size} completions from a pool of {len(rewards)}")
+    if size == len(rewards):
+        return list(range(size))
+    if mode == "random":
+        return sorted(rng.sample(range(len(rewards)), size))
+    if mode != "balanced":
+        raise ValueError(f"unknown downsample mode {mode!r}")
+    positives = [i for i, r in enumerate(rewards) if not math.isnan(r) and r > threshold]
+    negatives = [i for i, r in enumerate(rewards) if not math.isnan(r) and r <= threshold]
+    unscorable = [i for i, r in enumerate(rewards) if math.isnan(r)]
+    take_positive = min(size // 2, len(positives))
+    take_negative = min(size - take_positive, len(negatives))
+    take_positive = min(size - take_negative, len(positives))
+    take_unscorable = size - take_positive - take_negative
+    kept = (
+        rng.sample(positives, take_positive)
+        + rng.sample(negatives, take_negative)
+        + rng.sample(unscorable, take_unscorable)
+    )
+    return sorted(kept)
+
+
+def objective_weight(pass_rate: float, objective: str, power_alpha: float, max_weight: float) -> float:
+    """
+    Gradient weight `w = f'(p)` of the objective `f`, clipped at `max_weight`: `linear` 1, `log` 1/p,
+    `power` alpha * p^(alpha - 1). At `p = 0` the log and power weights are infinite and clip to `max_weight`.
+    """
+    if objective == "linear":
+        weight = 1.0
+    elif objective == "log":
+        weight = math.inf if pass_rate <= 0.0 else 1.0 / pass_rate
+    elif objective == "power":
+        weight = math.inf if pass_rate <= 0.0 else power_alpha * pass_rate ** (power_alpha - 1.0)
+    else:
+        raise ValueError(f"unknown objective {objective!r}")
+    return min(weight, max_weight)
+
+
+def advantage(reward: float, baseline: float, scale: float | None, weight: float) -> float:
+    """`w * (r - b)`, divided by `scale + 1e-4` when reward scaling is on; zero for an unscorable completion."""
+    if math.isnan(reward) or math.isnan(baseline):
+        return 0.0
+    centred = reward - baseline
+    if scale is not None:
+        centred = centred / (scale + STD_EPSILON)
+    return weight * centred
