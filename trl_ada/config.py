@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 
 from trl import GRPOConfig
 
@@ -122,11 +122,25 @@ class AdaGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.multi_objective_aggregation != "sum_then_normalize":
+        self._validate_adaptive_sampling()
+
+    @classmethod
+    def from_grpo_config(cls, args: GRPOConfig) -> AdaGRPOConfig:
+        """An `AdaGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults."""
+        upgraded = cls.__new__(cls)
+        upgraded.__dict__.update(args.__dict__)
+        for f in fields(cls):
+            if f.name not in args.__dict__:
+                setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+        upgraded._validate_adaptive_sampling()
+        return upgraded
+
+    def _validate_adaptive_sampling(self) -> None:
+        if self.multi_objective_aggregation != "sum_then_normalize" and self.sampler != "uniform":
             raise ValueError(
                 f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalises each reward function "
                 "inside the group, which has no meaning for a pool baseline. Use "
-                "multi_objective_aggregation='sum_then_normalize' (TRL's default)."
+                "multi_objective_aggregation='sum_then_normalize' (TRL's default) or sampler='uniform'."
             )
         # Validates every sampler knob (and fills the quota defaults) before any model is loaded.
         settings = self.sampler_settings()

@@ -178,7 +178,10 @@ class AdaGRPOTrainer(GRPOTrainer):
             kept_rows.extend(pool[i] for i in result.kept)
             kept_advantages.extend(result.advantages)
         self._ada_kept_rewards = torch.stack([row.rewards_per_func for row in kept_rows])
-        self._ada_advantages = torch.tensor(kept_advantages, dtype=torch.float32, device=self.accelerator.device)
+        # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
+        # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
+        if not selection.is_plain_grpo:
+            self._ada_advantages = torch.tensor(kept_advantages, dtype=torch.float32, device=self.accelerator.device)
 
         mine = kept_rows[rank * local_rows : (rank + 1) * local_rows]
         for row in mine:
@@ -255,9 +258,8 @@ class AdaGRPOTrainer(GRPOTrainer):
 
 
 def _upgrade_config(args: GRPOConfig) -> AdaGRPOConfig:
-    """Rebuild a plain `GRPOConfig` as an `AdaGRPOConfig`, keeping every value the user set."""
+    """Turn a plain `GRPOConfig` into an `AdaGRPOConfig`, keeping every value the user set."""
     if not isinstance(args, GRPOConfig):
         raise TypeError(f"args must be an AdaGRPOConfig or a trl.GRPOConfig, got {type(args).__name__}.")
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(GRPOConfig) if f.init}
     logger.info("Got a GRPOConfig; using AdaGRPOConfig's Reinforce-Ada defaults (sampler='seq_balance').")
-    return AdaGRPOConfig(**values)
+    return AdaGRPOConfig.from_grpo_config(args)

@@ -55,6 +55,13 @@ class Selection:
     rounds_per_prompt: tuple[int, ...]
     metrics: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def is_plain_grpo(self) -> bool:
+        """Every pool is its update group and every weight is 1: the advantages are exactly GRPO's."""
+        return all(len(pool) == len(r.kept) for pool, r in zip(self.pools, self.prompts, strict=True)) and all(
+            r.weight == 1.0 for r in self.prompts
+        )
+
 
 class SamplingStep:
     """The state of one generation batch: every prompt's pool of rewards, in draw order."""

@@ -96,7 +96,7 @@ class SamplerSettings:
                 f"even num_generations; got {n}. Use an even num_generations or downsample='random'."
             )
         if self.sampler == "seq_pos":
-            if negative_quota is not None:
+            if negative_quota not in (None, 0):  # 0 is what validation itself fills in
                 raise ValueError(
                     f"negative_quota={negative_quota} has no effect with sampler='seq_pos', whose exit rule counts "
                     "positives only. Remove negative_quota, or use sampler='seq_balance'."

@@ -1,0 +1,64 @@
+"""The `trl-ada` command line. `trl-ada simulate` plans a sampling budget with no model and no GPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from .samplers import SAMPLER_NAMES, SamplerSettings, simulate
+
+
+def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "simulate",
+        help="Run a sampler against Bernoulli pass rates and print one JSON object per pass rate.",
+        description=(
+            "Run a sampler against Bernoulli pass rates (reward 1 with probability p, else 0), with no model. "
+            "Prints one JSON object per pass rate: pass_rate, mean_samples (completions drawn per prompt), "
+            "mean_rounds (rounds a prompt took part in), mixed_share (share of prompts whose kept group holds "
+            "both outcomes), max_samples and trials."
+        ),
+    )
+    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="seq_balance")
+    parser.add_argument("--pass-rates", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95])
+    parser.add_argument("--trials", type=int, default=10_000, help="Prompts simulated per pass rate.")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-generations", type=int, default=4, help="Update group size n.")
+    parser.add_argument("--round-size", type=int, default=8, help="Completions per active prompt and round (M).")
+    parser.add_argument("--max-rounds", type=int, default=4)
+    parser.add_argument("--positive-quota", type=int, default=None)
+    parser.add_argument("--negative-quota", type=int, default=None)
+    parser.add_argument("--downsample", choices=["balanced", "random"], default="balanced")
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    settings = SamplerSettings(
+        sampler=args.sampler,
+        num_generations=args.num_generations,
+        round_size=args.round_size,
+        max_rounds=args.max_rounds,
+        positive_quota=args.positive_quota,
+        negative_quota=args.negative_quota,
+        downsample=args.downsample,
+        seed=args.seed,
+    )
+    for result in simulate(settings, args.pass_rates, trials=args.trials, seed=args.seed):
+        print(json.dumps(result.to_dict()))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="trl-ada", description="Reinforce-Ada adaptive sampling for TRL.")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _add_simulate(subparsers)
+    args = parser.parse_args(argv)
+    try:
+        return _run_simulate(args)
+    except ValueError as error:  # a bad combination of knobs: say what to change, no traceback
+        parser.exit(2, f"trl-ada {args.command}: error: {error}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
