@@ -61,6 +61,7 @@ def tiny_args(output_dir, **overrides):
         save_strategy="no",
         seed=0,
         use_cpu=True,
+        bf16=False,
         disable_tqdm=True,
     )
     args.update(overrides)

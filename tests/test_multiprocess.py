@@ -1,0 +1,65 @@
+"""Two CPU processes (gloo): every rank must make the same sampling decisions and no round may hang."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).parent / "multiprocess_run.py"
+
+
+@pytest.fixture(scope="module")
+def two_process_reports(tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("two_processes")
+    # `--multi_gpu` with ACCELERATE_USE_CPU starts two gloo processes; `--cpu --num_processes 2` would start one.
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        "0",
+        str(SCRIPT),
+        str(out_dir),
+    ]
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    # A deadlock in a collective shows up as a timeout here instead of a hung test suite.
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=420)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+
+def test_two_processes_ran(two_process_reports):
+    for scenario in ("balance", "sparse"):
+        assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
+        assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
+
+
+@pytest.mark.parametrize("scenario", ["balance", "sparse"])
+def test_ranks_agree_on_every_selection(two_process_reports, scenario):
+    rank0, rank1 = (report[scenario] for report in two_process_reports)
+    assert rank0["selections"] and rank0["selections"] == rank1["selections"]
+
+
+def test_balance_run_keeps_static_shapes(two_process_reports):
+    for report in two_process_reports:
+        run = report["balance"]
+        assert run["local_rows"] == [4] * len(run["local_rows"])  # per_device_train_batch_size rows per rank
+        for selection in run["selections"]:
+            # 2 ranks x 4 rows = 8 rows = 2 prompts of n=4 each
+            assert [len(kept) for kept in selection["kept"]] == [4, 4]
+
+
+def test_round_with_fewer_rows_than_processes_does_not_hang(two_process_reports):
+    run = two_process_reports[0]["sparse"]
+    for selection in run["selections"]:
+        # one prompt, never retired: 1 completion per round on 2 processes, for all 3 rounds
+        assert [len(pool) for pool in selection["pools"]] == [3]
+        assert selection["active_after_round"] == [1, 1, 0]
