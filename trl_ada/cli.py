@@ -18,7 +18,8 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
             "Run a sampler against Bernoulli pass rates (reward 1 with probability p, else 0), with no model. "
             "Prints one JSON object per pass rate: pass_rate, mean_samples (completions drawn per prompt), "
             "mean_rounds (rounds a prompt took part in), mixed_share (share of prompts whose kept group holds "
-            "both outcomes), max_samples and trials."
+            "both outcomes), max_samples and trials. All pass rates form one population (est shares its budget "
+            "across it); --steps repeats the batch over the same prompts and reports the last one."
         ),
     )
     parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="seq_balance")
@@ -31,6 +32,16 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--positive-quota", type=int, default=None)
     parser.add_argument("--negative-quota", type=int, default=None)
     parser.add_argument("--downsample", choices=["balanced", "random"], default="balanced")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="Generation batches over the same prompts; the last is reported (est's tracker learns across steps).",
+    )
+    parser.add_argument("--est-sample-power", type=float, default=0.5)
+    parser.add_argument("--est-decay", type=float, default=0.9)
+    parser.add_argument("--est-min-samples", type=int, default=None)
+    parser.add_argument("--est-max-samples", type=int, default=None)
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
@@ -43,8 +54,12 @@ def _run_simulate(args: argparse.Namespace) -> int:
         negative_quota=args.negative_quota,
         downsample=args.downsample,
         seed=args.seed,
+        est_sample_power=args.est_sample_power,
+        est_decay=args.est_decay,
+        est_min_samples=args.est_min_samples,
+        est_max_samples=args.est_max_samples,
     )
-    for result in simulate(settings, args.pass_rates, trials=args.trials, seed=args.seed):
+    for result in simulate(settings, args.pass_rates, trials=args.trials, seed=args.seed, steps=args.steps):
         print(json.dumps(result.to_dict()))
     return 0
 

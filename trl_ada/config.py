@@ -26,6 +26,8 @@ class AdaGRPOConfig(GRPOConfig):
             Sampling strategy. `"uniform"`: plain GRPO, one round of `num_generations` per prompt (reproduces
             `GRPOTrainer`). `"seq_pos"`: rounds of `round_size` until a prompt has `positive_quota` positives.
             `"seq_balance"`: rounds until a prompt has `positive_quota` positives and `negative_quota` negatives.
+            `"est"`: Reinforce-Ada-Est, one allocation per step from tracked pass rates (`est_*` knobs). `"dapo"`:
+            the DAPO baseline, uniform sampling that drops zero-variance groups and refills the batch (`dapo_*`).
         round_size (`int`, *optional*, defaults to `8`):
             Completions generated per active prompt in each round (`M` in the paper). Ignored by `"uniform"`.
         max_rounds (`int`, *optional*, defaults to `4`):
@@ -62,6 +64,42 @@ class AdaGRPOConfig(GRPOConfig):
         zero_variance_tolerance (`float`, *optional*, defaults to `1e-6`):
             A group whose reward standard deviation is at most this value counts as zero-variance (no signal). Float
             noise can leave a tiny non-zero std in a constant group, so an exact comparison would miss it.
+
+        > Parameters of `sampler="est"` (Reinforce-Ada-Est)
+
+        est_decay (`float`, *optional*, defaults to `0.9`):
+            Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n_t`, `K <- λK + k_t`. In (0, 1];
+            1 keeps the whole history.
+        est_prior_alpha (`float`, *optional*, defaults to `1.0`):
+            `α` of the Beta prior; `p̂ = (K + α) / (N + α + β)`, so an unseen prompt reads `α / (α + β)`.
+        est_prior_beta (`float`, *optional*, defaults to `1.0`):
+            `β` of the Beta prior.
+        est_sample_power (`float`, *optional*, defaults to `0.5`):
+            Budgets follow `N_x ∝ p̂_x^-s`; the residual gradient weight is `(p̂_x + est_epsilon)^-(1-s)`, so their
+            product is the log objective's `1/p`. 0.5 is the paper's hybrid, 1.0 pure implicit weighting.
+        est_min_samples (`int` or `None`, *optional*, defaults to `None`):
+            Lower clip of a prompt's budget. `None`: 2 with `est_train_on="all"`, `num_generations` with
+            `"downsample"`.
+        est_max_samples (`int` or `None`, *optional*, defaults to `None`):
+            Upper clip of a prompt's budget. `None`: `4 * num_generations`.
+        est_epsilon (`float`, *optional*, defaults to `0.01`):
+            `ε` in the residual weight, which keeps it finite when a pool has no positive.
+        est_train_on (`str`, *optional*, defaults to `"all"`):
+            `"all"`: train on every completion (group sizes vary, the total stays `B * num_generations`; what the
+            paper's Est did, which is why it costs like GRPO-n8 in the backward pass). `"downsample"`: cut each
+            pool to `num_generations` like `seq_*`.
+
+        > Parameters of DAPO's batch filling
+
+        dapo_refill (`bool` or `None`, *optional*, defaults to `None`):
+            Drop prompts whose kept group has zero reward variance and refill the batch from further prompts.
+            `None`: on for `sampler="dapo"`, off otherwise. `True` with `seq_pos`/`seq_balance` stacks DAPO's
+            filling on adaptive sampling (the paper notes the two combine).
+        dapo_max_refills (`int`, *optional*, defaults to `10`):
+            Extra generation batches drawn at most per step (verl's `max_num_gen_batches`).
+        dapo_on_exhausted (`str`, *optional*, defaults to `"raise"`):
+            What happens when the cap is reached before the batch is full: `"raise"` (as verl) or
+            `"keep_partial"` (train on the informative prompts, padded with zero-advantage groups for static shapes).
     """
 
     sampler: str = field(
@@ -119,6 +157,36 @@ class AdaGRPOConfig(GRPOConfig):
         default=1e-6,
         metadata={"help": "Reward std at or below which a group counts as zero-variance."},
     )
+    est_decay: float = field(default=0.9, metadata={"help": "Discount of a prompt's tracked counts, in (0, 1]."})
+    est_prior_alpha: float = field(default=1.0, metadata={"help": "Alpha of the Beta prior on pass rates."})
+    est_prior_beta: float = field(default=1.0, metadata={"help": "Beta of the Beta prior on pass rates."})
+    est_sample_power: float = field(
+        default=0.5,
+        metadata={"help": "Budgets follow p̂^-s; the residual weight is p̂^-(1-s). 0.5: the paper's hybrid."},
+    )
+    est_min_samples: int | None = field(
+        default=None, metadata={"help": "Lower clip of a prompt's budget. None: 2 (train on all) or num_generations."}
+    )
+    est_max_samples: int | None = field(
+        default=None, metadata={"help": "Upper clip of a prompt's budget. None: 4 * num_generations."}
+    )
+    est_epsilon: float = field(default=0.01, metadata={"help": "Epsilon in the residual weight (p̂ + eps)^-(1-s)."})
+    est_train_on: str = field(
+        default="all",
+        metadata={"help": "Train on all completions or a balanced downsample to n.", "choices": ["all", "downsample"]},
+    )
+    dapo_refill: bool | None = field(
+        default=None,
+        metadata={"help": "Drop zero-variance groups and refill the batch. None: on for sampler='dapo' only."},
+    )
+    dapo_max_refills: int = field(default=10, metadata={"help": "Extra generation batches drawn at most per step."})
+    dapo_on_exhausted: str = field(
+        default="raise",
+        metadata={
+            "help": "At the refill cap: raise, or keep the partial batch.",
+            "choices": ["raise", "keep_partial"],
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -146,6 +214,8 @@ class AdaGRPOConfig(GRPOConfig):
         settings = self.sampler_settings()
         self.positive_quota = settings.positive_quota
         self.negative_quota = settings.negative_quota
+        self.est_min_samples = settings.est_min_samples
+        self.est_max_samples = settings.est_max_samples
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
@@ -166,4 +236,15 @@ class AdaGRPOConfig(GRPOConfig):
             downsample=self.downsample,
             zero_variance_tolerance=self.zero_variance_tolerance,
             seed=self.seed,
+            est_decay=self.est_decay,
+            est_prior_alpha=self.est_prior_alpha,
+            est_prior_beta=self.est_prior_beta,
+            est_sample_power=self.est_sample_power,
+            est_min_samples=self.est_min_samples,
+            est_max_samples=self.est_max_samples,
+            est_epsilon=self.est_epsilon,
+            est_train_on=self.est_train_on,
+            dapo_refill=self.dapo_refill,
+            dapo_max_refills=self.dapo_max_refills,
+            dapo_on_exhausted=self.dapo_on_exhausted,
         ).validated()

@@ -3,27 +3,42 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import logging
 import math
+import os
 import textwrap
 from collections import defaultdict
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from datasets import IterableDataset
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
+from trl.trainer.grpo_trainer import RepeatSampler
 from trl.trainer.utils import get_config_model_id
 
 from .config import AdaGRPOConfig
-from .samplers import Selection, build_sampler
+from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler
 
 logger = logging.getLogger(__name__)
+
+SAMPLER_STATE_NAME = "ada_sampler_state.json"
 
 _REJECTED_FEATURES = {
     "tools": "tool calling",
     "rollout_func": "a custom rollout_func",
     "environment_factory": "environments",
 }
+
+
+@dataclasses.dataclass
+class _SampledBatch:
+    group_inputs: list[dict[str, Any]]
+    pools: list[list[_PoolRow]]
+    selection: Selection
 
 
 @dataclasses.dataclass
@@ -75,7 +90,14 @@ class AdaGRPOTrainer(GRPOTrainer):
             }"""),
     }
 
-    def __init__(self, model, reward_funcs=None, args: AdaGRPOConfig | GRPOConfig | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args: AdaGRPOConfig | GRPOConfig | None = None,
+        pass_rate_estimator: PassRateEstimator | None = None,
+        **kwargs,
+    ) -> None:
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
@@ -87,28 +109,39 @@ class AdaGRPOTrainer(GRPOTrainer):
                     f"AdaGRPOTrainer does not support {feature} yet: the sampling rounds regenerate completions per "
                     f"prompt, which {name} does not allow. Remove `{name}`, or train with trl.GRPOTrainer."
                 )
+        settings = args.sampler_settings()
+        if settings.refills and isinstance(kwargs.get("train_dataset"), IterableDataset):
+            raise ValueError(
+                "DAPO refilling draws extra prompts by index, which an IterableDataset does not allow. Pass a "
+                "map-style datasets.Dataset, or use sampler='seq_balance'."
+            )
+        self.ada_sampler = build_sampler(settings, pass_rate_estimator)
         super().__init__(model, reward_funcs, args=args, **kwargs)
         if self._is_vlm:
             raise ValueError(
                 "AdaGRPOTrainer does not support vision-language models yet. Train with trl.GRPOTrainer instead."
             )
-        self.ada_sampler = build_sampler(args.sampler_settings())
-        self._ada_inputs: list[dict[str, Any]] | None = None
+        self._ada_kept_rows: list[_PoolRow] | None = None
         self._ada_kept_rewards: torch.Tensor | None = None
         self._ada_advantages: torch.Tensor | None = None
         self._ada_round_block: int | None = None
+        self._refill_state = {"epoch": 0, "position": 0}
+        self._refill_indices: list[int] | None = None
 
     # ------------------------------------------------------------------------------------------------------------
     # Overrides (each calls its parent)
     # ------------------------------------------------------------------------------------------------------------
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        # `_generate` only receives prompts; the reward functions also need the dataset rows.
-        self._ada_inputs = inputs
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)  # evaluation stays plain GRPO
+        # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
+        # line up with the completions even when the kept prompts differ from `inputs` (DAPO refills, est groups).
+        kept_inputs = self._sample(inputs)
         try:
-            output = super()._generate_and_score_completions(inputs)
+            output = super()._generate_and_score_completions(kept_inputs)
         finally:
-            self._ada_inputs = None
+            self._ada_kept_rows = None
         if self._ada_advantages is not None:
             advantages, self._ada_advantages = self._ada_advantages, None
             local = len(inputs)
@@ -120,6 +153,27 @@ class AdaGRPOTrainer(GRPOTrainer):
                 logged.pop()
             logged.extend(advantages.tolist())
         return output
+
+    def _generate(self, prompts: list):
+        if self._ada_kept_rows is None:
+            return super()._generate(prompts)
+        rows, self._ada_kept_rows = self._ada_kept_rows, None
+        for row in rows:
+            for column, value in row.extra_logs.items():
+                self._pending_extra_logs[column].append(value)
+        logprobs = None if any(row.logprobs is None for row in rows) else [row.logprobs for row in rows]
+        # `_generate`'s own return layout: prompt_ids, completion_ids, tool_mask, completions, logprobs,
+        # extra_fields, images, tool_images.
+        return (
+            [row.prompt_ids for row in rows],
+            [row.completion_ids for row in rows],
+            None,
+            [row.completion for row in rows],
+            logprobs,
+            {},
+            None,
+            [],
+        )
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
         if self._ada_kept_rewards is not None:
@@ -134,75 +188,123 @@ class AdaGRPOTrainer(GRPOTrainer):
             num_generations = self._ada_round_block
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
 
-    def _generate(self, prompts: list):
-        if not self.model.training or self._ada_inputs is None:
-            return super()._generate(prompts)  # evaluation stays plain GRPO
-        return self._generate_adaptive(prompts, self._ada_inputs)
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        # The sampler's generator, the est tracker and the refill position are training state, like TRL's RNG.
+        if self.args.should_save:
+            checkpoint_dir = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
+            with open(os.path.join(checkpoint_dir, SAMPLER_STATE_NAME), "w") as f:
+                json.dump({"sampler": self.ada_sampler.state_dict(), "refill": self._refill_state}, f)
+
+    def _load_optimizer_and_scheduler(self, checkpoint) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
+        if not os.path.exists(path):
+            logger.warning("%s has no %s; the sampler starts fresh.", checkpoint, SAMPLER_STATE_NAME)
+            return
+        with open(path) as f:
+            state = json.load(f)
+        self.ada_sampler.load_state_dict(state["sampler"])
+        self._refill_state = state["refill"]
+        self._refill_indices = None
 
     # ------------------------------------------------------------------------------------------------------------
-    # The sampling rounds
+    # Sampling
     # ------------------------------------------------------------------------------------------------------------
 
-    def _generate_adaptive(self, prompts: list, inputs: list[dict[str, Any]]):
+    def _sample(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Run the rounds (and DAPO refills); cache the kept rows; return this process's kept dataset rows."""
         n = self.num_generations
-        num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
-        local_rows = len(prompts)
+        rank = self.accelerator.process_index
+        settings = self.ada_sampler.settings
         # TRL's RepeatSampler lays the generation batch out group-major across processes: global rows
-        # [g * n, (g + 1) * n) hold prompt g. Gather once so every process sees every prompt and row.
-        all_prompts = gather_object(prompts)
-        all_inputs = gather_object(inputs)
-        num_prompts = len(all_prompts) // n
-        for g in range(num_prompts):
-            if any(all_prompts[g * n + j] != all_prompts[g * n] for j in range(1, n)):
-                raise RuntimeError(
-                    "AdaGRPOTrainer expects each prompt's num_generations rows to be contiguous (TRL's RepeatSampler "
-                    "layout). Do not override the train sampler or shuffle the generation batch before generation."
-                )
-        group_prompts = [all_prompts[g * n] for g in range(num_prompts)]
-        group_inputs = [all_inputs[g * n] for g in range(num_prompts)]
+        # [g * n, (g + 1) * n) hold prompt g. Gather once so every process sees every prompt.
+        batches = [self._sample_batch(self._group_rows(gather_object(inputs)))]
+        chosen = [(0, g) for g in range(len(batches[0].group_inputs))]
+        if settings.refills:
+            filler = BatchFiller(len(chosen), settings.zero_variance_tolerance)
+            filler.add(batches[0].selection)
+            while not filler.is_full and len(batches) <= settings.dapo_max_refills:
+                # Every process draws the same global refill batch, so no gather is needed.
+                batches.append(self._sample_batch(self._group_rows(self._next_refill_rows())))
+                filler.add(batches[-1].selection)
+            chosen = filler.take(keep_partial=settings.dapo_on_exhausted == "keep_partial")
+            for name, value in filler.metrics().items():
+                self._metrics["train"][f"ada/{name}"].append(value)
 
-        step = self.ada_sampler.begin(num_prompts)
-        pools: list[list[_PoolRow]] = [[] for _ in range(num_prompts)]
+        kept_rows: list[_PoolRow] = []
+        kept_inputs: list[dict[str, Any]] = []
+        advantages: list[float] = []
+        for b, g in chosen:
+            batch = batches[b]
+            result = batch.selection.prompts[g]
+            kept_rows.extend(batch.pools[g][i] for i in result.kept)
+            kept_inputs.extend(batch.group_inputs[g] for _ in result.kept)
+            advantages.extend(result.advantages)
+        self._ada_kept_rewards = torch.stack([row.rewards_per_func for row in kept_rows])
+        # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
+        # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
+        identity = chosen == [(0, g) for g in range(len(chosen))]
+        if not (identity and batches[0].selection.is_plain_grpo):
+            self._ada_advantages = torch.tensor(advantages, dtype=torch.float32, device=self.accelerator.device)
+        local = len(inputs)
+        self._ada_kept_rows = kept_rows[rank * local : (rank + 1) * local]
+        return kept_inputs[rank * local : (rank + 1) * local]
+
+    def _group_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One dataset row per prompt from a generation batch laid out group-major (n identical rows per prompt)."""
+        n = self.num_generations
+        groups = [rows[g * n : (g + 1) * n] for g in range(len(rows) // n)]
+        if any(row["prompt"] != group[0]["prompt"] for group in groups for row in group):
+            raise RuntimeError(
+                "AdaGRPOTrainer expects each prompt's num_generations rows to be contiguous (TRL's RepeatSampler "
+                "layout). Do not override the train sampler or shuffle the generation batch before generation."
+            )
+        return [group[0] for group in groups]
+
+    def _sample_batch(self, group_inputs: list[dict[str, Any]]) -> _SampledBatch:
+        """All rounds for one batch of prompts: every process runs the same control on gathered rewards."""
+        group_prompts = [row["prompt"] for row in group_inputs]
+        keys = [_prompt_key(row) for row in group_inputs]
+        step = self.ada_sampler.begin(len(group_inputs), keys)
+        pools: list[list[_PoolRow]] = [[] for _ in group_inputs]
         while requests := step.requests():
-            rows, rewards = self._run_round(requests, group_prompts, group_inputs, num_processes, rank)
+            rows, rewards = self._run_round(requests, group_prompts, group_inputs)
             order = [g for g, count in requests for _ in range(count)]
             for g, row in zip(order, rows, strict=True):
                 pools[g].append(row)
             step.observe(requests, rewards)
         selection = step.finish()
         self._log_selection(selection)
+        return _SampledBatch(group_inputs, pools, selection)
 
-        kept_rows: list[_PoolRow] = []
-        kept_advantages: list[float] = []
-        for pool, result in zip(pools, selection.prompts, strict=True):
-            kept_rows.extend(pool[i] for i in result.kept)
-            kept_advantages.extend(result.advantages)
-        self._ada_kept_rewards = torch.stack([row.rewards_per_func for row in kept_rows])
-        # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
-        # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
-        if not selection.is_plain_grpo:
-            self._ada_advantages = torch.tensor(kept_advantages, dtype=torch.float32, device=self.accelerator.device)
+    def _next_refill_rows(self) -> list[dict[str, Any]]:
+        """The next global generation batch for DAPO refills, from a seeded order disjoint from the main loader's."""
+        n, size = self.num_generations, self.args.generation_batch_size
+        state = self._refill_state
+        if self._refill_indices is None or state["position"] + size > len(self._refill_indices):
+            if self._refill_indices is not None:
+                state["epoch"], state["position"] = state["epoch"] + 1, 0
+            sampler = RepeatSampler(
+                data_source=self.train_dataset,
+                mini_repeat_count=n,
+                batch_size=size // n,
+                repeat_count=1,
+                shuffle=True,
+                seed=self.args.seed + 1 + state["epoch"],  # the main loader uses args.seed
+            )
+            self._refill_indices = list(sampler)
+        indices = self._refill_indices[state["position"] : state["position"] + size]
+        state["position"] += size
+        return [self.train_dataset[i] for i in indices]
 
-        mine = kept_rows[rank * local_rows : (rank + 1) * local_rows]
-        for row in mine:
-            for column, value in row.extra_logs.items():
-                self._pending_extra_logs[column].append(value)
-        logprobs = None if any(row.logprobs is None for row in mine) else [row.logprobs for row in mine]
-        # `_generate`'s own return layout: prompt_ids, completion_ids, tool_mask, completions, logprobs,
-        # extra_fields, images, tool_images.
-        return (
-            [row.prompt_ids for row in mine],
-            [row.completion_ids for row in mine],
-            None,
-            [row.completion for row in mine],
-            logprobs,
-            {},
-            None,
-            [],
-        )
-
-    def _run_round(self, requests, group_prompts, group_inputs, num_processes: int, rank: int):
+    def _run_round(self, requests, group_prompts, group_inputs):
         """Generate and score one round on all processes; return the pool rows and summed rewards, in request order."""
+        num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         order = [g for g, count in requests for _ in range(count)]
         counts = {count for _, count in requests}
         # Same count for every prompt: keep whole blocks so vLLM server mode can dedupe by it. Pad with whole blocks
@@ -255,6 +357,14 @@ class AdaGRPOTrainer(GRPOTrainer):
         metrics = self._metrics["train"]
         for name, value in selection.metrics.items():
             metrics[f"ada/{name}"].append(value)
+
+
+def _prompt_key(row: dict[str, Any]) -> str:
+    """A stable id for a prompt: the dataset's `prompt_id` column when present, else a hash of the prompt."""
+    if "prompt_id" in row:
+        return str(row["prompt_id"])
+    text = json.dumps(row["prompt"], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
 
 
 def _upgrade_config(args: GRPOConfig) -> AdaGRPOConfig:

@@ -2,6 +2,7 @@
 
 from .base import (
     SAMPLERS,
+    DapoSampler,
     PromptResult,
     Sampler,
     SamplingStep,
@@ -12,11 +13,19 @@ from .base import (
     UniformSampler,
     build_sampler,
 )
+from .dapo import BatchExhaustedError, BatchFiller
+from .est import DecayedBetaTracker, EstSampler, PassRateEstimator
 from .settings import SAMPLER_NAMES, SamplerSettings
 from .simulate import SimulationResult, simulate
 
 __all__ = [
     "SAMPLERS",
+    "BatchExhaustedError",
+    "BatchFiller",
+    "DapoSampler",
+    "DecayedBetaTracker",
+    "EstSampler",
+    "PassRateEstimator",
     "SAMPLER_NAMES",
     "PromptResult",
     "Sampler",

@@ -53,13 +53,15 @@ class Selection:
     rounds: int
     active_after_round: tuple[int, ...]
     rounds_per_prompt: tuple[int, ...]
+    group_size: int
     metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def is_plain_grpo(self) -> bool:
-        """Every pool is its update group and every weight is 1: the advantages are exactly GRPO's."""
-        return all(len(pool) == len(r.kept) for pool, r in zip(self.pools, self.prompts, strict=True)) and all(
-            r.weight == 1.0 for r in self.prompts
+        """Every pool is its update group of `group_size` and every weight is 1: the advantages are GRPO's."""
+        return all(
+            len(pool) == len(r.kept) == self.group_size and r.weight == 1.0
+            for pool, r in zip(self.pools, self.prompts, strict=True)
         )
 
 
@@ -75,6 +77,10 @@ class SamplingStep:
         self.rounds = 0
         self.active_after_round: list[int] = []
         self.rounds_per_prompt: list[int] = [0] * num_prompts
+        # Filled by stateful samplers (est): stable prompt keys, prior pass-rate estimates, per-prompt budgets.
+        self.keys: list[Hashable] | None = None
+        self.estimates: list[float] | None = None
+        self.budgets: list[int] | None = None
         self._pending: list[tuple[int, int]] | None = None
 
     @property
@@ -88,8 +94,8 @@ class SamplingStep:
         if self.rounds >= self.sampler.max_rounds:
             return []
         requests = []
-        for index, pool in enumerate(self.pools):
-            count = self.sampler.request_size(pool, self.rounds)
+        for index in range(self.num_prompts):
+            count = self.sampler.request_size(self, index)
             if count > 0:
                 requests.append((index, count))
         self._pending = requests or None
@@ -110,7 +116,7 @@ class SamplingStep:
         self._pending = None
         self.rounds += 1
         self.active_after_round.append(
-            sum(1 for pool in self.pools if self.sampler.request_size(pool, self.rounds) > 0)
+            sum(1 for index in range(self.num_prompts) if self.sampler.request_size(self, index) > 0)
         )
 
     def finish(self) -> Selection:
@@ -118,15 +124,7 @@ class SamplingStep:
         if self._pending is not None:
             raise RuntimeError("observe() the last round's rewards before finish()")
         settings = self.settings
-        n = settings.num_generations
-        for index, pool in enumerate(self.pools):
-            if len(pool) < n:
-                raise RuntimeError(f"prompt {index} has {len(pool)} completions, fewer than num_generations={n}")
-
-        kept = [
-            rules.downsample(pool, n, settings.downsample, settings.positive_threshold, self.sampler.rng)
-            for pool in self.pools
-        ]
+        kept = [self.sampler.keep(self, index) for index in range(self.num_prompts)]
         kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(self.pools, kept, strict=True)]
 
         # The baseline and the std come from the same set of rewards: the whole pool, or the kept group.
@@ -144,12 +142,7 @@ class SamplingStep:
         for pool in self.pools:
             positives, negatives = rules.count_outcomes(pool, settings.positive_threshold)
             pass_rates.append(positives / (positives + negatives) if positives + negatives else math.nan)
-        weights = [
-            rules.objective_weight(
-                0.0 if math.isnan(p) else p, settings.objective, settings.power_alpha, settings.max_weight
-            )
-            for p in pass_rates
-        ]
+        weights = [self.sampler.weight(0.0 if math.isnan(p) else p) for p in pass_rates]
         if settings.normalize_weights:
             # Mean 1 over the prompts that carry a signal, so the objective reshapes the update, not its size.
             informative = [
@@ -167,14 +160,17 @@ class SamplingStep:
         ):
             advantages = tuple(rules.advantage(r, baseline, scale, weight) for r in rewards)
             results.append(PromptResult(tuple(idx), baseline, scale, weight, pass_rate, advantages))
-        return Selection(
+        selection = Selection(
             prompts=tuple(results),
             pools=tuple(tuple(pool) for pool in self.pools),
             rounds=self.rounds,
             active_after_round=tuple(self.active_after_round),
             rounds_per_prompt=tuple(self.rounds_per_prompt),
+            group_size=settings.num_generations,
             metrics=self._metrics(results, kept_rewards),
         )
+        self.sampler.end_step(self, selection)
+        return selection
 
     def _metrics(self, results: list[PromptResult], kept_rewards: list[list[float]]) -> dict[str, float]:
         settings = self.settings
@@ -194,7 +190,12 @@ class SamplingStep:
             "zero_variance_share/first_n": sum(zero_first) / len(zero_first),
             "zero_variance_share/kept": sum(zero_kept) / len(zero_kept),
             "pass_rate/mean": sum(pass_rates) / len(pass_rates) if pass_rates else math.nan,
-            "weight/mean": sum(r.weight for r in results) / len(results),
+            "weight/mean": _nanmean(
+                [
+                    r.weight if not rules.has_zero_variance(pool, tolerance) else math.nan
+                    for r, pool in zip(results, self.pools, strict=True)
+                ]
+            ),
             "pool_reward/mean": _nanmean(pool_means),
         }
         for round_index, active in enumerate(self.active_after_round, start=1):
@@ -230,9 +231,24 @@ class Sampler:
         """Start a generation batch of `num_prompts` prompts (`prompt_keys`: stable ids, for stateful samplers)."""
         return SamplingStep(self, num_prompts)
 
-    def request_size(self, pool: Sequence[float], rounds_done: int) -> int:
-        """How many more completions a prompt with this pool needs in round `rounds_done + 1` (0: retired)."""
+    def request_size(self, step: SamplingStep, index: int) -> int:
+        """How many more completions prompt `index` needs in round `step.rounds + 1` (0: retired)."""
         raise NotImplementedError
+
+    def keep(self, step: SamplingStep, index: int) -> list[int]:
+        """Indices (draw order) of the completions of prompt `index` that enter the update."""
+        settings = self.settings
+        return rules.downsample(
+            step.pools[index], settings.num_generations, settings.downsample, settings.positive_threshold, self.rng
+        )
+
+    def weight(self, pass_rate: float) -> float:
+        """Gradient weight of a prompt whose pool has this share of positives (before normalisation)."""
+        settings = self.settings
+        return rules.objective_weight(pass_rate, settings.objective, settings.power_alpha, settings.max_weight)
+
+    def end_step(self, step: SamplingStep, selection: Selection) -> None:
+        """Called once the step is finished; stateful samplers update themselves here."""
 
     def state_dict(self) -> dict[str, Any]:
         """Training state to save in a checkpoint."""
@@ -252,8 +268,8 @@ class UniformSampler(Sampler):
     def max_rounds(self) -> int:
         return 1
 
-    def request_size(self, pool: Sequence[float], rounds_done: int) -> int:
-        return self.settings.num_generations if rounds_done == 0 else 0
+    def request_size(self, step: SamplingStep, index: int) -> int:
+        return self.settings.num_generations if step.rounds == 0 else 0
 
 
 class SequentialSampler(Sampler):
@@ -262,10 +278,11 @@ class SequentialSampler(Sampler):
     its exit rule holds or its pool reaches `round_size * max_rounds`.
     """
 
-    def request_size(self, pool: Sequence[float], rounds_done: int) -> int:
-        if rounds_done >= self.settings.max_rounds or len(pool) >= self.settings.max_pool_size:
+    def request_size(self, step: SamplingStep, index: int) -> int:
+        pool = step.pools[index]
+        if step.rounds >= self.settings.max_rounds or len(pool) >= self.settings.max_pool_size:
             return 0
-        if rounds_done > 0 and self.has_exited(pool):
+        if step.rounds > 0 and self.has_exited(pool):
             return 0
         return min(self.settings.round_size, self.settings.max_pool_size - len(pool))
 
@@ -291,10 +308,24 @@ class SeqBalanceSampler(SequentialSampler):
     name = "seq_balance"
 
 
-SAMPLERS: dict[str, type[Sampler]] = {cls.name: cls for cls in (UniformSampler, SeqPosSampler, SeqBalanceSampler)}
+class DapoSampler(UniformSampler):
+    """DAPO's sampling: one round of `num_generations` (the batch refilling lives in [`BatchFiller`])."""
+
+    name = "dapo"
 
 
-def build_sampler(settings: SamplerSettings) -> Sampler:
-    """The sampler that `settings.sampler` names."""
+def build_sampler(settings: SamplerSettings, estimator: Any = None) -> Sampler:
+    """The sampler that `settings.sampler` names (`estimator`: an optional pass-rate estimator for `est`)."""
+    from .est import EstSampler
+
     settings = settings.validated()
+    if settings.sampler == "est":
+        return EstSampler(settings, estimator)
+    if estimator is not None:
+        raise ValueError(f"a pass_rate_estimator is only used by sampler='est', not {settings.sampler!r}.")
     return SAMPLERS[settings.sampler](settings)
+
+
+SAMPLERS: dict[str, type[Sampler]] = {
+    cls.name: cls for cls in (UniformSampler, SeqPosSampler, SeqBalanceSampler, DapoSampler)
+}

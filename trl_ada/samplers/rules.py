@@ -105,3 +105,58 @@ def advantage(reward: float, baseline: float, scale: float | None, weight: float
     if scale is not None:
         centred = centred / (scale + STD_EPSILON)
     return weight * centred
+
+
+def residual_weight(pass_rate: float, sample_power: float, epsilon: float, max_weight: float) -> float:
+    """
+    Reinforce-Ada-Est's explicit weight `(p + eps)^-(1 - s)`, clipped at `max_weight`. With sampling `N ∝ p^-s`, the
+    product of sampling and gradient weight is the log objective's `1/p` (up to `eps`).
+    """
+    return min((pass_rate + epsilon) ** -(1.0 - sample_power), max_weight)
+
+
+def allocate_budget(scores: Sequence[float], total: int, low: int, high: int) -> list[int]:
+    """
+    Integers `N_i` in `[low, high]` with `sum(N_i) == total`, proportional to `scores` where the bounds allow.
+
+    Water-filling: find the scale `c` with `sum(clip(c * score_i, low, high)) == total` by bisection, then round by
+    largest remainder (ties to the lower index), moving only within the bounds.
+    """
+    count = len(scores)
+    if count == 0:
+        raise ValueError("cannot allocate a budget over no prompts")
+    if not count * low <= total <= count * high:
+        raise ValueError(f"a total of {total} cannot be split over {count} prompts within [{low}, {high}] each")
+    if any(not score > 0.0 or math.isinf(score) for score in scores):
+        raise ValueError("allocation scores must be positive and finite")
+
+    def used(scale: float) -> float:
+        return math.fsum(min(max(scale * score, low), high) for score in scores)
+
+    lo_scale, hi_scale = 0.0, high / min(scores)  # used(0) = count * low <= total <= count * high = used(hi_scale)
+    while hi_scale - lo_scale > 1e-12 * hi_scale:
+        mid = (lo_scale + hi_scale) / 2
+        if used(mid) < total:
+            lo_scale = mid
+        else:
+            hi_scale = mid
+    targets = [min(max(hi_scale * score, low), high) for score in scores]
+    budgets = [min(max(math.floor(t), low), high) for t in targets]
+    remainder = total - sum(budgets)
+    # Hand out (or take back) the rounding remainder by fractional part, never leaving [low, high].
+    order = sorted(range(count), key=lambda i: (-(targets[i] - budgets[i]), i))
+    while remainder > 0:
+        for i in order:
+            if remainder == 0:
+                break
+            if budgets[i] < high:
+                budgets[i] += 1
+                remainder -= 1
+    while remainder < 0:
+        for i in reversed(order):
+            if remainder == 0:
+                break
+            if budgets[i] > low:
+                budgets[i] -= 1
+                remainder += 1
+    return budgets

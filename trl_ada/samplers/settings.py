@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-SAMPLER_NAMES: tuple[str, ...] = ("uniform", "seq_pos", "seq_balance")
+SAMPLER_NAMES: tuple[str, ...] = ("uniform", "seq_pos", "seq_balance", "est", "dapo")
+SEQUENTIAL_SAMPLERS: tuple[str, ...] = ("seq_pos", "seq_balance")
+EST_TRAIN_ON: tuple[str, ...] = ("all", "downsample")
+DAPO_ON_EXHAUSTED: tuple[str, ...] = ("raise", "keep_partial")
 BASELINES: tuple[str, ...] = ("pool", "group")
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
 OBJECTIVES: tuple[str, ...] = ("linear", "log", "power")
@@ -42,13 +45,31 @@ class SamplerSettings:
     downsample: str = "balanced"
     zero_variance_tolerance: float = 1e-6
     seed: int = 0
+    est_decay: float = 0.9
+    est_prior_alpha: float = 1.0
+    est_prior_beta: float = 1.0
+    est_sample_power: float = 0.5
+    est_min_samples: int | None = None
+    est_max_samples: int | None = None
+    est_epsilon: float = 0.01
+    est_train_on: str = "all"
+    dapo_refill: bool | None = None
+    dapo_max_refills: int = 10
+    dapo_on_exhausted: str = "raise"
 
     @property
     def max_pool_size(self) -> int:
         """The cap on completions drawn for one prompt in one generation batch."""
-        if self.sampler == "uniform":
+        if self.sampler in ("uniform", "dapo"):
             return self.num_generations
+        if self.sampler == "est":
+            return self.est_max_samples if self.est_max_samples is not None else 4 * self.num_generations
         return self.round_size * self.max_rounds
+
+    @property
+    def refills(self) -> bool:
+        """Whether zero-variance groups are dropped and the batch refilled from further prompts (DAPO)."""
+        return bool(self.dapo_refill) or self.sampler == "dapo"
 
     def validated(self) -> SamplerSettings:
         """Check every knob and return a copy with the quota defaults filled in; raise `ValueError` naming the fix."""
@@ -73,15 +94,16 @@ class SamplerSettings:
         if not self.zero_variance_tolerance >= 0.0:
             raise ValueError(f"zero_variance_tolerance must be non-negative, got {self.zero_variance_tolerance}.")
 
+        self._validate_dapo()
         positive_quota, negative_quota = self.positive_quota, self.negative_quota
-        if self.sampler == "uniform":
+        if self.sampler in ("uniform", "dapo", "est"):
             for name, value in (("positive_quota", positive_quota), ("negative_quota", negative_quota)):
                 if value is not None:
                     raise ValueError(
-                        f"{name}={value} has no effect with sampler='uniform' (one round of num_generations). "
+                        f"{name}={value} has no effect with sampler={self.sampler!r}, which has no exit rule. "
                         f"Remove {name}, or use sampler='seq_pos' or 'seq_balance'."
                     )
-            return self
+            return self._validated_est() if self.sampler == "est" else self
 
         cap = self.max_pool_size
         if cap < n:
@@ -117,3 +139,58 @@ class SamplerSettings:
                 f"cap. Lower the quotas or raise round_size / max_rounds."
             )
         return replace(self, positive_quota=positive_quota, negative_quota=negative_quota)
+
+    def _validate_dapo(self) -> None:
+        _choice("dapo_on_exhausted", self.dapo_on_exhausted, DAPO_ON_EXHAUSTED)
+        if self.sampler == "dapo" and self.dapo_refill is False:
+            raise ValueError(
+                "sampler='dapo' is uniform sampling with batch refilling; dapo_refill=False contradicts it. "
+                "Remove dapo_refill, or use sampler='uniform'."
+            )
+        if self.dapo_refill and self.sampler in ("uniform", "est"):
+            raise ValueError(
+                f"dapo_refill=True combines DAPO's batch filling with a sequential sampler; with "
+                f"sampler={self.sampler!r} use sampler='dapo' instead, or combine it with 'seq_pos'/'seq_balance'."
+            )
+        if self.dapo_max_refills < 0:
+            raise ValueError(f"dapo_max_refills must be non-negative, got {self.dapo_max_refills}.")
+
+    def _validated_est(self) -> SamplerSettings:
+        _choice("est_train_on", self.est_train_on, EST_TRAIN_ON)
+        n = self.num_generations
+        if self.objective != "linear":
+            raise ValueError(
+                f"objective={self.objective!r} has no effect with sampler='est', which splits the log objective "
+                "between sampling (N ∝ p̂^-est_sample_power) and a residual weight. Remove objective, or tune "
+                "est_sample_power (0.5: the paper's hybrid; 1.0: pure implicit weighting)."
+            )
+        if not 0.0 < self.est_decay <= 1.0:
+            raise ValueError(f"est_decay must lie in (0, 1] (1 keeps all history), got {self.est_decay}.")
+        if not (self.est_prior_alpha > 0.0 and self.est_prior_beta > 0.0):
+            raise ValueError(
+                f"est_prior_alpha and est_prior_beta must be positive (a Beta prior keeps p̂ away from 0 and 1), "
+                f"got {self.est_prior_alpha} and {self.est_prior_beta}."
+            )
+        if not 0.0 <= self.est_sample_power <= 1.0:
+            raise ValueError(f"est_sample_power must lie in [0, 1], got {self.est_sample_power}.")
+        if not self.est_epsilon > 0.0:
+            raise ValueError(f"est_epsilon must be positive, got {self.est_epsilon}.")
+        default_min = 2 if self.est_train_on == "all" else n
+        low = default_min if self.est_min_samples is None else self.est_min_samples
+        high = 4 * n if self.est_max_samples is None else self.est_max_samples
+        if low > high:
+            raise ValueError(f"est_min_samples ({low}) must not exceed est_max_samples ({high}).")
+        if self.est_train_on == "downsample" and low < n:
+            raise ValueError(
+                f"est_train_on='downsample' cuts every pool to num_generations={n}, so est_min_samples must be at "
+                f"least {n}; got {low}. Raise est_min_samples or use est_train_on='all'."
+            )
+        if low < 2:
+            raise ValueError(f"est_min_samples must be at least 2 so every prompt has a baseline, got {low}.")
+        if not low <= n <= high:
+            raise ValueError(
+                f"The step's budget is num_generations={n} completions per prompt on average, which the bounds "
+                f"[est_min_samples, est_max_samples] = [{low}, {high}] cannot meet. Choose bounds with "
+                f"est_min_samples <= {n} <= est_max_samples."
+            )
+        return replace(self, est_min_samples=low, est_max_samples=high)

@@ -30,37 +30,50 @@ class SimulationResult:
 
 
 def simulate(
-    settings: SamplerSettings, pass_rates: Sequence[float], trials: int, seed: int = 0
+    settings: SamplerSettings, pass_rates: Sequence[float], trials: int, seed: int = 0, steps: int = 1
 ) -> list[SimulationResult]:
     """
-    For every pass rate, run one generation batch of `trials` prompts whose completions are positive (reward 1) with
-    that probability and negative (reward 0) otherwise. Deterministic for a `seed`.
+    Run `steps` generation batches over a population of `trials` prompts per pass rate, every completion positive
+    (reward 1) with its prompt's pass rate and negative (reward 0) otherwise, and report the last batch per pass
+    rate. The whole population is one batch, so budget-sharing samplers (`est`) see the mix; with `steps > 1` the
+    same prompts come back, so `est`'s tracker learns their pass rates. Deterministic for a `seed`.
     """
     if trials < 1:
         raise ValueError(f"trials must be at least 1, got {trials}")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
     for p in pass_rates:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"every pass rate must lie in [0, 1], got {p}")
     draws = random.Random(seed)
-    results = []
-    for p in pass_rates:
-        sampler = build_sampler(settings)
-        step = sampler.begin(trials)
+    sampler = build_sampler(settings)
+    population = [p for p in pass_rates for _ in range(trials)]
+    keys = list(range(len(population)))
+    for _ in range(steps):
+        step = sampler.begin(len(population), keys)
         while requests := step.requests():
-            total = sum(count for _, count in requests)
-            step.observe(requests, [1.0 if draws.random() < p else 0.0 for _ in range(total)])
+            rewards = []
+            for index, count in requests:
+                p = population[index]
+                rewards.extend(1.0 if draws.random() < p else 0.0 for _ in range(count))
+            step.observe(requests, rewards)
         selection = step.finish()
-        threshold = sampler.settings.positive_threshold
+
+    threshold = sampler.settings.positive_threshold
+    results = []
+    for offset, p in zip(range(0, len(population), trials), pass_rates, strict=True):
+        block = range(offset, offset + trials)
         mixed = 0
-        for pool, result in zip(selection.pools, selection.prompts, strict=True):
+        for index in block:
+            pool, result = selection.pools[index], selection.prompts[index]
             positives, negatives = rules.count_outcomes([pool[i] for i in result.kept], threshold)
             mixed += positives > 0 and negatives > 0
-        sizes = [len(pool) for pool in selection.pools]
+        sizes = [len(selection.pools[index]) for index in block]
         results.append(
             SimulationResult(
                 pass_rate=p,
                 mean_samples=sum(sizes) / trials,
-                mean_rounds=sum(selection.rounds_per_prompt) / trials,
+                mean_rounds=sum(selection.rounds_per_prompt[index] for index in block) / trials,
                 mixed_share=mixed / trials,
                 max_samples=max(sizes),
                 trials=trials,

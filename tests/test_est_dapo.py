@@ -1,0 +1,254 @@
+"""Reinforce-Ada-Est (tracker, allocation, weights) and DAPO's batch filling, as pure rules."""
+
+import random
+
+import pytest
+
+from trl_ada.samplers import (
+    BatchExhaustedError,
+    BatchFiller,
+    DecayedBetaTracker,
+    SamplerSettings,
+    build_sampler,
+    rules,
+    simulate,
+)
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tracker
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_tracker_decay_and_prior():
+    tracker = DecayedBetaTracker(decay=0.5, prior_alpha=1.0, prior_beta=3.0)
+    assert tracker.estimate(["x"]) == [0.25]  # unseen: alpha / (alpha + beta)
+    tracker.update(["x"], [8], [8])
+    assert tracker.estimate(["x"]) == [pytest.approx((8 + 1) / (8 + 4))]
+    tracker.update(["x"], [4], [0])  # N = 0.5 * 8 + 4 = 8, K = 0.5 * 8 + 0 = 4
+    assert tracker.counts["x"] == (8.0, 4.0)
+    assert tracker.estimate(["x"]) == [pytest.approx(5 / 12)]
+
+
+def test_tracker_never_reads_zero_or_one():
+    tracker = DecayedBetaTracker(decay=1.0, prior_alpha=0.5, prior_beta=0.5)
+    tracker.update(["all_wrong", "all_right"], [10_000, 10_000], [0, 10_000])
+    low, high = tracker.estimate(["all_wrong", "all_right"])
+    assert 0.0 < low < 1e-4 and 1 - 1e-4 < high < 1.0
+
+
+def test_tracker_keys_survive_state_round_trip():
+    tracker = DecayedBetaTracker(0.9, 1.0, 1.0)
+    tracker.update(["a", "b"], [4, 6], [1, 5])
+    restored = DecayedBetaTracker(0.9, 1.0, 1.0)
+    restored.load_state_dict(tracker.state_dict())
+    assert restored.estimate(["b", "a", "c"]) == tracker.estimate(["b", "a", "c"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Allocation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_allocation_sums_exactly_and_respects_bounds(seed):
+    rng = random.Random(seed)
+    count = rng.randint(1, 60)
+    low = rng.randint(1, 4)
+    high = low + rng.randint(0, 30)
+    total = rng.randint(count * low, count * high)
+    scores = [rng.uniform(0.01, 10.0) for _ in range(count)]
+    budgets = rules.allocate_budget(scores, total, low, high)
+    assert sum(budgets) == total
+    assert all(low <= b <= high for b in budgets)
+    # proportional where unclipped: a larger score never gets a smaller budget
+    for i in range(count):
+        for j in range(count):
+            if scores[i] > scores[j]:
+                assert budgets[i] >= budgets[j]
+
+
+def test_allocation_largest_remainder():
+    # scale 1: targets 2.6, 2.3, 2.1 -> floors 2, 2, 2 with 1 left over: goes to the largest fraction (0.6)
+    assert rules.allocate_budget([2.6, 2.3, 2.1], 7, 1, 10) == [3, 2, 2]
+    # two left over: 0.6 and 0.3 win
+    assert rules.allocate_budget([2.6, 2.3, 2.1], 8, 1, 10) == [3, 3, 2]
+
+
+def test_allocation_clips_then_shares_the_rest():
+    # unclipped 1/sqrt(p) shares would be 10 : 1 : 1; the cap 8 moves the excess to the others
+    budgets = rules.allocate_budget([10.0, 1.0, 1.0], 12, 2, 8)
+    assert budgets == [8, 2, 2]
+    budgets = rules.allocate_budget([10.0, 1.0, 1.0], 15, 2, 8)
+    assert budgets[0] == 8 and sum(budgets) == 15 and budgets[1] + budgets[2] == 7
+
+
+def test_allocation_rejects_infeasible_totals():
+    with pytest.raises(ValueError):
+        rules.allocate_budget([1.0, 1.0], 1, 1, 4)
+    with pytest.raises(ValueError):
+        rules.allocate_budget([1.0, 1.0], 9, 1, 4)
+
+
+def test_residual_weight_times_budget_is_the_log_objective():
+    # N ∝ p^-s and w = p^-(1-s): N * w ∝ 1/p for every s (eps -> 0)
+    for s in (0.0, 0.5, 1.0):
+        for p in (0.05, 0.3, 0.9):
+            weight = rules.residual_weight(p, s, 1e-12, 1e9)
+            assert weight * p**-s == pytest.approx(1 / p)
+    assert rules.residual_weight(0.0, 0.5, 0.01, 5.0) == 5.0  # clipped
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# EstSampler steps
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def run_est(settings, keys, rate_of, steps=1, seed=0):
+    sampler = build_sampler(settings)
+    draws = random.Random(seed)
+    for _ in range(steps):
+        step = sampler.begin(len(keys), keys)
+        requests = step.requests()
+        assert len(requests) == len(keys)
+        step.observe(requests, [float(draws.random() < rate_of[i]) for i, c in requests for _ in range(c)])
+        assert step.requests() == []  # est draws everything in one round
+        selection = step.finish()
+    return sampler, step, selection
+
+
+def test_est_train_on_all_keeps_every_completion_with_fixed_total():
+    settings = SamplerSettings(sampler="est", num_generations=4)
+    keys = [f"p{i}" for i in range(10)]
+    _, step, selection = run_est(settings, keys, [0.1 * i for i in range(10)], steps=3)
+    assert sum(len(r.kept) for r in selection.prompts) == 10 * 4
+    assert all(len(r.kept) == len(pool) for r, pool in zip(selection.prompts, selection.pools))
+    for result, pool in zip(selection.prompts, selection.pools):
+        mean = sum(pool) / len(pool)
+        assert result.baseline == pytest.approx(mean)
+        # SamplerSettings' scale_rewards defaults to "none": advantage = w * (r - pool mean)
+        assert list(result.advantages) == pytest.approx([result.weight * (r - mean) for r in pool])
+
+
+def test_est_downsample_cuts_to_n():
+    settings = SamplerSettings(sampler="est", num_generations=4, est_train_on="downsample", est_max_samples=12)
+    _, _, selection = run_est(settings, list("abcdefgh"), [0.05, 0.5, 0.95, 0.3] * 2, steps=2)
+    assert all(len(r.kept) == 4 for r in selection.prompts)
+    assert all(4 <= len(pool) <= 12 for pool in selection.pools)
+
+
+def test_est_needs_keys_and_tracks_them_across_order():
+    settings = SamplerSettings(sampler="est", num_generations=4)
+    sampler = build_sampler(settings)
+    with pytest.raises(ValueError, match="stable key"):
+        sampler.begin(3)
+    sampler.estimator.update(["hard", "easy"], [40, 40], [0, 40])
+    step = sampler.begin(2, ["easy", "hard"])  # order of the batch does not matter, keys do
+    assert step.budgets[1] > step.budgets[0]
+
+
+def expected_budgets(pass_rates, n, low, high, power):
+    """Continuous water-filling of N ∝ p^-power to a mean of n, bounds [low, high]."""
+    scores = [p**-power for p in pass_rates]
+    lo, hi = 0.0, high / min(scores)
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if sum(min(max(mid * s, low), high) for s in scores) < n * len(scores):
+            lo = mid
+        else:
+            hi = mid
+    return [min(max(hi * s, low), high) for s in scores]
+
+
+def test_simulate_est_learns_the_allocation_over_steps():
+    rates = [0.05, 0.2, 0.5, 0.8]
+    settings = SamplerSettings(sampler="est", num_generations=4, est_decay=1.0)
+    first = simulate(settings, rates, trials=300, steps=1, seed=3)
+    last = simulate(settings, rates, trials=300, steps=40, seed=3)
+    # step 1: nothing tracked yet, every prompt reads the prior 0.5 and gets the mean budget
+    assert [r.mean_samples for r in first] == [4.0] * 4
+    expected = expected_budgets(rates, 4, 2, 16, 0.5)
+    for result, target in zip(last, expected):
+        # With decay 1 the tracker has ~40 visits x N samples; the estimate's relative variance (1-p)/(pN) makes
+        # E[p̂^-1/2] exceed p^-1/2 by about 3/8 of it (under 3% here), and rounding moves budgets by < 1 sample.
+        assert result.mean_samples == pytest.approx(target, rel=0.06, abs=0.5)
+    assert sum(r.mean_samples for r in last) == pytest.approx(16.0)  # the total budget is exact
+
+
+def test_est_metrics_report_budget_and_tracked_quantiles():
+    settings = SamplerSettings(sampler="est", num_generations=4)
+    _, _, selection = run_est(settings, list("abcd"), [0.05, 0.2, 0.5, 0.9], steps=5)
+    metrics = selection.metrics
+    assert metrics["samples_per_prompt/mean"] == 4.0
+    assert (
+        0
+        < metrics["est/tracked_pass_rate/p10"]
+        <= metrics["est/tracked_pass_rate/p50"]
+        <= metrics["est/tracked_pass_rate/p90"]
+        < 1
+    )
+    assert 0 <= metrics["est/at_min_share"] <= 1 and 0 <= metrics["est/at_max_share"] <= 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"est_min_samples": 10, "est_max_samples": 8}, "must not exceed"),
+        ({"est_min_samples": 6}, "cannot meet"),
+        ({"est_max_samples": 3}, "cannot meet"),
+        ({"est_decay": 0.0}, "est_decay must lie in"),
+        ({"est_decay": 1.5}, "est_decay must lie in"),
+        ({"est_prior_alpha": 0.0}, "must be positive"),
+        ({"est_sample_power": 1.5}, "est_sample_power"),
+        ({"est_train_on": "downsample", "est_min_samples": 2}, "at least 4"),
+        ({"objective": "log"}, "splits the log objective"),
+        ({"positive_quota": 1}, "Remove positive_quota"),
+        ({"est_train_on": "some"}, "est_train_on='some' is not supported"),
+    ],
+)
+def test_invalid_est_settings(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SamplerSettings(sampler="est", num_generations=4, **kwargs).validated()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# DAPO
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def selection_for(pools):
+    sampler = build_sampler(SamplerSettings(sampler="dapo", num_generations=len(pools[0])))
+    step = sampler.begin(len(pools))
+    requests = step.requests()
+    step.observe(requests, [r for pool in pools for r in pool])
+    return step.finish()
+
+
+def test_batch_filler_drops_zero_variance_groups_and_refills():
+    filler = BatchFiller(num_prompts=3, tolerance=1e-6)
+    filler.add(selection_for([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]]))
+    assert not filler.is_full and filler.informative == [(0, 0)]
+    filler.add(selection_for([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]]))
+    assert filler.is_full
+    assert filler.take(keep_partial=False) == [(0, 0), (1, 1), (1, 2)]
+    metrics = filler.metrics()
+    assert metrics["dapo/dropped_groups"] == 3 and metrics["dapo/extra_batches"] == 1
+
+
+def test_batch_filler_at_the_cap_raises_or_pads_with_dropped_groups():
+    filler = BatchFiller(num_prompts=2, tolerance=1e-6)
+    filler.add(selection_for([[1.0, 1.0], [1.0, 0.0]]))
+    with pytest.raises(BatchExhaustedError, match="dapo_max_refills"):
+        filler.take(keep_partial=False)
+    assert filler.take(keep_partial=True) == [(0, 1), (0, 0)]
+
+
+def test_dapo_settings():
+    assert SamplerSettings(sampler="dapo").validated().refills
+    assert SamplerSettings(sampler="seq_balance", dapo_refill=True).validated().refills
+    assert not SamplerSettings(sampler="seq_balance").validated().refills
+    with pytest.raises(ValueError, match="contradicts"):
+        SamplerSettings(sampler="dapo", dapo_refill=False).validated()
+    with pytest.raises(ValueError, match="use sampler='dapo'"):
+        SamplerSettings(sampler="uniform", dapo_refill=True).validated()
+    with pytest.raises(ValueError, match="dapo_on_exhausted"):
+        SamplerSettings(sampler="dapo", dapo_on_exhausted="ignore").validated()

@@ -1,0 +1,62 @@
+"""DAPO's dynamic sampling as a pure rule: drop zero-variance groups and refill the batch from further prompts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import rules
+from .base import Selection
+
+
+class BatchExhaustedError(RuntimeError):
+    """Raised when the refill cap is reached before the batch is full and `dapo_on_exhausted="raise"`."""
+
+
+@dataclass
+class BatchFiller:
+    """
+    Collects informative prompts (kept group with non-zero reward variance) over successive generation batches
+    until `num_prompts` are found. Works with any sampler's [`Selection`], so DAPO's filling stacks with `seq_*`.
+    """
+
+    num_prompts: int
+    tolerance: float
+    informative: list[tuple[int, int]] = field(default_factory=list)
+    """`(batch, prompt)` of prompts whose kept group carries a signal, in arrival order."""
+    dropped: list[tuple[int, int]] = field(default_factory=list)
+    batches: int = 0
+
+    def add(self, selection: Selection) -> None:
+        batch = self.batches
+        for index, (pool, result) in enumerate(zip(selection.pools, selection.prompts, strict=True)):
+            kept = [pool[i] for i in result.kept]
+            target = self.dropped if rules.has_zero_variance(kept, self.tolerance) else self.informative
+            target.append((batch, index))
+        self.batches += 1
+
+    @property
+    def is_full(self) -> bool:
+        return len(self.informative) >= self.num_prompts
+
+    def take(self, keep_partial: bool) -> list[tuple[int, int]]:
+        """The `num_prompts` prompts of the update, informative first; short batches are padded or rejected."""
+        if self.is_full:
+            return self.informative[: self.num_prompts]
+        if not keep_partial:
+            raise BatchExhaustedError(
+                f"DAPO refilling found only {len(self.informative)} of {self.num_prompts} prompts with a non-zero "
+                f"reward variance after {self.batches - 1} extra generation batches. Raise dapo_max_refills, set "
+                "dapo_on_exhausted='keep_partial' to train on the partial batch, or use sampler='seq_balance', "
+                "which spends extra samples on the same prompts instead of dropping them."
+            )
+        # Static shapes: pad with dropped groups, whose advantages are zero, so they add no gradient.
+        return self.informative + self.dropped[: self.num_prompts - len(self.informative)]
+
+    def metrics(self) -> dict[str, float]:
+        seen = len(self.informative) + len(self.dropped)
+        return {
+            "dapo/dropped_groups": float(len(self.dropped)),
+            "dapo/dropped_share": len(self.dropped) / seen,
+            "dapo/extra_batches": float(self.batches - 1),
+            "dapo/filled_share": min(len(self.informative), self.num_prompts) / self.num_prompts,
+        }

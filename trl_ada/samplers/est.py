@@ -1,0 +1,144 @@
+"""Reinforce-Ada-Est (Algorithm 1 of the paper): one allocation per step from tracked pass rates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from . import rules
+from .base import Sampler, SamplingStep, Selection
+from .settings import SamplerSettings
+
+
+@runtime_checkable
+class PassRateEstimator(Protocol):
+    """
+    What `EstSampler` needs from a pass-rate estimator. The default is [`DecayedBetaTracker`]; a learned predictor
+    (the paper's value network) implements the same four methods and is passed as
+    `AdaGRPOTrainer(..., pass_rate_estimator=MyEstimator())`. `estimate` must return values strictly inside (0, 1)
+    and be identical on every process (decide from the keys and the gathered statistics only).
+    """
+
+    def estimate(self, keys: Sequence[Hashable]) -> list[float]: ...
+
+    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class DecayedBetaTracker:
+    """
+    Per-prompt decayed counts `N <- λN + n_t`, `K <- λK + k_t` with the Beta-prior estimate
+    `p̂ = (K + α) / (N + α + β)`, which never reads 0 or 1. Keys must be stable across shuffling and epochs.
+    """
+
+    def __init__(self, decay: float, prior_alpha: float, prior_beta: float) -> None:
+        self.decay = decay
+        self.prior_alpha = prior_alpha
+        self.prior_beta = prior_beta
+        self.counts: dict[str, tuple[float, float]] = {}
+
+    def estimate(self, keys: Sequence[Hashable]) -> list[float]:
+        estimates = []
+        for key in keys:
+            total, positives = self.counts.get(str(key), (0.0, 0.0))
+            estimates.append((positives + self.prior_alpha) / (total + self.prior_alpha + self.prior_beta))
+        return estimates
+
+    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None:
+        for key, n_t, k_t in zip(keys, totals, positives, strict=True):
+            total, hits = self.counts.get(str(key), (0.0, 0.0))
+            self.counts[str(key)] = (self.decay * total + n_t, self.decay * hits + k_t)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"counts": {key: list(value) for key, value in self.counts.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.counts = {key: (float(total), float(hits)) for key, (total, hits) in state["counts"].items()}
+
+
+class EstSampler(Sampler):
+    """
+    Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to `[est_min_samples,
+    est_max_samples]` and summing exactly to `B * num_generations`, all drawn in one round; advantage
+    `(r - r̄_x) * w_x` with the residual weight `w_x = (p̂_x + eps)^-(1-s)` from the step's own pool. With
+    `est_train_on="all"` every completion is trained on (group sizes vary, the total stays `B * n`); with
+    `"downsample"` each pool is cut to `n` like `seq_*`.
+    """
+
+    name = "est"
+
+    def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
+        super().__init__(settings)
+        settings = self.settings
+        self.estimator: PassRateEstimator = estimator or DecayedBetaTracker(
+            settings.est_decay, settings.est_prior_alpha, settings.est_prior_beta
+        )
+
+    @property
+    def max_rounds(self) -> int:
+        return 1
+
+    def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
+        if prompt_keys is None or len(prompt_keys) != num_prompts:
+            raise ValueError("sampler='est' needs one stable key per prompt to track pass rates")
+        step = SamplingStep(self, num_prompts)
+        step.keys = list(prompt_keys)
+        step.estimates = self.estimator.estimate(step.keys)
+        for estimate in step.estimates:
+            if not 0.0 < estimate < 1.0:
+                raise ValueError(f"a pass-rate estimator returned {estimate}; estimates must lie strictly in (0, 1)")
+        settings = self.settings
+        scores = [p**-settings.est_sample_power for p in step.estimates]
+        step.budgets = rules.allocate_budget(
+            scores, num_prompts * settings.num_generations, settings.est_min_samples, settings.est_max_samples
+        )
+        return step
+
+    def request_size(self, step: SamplingStep, index: int) -> int:
+        return step.budgets[index] if step.rounds == 0 else 0
+
+    def keep(self, step: SamplingStep, index: int) -> list[int]:
+        if self.settings.est_train_on == "all":
+            return list(range(len(step.pools[index])))
+        return super().keep(step, index)
+
+    def weight(self, pass_rate: float) -> float:
+        settings = self.settings
+        return rules.residual_weight(pass_rate, settings.est_sample_power, settings.est_epsilon, settings.max_weight)
+
+    def end_step(self, step: SamplingStep, selection: Selection) -> None:
+        threshold = self.settings.positive_threshold
+        counts = [rules.count_outcomes(pool, threshold) for pool in step.pools]
+        self.estimator.update(step.keys, [p + n for p, n in counts], [p for p, _ in counts])
+        settings = self.settings
+        budgets = step.budgets
+        estimates = sorted(step.estimates)
+        selection.metrics.update(
+            {
+                "est/tracked_pass_rate/mean": sum(estimates) / len(estimates),
+                "est/tracked_pass_rate/p10": _quantile(estimates, 0.1),
+                "est/tracked_pass_rate/p50": _quantile(estimates, 0.5),
+                "est/tracked_pass_rate/p90": _quantile(estimates, 0.9),
+                "est/at_min_share": sum(b == settings.est_min_samples for b in budgets) / len(budgets),
+                "est/at_max_share": sum(b == settings.est_max_samples for b in budgets) / len(budgets),
+                "est/tracked_prompts": float(len(getattr(self.estimator, "counts", ()))),
+            }
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "estimator": self.estimator.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.estimator.load_state_dict(state["estimator"])
+
+
+def _quantile(sorted_values: Sequence[float], q: float) -> float:
+    position = q * (len(sorted_values) - 1)
+    below = math.floor(position)
+    above = min(below + 1, len(sorted_values) - 1)
+    return sorted_values[below] + (sorted_values[above] - sorted_values[below]) * (position - below)
