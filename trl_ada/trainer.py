@@ -218,7 +218,6 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _sample(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run the rounds (and DAPO refills); cache the kept rows; return this process's kept dataset rows."""
-        n = self.num_generations
         rank = self.accelerator.process_index
         settings = self.ada_sampler.settings
         # TRL's RepeatSampler lays the generation batch out group-major across processes: global rows
