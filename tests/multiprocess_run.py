@@ -1,6 +1,6 @@
 """Launched by tests/test_multiprocess.py under `accelerate launch --multi_gpu --num_processes 2` (gloo on CPU).
 
-Runs two short trainings and writes, per rank, what the sampler decided at every step, so the test can check that
+Runs short trainings and writes, per rank, what the sampler decided at every step, so the test can check that
 all processes agreed. Scenario `balance`: a normal seq_balance run. Scenario `sparse`: one prompt per generation batch,
 `round_size=1` and a reward that never lets it retire, so every round has fewer requested rows than processes.
 """
@@ -68,6 +68,24 @@ def main() -> None:
             max_rounds=3,
             per_device_train_batch_size=4,
             max_steps=3,
+        ),
+        "est": run(
+            out_dir,
+            "est",
+            starts_low_digit,
+            sampler="est",
+            est_max_samples=12,
+            per_device_train_batch_size=8,
+            max_steps=3,
+        ),
+        "dapo": run(
+            out_dir,
+            "dapo",
+            starts_low_digit,
+            sampler="dapo",
+            dapo_max_refills=20,
+            per_device_train_batch_size=4,
+            max_steps=2,
         ),
         "sparse": run(
             out_dir,

@@ -37,12 +37,12 @@ def two_process_reports(tmp_path_factory):
 
 
 def test_two_processes_ran(two_process_reports):
-    for scenario in ("balance", "sparse"):
+    for scenario in ("balance", "est", "dapo", "sparse"):
         assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
         assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
 
 
-@pytest.mark.parametrize("scenario", ["balance", "sparse"])
+@pytest.mark.parametrize("scenario", ["balance", "est", "dapo", "sparse"])
 def test_ranks_agree_on_every_selection(two_process_reports, scenario):
     rank0, rank1 = (report[scenario] for report in two_process_reports)
     assert rank0["selections"] and rank0["selections"] == rank1["selections"]
@@ -63,3 +63,11 @@ def test_round_with_fewer_rows_than_processes_does_not_hang(two_process_reports)
         # one prompt, never retired: 1 completion per round on 2 processes, for all 3 rounds
         assert [len(pool) for pool in selection["pools"]] == [3]
         assert selection["active_after_round"] == [1, 1, 0]
+
+
+def test_est_and_dapo_keep_static_shapes_on_two_processes(two_process_reports):
+    for report in two_process_reports:
+        assert report["est"]["local_rows"] == [8, 8, 8]
+        for selection in report["est"]["selections"]:
+            assert sum(len(kept) for kept in selection["kept"]) == 16  # 2 ranks x 8 rows, variable groups
+        assert report["dapo"]["local_rows"] == [4, 4]

@@ -1,0 +1,125 @@
+"""est and dapo inside AdaGRPOTrainer, and sampler state across checkpoints (tiny model, CPU, one process)."""
+
+import json
+
+import pytest
+import torch
+from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
+from test_trainer import recording
+
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.samplers import BatchExhaustedError
+from trl_ada.tiny import build_tiny_model
+
+
+def always_right(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def make_trainer(config, tokenizer, dataset, rewards=(starts_low_digit,)):
+    model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
+    return recording(AdaGRPOTrainer)(
+        model, list(rewards), args=config, train_dataset=dataset, processing_class=tokenizer
+    )
+
+
+def test_est_trains_on_variable_groups_with_a_fixed_total(tmp_path, tokenizer, arithmetic_dataset):
+    # 8 prompts of 32 per step for 6 steps: prompts come back in the second epoch, so the tracker gets used
+    dataset = arithmetic_dataset.select(range(32))
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=6, per_device_train_batch_size=32, num_generations=4),
+        sampler="est",
+        est_max_samples=12,
+    )
+    trainer = make_trainer(config, tokenizer, dataset)
+    trainer.train()
+    for record, selection in zip(trainer.recorded, trainer.selections, strict=True):
+        assert record["completion_ids"].shape[0] == 32  # static: B x n rows, whatever the group sizes
+        sizes = [len(result.kept) for result in selection.prompts]
+        assert sum(sizes) == 32 and min(sizes) >= 2 and max(sizes) <= 12
+        expected = [a for result in selection.prompts for a in result.advantages]
+        assert record["advantages"].tolist() == pytest.approx(expected, abs=1e-6)
+    tracker = trainer.ada_sampler.estimator
+    # every distinct prompt of the dataset has been seen once, keyed by content (the dataset has a few duplicates)
+    assert len(tracker.counts) == len(set(dataset["prompt"]))
+    # once prompts repeat, budgets differ between prompts
+    assert any(len({len(r.kept) for r in s.prompts}) > 1 for s in trainer.selections[4:])
+    logged = [e for e in trainer.state.log_history if "ada/est/tracked_pass_rate/mean" in e]
+    assert len(logged) == 6
+
+
+def test_dapo_refills_the_batch_with_informative_groups(tmp_path, tokenizer, arithmetic_dataset):
+    config = AdaGRPOConfig(**tiny_args(tmp_path, max_steps=3), sampler="dapo", dapo_max_refills=20)
+    trainer = make_trainer(config, tokenizer, arithmetic_dataset)
+    trainer.train()
+    extra = [e["ada/dapo/extra_batches"] for e in trainer.state.log_history if "loss" in e]
+    assert sum(extra) > 0  # the tiny model's pass rate is low: most groups are all-wrong and get replaced
+    for record in trainer.recorded:
+        rewards = record["advantages"].view(-1, 4)
+        assert record["completion_ids"].shape[0] == 8
+        assert bool((rewards.abs().sum(dim=1) > 0).all())  # every kept group carries a signal
+    assert all(e["ada/dapo/filled_share"] == 1.0 for e in trainer.state.log_history if "loss" in e)
+
+
+def test_dapo_stacks_with_seq_balance(tmp_path, tokenizer, arithmetic_dataset):
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=2), sampler="seq_balance", round_size=4, max_rounds=2, dapo_refill=True
+    )
+    trainer = make_trainer(config, tokenizer, arithmetic_dataset)
+    trainer.train()
+    assert all(e["ada/dapo/filled_share"] == 1.0 for e in trainer.state.log_history if "loss" in e)
+
+
+def test_dapo_at_the_cap_raises_by_default_and_can_keep_the_partial_batch(tmp_path, tokenizer, arithmetic_dataset):
+    config = AdaGRPOConfig(**tiny_args(tmp_path, max_steps=1), sampler="dapo", dapo_max_refills=1)
+    with pytest.raises(BatchExhaustedError, match="dapo_max_refills"):
+        make_trainer(config, tokenizer, arithmetic_dataset, rewards=[always_right]).train()
+
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=1), sampler="dapo", dapo_max_refills=1, dapo_on_exhausted="keep_partial"
+    )
+    trainer = make_trainer(config, tokenizer, arithmetic_dataset, rewards=[always_right])
+    trainer.train()
+    (entry,) = [e for e in trainer.state.log_history if "loss" in e]
+    assert entry["ada/dapo/filled_share"] == 0.0 and entry["ada/dapo/extra_batches"] == 1.0
+    assert bool((trainer.recorded[0]["advantages"] == 0).all())  # padding groups add no gradient
+
+
+@pytest.mark.parametrize(
+    "sampler_kwargs",
+    [
+        {"sampler": "est", "est_max_samples": 12},
+        {"sampler": "seq_balance", "round_size": 4, "max_rounds": 2, "dapo_refill": True, "dapo_max_refills": 20},
+    ],
+    ids=["est", "seq_balance+dapo"],
+)
+def test_resume_makes_the_same_decisions_as_an_uninterrupted_run(
+    tmp_path, tokenizer, arithmetic_dataset, sampler_kwargs
+):
+    common = dict(max_steps=4, per_device_train_batch_size=32, save_strategy="steps", save_steps=2)
+
+    def decisions(trainer):
+        return [[(len(pool), result.kept) for pool, result in zip(s.pools, s.prompts)] for s in trainer.selections]
+
+    def losses(trainer):
+        return {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}
+
+    full = make_trainer(
+        AdaGRPOConfig(**tiny_args(tmp_path / "full", **common), **sampler_kwargs), tokenizer, arithmetic_dataset
+    )
+    full.train()
+    state = json.loads((tmp_path / "full" / "checkpoint-2" / "ada_sampler_state.json").read_text())
+    assert state["sampler"]["rng"]
+
+    resumed = make_trainer(
+        AdaGRPOConfig(**tiny_args(tmp_path / "full", **common), **sampler_kwargs), tokenizer, arithmetic_dataset
+    )
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
+    assert decisions(resumed) == decisions(full)[-len(decisions(resumed)) :]
+    assert len(decisions(resumed)) >= 2
+    resumed_losses = losses(resumed)
+    assert resumed_losses and all(resumed_losses[step] == losses(full)[step] for step in resumed_losses)
+    if sampler_kwargs["sampler"] == "est":
+        assert resumed.ada_sampler.estimator.counts == pytest.approx(full.ada_sampler.estimator.counts)
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
