@@ -77,6 +77,8 @@ class SamplingStep:
         self.rounds = 0
         self.active_after_round: list[int] = []
         self.rounds_per_prompt: list[int] = [0] * num_prompts
+        # (positives, negatives) per pool, kept up to date so exit rules never rescan a pool.
+        self.outcomes: list[tuple[int, int]] = [(0, 0)] * num_prompts
         # Filled by stateful samplers (est): stable prompt keys, prior pass-rate estimates, per-prompt budgets.
         self.keys: list[Hashable] | None = None
         self.estimates: list[float] | None = None
@@ -109,8 +111,13 @@ class SamplingStep:
         if len(rewards) != expected:
             raise ValueError(f"expected {expected} rewards for this round, got {len(rewards)}")
         offset = 0
+        threshold = self.settings.positive_threshold
         for index, count in requests:
-            self.pools[index].extend(float(r) for r in rewards[offset : offset + count])
+            new = [float(r) for r in rewards[offset : offset + count]]
+            self.pools[index].extend(new)
+            positives, negatives = rules.count_outcomes(new, threshold)
+            old_positives, old_negatives = self.outcomes[index]
+            self.outcomes[index] = (old_positives + positives, old_negatives + negatives)
             self.rounds_per_prompt[index] += 1
             offset += count
         self._pending = None
@@ -127,9 +134,11 @@ class SamplingStep:
         kept = [self.sampler.keep(self, index) for index in range(self.num_prompts)]
         kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(self.pools, kept, strict=True)]
 
+        pool_stats = [rules.mean_and_std(pool) for pool in self.pools]
+        tolerance = settings.zero_variance_tolerance
+        informative = [std > tolerance for _, std in pool_stats]
         # The baseline and the std come from the same set of rewards: the whole pool, or the kept group.
-        reference = self.pools if settings.baseline == "pool" else kept_rewards
-        stats = [rules.mean_and_std(rewards) for rewards in reference]
+        stats = pool_stats if settings.baseline == "pool" else [rules.mean_and_std(r) for r in kept_rewards]
         if settings.scale_rewards == "group":
             scales: list[float | None] = [std for _, std in stats]
         elif settings.scale_rewards == "batch":
@@ -138,20 +147,13 @@ class SamplingStep:
         else:
             scales = [None] * self.num_prompts
 
-        pass_rates = []
-        for pool in self.pools:
-            positives, negatives = rules.count_outcomes(pool, settings.positive_threshold)
-            pass_rates.append(positives / (positives + negatives) if positives + negatives else math.nan)
+        pass_rates = [p / (p + q) if p + q else math.nan for p, q in self.outcomes]
         weights = [self.sampler.weight(0.0 if math.isnan(p) else p) for p in pass_rates]
         if settings.normalize_weights:
             # Mean 1 over the prompts that carry a signal, so the objective reshapes the update, not its size.
-            informative = [
-                w
-                for w, pool in zip(weights, self.pools, strict=True)
-                if not rules.has_zero_variance(pool, settings.zero_variance_tolerance)
-            ]
-            if informative:
-                mean_weight = math.fsum(informative) / len(informative)
+            signal = [w for w, useful in zip(weights, informative, strict=True) if useful]
+            if signal:
+                mean_weight = math.fsum(signal) / len(signal)
                 weights = [w / mean_weight for w in weights]
 
         results = []
@@ -167,19 +169,24 @@ class SamplingStep:
             active_after_round=tuple(self.active_after_round),
             rounds_per_prompt=tuple(self.rounds_per_prompt),
             group_size=settings.num_generations,
-            metrics=self._metrics(results, kept_rewards),
+            metrics=self._metrics(results, kept_rewards, pool_stats, informative),
         )
         self.sampler.end_step(self, selection)
         return selection
 
-    def _metrics(self, results: list[PromptResult], kept_rewards: list[list[float]]) -> dict[str, float]:
+    def _metrics(
+        self,
+        results: list[PromptResult],
+        kept_rewards: list[list[float]],
+        pool_stats: list[tuple[float, float]],
+        informative: list[bool],
+    ) -> dict[str, float]:
         settings = self.settings
         n, tolerance = settings.num_generations, settings.zero_variance_tolerance
         sizes = [len(pool) for pool in self.pools]
         # What plain GRPO with the same n would have seen: the first n draws of each prompt.
         zero_first = [rules.has_zero_variance(pool[:n], tolerance) for pool in self.pools]
         zero_kept = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
-        pool_means = [rules.mean_and_std(pool)[0] for pool in self.pools]
         pass_rates = [r.pass_rate for r in results if not math.isnan(r.pass_rate)]
         metrics = {
             "samples_per_prompt/mean": sum(sizes) / len(sizes),
@@ -190,13 +197,8 @@ class SamplingStep:
             "zero_variance_share/first_n": sum(zero_first) / len(zero_first),
             "zero_variance_share/kept": sum(zero_kept) / len(zero_kept),
             "pass_rate/mean": sum(pass_rates) / len(pass_rates) if pass_rates else math.nan,
-            "weight/mean": _nanmean(
-                [
-                    r.weight if not rules.has_zero_variance(pool, tolerance) else math.nan
-                    for r, pool in zip(results, self.pools, strict=True)
-                ]
-            ),
-            "pool_reward/mean": _nanmean(pool_means),
+            "weight/mean": _nanmean([r.weight if useful else math.nan for r, useful in zip(results, informative)]),
+            "pool_reward/mean": _nanmean([mean for mean, _ in pool_stats]),
         }
         for round_index, active in enumerate(self.active_after_round, start=1):
             metrics[f"active_prompts/after_round_{round_index}"] = float(active)
@@ -282,15 +284,14 @@ class SequentialSampler(Sampler):
         pool = step.pools[index]
         if step.rounds >= self.settings.max_rounds or len(pool) >= self.settings.max_pool_size:
             return 0
-        if step.rounds > 0 and self.has_exited(pool):
+        if step.rounds > 0 and self.has_exited(len(pool), *step.outcomes[index]):
             return 0
         return min(self.settings.round_size, self.settings.max_pool_size - len(pool))
 
-    def has_exited(self, pool: Sequence[float]) -> bool:
+    def has_exited(self, pool_size: int, positives: int, negatives: int) -> bool:
         """The exit rule. A pool smaller than the update group never exits, so it can always be downsampled."""
-        positives, negatives = rules.count_outcomes(pool, self.settings.positive_threshold)
         return (
-            len(pool) >= self.settings.num_generations
+            pool_size >= self.settings.num_generations
             and positives >= self.settings.positive_quota
             and negatives >= self.settings.negative_quota
         )

@@ -111,8 +111,7 @@ class EstSampler(Sampler):
         return rules.residual_weight(pass_rate, settings.est_sample_power, settings.est_epsilon, settings.max_weight)
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
-        threshold = self.settings.positive_threshold
-        counts = [rules.count_outcomes(pool, threshold) for pool in step.pools]
+        counts = step.outcomes
         self.estimator.update(step.keys, [p + n for p, n in counts], [p for p, _ in counts])
         settings = self.settings
         budgets = step.budgets
