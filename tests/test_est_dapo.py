@@ -252,3 +252,72 @@ def test_dapo_settings():
         SamplerSettings(sampler="uniform", dapo_refill=True).validated()
     with pytest.raises(ValueError, match="dapo_on_exhausted"):
         SamplerSettings(sampler="dapo", dapo_on_exhausted="ignore").validated()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Round policies
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_quota_probability_matches_monte_carlo():
+    rng = random.Random(0)
+    trials = 20_000
+    hits = 0
+    for _ in range(trials):
+        p = rng.betavariate(2.0, 5.0)
+        positives = sum(rng.random() < p for _ in range(10))
+        hits += positives >= 2 and 10 - positives >= 3
+    expected = rules.quota_probability(10, 2, 3, 2.0, 5.0)
+    assert hits / trials == pytest.approx(expected, abs=4 * (expected * (1 - expected) / trials) ** 0.5)
+
+
+def test_predictive_request_is_the_smallest_sufficient_draw():
+    request = rules.predictive_request(2, 2, 3.0, 9.0, 0.8, 1, 24)
+    assert 4 < request < 24 and rules.quota_probability(request, 2, 2, 3.0, 9.0) >= 0.8
+    assert rules.quota_probability(request - 1, 2, 2, 3.0, 9.0) < 0.8
+    # nothing can reach the target: ask for the whole remaining room
+    assert rules.predictive_request(2, 2, 0.01, 100.0, 0.99, 1, 24) == 24
+    # at least the update group must be filled
+    assert rules.predictive_request(0, 0, 1.0, 1.0, 0.9, 3, 24) == 3
+
+
+def policy_settings(policy, **kwargs):
+    return SamplerSettings(
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=8,
+        max_rounds=4,
+        positive_quota=2,
+        negative_quota=2,
+        round_policy=policy,
+        **kwargs,
+    )
+
+
+RATES = [0.02 + 0.96 * i / 24 for i in range(25)]
+
+
+def mean_of(results, field):
+    return sum(getattr(r, field) for r in results) / len(results)
+
+
+def test_tracked_policy_needs_fewer_rounds_once_prompts_repeat():
+    fixed = simulate(policy_settings("fixed"), RATES, trials=80, steps=8, seed=1)
+    tracked = simulate(policy_settings("tracked", round_confidence=0.7), RATES, trials=80, steps=8, seed=1)
+    assert mean_of(tracked, "mean_rounds") < 0.85 * mean_of(fixed, "mean_rounds")
+    assert mean_of(tracked, "mean_samples") < 1.2 * mean_of(fixed, "mean_samples")
+    # the cap and the exit rule are unchanged, so the signal recovered is the same up to sampling noise
+    assert mean_of(tracked, "mixed_share") == pytest.approx(mean_of(fixed, "mixed_share"), abs=0.02)
+
+
+def test_predictive_policy_never_exceeds_the_cap_and_keeps_n():
+    results = simulate(policy_settings("predictive", round_confidence=0.9), RATES, trials=40, seed=2)
+    assert max(r.max_samples for r in results) <= 32
+    assert all(r.mean_rounds <= 4 for r in results)
+
+
+def test_round_policy_only_for_sequential_samplers():
+    with pytest.raises(ValueError, match="round_policy='tracked'"):
+        SamplerSettings(sampler="est", round_policy="tracked").validated()
+    with pytest.raises(ValueError, match="round_confidence"):
+        policy_settings("predictive", round_confidence=1.0).validated()

@@ -65,7 +65,18 @@ class AdaGRPOConfig(GRPOConfig):
             A group whose reward standard deviation is at most this value counts as zero-variance (no signal). Float
             noise can leave a tiny non-zero std in a constant group, so an exact comparison would miss it.
 
-        > Parameters of `sampler="est"` (Reinforce-Ada-Est)
+        round_policy (`str`, *optional*, defaults to `"fixed"`):
+            How many completions an active prompt asks for in each round of `seq_*`. `"fixed"`: `round_size` (the
+            paper). `"predictive"`: `round_size` first, then the smallest request that meets the remaining quotas
+            with probability `round_confidence` under a Beta posterior from the prompt's pool. `"tracked"`: the same
+            from the first round on, with the prior from a pass-rate tracker (`est_decay`, `est_prior_*`) that
+            remembers prompts across epochs. Each round waits for its longest completion, so fewer rounds means
+            less wall time; see BENCHMARKS.md for the samples-rounds trade-off.
+        round_confidence (`float`, *optional*, defaults to `0.7`):
+            Target probability of finishing a prompt in its next round, for the predictive policies.
+
+        > Parameters of `sampler="est"` (Reinforce-Ada-Est; `est_decay` and `est_prior_*` also serve
+        > `round_policy="tracked"`)
 
         est_decay (`float`, *optional*, defaults to `0.9`):
             Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n_t`, `K <- λK + k_t`. In (0, 1];
@@ -157,6 +168,13 @@ class AdaGRPOConfig(GRPOConfig):
         default=1e-6,
         metadata={"help": "Reward std at or below which a group counts as zero-variance."},
     )
+    round_policy: str = field(
+        default="fixed",
+        metadata={"help": "Request size per round for seq_*.", "choices": ["fixed", "predictive", "tracked"]},
+    )
+    round_confidence: float = field(
+        default=0.7, metadata={"help": "Target probability of finishing a prompt in its next round."}
+    )
     est_decay: float = field(default=0.9, metadata={"help": "Discount of a prompt's tracked counts, in (0, 1]."})
     est_prior_alpha: float = field(default=1.0, metadata={"help": "Alpha of the Beta prior on pass rates."})
     est_prior_beta: float = field(default=1.0, metadata={"help": "Beta of the Beta prior on pass rates."})
@@ -247,4 +265,6 @@ class AdaGRPOConfig(GRPOConfig):
             dapo_refill=self.dapo_refill,
             dapo_max_refills=self.dapo_max_refills,
             dapo_on_exhausted=self.dapo_on_exhausted,
+            round_policy=self.round_policy,
+            round_confidence=self.round_confidence,
         ).validated()

@@ -14,9 +14,10 @@ from .base import (
     build_sampler,
 )
 from .dapo import BatchExhaustedError, BatchFiller
-from .est import DecayedBetaTracker, EstSampler, PassRateEstimator
+from .est import EstSampler
 from .settings import SAMPLER_NAMES, SamplerSettings
 from .simulate import SimulationResult, simulate
+from .tracker import DecayedBetaTracker, PassRateEstimator
 
 __all__ = [
     "SAMPLERS",

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from . import rules
 from .settings import SamplerSettings
+from .tracker import DecayedBetaTracker
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class SamplingStep:
         self.keys: list[Hashable] | None = None
         self.estimates: list[float] | None = None
         self.budgets: list[int] | None = None
+        self.priors: list[tuple[float, float]] | None = None
         self._pending: list[tuple[int, int]] | None = None
 
     @property
@@ -276,17 +278,74 @@ class UniformSampler(Sampler):
 
 class SequentialSampler(Sampler):
     """
-    Reinforce-Ada-Seq (Algorithm 2 of the paper): rounds of `round_size` completions for every active prompt until
-    its exit rule holds or its pool reaches `round_size * max_rounds`.
+    Reinforce-Ada-Seq (Algorithm 2 of the paper): rounds of completions for every active prompt until its exit rule
+    holds or its pool reaches `round_size * max_rounds`.
+
+    How many completions a prompt asks for in a round is the round policy: `"fixed"` always `round_size` (the
+    paper); `"predictive"` `round_size` first, then the smallest request that meets the remaining quotas with
+    probability `round_confidence` under a Beta posterior from the pool; `"tracked"` the same from the first round
+    on, with the prior taken from a pass-rate tracker that remembers the prompt from earlier epochs. Fewer rounds
+    matter because each round waits for its longest completion.
     """
 
+    def __init__(self, settings: SamplerSettings) -> None:
+        super().__init__(settings)
+        settings = self.settings
+        self.tracker = (
+            DecayedBetaTracker(settings.est_decay, settings.est_prior_alpha, settings.est_prior_beta)
+            if settings.round_policy == "tracked"
+            else None
+        )
+
+    def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
+        step = SamplingStep(self, num_prompts)
+        if self.tracker is not None:
+            if prompt_keys is None or len(prompt_keys) != num_prompts:
+                raise ValueError("round_policy='tracked' needs one stable key per prompt")
+            step.keys = list(prompt_keys)
+            step.priors = self.tracker.beta_parameters(step.keys)
+        return step
+
     def request_size(self, step: SamplingStep, index: int) -> int:
-        pool = step.pools[index]
-        if step.rounds >= self.settings.max_rounds or len(pool) >= self.settings.max_pool_size:
+        settings = self.settings
+        pool_size = len(step.pools[index])
+        positives, negatives = step.outcomes[index]
+        if step.rounds >= settings.max_rounds or pool_size >= settings.max_pool_size:
             return 0
-        if step.rounds > 0 and self.has_exited(len(pool), *step.outcomes[index]):
+        if step.rounds > 0 and self.has_exited(pool_size, positives, negatives):
             return 0
-        return min(self.settings.round_size, self.settings.max_pool_size - len(pool))
+        room = settings.max_pool_size - pool_size
+        if settings.round_policy == "fixed" or (settings.round_policy == "predictive" and step.rounds == 0):
+            return min(settings.round_size, room)
+        alpha, beta = (
+            step.priors[index] if step.priors is not None else (settings.est_prior_alpha, settings.est_prior_beta)
+        )
+        if step.rounds == settings.max_rounds - 1:
+            return room  # last round: whatever the cap still allows
+        return rules.predictive_request(
+            positives_needed=max(settings.positive_quota - positives, 0),
+            negatives_needed=max(settings.negative_quota - negatives, 0),
+            alpha=alpha + positives,
+            beta=beta + negatives,
+            confidence=settings.round_confidence,
+            min_request=max(settings.num_generations - pool_size, 1),
+            max_request=room,
+        )
+
+    def end_step(self, step: SamplingStep, selection: Selection) -> None:
+        if self.tracker is not None:
+            self.tracker.update(step.keys, [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes])
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.tracker is not None:
+            state["tracker"] = self.tracker.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.tracker is not None:
+            self.tracker.load_state_dict(state["tracker"])
 
     def has_exited(self, pool_size: int, positives: int, negatives: int) -> bool:
         """The exit rule. A pool smaller than the update group never exits, so it can always be downsampled."""

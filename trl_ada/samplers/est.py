@@ -4,60 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from . import rules
 from .base import Sampler, SamplingStep, Selection
 from .settings import SamplerSettings
-
-
-@runtime_checkable
-class PassRateEstimator(Protocol):
-    """
-    What `EstSampler` needs from a pass-rate estimator. The default is [`DecayedBetaTracker`]; a learned predictor
-    (the paper's value network) implements the same four methods and is passed as
-    `AdaGRPOTrainer(..., pass_rate_estimator=MyEstimator())`. `estimate` must return values strictly inside (0, 1)
-    and be identical on every process (decide from the keys and the gathered statistics only).
-    """
-
-    def estimate(self, keys: Sequence[Hashable]) -> list[float]: ...
-
-    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None: ...
-
-    def state_dict(self) -> dict[str, Any]: ...
-
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
-
-
-class DecayedBetaTracker:
-    """
-    Per-prompt decayed counts `N <- λN + n_t`, `K <- λK + k_t` with the Beta-prior estimate
-    `p̂ = (K + α) / (N + α + β)`, which never reads 0 or 1. Keys must be stable across shuffling and epochs.
-    """
-
-    def __init__(self, decay: float, prior_alpha: float, prior_beta: float) -> None:
-        self.decay = decay
-        self.prior_alpha = prior_alpha
-        self.prior_beta = prior_beta
-        self.counts: dict[str, tuple[float, float]] = {}
-
-    def estimate(self, keys: Sequence[Hashable]) -> list[float]:
-        estimates = []
-        for key in keys:
-            total, positives = self.counts.get(str(key), (0.0, 0.0))
-            estimates.append((positives + self.prior_alpha) / (total + self.prior_alpha + self.prior_beta))
-        return estimates
-
-    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None:
-        for key, n_t, k_t in zip(keys, totals, positives, strict=True):
-            total, hits = self.counts.get(str(key), (0.0, 0.0))
-            self.counts[str(key)] = (self.decay * total + n_t, self.decay * hits + k_t)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"counts": {key: list(value) for key, value in self.counts.items()}}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.counts = {key: (float(total), float(hits)) for key, (total, hits) in state["counts"].items()}
+from .tracker import DecayedBetaTracker, PassRateEstimator
 
 
 class EstSampler(Sampler):

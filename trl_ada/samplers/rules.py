@@ -8,6 +8,7 @@ completions are neither positive nor negative, never enter a mean or a std, and 
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -160,3 +161,48 @@ def allocate_budget(scores: Sequence[float], total: int, low: int, high: int) ->
                 budgets[i] -= 1
                 remainder += 1
     return budgets
+
+
+@functools.lru_cache(maxsize=65536)
+def quota_probability(draws: int, positives_needed: int, negatives_needed: int, alpha: float, beta: float) -> float:
+    """
+    P(at least `positives_needed` positives and `negatives_needed` negatives among `draws` more completions) when the
+    pass rate is Beta(alpha, beta) distributed: a sum of beta-binomial probabilities.
+    """
+    low, high = positives_needed, draws - negatives_needed
+    if low > high:
+        return 0.0
+    log_norm = math.lgamma(alpha + beta) - math.lgamma(alpha) - math.lgamma(beta) - math.lgamma(alpha + beta + draws)
+    total = 0.0
+    for x in range(low, high + 1):
+        log_choose = math.lgamma(draws + 1) - math.lgamma(x + 1) - math.lgamma(draws - x + 1)
+        total += math.exp(log_choose + math.lgamma(x + alpha) + math.lgamma(draws - x + beta) + log_norm)
+    return min(total, 1.0)
+
+
+def predictive_request(
+    positives_needed: int,
+    negatives_needed: int,
+    alpha: float,
+    beta: float,
+    confidence: float,
+    min_request: int,
+    max_request: int,
+) -> int:
+    """
+    The smallest request in `[min_request, max_request]` whose chance of meeting the remaining quotas, under a
+    Beta(alpha, beta) belief about the pass rate, reaches `confidence` (`max_request` when none does). The chance
+    only grows with the request, so a binary search finds it.
+    """
+    low, high = max(min_request, positives_needed + negatives_needed, 1), max_request
+    if low >= high:
+        return max(min(low, max_request), 1)
+    if quota_probability(high, positives_needed, negatives_needed, alpha, beta) < confidence:
+        return high
+    while low < high:
+        middle = (low + high) // 2
+        if quota_probability(middle, positives_needed, negatives_needed, alpha, beta) >= confidence:
+            high = middle
+        else:
+            low = middle + 1
+    return low

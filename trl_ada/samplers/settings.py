@@ -9,6 +9,7 @@ SAMPLER_NAMES: tuple[str, ...] = ("uniform", "seq_pos", "seq_balance", "est", "d
 SEQUENTIAL_SAMPLERS: tuple[str, ...] = ("seq_pos", "seq_balance")
 EST_TRAIN_ON: tuple[str, ...] = ("all", "downsample")
 DAPO_ON_EXHAUSTED: tuple[str, ...] = ("raise", "keep_partial")
+ROUND_POLICIES: tuple[str, ...] = ("fixed", "predictive", "tracked")
 BASELINES: tuple[str, ...] = ("pool", "group")
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
 OBJECTIVES: tuple[str, ...] = ("linear", "log", "power")
@@ -56,6 +57,8 @@ class SamplerSettings:
     dapo_refill: bool | None = None
     dapo_max_refills: int = 10
     dapo_on_exhausted: str = "raise"
+    round_policy: str = "fixed"
+    round_confidence: float = 0.7
 
     @property
     def max_pool_size(self) -> int:
@@ -95,6 +98,14 @@ class SamplerSettings:
             raise ValueError(f"zero_variance_tolerance must be non-negative, got {self.zero_variance_tolerance}.")
 
         self._validate_dapo()
+        _choice("round_policy", self.round_policy, ROUND_POLICIES)
+        if self.round_policy != "fixed" and self.sampler not in SEQUENTIAL_SAMPLERS:
+            raise ValueError(
+                f"round_policy={self.round_policy!r} sizes the rounds of a sequential sampler; sampler="
+                f"{self.sampler!r} has a single round. Use sampler='seq_pos' or 'seq_balance', or round_policy='fixed'."
+            )
+        if not 0.0 < self.round_confidence < 1.0:
+            raise ValueError(f"round_confidence must lie in (0, 1), got {self.round_confidence}.")
         positive_quota, negative_quota = self.positive_quota, self.negative_quota
         if self.sampler in ("uniform", "dapo", "est"):
             for name, value in (("positive_quota", positive_quota), ("negative_quota", negative_quota)):
