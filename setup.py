@@ -33,8 +33,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    packages=find_packages(include=["trl_ada", "trl_ada.*"]),
-    package_data={"trl_ada": ["templates/*.md", "assets/**/*"]},
+    # hub_cards/ (the model-card templates) ships inside the package as `trl_ada.hub_cards`.
+    packages=[*find_packages(include=["trl_ada", "trl_ada.*"]), "trl_ada.hub_cards"],
+    package_dir={"trl_ada.hub_cards": "hub_cards"},
+    package_data={"trl_ada": ["assets/**/*"], "trl_ada.hub_cards": ["*.md"]},
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,

@@ -10,17 +10,21 @@ import math
 import os
 import textwrap
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from datasets import IterableDataset
+from datasets import Dataset, IterableDataset
+from huggingface_hub import ModelCard
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.grpo_trainer import RepeatSampler
 from trl.trainer.utils import get_config_model_id
 
+from .card import render_model_card
 from .config import AdaGRPOConfig
+from .plots import write_metrics, write_training_plots
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler
 
 logger = logging.getLogger(__name__)
@@ -187,6 +191,36 @@ class AdaGRPOTrainer(GRPOTrainer):
         if self._ada_round_block is not None:
             num_generations = self._ada_round_block
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
+
+    def create_model_card(
+        self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
+    ) -> None:
+        """
+        Write `README.md` from trl-ada's template (`hub_cards/`) with a Reinforce-Ada section, plus the plots and the
+        logged metrics it shows, into `output_dir` (so `push_to_hub` uploads them together).
+        """
+        # TRL decides the card's metadata (base model, tags, dataset); we only replace the text.
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        output_dir = Path(self.args.output_dir)
+        trl_card = ModelCard.load(output_dir / "README.md")
+        write_metrics(self.state.log_history, output_dir)
+        plots = write_training_plots(self.state.log_history, output_dir)
+        example = self.train_dataset[0].get("prompt") if isinstance(self.train_dataset, Dataset) else None
+        card = render_model_card(
+            trl_card.data,
+            settings=self.ada_sampler.settings,
+            log_history=self.state.log_history,
+            plots=plots,
+            output_dir=output_dir,
+            model_name=model_name,
+            hub_model_id=self.hub_model_id,
+            paper=self._paper,
+            **({"example_prompt": example} if isinstance(example, str) else {}),
+            example_max_new_tokens=self.args.max_completion_length or 64,
+        )
+        card.save(output_dir / "README.md")
 
     def _save_checkpoint(self, model, trial) -> None:
         super()._save_checkpoint(model, trial)

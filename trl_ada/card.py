@@ -1,0 +1,124 @@
+"""The Reinforce-Ada model card: TRL's card metadata, our template (`hub_cards/`), statistics from the run."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from importlib import resources
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import ModelCard, ModelCardData
+
+from .plots import training_entries
+from .samplers import SamplerSettings
+
+TEMPLATE = "reinforce_ada_model_card.md"
+
+_FINAL_METRICS = (
+    "reward",
+    "ada/pool_reward/mean",
+    "ada/samples_per_prompt/mean",
+    "ada/zero_variance_share/first_n",
+    "ada/zero_variance_share/kept",
+    "loss",
+    "entropy",
+    "completions/mean_length",
+)
+
+
+def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
+    """The knobs that matter for `settings.sampler`, as `(name, value)` rows."""
+    names = ["sampler", "num_generations", "positive_threshold", "baseline", "scale_rewards"]
+    if settings.sampler in ("seq_pos", "seq_balance"):
+        names += ["round_size", "max_rounds", "positive_quota", "negative_quota", "downsample", "objective"]
+        names += ["round_policy"] + (["round_confidence"] if settings.round_policy != "fixed" else [])
+    if settings.sampler == "est":
+        names += ["est_sample_power", "est_min_samples", "est_max_samples", "est_decay", "est_prior_alpha"]
+        names += ["est_prior_beta", "est_train_on"]
+    if settings.objective != "linear" or settings.sampler == "est":
+        names += ["max_weight", "normalize_weights"]
+    if settings.refills:
+        names += ["dapo_max_refills", "dapo_on_exhausted"]
+    return [(name, getattr(settings, name)) for name in names]
+
+
+def _mean(values: Sequence[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return sum(finite) / len(finite) if finite else math.nan
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "n/a" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def run_statistics(log_history: Sequence[dict[str, Any]]) -> dict[str, str]:
+    """Averages of the Reinforce-Ada metrics over the logged training steps, formatted for the card."""
+    entries = training_entries(log_history)
+
+    def series(key: str) -> list[float]:
+        return [e[key] for e in entries if key in e]
+
+    return {
+        "ada_steps": str(len(series("ada/samples_per_prompt/mean"))),
+        "ada_samples_mean": _fmt(_mean(series("ada/samples_per_prompt/mean"))),
+        "ada_samples_max": _fmt(max(series("ada/samples_per_prompt/max"), default=math.nan)),
+        "ada_rounds_mean": _fmt(_mean(series("ada/rounds"))),
+        "ada_zero_first": _fmt(_mean(series("ada/zero_variance_share/first_n"))),
+        "ada_zero_kept": _fmt(_mean(series("ada/zero_variance_share/kept"))),
+        "ada_pass_rate": _fmt(_mean(series("ada/pass_rate/mean"))),
+    }
+
+
+def final_metrics(log_history: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The last training step's headline metrics, then every evaluation metric of the last evaluation."""
+    entries = training_entries(log_history)
+    rows = [(key, _fmt(entries[-1][key])) for key in _FINAL_METRICS if entries and key in entries[-1]]
+    evaluations = [e for e in log_history if any(k.startswith("eval_") for k in e)]
+    if evaluations:
+        rows += [(k, _fmt(v)) for k, v in evaluations[-1].items() if k.startswith("eval_")]
+    return rows
+
+
+def render_model_card(
+    card_data: ModelCardData,
+    *,
+    settings: SamplerSettings,
+    log_history: Sequence[dict[str, Any]],
+    plots: Sequence[tuple[str, Path]],
+    output_dir: str | Path,
+    model_name: str | None,
+    hub_model_id: str | None,
+    paper: dict[str, str],
+    example_prompt: str = "What is 12+35?",
+    example_max_new_tokens: int = 64,
+) -> ModelCard:
+    """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, keeping the metadata TRL computed."""
+    template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(template),
+        model_name=model_name or card_data.model_name,
+        base_model=card_data.base_model,
+        hub_model_id=hub_model_id or model_name or "path/to/model",
+        dataset_name=card_data.datasets[0] if isinstance(card_data.datasets, list) else card_data.datasets,
+        trainer_name="Reinforce-Ada (trl-ada's AdaGRPOTrainer)",
+        trainer_citation=paper.get("citation"),
+        paper_title=paper.get("title"),
+        paper_id=paper.get("id"),
+        example_prompt=example_prompt.replace('"', '\\"'),
+        example_max_new_tokens=example_max_new_tokens,
+        ada_settings=[(name, _fmt(value)) for name, value in sampler_rows(settings)],
+        final_metrics=final_metrics(log_history),
+        plots=[(title, Path(path).relative_to(output_dir).as_posix()) for title, path in plots],
+        trl_ada_version=version("trl-ada"),
+        trl_version=version("trl"),
+        transformers_version=version("transformers"),
+        pytorch_version=version("torch"),
+        datasets_version=version("datasets"),
+        tokenizers_version=version("tokenizers"),
+        **run_statistics(log_history),
+    )
