@@ -86,6 +86,7 @@ class SamplingStep:
         self.budgets: list[int] | None = None
         self.priors: list[tuple[float, float]] | None = None
         self._pending: list[tuple[int, int]] | None = None
+        self._next_sizes: list[int] | None = None
 
     @property
     def num_prompts(self) -> int:
@@ -97,11 +98,8 @@ class SamplingStep:
             raise RuntimeError("observe() the previous round's rewards before asking for the next round")
         if self.rounds >= self.sampler.max_rounds:
             return []
-        requests = []
-        for index in range(self.num_prompts):
-            count = self.sampler.request_size(self, index)
-            if count > 0:
-                requests.append((index, count))
+        sizes = self._next_sizes or [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
+        requests = [(index, count) for index, count in enumerate(sizes) if count > 0]
         self._pending = requests or None
         return requests
 
@@ -124,9 +122,13 @@ class SamplingStep:
             offset += count
         self._pending = None
         self.rounds += 1
-        self.active_after_round.append(
-            sum(1 for index in range(self.num_prompts) if self.sampler.request_size(self, index) > 0)
+        # The next round's sizes, computed once: they also give the count of prompts still active.
+        self._next_sizes = (
+            [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
+            if self.rounds < self.sampler.max_rounds
+            else [0] * self.num_prompts
         )
+        self.active_after_round.append(sum(1 for count in self._next_sizes if count > 0))
 
     def finish(self) -> Selection:
         """Downsample every pool to `num_generations` and compute baselines, scales, weights and advantages."""
