@@ -94,7 +94,16 @@ def load_prompt_dataset(name_or_path: str | os.PathLike[str], split: str = "trai
                 "saved with save_to_disk, or a hub dataset id."
             )
         logger.info("Loading %s as %s (split %r).", path, builder, split)
-        return datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        if path.stat().st_size == 0:
+            raise ValueError(f"The dataset file {source} is empty (0 rows). Point --dataset_name to a file with rows.")
+        try:
+            return datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        except ValueError as error:
+            if "corresponds to no data" in str(error):  # `datasets`' wording for a file without rows
+                raise ValueError(
+                    f"The dataset file {source} is empty (0 rows). Point --dataset_name to a file with rows."
+                ) from error
+            raise
     if path.suffix.lower() in _FILE_BUILDERS or source.startswith((".", "/", "~")):
         raise FileNotFoundError(f"No such dataset file or directory: {source}.")
     logger.info("Loading %s (config %r, split %r) from the hub.", source, config, split)
