@@ -85,13 +85,11 @@ def embedded_defaults() -> dict:
         num_generations=4,
         max_completion_length=8,
         temperature=1.0,
-        learning_rate=3e-5,
+        learning_rate=1e-4,
         lr_scheduler_type="constant",
         max_steps=150,
         beta=0.0,
-        sampler="seq_balance",
-        round_size=4,
-        max_rounds=4,
+        sampler="seq_balance",  # rounds of 8, at most 4 rounds, quotas 2/2: the paper's Seq-balance
         logging_steps=5,
         save_strategy="no",
         report_to="none",
@@ -120,6 +118,11 @@ def load_model_and_data(script_args: AdaScriptArguments, training_args: AdaGRPOC
     if model_args.model_name_or_path is None and script_args.dataset_name is None:
         from trl_ada.tasks.arithmetic import held_out_problems, make_dataset
         from trl_ada.tiny import load_tiny_arith_model
+
+        if not torch.cuda.is_available():
+            # A 0.6M-parameter model gains nothing from more threads, and extra threads slow it badly when the cores
+            # are shared.
+            torch.set_num_threads(1)
 
         model, tokenizer = load_tiny_arith_model()
         train = make_dataset(script_args.arithmetic_train_size, seed=training_args.seed)
