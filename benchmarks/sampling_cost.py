@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from trl_ada.samplers import Sampler, SamplerSettings, Selection, build_sampler, rules, simulate
+from trl_ada.samplers.simulate import run_population
 
 logger = logging.getLogger("sampling_cost")
 
@@ -104,28 +105,6 @@ QUICK = Plan(
 # --------------------------------------------------------------------------------------------------------------------
 # Driving a sampler
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def run_population(sampler: Sampler, population: Sequence[float], seed: int, steps: int = 1) -> Selection:
-    """
-    `simulate()`'s loop, returning the last step's whole `Selection` (per-prompt pools and rounds) rather than
-    averages per pass rate: prompt i draws positives with probability `population[i]`; its key is `i`, so the
-    same prompts come back every step. Same seed, same draws as `simulate()`.
-    """
-    draws = random.Random(seed)
-    keys = list(range(len(population)))
-    selection = None
-    for _ in range(steps):
-        step = sampler.begin(len(population), keys)
-        while requests := step.requests():
-            rewards = []
-            for index, count in requests:
-                p = population[index]
-                rewards.extend(1.0 if draws.random() < p else 0.0 for _ in range(count))
-            step.observe(requests, rewards)
-        selection = step.finish()
-    assert selection is not None
-    return selection
 
 
 def mixed_flags(selection: Selection, threshold: float) -> list[bool]:

@@ -192,7 +192,7 @@ def evaluate(args: argparse.Namespace, generator: Any = None, tokenizer: Any = N
             loading --model_name_or_path.
         tokenizer: Optional tokenizer (decides the 'auto' prompt format) used instead of loading the model's.
     """
-    from trl_ada.data import load_generator, load_prompt_dataset, tokenize_prompts
+    from trl_ada.data import generator_from_args, load_prompt_dataset, tokenize_prompts
     from trl_ada.metrics import count_correct, weighted_average
     from trl_ada.rewards import get_reward_funcs, score_completions
 
@@ -224,18 +224,7 @@ def evaluate(args: argparse.Namespace, generator: Any = None, tokenizer: Any = N
                 raise ValueError(f"{name}: {error}") from error
         prompts_of.append(prompts)
     if generator is None:
-        generator = load_generator(
-            args.model_name_or_path,
-            max_new_tokens=args.max_new_tokens,
-            use_vllm=args.use_vllm,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            seed=args.seed,
-            batch_size=args.batch_size,
-            dtype=args.dtype,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            tensor_parallel_size=args.tensor_parallel_size,
-        )
+        generator = generator_from_args(args)
 
     n = args.num_samples
     results: dict[str, Any] = {

@@ -258,7 +258,7 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
             loading --model_name_or_path; tests inject a deterministic one.
         tokenizer: Optional tokenizer used instead of loading the model's.
     """
-    from trl_ada.data import load_generator, load_prompt_dataset, to_prompt_format
+    from trl_ada.data import generator_from_args, load_prompt_dataset, to_prompt_format
     from trl_ada.rewards import get_reward_funcs
 
     check_args(args)
@@ -329,18 +329,7 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
     if band is not None:
         if len(dataset):
             if generator is None:
-                generator = load_generator(
-                    args.model_name_or_path,
-                    max_new_tokens=args.max_new_tokens,
-                    use_vllm=args.use_vllm,
-                    temperature=args.temperature,
-                    top_p=args.top_p,
-                    seed=args.seed,
-                    batch_size=args.batch_size,
-                    dtype=args.dtype,
-                    gpu_memory_utilization=args.gpu_memory_utilization,
-                    tensor_parallel_size=args.tensor_parallel_size,
-                )
+                generator = generator_from_args(args)
             dataset, stats = difficulty_filter(dataset, generator, reward_func, args.num_samples, band)
             histogram = stats.pop("histogram")
             removed.update(stats)

@@ -542,3 +542,19 @@ __all__ = [
     "tokenize_prompts",
     "validate_prompt_dataset",
 ]
+
+
+def generator_from_args(args: Any) -> Any:
+    """`load_generator` configured from the sampling flags shared by `scripts/prepare_data.py` and `evaluate.py`."""
+    return load_generator(
+        args.model_name_or_path,
+        max_new_tokens=args.max_new_tokens,
+        use_vllm=args.use_vllm,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        batch_size=args.batch_size,
+        dtype=args.dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        tensor_parallel_size=args.tensor_parallel_size,
+    )

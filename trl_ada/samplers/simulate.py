@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from . import rules
-from .base import build_sampler
+from .base import Sampler, Selection, build_sampler
 from .settings import SamplerSettings
 
 
@@ -29,6 +29,27 @@ class SimulationResult:
         return asdict(self)
 
 
+def run_population(sampler: Sampler, population: Sequence[float], seed: int, steps: int = 1) -> Selection:
+    """
+    Run `steps` generation batches of `sampler` over one prompt per entry of `population` (its pass rate; its key is
+    its index, so the same prompts come back every step) and return the last batch's `Selection`.
+    """
+    draws = random.Random(seed)
+    keys = list(range(len(population)))
+    selection = None
+    for _ in range(steps):
+        step = sampler.begin(len(population), keys)
+        while requests := step.requests():
+            rewards = []
+            for index, count in requests:
+                p = population[index]
+                rewards.extend(1.0 if draws.random() < p else 0.0 for _ in range(count))
+            step.observe(requests, rewards)
+        selection = step.finish()
+    assert selection is not None
+    return selection
+
+
 def simulate(
     settings: SamplerSettings, pass_rates: Sequence[float], trials: int, seed: int = 0, steps: int = 1
 ) -> list[SimulationResult]:
@@ -45,19 +66,9 @@ def simulate(
     for p in pass_rates:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"every pass rate must lie in [0, 1], got {p}")
-    draws = random.Random(seed)
     sampler = build_sampler(settings)
     population = [p for p in pass_rates for _ in range(trials)]
-    keys = list(range(len(population)))
-    for _ in range(steps):
-        step = sampler.begin(len(population), keys)
-        while requests := step.requests():
-            rewards = []
-            for index, count in requests:
-                p = population[index]
-                rewards.extend(1.0 if draws.random() < p else 0.0 for _ in range(count))
-            step.observe(requests, rewards)
-        selection = step.finish()
+    selection = run_population(sampler, population, seed=seed, steps=steps)
 
     threshold = sampler.settings.positive_threshold
     results = []
