@@ -1,0 +1,404 @@
+"""A tiny character-level causal LM that runs (and learns) on CPU, for tests and small experiments.
+
+Nothing here downloads anything: the tokenizer and the model are built in code, and a warm-started copy that already
+half-knows the arithmetic task of [`trl_ada.tasks.arithmetic`] ships inside the package
+(``trl_ada/assets/tiny-arith/``). Both load with the plain Auto classes, so they also stand in for a hub model::
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from trl_ada.tiny import TINY_ARITH_ASSETS
+
+    model = AutoModelForCausalLM.from_pretrained(TINY_ARITH_ASSETS)
+    tokenizer = AutoTokenizer.from_pretrained(TINY_ARITH_ASSETS)
+
+The warm start follows a recipe measured on a 2-core machine (``shared/notes/cpu-testbed.md``): supervised
+fine-tuning with TRL's ``SFTTrainer`` on clean prompt-completion problems, then a short phase on noisy labels (30%
+plausible wrong answers), so that the skill is there but sampling at temperature 1 is noisy and GRPO has something to
+sharpen. Rebuild it with ``python scripts/build_tiny_model.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+logger = logging.getLogger(__name__)
+
+SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<eos>", "<bos>", "<unk>")
+"""Special tokens, in id order: ``<pad>`` is 0, ``<eos>`` 1, ``<bos>`` 2, ``<unk>`` 3."""
+
+CHARACTERS: str = (
+    "0123456789" + "+-*=()/.,^\\{}[]_:" + " " + "abcdefghijklmnopqrstuvwxyz" + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+)
+"""Every character the tokenizer knows; each is one token. Anything else becomes ``<unk>``."""
+
+MODEL_MAX_LENGTH = 512
+
+TINY_ARITH_VERSION = "tiny-arith-v1"
+"""Name of the warm-started arithmetic model (cache sub-folder); bump it when the recipe changes."""
+
+TINY_ARITH_ASSETS: Path = Path(__file__).resolve().parent / "assets" / "tiny-arith"
+"""Where the shipped warm-started model lives inside the package."""
+
+CACHE_ENV_VAR = "TRL_ADA_CACHE"
+"""Environment variable that overrides the cache root (default ``~/.cache/trl_ada``)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tokenizer and model
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _byte_level_alphabet() -> dict[str, str]:
+    """GPT-2's byte-to-unicode map (used by ``ByteLevel``), restricted to single-byte characters."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1)]
+    printable += range(ord("\u00ae"), ord("\u00ff") + 1)
+    mapping, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            mapping[chr(byte)] = chr(byte)
+        else:
+            mapping[chr(byte)] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def build_char_tokenizer() -> PreTrainedTokenizerFast:
+    """Builds the character-level tokenizer: one token per character of [`CHARACTERS`], plus special tokens.
+
+    No BOS is added and no chat template is set (prompts are plain text). Decoding joins tokens without separators,
+    so ``tok.decode(tok(s).input_ids) == s`` for every string over [`CHARACTERS`] (spaces included); other
+    characters are not meant to be used (they map to ``<unk>`` here).
+
+    The vocabulary is stored in GPT-2's byte-level alphabet (the space token is ``"Ġ"``) with a ``ByteLevel``
+    pre-tokenizer and decoder. This matters once the tokenizer is saved next to a ``Qwen2ForCausalLM``:
+    transformers 5 then loads it through ``AutoTokenizer`` as ``Qwen2Tokenizer``, which keeps the vocabulary but
+    rebuilds a byte-level pipeline (and ignores the saved pre-tokenizer and decoder). With a byte-level vocabulary
+    both pipelines produce the same ids and the same text.
+    """
+    alphabet = _byte_level_alphabet()
+    tokens = [*SPECIAL_TOKENS, *(alphabet[char] for char in CHARACTERS)]
+    vocab = {token: index for index, token in enumerate(tokens)}
+    if len(vocab) != len(tokens):
+        raise RuntimeError("Duplicate characters in the vocabulary.")
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    # Every character is its own pre-token, then mapped to the byte-level alphabet (" " -> "Ġ").
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(pattern=Regex("."), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    # Map back from the byte-level alphabet and join with nothing in between.
+    backend.decoder = decoders.ByteLevel()
+    pad, eos, bos, unk = SPECIAL_TOKENS
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=pad,
+        eos_token=eos,
+        bos_token=bos,
+        unk_token=unk,
+        model_max_length=MODEL_MAX_LENGTH,
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
+    )
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    hidden_size: int = 128,
+    num_hidden_layers: int = 4,
+    num_attention_heads: int = 4,
+    num_key_value_heads: int = 2,
+    intermediate_size: int = 256,
+    seed: int = 0,
+) -> Qwen2ForCausalLM:
+    """Builds a small randomly initialised ``Qwen2ForCausalLM`` for ``tokenizer`` (deterministic for ``seed``).
+
+    The default (hidden 128, 4 heads: head size 32) has ~0.6M parameters and is the smallest shape vLLM's CPU
+    attention accepts. ``hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1`` gives a
+    faster variant for unit tests. Embeddings are tied; pad/eos/bos ids are set in the config and generation config.
+    """
+    if hidden_size % num_attention_heads:
+        raise ValueError(
+            f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})."
+        )
+    if num_attention_heads % num_key_value_heads:
+        raise ValueError(
+            f"num_attention_heads ({num_attention_heads}) must be divisible by num_key_value_heads "
+            f"({num_key_value_heads})."
+        )
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        max_position_embeddings=MODEL_MAX_LENGTH,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    return model
+
+
+def save_tiny(model: Any, tokenizer: Any, path: str | os.PathLike[str]) -> Path:
+    """Saves ``model`` (safetensors) and ``tokenizer`` to ``path`` so the Auto classes can load them."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        # Batched calls leave padding switched on in the backend; keep it out of the saved tokenizer.json.
+        backend.no_padding()
+        backend.no_truncation()
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def load_tiny(path: str | os.PathLike[str]) -> tuple[Any, Any]:
+    """Loads a model and tokenizer saved by [`save_tiny`] with ``AutoModelForCausalLM``/``AutoTokenizer``."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    return model, tokenizer
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Warm start on the arithmetic task
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def corrupt_answer(answer: str, rng: random.Random) -> str:
+    """A plausible wrong answer: half the time off by ±1..10, a quarter two adjacent digits swapped, a quarter one
+    digit changed (single-digit answers are always shifted). Never equal to ``answer``, never negative, no leading
+    zero."""
+    value = int(answer)
+    kind = rng.random()
+    if kind >= 0.5 and len(answer) >= 2:
+        digits = list(answer)
+        if kind < 0.75:
+            positions = [i for i in range(len(digits) - 1) if digits[i] != digits[i + 1] and (i or digits[1] != "0")]
+            if positions:
+                i = rng.choice(positions)
+                digits[i], digits[i + 1] = digits[i + 1], digits[i]
+                return "".join(digits)
+        else:
+            i = rng.randrange(len(digits))
+            choices = [d for d in "0123456789" if d != digits[i] and (i or d != "0")]
+            digits[i] = rng.choice(choices)
+            return "".join(digits)
+    while True:
+        wrong = value + rng.choice([-1, 1]) * rng.randint(1, 10)
+        if wrong >= 0 and wrong != value:
+            return str(wrong)
+
+
+def _sft_dataset(num_problems: int, *, seed: int, noise: float) -> Any:
+    """Prompt-completion SFT data on training problems; a share ``noise`` of answers replaced by wrong ones."""
+    from datasets import Dataset
+
+    from .tasks.arithmetic import make_problems
+
+    problems = make_problems(num_problems, seed=seed)
+    rng = random.Random(f"noise-{seed}")
+    completions = [
+        corrupt_answer(problem["answer"], rng) if noise > 0 and rng.random() < noise else problem["answer"]
+        for problem in problems
+    ]
+    return Dataset.from_dict({"prompt": [problem["prompt"] for problem in problems], "completion": completions})
+
+
+def _run_sft(
+    model: Any,
+    tokenizer: Any,
+    dataset: Any,
+    *,
+    max_steps: int,
+    learning_rate: float,
+    lr_scheduler_type: str,
+    warmup_steps: int,
+    batch_size: int,
+    seed: int,
+    output_dir: str,
+) -> None:
+    """Completion-only SFT with TRL's ``SFTTrainer`` (the eos token is appended to every completion)."""
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(
+        output_dir=output_dir,
+        max_steps=max_steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type=lr_scheduler_type,
+        warmup_steps=warmup_steps,
+        weight_decay=0.0,
+        completion_only_loss=True,
+        max_length=32,
+        logging_steps=max(max_steps // 5, 1),
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        dataloader_num_workers=0,
+        seed=seed,
+        data_seed=seed,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.train()
+
+
+def build_warm_started(
+    *,
+    seed: int = 0,
+    clean_steps: int = 1200,
+    noisy_steps: int = 400,
+    batch_size: int = 128,
+    noise: float = 0.3,
+    clean_problems: int | None = None,
+    eval_problems: int = 600,
+    eval_samples: int = 1,
+    model_kwargs: dict[str, Any] | None = None,
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast, dict[str, Any]]:
+    """Builds the warm-started arithmetic model from scratch on CPU (deterministic for ``seed``).
+
+    Phase 1: SFT on clean training problems of all levels (AdamW lr 2e-3, cosine, completion-only loss; 1200 steps
+    of 128 by default, shortened from the notes' 1500 to keep the build near 3-4 minutes on 2 free cores).
+    Phase 2: SFT on fresh problems where a share ``noise`` of answers is a plausible wrong one ([`corrupt_answer`];
+    lr 5e-4 constant after 30 warm-up steps). After each phase the held-out accuracy at temperature 1 is logged.
+
+    Args:
+        seed: Seeds the model init, the problem streams, the trainers and the evaluation.
+        clean_steps: Optimizer steps of phase 1.
+        noisy_steps: Optimizer steps of phase 2 (0 skips it).
+        batch_size: Problems per step.
+        noise: Share of wrong answers in phase 2.
+        clean_problems: If set, only this many distinct phase-1 problems are drawn and cycled over the steps
+            (shorter data preparation, but a measurably weaker model); default: ``clean_steps * batch_size`` fresh ones.
+        eval_problems: Held-out problems for the per-phase evaluation (0 skips it).
+        eval_samples: Samples per held-out problem.
+        model_kwargs: Overrides for [`build_tiny_model`].
+
+    Returns:
+        ``(model, tokenizer, report)``; ``report`` holds the per-phase held-out accuracies and timings.
+    """
+    from transformers import set_seed
+
+    from .tasks.arithmetic import accuracy_by_level, format_accuracy, held_out_problems
+
+    set_seed(seed)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, seed=seed, **(model_kwargs or {}))
+    logger.info("Built tiny model: %d parameters", sum(p.numel() for p in model.parameters()))
+    report: dict[str, Any] = {"seed": seed, "phases": {}}
+    evaluation = held_out_problems(eval_problems, seed=seed) if eval_problems else []
+
+    phases = [("clean", clean_steps, 0.0, 2e-3, "cosine", max(clean_steps // 30, 1))]
+    if noisy_steps:
+        phases.append(("noisy", noisy_steps, noise, 5e-4, "constant_with_warmup", 30))
+    with tempfile.TemporaryDirectory(prefix="trl_ada_sft_") as tmp:
+        for index, (name, steps, phase_noise, lr, schedule, warmup) in enumerate(phases):
+            start = time.perf_counter()
+            num = clean_problems if (name == "clean" and clean_problems) else steps * batch_size
+            dataset = _sft_dataset(num, seed=seed * 1000 + index, noise=phase_noise)
+            _run_sft(
+                model,
+                tokenizer,
+                dataset,
+                max_steps=steps,
+                learning_rate=lr,
+                lr_scheduler_type=schedule,
+                warmup_steps=warmup,
+                batch_size=batch_size,
+                seed=seed,
+                output_dir=os.path.join(tmp, name),
+            )
+            elapsed = time.perf_counter() - start
+            phase: dict[str, Any] = {"steps": steps, "seconds": elapsed}
+            if evaluation:
+                result = accuracy_by_level(
+                    model, tokenizer, evaluation, temperature=1.0, num_samples=eval_samples, seed=seed
+                )
+                phase["held_out_t1"] = result
+                logger.info(
+                    "After %s SFT (%d steps, %.0f s): held-out T=1 %s", name, steps, elapsed, format_accuracy(result)
+                )
+            else:
+                logger.info("After %s SFT (%d steps, %.0f s)", name, steps, elapsed)
+            report["phases"][name] = phase
+    model.config.use_cache = True  # the trainers switch it off for training
+    model.eval()
+    return model, tokenizer, report
+
+
+def default_cache_dir() -> Path:
+    """``$TRL_ADA_CACHE/tiny-arith-v1`` if the variable is set, else ``~/.cache/trl_ada/tiny-arith-v1``."""
+    root = os.environ.get(CACHE_ENV_VAR)
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "trl_ada"
+    return base / TINY_ARITH_VERSION
+
+
+def _is_saved_model(path: Path) -> bool:
+    return (
+        (path / "config.json").is_file()
+        and (path / "model.safetensors").is_file()
+        and (path / "tokenizer.json").is_file()
+    )
+
+
+def get_warm_started_model(cache_dir: str | os.PathLike[str] | None = None, *, seed: int = 0) -> tuple[Any, Any]:
+    """Loads the warm-started model from ``cache_dir`` (default [`default_cache_dir`]), building and caching it
+    first if it is not there (a few minutes on CPU)."""
+    path = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if not _is_saved_model(path):
+        logger.info("No warm-started model in %s; building it (SFT on CPU, a few minutes).", path)
+        model, tokenizer, _ = build_warm_started(seed=seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Save next to the target and rename, so a concurrent or interrupted build never leaves a partial cache.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+        save_tiny(model, tokenizer, tmp)
+        try:
+            tmp.rename(path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not _is_saved_model(path):
+                raise
+    return load_tiny(path)
+
+
+def load_tiny_arith_model(*, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, Any]:
+    """The warm-started arithmetic model and its tokenizer.
+
+    Loads the copy shipped in the package ([`TINY_ARITH_ASSETS`]); if it is missing, falls back to
+    [`get_warm_started_model`] (build once, then cache).
+    """
+    if _is_saved_model(TINY_ARITH_ASSETS):
+        return load_tiny(TINY_ARITH_ASSETS)
+    logger.warning("Shipped tiny model not found at %s; falling back to the cache.", TINY_ARITH_ASSETS)
+    return get_warm_started_model(cache_dir)
