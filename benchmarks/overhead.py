@@ -56,10 +56,14 @@ def step_times(trainer_name: str, steps: int, output_dir: str) -> list[float]:
     )
     dataset = make_dataset(steps * 16, seed=0)
     if trainer_name == "grpo":
-        trainer = GRPOTrainer(model, [_exact_reward], args=GRPOConfig(**common), train_dataset=dataset, processing_class=tokenizer)
+        trainer = GRPOTrainer(
+            model, [_exact_reward], args=GRPOConfig(**common), train_dataset=dataset, processing_class=tokenizer
+        )
     else:
         config = AdaGRPOConfig(**common, sampler="uniform")
-        trainer = AdaGRPOTrainer(model, [_exact_reward], args=config, train_dataset=dataset, processing_class=tokenizer)
+        trainer = AdaGRPOTrainer(
+            model, [_exact_reward], args=config, train_dataset=dataset, processing_class=tokenizer
+        )
     trainer.train()
     times = [entry["step_time"] for entry in trainer.state.log_history if "step_time" in entry]
     return times[1:]  # the first step pays one-time warm-up
