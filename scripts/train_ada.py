@@ -87,7 +87,7 @@ def embedded_defaults() -> dict:
         temperature=1.0,
         learning_rate=1e-4,
         lr_scheduler_type="constant",
-        max_steps=150,
+        max_steps=400,
         beta=0.0,
         sampler="seq_balance",  # rounds of 8, at most 4 rounds, quotas 2/2: the paper's Seq-balance
         logging_steps=5,
@@ -232,12 +232,12 @@ def main(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_ar
     if heldout and trainer.accelerator.is_main_process:
         before = heldout_accuracy(trainer, heldout, training_args.temperature)
         logger.info("held-out accuracy before training: %.3f", before["eval_heldout_accuracy"])
-        trainer.log({"eval_heldout_accuracy_start": before["eval_heldout_accuracy"]})
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     if heldout and trainer.accelerator.is_main_process:
         after = heldout_accuracy(trainer, heldout, training_args.temperature)
         logger.info("held-out accuracy after training: %.3f", after["eval_heldout_accuracy"])
-        trainer.log(after)
+        # Logged together after training: `train()` starts a fresh log history.
+        trainer.log({"eval_heldout_accuracy_start": before["eval_heldout_accuracy"], **after})
     trainer.save_model(training_args.output_dir)
     dataset_name = (
         script_args.dataset_name if script_args.dataset_name and not os.path.exists(script_args.dataset_name) else None

@@ -105,7 +105,8 @@ def test_embedded_default_run_writes_every_artifact(tmp_path):
     assert len(steps) == 3
     mean_samples = sum(e["ada/samples_per_prompt/mean"] for e in steps) / 3
     assert f"| completions drawn per prompt (mean) | {mean_samples:.4g} |" in card.text
-    assert "eval_heldout_accuracy" in card.text and "| `sampler` | seq_balance |" in card.text
+    assert "eval_heldout_accuracy_start" in card.text and "eval_heldout_accuracy`" in card.text
+    assert "| `sampler` | seq_balance |" in card.text
 
 
 def test_real_path_on_local_directories(tmp_path, local_model, math_jsonl):

@@ -63,7 +63,7 @@ def run_statistics(log_history: Sequence[dict[str, Any]]) -> dict[str, str]:
         return [e[key] for e in entries if key in e]
 
     return {
-        "ada_steps": str(len(series("ada/samples_per_prompt/mean"))),
+        "ada_steps": str(entries[-1]["step"] if entries else 0),
         "ada_samples_mean": _fmt(_mean(series("ada/samples_per_prompt/mean"))),
         "ada_samples_max": _fmt(max(series("ada/samples_per_prompt/max"), default=math.nan)),
         "ada_rounds_mean": _fmt(_mean(series("ada/rounds"))),
