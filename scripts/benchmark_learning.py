@@ -25,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -235,9 +236,10 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.run:  # child process: one run, written as JSON
         method, seed = args.run[0], int(args.run[1])
-        result = run_one(
-            method, seed, args.steps, args.eval_every, args.heldout_size, args.learning_rate, args.out / "runs"
-        )
+        with tempfile.TemporaryDirectory() as scratch:  # the trainers' output dirs are not results
+            result = run_one(
+                method, seed, args.steps, args.eval_every, args.heldout_size, args.learning_rate, Path(scratch)
+            )
         (args.out / "runs" / f"{method}-seed{seed}.json").write_text(json.dumps(result))
         return 0
 
