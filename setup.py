@@ -13,7 +13,7 @@ INSTALL_REQUIRES = [
     "datasets==5.2.0",
     "huggingface_hub==2.4.0",
     "tokenizers==0.23.3",
-    "math-verify[antlr4_13_2]==0.9.0",
+    "math-verify[antlr4-13-2]==0.9.0",
     "matplotlib==3.11.2",
     "jinja2>=3.1,<4",
     "tqdm>=4.66",

@@ -9,6 +9,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -70,6 +72,6 @@ def test_learning_benchmark_summary_and_ratios(tmp_path):
 def test_first_reach_interpolates():
     bench = load(ROOT / "scripts" / "benchmark_learning.py", "benchmark_learning")
     curve = [{"step": 0, "heldout": 0.3}, {"step": 10, "heldout": 0.5}, {"step": 20, "heldout": 0.6}]
-    assert bench.first_reach(curve, "step", 0.4) == 5
-    assert bench.first_reach(curve, "step", 0.55) == 15
+    assert bench.first_reach(curve, "step", 0.4) == pytest.approx(5)
+    assert bench.first_reach(curve, "step", 0.55) == pytest.approx(15)
     assert bench.first_reach(curve, "step", 0.7) == math.inf
