@@ -13,6 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL_KWARGS
 
 from trl_ada.metrics import (
     PassRateBand,
@@ -28,7 +29,7 @@ from trl_ada.tiny import TINY_ARITH_ASSETS, build_char_tokenizer, build_tiny_mod
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "evaluate.py"
-TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=128)
+TINY = TINY_MODEL_KWARGS
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 

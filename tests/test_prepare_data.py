@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MODEL_KWARGS
 from datasets import Dataset, DatasetDict
 
 from trl_ada.data import (
@@ -26,7 +27,7 @@ from trl_ada.tiny import build_char_tokenizer, build_tiny_model, save_tiny
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "prepare_data.py"
-TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=128)
+TINY = TINY_MODEL_KWARGS
 
 ROWS = [
     {"problem": "what is 1+1", "answer": "2", "solution": "worked: \\boxed{2}"},
