@@ -30,7 +30,6 @@ import importlib.util
 import json
 import math
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -123,23 +122,18 @@ def _base_env(workdir: Path) -> dict[str, str]:
     return env
 
 
+def _load_gpu_check():
+    """`scripts/gpu_check.py` (standard library only) owns the server stop sequence; one copy for both."""
+    spec = importlib.util.spec_from_file_location("gpu_check", REPO_ROOT / "scripts" / "gpu_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def _stop(proc: subprocess.Popen, name: str) -> None:
     """SIGTERM to the pid (vLLM's API server shuts its engine down), then the whole process group if needed."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            _log(f"{name} ignored SIGTERM for 30 s; killing its process group")
-    for sig in (signal.SIGTERM, signal.SIGKILL):  # workers left behind (the group was created for the server)
-        try:
-            os.killpg(proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            break
-        time.sleep(2)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(timeout=10)
+    _load_gpu_check().stop_process(proc, name)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
