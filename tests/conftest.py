@@ -1,6 +1,8 @@
 """Shared fixtures: a tiny Qwen2 and character tokenizer built in code (no hub), and toy verifiable rewards."""
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +68,18 @@ def tiny_args(output_dir, **overrides):
     )
     args.update(overrides)
     return args
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """The tiny model and tokenizer saved to a local directory, as a hub checkpoint would be (Auto classes load it)."""
+    from trl_ada.tiny import build_tiny_model, save_tiny
+
+    path = tmp_path_factory.mktemp("tiny-model")
+    save_tiny(build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS), tokenizer, path)
+    return path
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path

@@ -13,7 +13,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
-from conftest import TINY_MODEL_KWARGS
+from conftest import TINY_MODEL_KWARGS, write_jsonl
 
 from trl_ada.metrics import (
     PassRateBand,
@@ -25,7 +25,7 @@ from trl_ada.metrics import (
     weighted_average,
 )
 from trl_ada.tasks.arithmetic import held_out_problems
-from trl_ada.tiny import TINY_ARITH_ASSETS, build_char_tokenizer, build_tiny_model, save_tiny
+from trl_ada.tiny import TINY_ARITH_ASSETS, build_char_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "evaluate.py"
@@ -39,19 +39,6 @@ def evaluate_script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    tokenizer = build_char_tokenizer()
-    path = tmp_path_factory.mktemp("tiny")
-    save_tiny(build_tiny_model(tokenizer, seed=0, **TINY), tokenizer, path)
-    return path
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------------

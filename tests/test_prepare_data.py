@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY_MODEL_KWARGS
+from conftest import TINY_MODEL_KWARGS, write_jsonl
 from datasets import Dataset, DatasetDict
 
 from trl_ada.data import (
@@ -23,7 +23,7 @@ from trl_ada.data import (
     tokenize_prompts,
     validate_prompt_dataset,
 )
-from trl_ada.tiny import build_char_tokenizer, build_tiny_model, save_tiny
+from trl_ada.tiny import build_char_tokenizer
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "prepare_data.py"
@@ -46,23 +46,6 @@ def load_script():
 @pytest.fixture(scope="module")
 def prepare_data():
     return load_script()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    save_tiny(build_tiny_model(tokenizer, seed=0, **TINY), tokenizer, path)
-    return path
-
-
-def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 from huggingface_hub import ModelCard
 
-from trl_ada.tiny import build_char_tokenizer, build_tiny_model, save_tiny
-
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "train_ada.py"
 FAST = [
@@ -42,23 +40,9 @@ def run_main(argv):
     return script.main(script_args, training_args, model_args)
 
 
-@pytest.fixture(scope="module")
-def local_model(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = build_char_tokenizer()
-    save_tiny(
-        build_tiny_model(
-            tokenizer,
-            hidden_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            intermediate_size=128,
-        ),
-        tokenizer,
-        path,
-    )
-    return str(path)
+@pytest.fixture
+def local_model(tiny_model_dir):
+    return str(tiny_model_dir)
 
 
 @pytest.fixture
