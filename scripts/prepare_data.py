@@ -10,7 +10,9 @@ Stages, each counted in a JSON report:
    with the reward, keep prompts whose pass rate lies in a band.
 
 The result is TRL's prompt-only format (``prompt``, ``solution`` = the reference answer, ``problem``, plus
-``num_correct``/``pass_rate`` when stage 4 ran), ready for ``scripts/train_ada.py --dataset_name <output>``.
+``num_correct``/``pass_rate`` when stage 4 ran), ready for ``scripts/train_ada.py --dataset_name <output>``. A reward
+that reads the reference under the answer column's own name (``--reward exact_match`` reads ``answer``) finds it
+there too. Every column the reward reads is checked against the output's columns before any stage runs.
 
 The paper's moderate set (discard pass rate > 0.375 and 0 correct of 16) and its hard set (1-2 correct of 16):
 
@@ -55,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--answer_column",
         default="auto",
         help="Column with the reference answer; 'auto' picks 'answer' if present, else 'solution'. It is written as "
-        "'solution' (what the math_verify reward reads).",
+        "'solution' (what the math_verify reward reads), and also kept under its own name when --reward reads that "
+        "column (exact_match reads 'answer').",
     )
     data.add_argument("--keep_columns", nargs="*", default=[], help="Other input columns to carry into the output.")
     data.add_argument("--limit", type=int, default=None, help="Use only the first N input rows (a dry run).")
@@ -151,6 +154,32 @@ def band_of(args: argparse.Namespace) -> Any:
     if args.pass_rate_band is not None:
         return PassRateBand.from_ends(*args.pass_rate_band, ends=args.band_ends)
     return None
+
+
+def reference_aliases(reward_func: Any, answer_column: str, output_columns: Sequence[str]) -> list[str]:
+    """Names besides ``solution`` under which the output must hold the reference answer for ``reward_func``.
+
+    The reward reads the dataset columns it declares ([`trl_ada.rewards.required_reward_columns`]). The reference is
+    always written as ``solution``; when the reward reads the answer column by its input name (``exact_match`` reads
+    ``answer``), the reference stays under that name too.
+
+    Raises:
+        ValueError: when the reward reads a column the output will not have, naming it and the flags that fix it.
+            Called before any stage, so a mismatch costs no sampling.
+    """
+    from trl_ada.rewards import required_reward_columns
+
+    needed = required_reward_columns([reward_func])
+    aliases = [name for name in needed if name == answer_column and name != "solution"]
+    missing = [name for name in needed if name not in {*output_columns, *aliases}]
+    if missing:
+        raise ValueError(
+            f"The reward reads column(s) {missing}, which the output would not have: it holds {list(output_columns)} "
+            f"(the reference answer, from {answer_column!r}, is written as 'solution'). Set --answer_column to the "
+            f"column the reward reads as the reference, add the column to --keep_columns, or pick a --reward that "
+            f"reads 'solution' (math_verify)."
+        )
+    return aliases
 
 
 def normalize_whitespace(text: Any) -> str:
@@ -277,6 +306,8 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
             f"{args.dataset_name} has no column(s) {missing}; it has {dataset.column_names}. Set --problem_column, "
             "--answer_column or --keep_columns accordingly."
         )
+    keep_columns = [c for c in dict.fromkeys([args.problem_column, *args.keep_columns]) if c != answer_column]
+    aliases = reference_aliases(reward_func, answer_column, ["prompt", "solution", *keep_columns])
     counts: dict[str, int] = {"input": len(dataset)}
     removed: dict[str, int] = {}
     examples: dict[str, list[Any]] = {}
@@ -306,7 +337,6 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
         conversational = tokenizer is None or bool(getattr(tokenizer, "chat_template", None))
     else:
         conversational = args.prompt_format == "conversational"
-    keep_columns = list(dict.fromkeys([args.problem_column, *args.keep_columns]))
     dataset = to_prompt_format(
         dataset,
         problem_column=args.problem_column,
@@ -314,8 +344,10 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
         system_prompt=args.system_prompt or None,
         conversational=conversational,
         instruction=args.instruction or None,
-        keep_columns=[column for column in keep_columns if column != answer_column],
+        keep_columns=keep_columns,
     )
+    for alias in aliases:
+        dataset = dataset.add_column(alias, dataset["solution"])
 
     # 3. Too-long prompts.
     removed["too_long"] = 0

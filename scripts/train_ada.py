@@ -1,9 +1,13 @@
 """
 Train with Reinforce-Ada: `accelerate launch scripts/train_ada.py [flags | --config recipe.yaml]`.
 
-With no model and no dataset it runs the embedded default: the tiny arithmetic model shipped with trl-ada learns a
-verifiable arithmetic task of graded difficulty on CPU, in a few minutes, and writes the model, its card, plots and
-metrics to `--output_dir` (default `outputs/trl-ada-arithmetic`).
+With no model and no dataset (on the command line or in the config) it runs the embedded default: the tiny
+arithmetic model shipped with trl-ada learns a verifiable arithmetic task of graded difficulty on CPU, in a few
+minutes, and writes the model, its card, plots and metrics to `--output_dir` (default `outputs/trl-ada-arithmetic`).
+It saves no checkpoint unless `--save_steps` asks for them.
+
+Per-step metrics go to `log_history`, `metrics.json`/`metrics.csv` and `report_to`; the console shows the progress
+bar, not each metrics dict (`--log_level debug` logs those), and the run ends with a short summary.
 
 The real path takes any causal LM (`--model_name_or_path`: hub id or local directory) and any prompt dataset
 (`--dataset_name`: hub id, or a local parquet/JSONL/JSON/CSV file or saved dataset directory), with reward
@@ -12,6 +16,9 @@ of `AdaGRPOConfig` (`--sampler seq_balance --round_size 8 ...`) and YAML `--conf
 
     # embedded default
     accelerate launch scripts/train_ada.py
+    # ... with a checkpoint every 50 steps, then continued from the latest one in --output_dir
+    accelerate launch scripts/train_ada.py --save_steps 50
+    accelerate launch scripts/train_ada.py --save_steps 50 --max_steps 800 --resume_from_checkpoint true
     # the paper's setting on 8 GPUs
     accelerate launch --config_file configs/accelerate/zero2.yaml scripts/train_ada.py --config recipes/qwen2.5-math-1.5b/seq_balance.yaml
 """
@@ -20,13 +27,21 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
+import yaml
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.checkpoints import latest_complete_checkpoint
+from trl_ada.plots import logged_series, training_entries
 
 logger = logging.getLogger("train_ada")
 
@@ -97,18 +112,78 @@ def embedded_defaults() -> dict:
     )
 
 
-def is_embedded_run(argv: list[str]) -> bool:
-    """No model and no dataset named on the command line or in a config file: run the embedded default."""
-    named = {"--model_name_or_path", "--dataset_name", "--config"}
-    return not any(arg.split("=")[0] in named for arg in argv)
+def config_file_values(argv: Sequence[str]) -> dict[str, Any]:
+    """The settings of the `--config` YAML file named in `argv` (empty without one), as `TrlParser` will read them."""
+    if "--config" not in argv or argv.index("--config") + 1 >= len(argv):
+        return {}
+    with open(argv[argv.index("--config") + 1]) as f:
+        values = yaml.safe_load(f)
+    return values if isinstance(values, dict) else {}
 
 
-def make_parser(argv: list[str]) -> TrlParser:
+def explicit_settings(argv: Sequence[str]) -> set[str]:
+    """Names of the settings the user set explicitly: flags on the command line (`--save_steps`, `--save-steps=5`)
+    and keys of the `--config` file with a value."""
+    flags = {arg[2:].split("=", 1)[0].replace("-", "_") for arg in argv if arg.startswith("--")}
+    from_config = {key for key, value in config_file_values(argv).items() if value is not None}
+    return (flags - {"config"}) | from_config
+
+
+def is_embedded_run(argv: Sequence[str]) -> bool:
+    """No model and no dataset named on the command line or in the config file: run the embedded default."""
+    return not explicit_settings(argv) & {"model_name_or_path", "dataset_name"}
+
+
+def make_parser(argv: Sequence[str]) -> TrlParser:
+    """The script's parser; on the embedded run its defaults are [`embedded_defaults`]."""
     parser = TrlParser((AdaScriptArguments, AdaGRPOConfig, ModelConfig))
     if is_embedded_run(argv):
-        # Defaults only: any flag the user passes (e.g. --max_steps 5) still wins.
-        parser.set_defaults(**embedded_defaults())
+        # Defaults only: any flag or config value the user passes (e.g. --max_steps 5) still wins.
+        defaults = embedded_defaults()
+        explicit = explicit_settings(argv)
+        if "save_steps" in explicit and "save_strategy" not in explicit:
+            # The embedded run saves no checkpoint by default; asking for a save interval asks for checkpoints.
+            defaults["save_strategy"] = "steps"
+        parser.set_defaults(**defaults)
     return parser
+
+
+_RESUME_LATEST = frozenset({"true", "1", "yes"})
+_RESUME_NEVER = frozenset({"false", "0", "no", ""})
+
+
+def resolve_resume_from_checkpoint(value: str | bool | None, output_dir: str) -> str | bool | None:
+    """
+    What to pass to `trainer.train(resume_from_checkpoint=...)` for `--resume_from_checkpoint VALUE`, checked before
+    any model is loaded.
+
+    `true`/`1`/`yes` (any case) resume from the latest `checkpoint-N` in `output_dir`, as the HF Trainer does for
+    `True`; `false`/`0`/`no` start fresh; anything else is a checkpoint directory, passed on unchanged. An existing
+    directory of that name always counts as a path.
+
+    Raises:
+        ValueError: when there is no checkpoint to resume from, naming `output_dir` or the missing path.
+    """
+    if value is None or value is False:
+        return None
+    text = str(value).strip()
+    if os.path.isdir(text):
+        return text
+    if text.lower() in _RESUME_NEVER:
+        return None
+    if text.lower() in _RESUME_LATEST:
+        if latest_complete_checkpoint(output_dir) is None:
+            raise ValueError(
+                f"--resume_from_checkpoint {text} resumes from the latest complete checkpoint-N directory in output_dir="
+                f"{output_dir!r}, but there is none. Save checkpoints with --save_steps N, pass a checkpoint "
+                "directory, or drop --resume_from_checkpoint."
+            )
+        # The trainer picks the checkpoint itself, as it does for `True`.
+        return True
+    raise ValueError(
+        f"--resume_from_checkpoint {text!r} is not a directory. Pass a checkpoint-N directory, or `true` for the "
+        f"latest one in output_dir={output_dir!r}."
+    )
 
 
 def load_model_and_data(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_args: ModelConfig):
@@ -211,7 +286,108 @@ def heldout_accuracy(trainer: AdaGRPOTrainer, problems: list[dict], temperature:
     return {"eval_heldout_accuracy": result["overall"]}
 
 
+class BarOnlyProgressCallback(ProgressCallback):
+    """transformers' progress bar without the raw metrics dict it writes to stdout at every logging step.
+
+    The metrics still reach `log_history`, `report_to` and `metrics.json`; here they go to `logging` at DEBUG.
+    """
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if state.is_world_process_zero and logs:
+            logger.debug("%s", logs)
+
+
+class LoggingPrinterCallback(TrainerCallback):
+    """Stands in for transformers' `PrinterCallback` (used with `--disable_tqdm`): logs each metrics dict at DEBUG
+    instead of printing it."""
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if state.is_local_process_zero and logs:
+            logger.debug("%s", logs)
+
+
+def keep_metric_dicts_off_stdout(trainer: AdaGRPOTrainer) -> None:
+    """Swap the callbacks that print every `logs` dict for [`BarOnlyProgressCallback`] / [`LoggingPrinterCallback`].
+
+    Only this script does it: the trainer itself stays TRL-like, and `logging_steps`/`disable_tqdm` keep their
+    meaning.
+    """
+    if trainer.pop_callback(ProgressCallback) is not None:
+        trainer.add_callback(BarOnlyProgressCallback())
+    if trainer.pop_callback(PrinterCallback) is not None:
+        trainer.add_callback(LoggingPrinterCallback())
+
+
+def _logged_mean(entries: Sequence[dict[str, Any]], key: str) -> float | None:
+    values = [value for _, value in logged_series(entries, key)]
+    return statistics.fmean(values) if values else None
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def log_run_summary(
+    trainer: AdaGRPOTrainer,
+    train_runtime: float | None,
+    heldout: dict[str, float] | None,
+) -> None:
+    """A few lines a person reads at the end of the run: what the run did and where its outputs are."""
+    args = trainer.args
+    entries = training_entries(trainer.state.log_history)
+    samples = _logged_mean(entries, "ada/samples_per_prompt/mean")
+    logger.info("Run summary (%d optimizer steps):", trainer.state.global_step)
+    if heldout is not None:
+        logger.info(
+            "  held-out pass rate (%d problems, temperature %g): %.3f before training, %.3f after",
+            heldout["problems"],
+            args.temperature,
+            heldout["before"],
+            heldout["after"],
+        )
+    logger.info(
+        "  completions drawn per prompt: %s on average (plain GRPO: %d)",
+        "n/a" if samples is None else f"{samples:.1f}",
+        args.num_generations,
+    )
+    logger.info(
+        "  zero-variance groups: %s of the first %d draws (what GRPO would train on), %s of the kept update groups",
+        _share(_logged_mean(entries, "ada/zero_variance_share/first_n")),
+        args.num_generations,
+        _share(_logged_mean(entries, "ada/zero_variance_share/kept")),
+    )
+    if train_runtime is not None:
+        logger.info("  training wall time: %.1f s", train_runtime)
+    logger.info(
+        "  model: %s; model card: %s (plots in %s)",
+        args.output_dir,
+        os.path.join(args.output_dir, "README.md"),
+        os.path.join(args.output_dir, "plots"),
+    )
+    if args.push_to_hub:
+        logger.info("  pushed to the Hub as %s", trainer.hub_model_id)
+
+
 def main(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_args: ModelConfig) -> AdaGRPOTrainer:
+    """Train, evaluate the embedded task before and after, save the model and its card, log a short summary."""
+    # Checked before the model loads: a missing checkpoint should not cost a model download.
+    resume_from_checkpoint = resolve_resume_from_checkpoint(
+        training_args.resume_from_checkpoint, training_args.output_dir
+    )
     model, tokenizer, train, evaluation, reward_funcs, heldout = load_model_and_data(
         script_args, training_args, model_args
     )
@@ -229,15 +405,22 @@ def main(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_ar
             else {}
         ),
     )
+    keep_metric_dicts_off_stdout(trainer)
+    heldout_summary = None
     if heldout and trainer.accelerator.is_main_process:
         before = heldout_accuracy(trainer, heldout, training_args.temperature)
         logger.info("held-out accuracy before training: %.3f", before["eval_heldout_accuracy"])
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     if heldout and trainer.accelerator.is_main_process:
         after = heldout_accuracy(trainer, heldout, training_args.temperature)
         logger.info("held-out accuracy after training: %.3f", after["eval_heldout_accuracy"])
         # Logged together after training: `train()` starts a fresh log history.
         trainer.log({"eval_heldout_accuracy_start": before["eval_heldout_accuracy"], **after})
+        heldout_summary = {
+            "problems": len(heldout),
+            "before": before["eval_heldout_accuracy"],
+            "after": after["eval_heldout_accuracy"],
+        }
     trainer.save_model(training_args.output_dir)
     dataset_name = (
         script_args.dataset_name if script_args.dataset_name and not os.path.exists(script_args.dataset_name) else None
@@ -245,10 +428,10 @@ def main(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_ar
     trainer.create_model_card(
         model_name=os.path.basename(os.path.normpath(training_args.output_dir)), dataset_name=dataset_name
     )
-    if trainer.accelerator.is_main_process:
-        logger.info("Model, card, plots and metrics written to %s", training_args.output_dir)
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=dataset_name)
+    if trainer.accelerator.is_main_process:
+        log_run_summary(trainer, train_output.metrics.get("train_runtime"), heldout_summary)
     return trainer
 
 
@@ -256,4 +439,6 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     argv = sys.argv[1:]
     script_args, training_args, model_args = make_parser(argv).parse_args_and_config(argv)
+    if training_args.log_level == "debug":
+        logger.setLevel(logging.DEBUG)  # also shows each logging step's metrics dict
     main(script_args, training_args, model_args)

@@ -67,3 +67,127 @@ def test_push_to_hub_uploads_model_card_and_plots(trained):
     )
     card = ModelCard.load(Path(trained.args.output_dir) / "README.md")
     assert "someone/tiny-ada" in card.text  # the quick start points at the pushed repo
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Metrics logged as None (or NaN) are skipped by every reader of log_history
+# ---------------------------------------------------------------------------------------------------------------------
+
+NONE_HISTORY = [
+    {
+        "step": 1,
+        "loss": 0.1,
+        "reward": None,
+        "ada/pool_reward/mean": None,
+        "ada/samples_per_prompt/mean": 8.0,
+        "ada/samples_per_prompt/max": None,
+        "ada/zero_variance_share/first_n": None,
+        "ada/zero_variance_share/kept": 0.5,
+    },
+    {
+        "step": 2,
+        "loss": 0.2,
+        "reward": 0.5,
+        "ada/pool_reward/mean": float("nan"),
+        "ada/samples_per_prompt/mean": None,
+        "ada/samples_per_prompt/max": 16,
+        "ada/zero_variance_share/first_n": 0.25,
+        "ada/zero_variance_share/kept": None,
+    },
+    {"step": 3, "loss": 0.3, "reward": None, "ada/samples_per_prompt/mean": 12.0},
+    {"step": 3, "eval_heldout_accuracy": None},
+]
+
+
+def render(tmp_path, log_history=(), **overrides):
+    """The card `AdaGRPOTrainer.create_model_card` would render, without a training run."""
+    from huggingface_hub import ModelCardData
+
+    from trl_ada.card import render_model_card
+    from trl_ada.samplers import SamplerSettings
+
+    kwargs = dict(
+        settings=SamplerSettings(),
+        log_history=list(log_history),
+        plots=[],
+        output_dir=tmp_path,
+        model_name="tiny-ada",
+        hub_model_id=None,
+        paper=AdaGRPOTrainer._paper,
+    )
+    kwargs.update(overrides)
+    return render_model_card(kwargs.pop("card_data", ModelCardData()), **kwargs)
+
+
+def test_none_metrics_are_skipped_by_plots_metrics_and_card(tmp_path):
+    from trl_ada.plots import training_entries, write_metrics, write_training_plots
+
+    json_path, csv_path = write_metrics(NONE_HISTORY, tmp_path)
+    assert json_path.is_file() and len(csv_path.read_text().splitlines()) == 1 + 3
+    plots = write_training_plots(NONE_HISTORY, tmp_path)  # crashed on math.isnan(None) at a checkpoint save
+    assert {Path(path).stem for _, path in plots} == {"reward", "samples_per_prompt", "zero_variance_share"}
+    from trl_ada.plots import logged_series
+
+    entries = training_entries(NONE_HISTORY)
+    assert logged_series(entries, "reward") == [(2, 0.5)]  # None at steps 1 and 3 skipped
+    assert logged_series(entries, "ada/pool_reward/mean") == []  # None and NaN alike
+
+    # A plot whose every point is None is not drawn at all.
+    all_none = [{**entry, "reward": None} for entry in NONE_HISTORY]
+    assert "reward" not in {Path(path).stem for _, path in write_training_plots(all_none, tmp_path / "none")}
+
+    text = render(tmp_path, NONE_HISTORY).text
+    assert "| completions drawn per prompt (mean) | 10 |" in text  # mean of 8 and 12; step 2's None skipped
+    assert "| completions drawn per prompt (largest) | 16 |" in text
+    assert "(what GRPO would train on) | 0.25 |" in text
+    assert "| zero-variance groups in the kept update groups | 0.5 |" in text
+    assert "| `reward` | n/a |" in text and "| `eval_heldout_accuracy` | n/a |" in text
+    assert "None" not in text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Base model and quick start
+# ---------------------------------------------------------------------------------------------------------------------
+
+QUICK_START = re.compile(r'pipeline\("text-generation", model="([^"]+)"\)')
+
+
+def test_card_from_a_local_base_model_names_it_and_quick_starts_from_the_local_copy(tmp_path, tiny_model_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+    card = render(tmp_path, output_dir=out, base_model_name_or_path=str(tiny_model_dir))
+    assert f"fine-tuned version of the local model `{tiny_model_dir.resolve().as_posix()}`" in card.text
+    assert card.data.base_model is None  # the Hub's metadata only takes Hub ids, as in TRL's own card
+    (local,) = QUICK_START.findall(card.text)  # no Hub id: only the local copy, no placeholder
+    assert Path(local) == out.resolve() and Path(local).is_dir()
+    assert "path/to/model" not in card.text
+
+
+def test_card_with_a_hub_id_quick_starts_from_the_hub_and_the_local_copy(tmp_path):
+    from huggingface_hub import ModelCardData
+
+    card = render(
+        tmp_path,
+        card_data=ModelCardData(base_model="Qwen/Qwen2.5-0.5B"),
+        hub_model_id="someone/tiny-ada",
+        base_model_name_or_path="Qwen/Qwen2.5-0.5B",
+    )
+    assert "fine-tuned version of [Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)" in card.text
+    assert QUICK_START.findall(card.text) == ["someone/tiny-ada", tmp_path.resolve().as_posix()]
+
+
+def test_card_of_the_embedded_run_names_the_shipped_tiny_model(tmp_path):
+    from trl_ada.tiny import TINY_ARITH_ASSETS, TINY_ARITH_VERSION
+
+    card = render(tmp_path, base_model_name_or_path=str(TINY_ARITH_ASSETS))
+    assert f"fine-tuned version of trl-ada's shipped tiny arithmetic model `{TINY_ARITH_VERSION}`" in card.text
+
+
+def test_quick_start_of_a_trained_card_runs_from_the_output_directory(trained):
+    trained.save_model()
+    trained.create_model_card(model_name="tiny-ada")
+    out = Path(trained.args.output_dir)
+    text = ModelCard.load(out / "README.md").text
+    snippet = text.split("## Quick start", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    assert QUICK_START.findall(snippet) == [out.resolve().as_posix()]
+    exec(compile(snippet, "quick_start", "exec"), {})  # the snippet as a reader would paste it

@@ -129,11 +129,27 @@ def test_est_train_on_all_keeps_every_completion_with_fixed_total():
         assert list(result.advantages) == pytest.approx([result.weight * (r - mean) for r in pool])
 
 
-def test_est_downsample_cuts_to_n():
-    settings = SamplerSettings(sampler="est", num_generations=4, est_train_on="downsample", est_max_samples=12)
-    _, _, selection = run_est(settings, list("abcdefgh"), [0.05, 0.5, 0.95, 0.3] * 2, steps=2)
+@pytest.mark.parametrize(("mean_samples", "total"), [(None, 8 * 8), (5.2, round(8 * 5.2))])
+def test_est_downsample_draws_its_own_budget_then_keeps_n(mean_samples, total):
+    settings = SamplerSettings(
+        sampler="est", num_generations=4, est_train_on="downsample", est_max_samples=12, est_mean_samples=mean_samples
+    )
+    sampler, _, selection = run_est(settings, list("abcdefgh"), [0.05, 0.5, 0.95, 0.3] * 2, steps=2)
+    assert sampler.settings.est_mean_samples == (8 if mean_samples is None else mean_samples)  # None: 2n
+    budgets = [len(pool) for pool in selection.pools]
+    assert sum(budgets) == total  # N_total = round(B * est_mean_samples), not B * n
+    assert len(set(budgets)) > 1  # step 2 allocates from the pass rates tracked in step 1
+    assert all(4 <= b <= 12 for b in budgets)
     assert all(len(r.kept) == 4 for r in selection.prompts)
-    assert all(4 <= len(pool) <= 12 for pool in selection.pools)
+
+
+def test_est_downsample_gives_the_hard_prompt_more_than_n():
+    settings = SamplerSettings(sampler="est", num_generations=4, est_train_on="downsample")
+    sampler = build_sampler(settings)
+    sampler.estimator.update(["hard", "easy"], [100, 100], [6, 92])  # p̂ = 7/102 ≈ 0.07 and 93/102 ≈ 0.91
+    step = sampler.begin(2, ["hard", "easy"])
+    # N_total = 2 * 2n = 16; N ∝ p̂^-1/2 gives 12.5 : 3.5, the easy prompt clips up to n = 4, the hard one takes 12
+    assert step.budgets == [12, 4]
 
 
 def test_est_needs_keys_and_tracks_them_across_order():
@@ -200,6 +216,10 @@ def test_est_metrics_report_budget_and_tracked_quantiles():
         ({"est_prior_alpha": 0.0}, "must be positive"),
         ({"est_sample_power": 1.5}, "est_sample_power"),
         ({"est_train_on": "downsample", "est_min_samples": 2}, "at least 4"),
+        ({"est_mean_samples": 6}, "est_mean_samples must be 4"),
+        ({"est_train_on": "downsample", "est_max_samples": 6}, r"budget is 8 completions"),  # default 2n > max
+        ({"est_train_on": "downsample", "est_mean_samples": 3}, "cannot meet"),
+        ({"est_train_on": "downsample", "est_mean_samples": float("nan")}, "cannot meet"),
         ({"objective": "log"}, "splits the log objective"),
         ({"positive_quota": 1}, "Remove positive_quota"),
         ({"est_train_on": "some"}, "est_train_on='some' is not supported"),
@@ -215,6 +235,13 @@ def test_invalid_est_settings(kwargs, message):
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def test_est_mean_samples_defaults():
+    assert SamplerSettings(sampler="est", num_generations=4).validated().est_mean_samples == 4
+    downsample = SamplerSettings(sampler="est", num_generations=4, est_train_on="downsample").validated()
+    assert downsample.est_mean_samples == 8
+    assert (downsample.est_min_samples, downsample.est_max_samples) == (4, 16)
+
+
 def selection_for(pools):
     sampler = build_sampler(SamplerSettings(sampler="dapo", num_generations=len(pools[0])))
     step = sampler.begin(len(pools))
@@ -224,7 +251,7 @@ def selection_for(pools):
 
 
 def test_batch_filler_drops_zero_variance_groups_and_refills():
-    filler = BatchFiller(num_prompts=3, tolerance=1e-6)
+    filler = BatchFiller(num_prompts=3)
     filler.add(selection_for([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0]]))
     assert not filler.is_full and filler.informative == [(0, 0)]
     filler.add(selection_for([[0.0, 0.0], [0.0, 1.0], [1.0, 0.0]]))
@@ -235,11 +262,85 @@ def test_batch_filler_drops_zero_variance_groups_and_refills():
 
 
 def test_batch_filler_at_the_cap_raises_or_pads_with_dropped_groups():
-    filler = BatchFiller(num_prompts=2, tolerance=1e-6)
+    filler = BatchFiller(num_prompts=2)
     filler.add(selection_for([[1.0, 1.0], [1.0, 0.0]]))
     with pytest.raises(BatchExhaustedError, match="dapo_max_refills"):
         filler.take(keep_partial=False)
     assert filler.take(keep_partial=True) == [(0, 1), (0, 0)]
+
+
+def one_round(settings, pools):
+    """Finish a step whose only round draws each pool exactly (`round_size` = pool size, `max_rounds=1`)."""
+    step = build_sampler(settings).begin(len(pools))
+    requests = step.requests()
+    assert [count for _, count in requests] == [len(pool) for pool in pools]
+    step.observe(requests, [r for pool in pools for r in pool])
+    return step.finish()
+
+
+def test_keep_partial_pads_only_with_zero_advantage_groups():
+    settings = SamplerSettings(
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=8,
+        max_rounds=1,
+        downsample="random",
+        baseline="pool",
+        dapo_refill=True,
+        dapo_on_exhausted="keep_partial",
+        seed=3,  # with this seed the random group of the first pool misses its only positive
+    )
+    pools = [[1.0] + [0.0] * 7, [0.0] * 8, [1.0] * 8]
+    selection = one_round(settings, pools)
+    assert [pools[0][i] for i in selection.prompts[0].kept] == [0.0] * 4
+    filler = BatchFiller(num_prompts=3)
+    filler.add(selection)
+    chosen = filler.take(keep_partial=True)
+    padding = chosen[len(filler.informative) :]
+    assert padding, "the batch must be short for this test"
+    for _, g in padding:
+        assert selection.prompts[g].advantages == (0.0,) * 4
+    # The all-negative kept group still has a signal against the pool mean 1/8, so it is trained on, not padding.
+    assert chosen[0] == (0, 0) and selection.prompts[0].advantages == pytest.approx((-0.125,) * 4)
+
+
+def test_no_signal_follows_the_baseline_rewards():
+    common = dict(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=1, downsample="random", seed=3)
+    mixed_pool_constant_group = [1.0] + [0.0] * 7  # seed 3 keeps four zeros, as above
+    constant_up_to_noise = [0.3, 0.3 + 1e-9] * 4  # non-binary, std far below the tolerance 1e-6
+    pools = [mixed_pool_constant_group, constant_up_to_noise, [1.0, 0.0] * 4]
+    pool_baseline = one_round(SamplerSettings(**common, baseline="pool"), pools)
+    group_baseline = one_round(SamplerSettings(**common, baseline="group"), pools)
+    assert [r.has_signal for r in pool_baseline.prompts] == [True, False, True]
+    assert [r.has_signal for r in group_baseline.prompts] == [False, False, True]
+    for selection in (pool_baseline, group_baseline):
+        for result in selection.prompts:
+            if not result.has_signal:
+                assert result.advantages == (0.0,) * 4  # exactly, not float noise
+        # the kept-group metric is unchanged: it describes the kept rewards, whatever the baseline
+        assert selection.metrics["zero_variance_share/kept"] == pytest.approx(2 / 3)
+        filler = BatchFiller(num_prompts=3)
+        filler.add(selection)
+        assert [r.has_signal for r in selection.prompts] == [(0, g) in filler.informative for g in range(3)]
+
+
+def test_weight_normalisation_uses_the_same_signal_as_the_baseline():
+    # Group baseline: the first prompt's kept group is all zeros, so it has no signal and stays out of the mean
+    # weight although its pool is mixed; the second prompt is then the only one with a signal and gets weight 1.
+    settings = SamplerSettings(
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=8,
+        max_rounds=1,
+        downsample="random",
+        baseline="group",
+        objective="log",
+        seed=3,
+    )
+    selection = one_round(settings, [[1.0] + [0.0] * 7, [1.0, 0.0] * 4])
+    assert [r.has_signal for r in selection.prompts] == [False, True]
+    assert selection.prompts[1].weight == pytest.approx(1.0)
+    assert selection.metrics["weight/mean"] == pytest.approx(1.0)
 
 
 def test_dapo_settings():

@@ -356,3 +356,59 @@ def test_prepare_cli_end_to_end_on_tiny_model(tmp_path, tiny_model_dir):
     assert rows[0]["prompt"].startswith(DEFAULT_SYSTEM_PROMPT + "\n") and rows[0]["prompt"].endswith(
         DEFAULT_INSTRUCTION
     )
+
+
+class NoSampling:
+    """A generator that fails the test when called: nothing may be sampled before the reward is checked."""
+
+    def __call__(self, prompts, num_samples):
+        raise AssertionError("completions were sampled before the reward/column pairing was checked")
+
+
+def test_prepare_reward_reading_a_missing_column_fails_before_sampling(prepare_data, tmp_path, tokenizer, monkeypatch):
+    import trl_ada.data
+
+    monkeypatch.setattr(trl_ada.data, "generator_from_args", NoSampling())
+    # exact_match reads 'answer'; this dataset's reference is in 'solution', written out as 'solution' only.
+    source = write_jsonl(
+        tmp_path / "in.jsonl", [{"problem": "1+1", "solution": "2"}, {"problem": "2+2", "solution": "4"}]
+    )
+    base = [
+        "--dataset_name", str(source), "--output", str(tmp_path / "out.jsonl"), "--prompt_format", "text",
+        "--model_name_or_path", "unused", "--pass_rate_band", "0", "1", "--band_ends", "[]",
+    ]  # fmt: skip
+    args = prepare_data.build_parser().parse_args([*base, "--reward", "exact_match"])
+    with pytest.raises(ValueError, match=r"reads column\(s\) \['answer'\].*--answer_column"):
+        prepare_data.prepare(args, generator=NoSampling(), tokenizer=tokenizer)
+    assert not (tmp_path / "out.jsonl").exists()
+
+    # A reward reading another dataset column needs it kept (conftest.length_or_none reads 'level').
+    levelled = write_jsonl(tmp_path / "levelled.jsonl", [{"problem": "1+1", "solution": "2", "level": 1}])
+    argv = [*base, "--dataset_name", str(levelled), "--reward", "conftest.length_or_none"]
+    with pytest.raises(ValueError, match=r"\['level'\].*--keep_columns"):
+        prepare_data.prepare(prepare_data.build_parser().parse_args(argv), generator=NoSampling(), tokenizer=tokenizer)
+
+
+def test_prepare_exact_match_end_to_end_on_the_shipped_tiny_model(prepare_data, tmp_path):
+    """exact_match reads 'answer': the output keeps the reference there, and sampling the warm-started tiny
+    arithmetic model scores real completions."""
+    from trl_ada.tasks.arithmetic import make_problems
+    from trl_ada.tiny import TINY_ARITH_ASSETS
+
+    problems = make_problems(6, seed=0, levels=[0])
+    source = write_jsonl(
+        tmp_path / "arith.jsonl", [{"problem": p["prompt"], "answer": str(p["answer"])} for p in problems]
+    )
+    output = tmp_path / "arith_out.jsonl"
+    argv = [
+        "--dataset_name", str(source), "--output", str(output), "--model_name_or_path", str(TINY_ARITH_ASSETS),
+        "--reward", "exact_match", "--prompt_format", "text", "--system_prompt", "", "--instruction", "",
+        "--num_samples", "4", "--max_new_tokens", "6", "--pass_rate_band", "0", "1", "--band_ends", "[]",
+    ]  # fmt: skip
+    assert prepare_data.main(argv) == 0
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    report = json.loads((tmp_path / "arith_out.report.json").read_text())
+    assert len(rows) == report["counts"]["output"] == len({p["prompt"] for p in problems})
+    assert all(row["answer"] == row["solution"] for row in rows)
+    assert sorted(row["answer"] for row in rows) == sorted(str(p["answer"]) for p in problems)
+    assert sum(row["num_correct"] for row in rows) > 0  # the shipped model solves most 1-digit sums

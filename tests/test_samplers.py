@@ -99,6 +99,20 @@ def test_balanced_downsample_counts(pool, positives, negatives):
     assert sum(1 - pool[i] for i in kept) == negatives
 
 
+@pytest.mark.parametrize("n", [3, 5, 7])
+@pytest.mark.parametrize(
+    ("pool_positives", "pool_negatives", "positives"),
+    [(8, 8, None), (1, 8, 1), (8, 1, None)],  # None: n // 2, or n - 1 when negatives run short
+)
+def test_balanced_downsample_odd_n(n, pool_positives, pool_negatives, positives):
+    pool = [1.0] * pool_positives + [0.0] * pool_negatives
+    kept = rules.downsample(pool, n, "balanced", 0.5, random.Random(n))
+    kept_positives = sum(pool[i] for i in kept)
+    if positives is None:
+        positives = n // 2 if pool_negatives >= n - n // 2 else n - pool_negatives
+    assert len(set(kept)) == n and kept_positives == positives  # the extra slot of an odd n is a negative's
+
+
 def test_balanced_downsample_uses_unscorable_last():
     pool = [NAN, 1.0, NAN, 0.0, 1.0]
     kept = rules.downsample(pool, 4, "balanced", 0.5, random.Random(0))
@@ -253,7 +267,7 @@ def test_sampler_state_round_trip():
     ("kwargs", "message"),
     [
         ({"sampler": "seq_magic"}, "sampler='seq_magic' is not supported"),
-        ({"num_generations": 5}, "needs an even num_generations"),
+        ({"sampler": "seq_balance", "est_mean_samples": 8}, "Remove est_mean_samples"),
         ({"num_generations": 8, "round_size": 2, "max_rounds": 3}, "round_size * max_rounds"),
         ({"positive_quota": 20, "negative_quota": 20}, "can never be reached"),
         ({"sampler": "seq_pos", "negative_quota": 2}, "Remove negative_quota"),
@@ -270,10 +284,12 @@ def test_invalid_settings_raise_with_the_fix(kwargs, message):
         SamplerSettings(**kwargs).validated()
 
 
-def test_quota_defaults():
-    assert SamplerSettings(sampler="seq_balance", num_generations=8).validated().positive_quota == 4
-    assert SamplerSettings(sampler="seq_balance", num_generations=8).validated().negative_quota == 4
-    assert SamplerSettings(sampler="seq_pos", num_generations=8).validated().positive_quota == 1
+@pytest.mark.parametrize(("n", "positives", "negatives"), [(2, 1, 1), (3, 1, 2), (5, 2, 3), (7, 3, 4), (8, 4, 4)])
+def test_quota_defaults(n, positives, negatives):
+    # Odd n: the extra slot is a negative's, exactly what a balanced group of n takes.
+    settings = SamplerSettings(sampler="seq_balance", num_generations=n).validated()
+    assert (settings.positive_quota, settings.negative_quota) == (positives, negatives)
+    assert SamplerSettings(sampler="seq_pos", num_generations=n).validated().positive_quota == 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -323,6 +339,37 @@ def test_simulate_seq_pos_matches_closed_form(p):
     assert result.mixed_share == pytest.approx(mixed, abs=4 * math.sqrt(mixed * (1 - mixed) / TRIALS) + 1e-3)
 
 
+@pytest.mark.parametrize("n", [3, 5, 7])
+@pytest.mark.parametrize("p", [0.1, 0.8])
+def test_simulate_seq_balance_odd_n_matches_closed_form(n, p):
+    trials = 5000
+    settings = SamplerSettings(sampler="seq_balance", num_generations=n, round_size=8, max_rounds=4)
+    positive_quota, negative_quota = n // 2, n - n // 2
+    (result,) = simulate(settings, [p], trials=trials, seed=n)
+    # not exited after t rounds of 8: fewer than n // 2 positives or fewer than n - n // 2 negatives among 8t draws
+    survival = [binom_cdf_tails(8 * t, p, positive_quota - 1, 8 * t - negative_quota + 1) for t in (1, 2, 3)]
+    mean_rounds, var_rounds = expected_rounds(survival)
+    assert result.mean_rounds == pytest.approx(mean_rounds, abs=4 * math.sqrt(var_rounds / trials) + 1e-9)
+    mixed = 1 - p**32 - (1 - p) ** 32
+    assert result.mixed_share == pytest.approx(mixed, abs=4 * math.sqrt(mixed * (1 - mixed) / trials) + 1e-3)
+
+
+@pytest.mark.parametrize("n", [3, 5, 7])
+def test_exited_pools_fill_an_odd_balanced_group_without_top_up(n):
+    settings = SamplerSettings(sampler="seq_balance", num_generations=n, round_size=4, max_rounds=6)
+    draws = random.Random(n)
+    pass_rates = [draws.random() for _ in range(200)]
+    selection = run_step(settings, [lambda d, p=p: float(draws.random() < p) for p in pass_rates])
+    exited = 0
+    for pool, result in zip(selection.pools, selection.prompts):
+        kept = [pool[i] for i in result.kept]
+        assert len(kept) == n
+        if sum(pool) >= n // 2 and len(pool) - sum(pool) >= n - n // 2:  # the exit rule held
+            exited += 1
+            assert sum(kept) == n // 2
+    assert exited > 100
+
+
 def test_simulate_uniform_mixed_share_is_grpo_signal():
     (result,) = simulate(SamplerSettings(sampler="uniform", num_generations=8), [0.1], trials=TRIALS, seed=2)
     mixed = 1 - 0.1**8 - 0.9**8  # the SPEC's arithmetic: 0.9^8 = 0.43 of groups all wrong
@@ -345,8 +392,45 @@ def test_cli_simulate_prints_one_json_object_per_pass_rate(capsys):
     assert rows[0]["mean_samples"] > rows[1]["mean_samples"]  # rare positives cost more rounds
 
 
-def test_cli_simulate_rejects_bad_knobs_with_the_fix(capsys):
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--num-generations", "8", "--round-size", "2", "--max-rounds", "2"], "Raise round_size or max_rounds"),
+        (["--sampler", "est", "--round-policy", "tracked"], "Use sampler='seq_pos' or 'seq_balance'"),
+        (["--round-policy", "predictive", "--round-confidence", "1.5"], "round_confidence must lie in (0, 1)"),
+        (["--sampler", "est", "--est-mean-samples", "6"], "est_mean_samples must be 4"),
+    ],
+)
+def test_cli_simulate_rejects_bad_knobs_with_the_fix(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
-        cli_main(["simulate", "--num-generations", "8", "--round-size", "2", "--max-rounds", "2"])
+        cli_main(["simulate", *argv])
     assert exit_info.value.code == 2
-    assert "Raise round_size or max_rounds" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
+
+
+def cli_rows(capsys, argv):
+    assert cli_main(["simulate", *argv]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.strip().splitlines()]
+
+
+def test_cli_simulate_tracked_round_policy_learns_over_steps(capsys):
+    common = ["--pass-rates", "0.05", "0.2", "0.5", "0.8", "0.95", "--trials", "100", "--steps", "5", "--seed", "1"]
+    fixed = cli_rows(capsys, common)
+    tracked = cli_rows(capsys, [*common, "--round-policy", "tracked", "--round-confidence", "0.7"])
+    # Seen 4 times before, a prompt's first request is sized from its tracked pass rate: most finish in one round,
+    # where fixed rounds of 8 need about 3.4 rounds at p = 0.05 or 0.95.
+    assert mean_of_rows(tracked, "mean_rounds") < 0.75 * mean_of_rows(fixed, "mean_rounds")
+
+
+def test_cli_simulate_est_downsample_budget(capsys):
+    rows = cli_rows(
+        capsys,
+        ["--sampler", "est", "--est-train-on", "downsample", "--est-mean-samples", "6", "--steps", "3"]
+        + ["--pass-rates", "0.05", "0.5", "0.95", "--trials", "50"],
+    )
+    assert mean_of_rows(rows, "mean_samples") == pytest.approx(6.0)  # N_total = round(150 * 6) over 150 prompts
+    assert rows[0]["mean_samples"] > 6.0 > rows[2]["mean_samples"]  # the hard prompts get more
+
+
+def mean_of_rows(rows, key):
+    return sum(row[key] for row in rows) / len(rows)

@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -228,3 +229,114 @@ def test_accelerate_launch_with_the_shipped_two_process_config(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-5000:]
     assert (out / "README.md").is_file() and (out / "model.safetensors").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Embedded run: checkpoints, resume, what reaches stdout
+# ---------------------------------------------------------------------------------------------------------------------
+
+EMBEDDED_FAST = [*FAST, "--heldout_size", "0", "--arithmetic_train_size", "200"]
+
+
+@pytest.fixture
+def restore_torch_threads():
+    """The embedded run sets torch to one thread for the whole process; give later tests their threads back."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def parse(argv):
+    return load_script().make_parser(argv).parse_args_and_config(argv)
+
+
+def test_save_steps_implies_saving_on_the_embedded_run(tmp_path):
+    _, training_args, _ = parse(["--save_steps", "3"])
+    assert training_args.save_strategy == "steps" and training_args.save_steps == 3
+    _, training_args, _ = parse(["--save_steps", "3", "--save_strategy", "no"])  # an explicit strategy wins
+    assert training_args.save_strategy == "no"
+    _, training_args, _ = parse([])
+    assert training_args.save_strategy == "no"  # the embedded default still saves nothing
+    config = tmp_path / "embedded.yaml"
+    config.write_text("save_steps: 4\nmax_steps: 8\n")
+    _, training_args, _ = parse(["--config", str(config)])
+    assert training_args.save_strategy == "steps" and training_args.save_steps == 4
+    assert training_args.num_generations == 4 and training_args.sampler == "seq_balance"  # embedded defaults
+
+
+def test_embedded_run_saves_checkpoints_and_resumes_from_the_latest(tmp_path, restore_torch_threads):
+    out = tmp_path / "embedded"
+    run_main([*EMBEDDED_FAST, "--save_steps", "1", "--output_dir", str(out)])
+    assert (out / "checkpoint-1").is_dir() and (out / "checkpoint-2").is_dir()
+
+    # Mark the latest checkpoint's state: a run that resumed from it carries the mark in its log history.
+    state_path = out / "checkpoint-2" / "trainer_state.json"
+    state = json.loads(state_path.read_text())
+    state["log_history"].append({"step": 2, "resumed_from": "checkpoint-2"})
+    state_path.write_text(json.dumps(state))
+
+    argv = [*EMBEDDED_FAST, "--output_dir", str(out), "--max_steps", "3", "--resume_from_checkpoint", "true"]
+    trainer = run_main(argv)
+    assert trainer.state.global_step == 3
+    assert {"step": 2, "resumed_from": "checkpoint-2"} in trainer.state.log_history
+
+
+@pytest.mark.parametrize("value", ["true", "True", "1"])
+def test_resume_without_a_checkpoint_fails_before_the_model_loads(tmp_path, monkeypatch, value):
+    script = load_script()
+
+    def no_model_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the checkpoint was checked")
+
+    monkeypatch.setattr(script, "load_model_and_data", no_model_loading)
+    out = tmp_path / "no-checkpoints"
+    out.mkdir()
+    argv = [*EMBEDDED_FAST, "--output_dir", str(out), "--resume_from_checkpoint", value]
+    with pytest.raises(ValueError, match=rf"latest complete checkpoint-N directory in output_dir='{out}'"):
+        script.main(*script.make_parser(argv).parse_args_and_config(argv))
+    argv = [*EMBEDDED_FAST, "--output_dir", str(out), "--resume_from_checkpoint", str(tmp_path / "checkpoint-9")]
+    with pytest.raises(ValueError, match="checkpoint-9' is not a directory"):
+        script.main(*script.make_parser(argv).parse_args_and_config(argv))
+
+
+def test_resume_value_is_passed_on(tmp_path):
+    script = load_script()
+    (tmp_path / "checkpoint-5").mkdir()
+    assert script.resolve_resume_from_checkpoint(str(tmp_path / "checkpoint-5"), "unused") == str(
+        tmp_path / "checkpoint-5"
+    )
+    with pytest.raises(ValueError, match="there is none"):  # a save cut short is no checkpoint to resume from
+        script.resolve_resume_from_checkpoint("true", str(tmp_path))
+    (tmp_path / "checkpoint-5" / "trainer_state.json").write_text("{}")
+    assert script.resolve_resume_from_checkpoint("true", str(tmp_path)) is True  # the trainer picks the latest
+    assert script.resolve_resume_from_checkpoint(None, str(tmp_path)) is None
+    assert script.resolve_resume_from_checkpoint("false", str(tmp_path)) is None
+
+
+@pytest.mark.parametrize("disable_tqdm", ["false", "true"], ids=["progress-bar", "no-bar"])
+def test_embedded_run_keeps_metric_dicts_off_stdout_and_logs_a_summary(
+    tmp_path, capfd, caplog, restore_torch_threads, disable_tqdm
+):
+    caplog.set_level(logging.DEBUG, logger="train_ada")
+    out = tmp_path / "quiet"
+    argv = [*FAST, "--heldout_size", "8", "--arithmetic_train_size", "200", "--output_dir", str(out)]
+    trainer = run_main([*argv, "--disable_tqdm", disable_tqdm])
+    captured = capfd.readouterr()
+    assert "'loss'" not in captured.out
+    assert not [line for line in captured.out.splitlines() if line.lstrip().startswith("{'")]
+    if disable_tqdm == "false":
+        assert "2/2" in captured.err  # the progress bar stays
+    assert len([e for e in trainer.state.log_history if "loss" in e]) == 2  # the metrics are still logged
+    assert json.loads((out / "metrics.json").read_text())
+
+    messages = [r.getMessage() for r in caplog.records if r.name == "train_ada"]
+    assert any("'loss'" in message for message in messages)  # each metrics dict went to logging at DEBUG
+    summary = "\n".join(messages)
+    mean_samples = sum(e["ada/samples_per_prompt/mean"] for e in trainer.state.log_history if "loss" in e) / 2
+    assert "held-out pass rate (8 problems, temperature 1)" in summary
+    assert f"completions drawn per prompt: {mean_samples:.1f} on average" in summary
+    assert "of the first 4 draws (what GRPO would train on)" in summary and "of the kept update groups" in summary
+    assert "training wall time:" in summary
+    assert f"model card: {out / 'README.md'}" in summary

@@ -196,7 +196,6 @@ def test_plain_grpo_config_is_upgraded_without_losing_values(tmp_path, tokenizer
             {"num_generations": 6, "per_device_train_batch_size": 6, "round_size": 2, "max_rounds": 2},
             "Raise round_size or max_rounds",
         ),
-        ({"num_generations": 3, "per_device_train_batch_size": 6}, "needs an even num_generations"),
         ({"positive_quota": 30, "negative_quota": 30}, "can never be reached"),
         ({"multi_objective_aggregation": "normalize_then_sum"}, "sum_then_normalize"),
         ({"sampler": "seq_pos", "negative_quota": 2}, "Remove negative_quota"),

@@ -11,7 +11,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from .plots import training_entries
+from .plots import logged_series, training_entries
 from .samplers import SamplerSettings
 
 TEMPLATE = "reinforce_ada_model_card.md"
@@ -36,7 +36,7 @@ def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
         names += ["round_policy"] + (["round_confidence"] if settings.round_policy != "fixed" else [])
     if settings.sampler == "est":
         names += ["est_sample_power", "est_min_samples", "est_max_samples", "est_decay", "est_prior_alpha"]
-        names += ["est_prior_beta", "est_train_on"]
+        names += ["est_prior_beta", "est_train_on", "est_mean_samples"]
     if settings.objective != "linear" or settings.sampler == "est":
         names += ["max_weight", "normalize_weights"]
     if settings.refills:
@@ -45,22 +45,26 @@ def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
 
 
 def _mean(values: Sequence[float]) -> float:
-    finite = [v for v in values if not math.isnan(v)]
-    return sum(finite) / len(finite) if finite else math.nan
+    return sum(values) / len(values) if values else math.nan
 
 
 def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
     if isinstance(value, float):
         return "n/a" if math.isnan(value) else f"{value:.4g}"
     return str(value)
 
 
 def run_statistics(log_history: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Averages of the Reinforce-Ada metrics over the logged training steps, formatted for the card."""
+    """Averages of the Reinforce-Ada metrics over the logged training steps, formatted for the card.
+
+    Steps that logged `None` or NaN for a metric are left out of its average (see [`trl_ada.plots.logged_number`]).
+    """
     entries = training_entries(log_history)
 
     def series(key: str) -> list[float]:
-        return [e[key] for e in entries if key in e]
+        return [value for _, value in logged_series(entries, key)]
 
     return {
         "ada_steps": str(entries[-1]["step"] if entries else 0),
@@ -74,13 +78,37 @@ def run_statistics(log_history: Sequence[dict[str, Any]]) -> dict[str, str]:
 
 
 def final_metrics(log_history: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    """The last training step's headline metrics, then every evaluation metric of the last evaluation."""
+    """The last training step's headline metrics, then every evaluation metric of the last evaluation (`None` and NaN
+    shown as `n/a`)."""
     entries = training_entries(log_history)
     rows = [(key, _fmt(entries[-1][key])) for key in _FINAL_METRICS if entries and key in entries[-1]]
     evaluations = [e for e in log_history if any(k.startswith("eval_") for k in e)]
     if evaluations:
         rows += [(k, _fmt(v)) for k, v in evaluations[-1].items() if k.startswith("eval_")]
     return rows
+
+
+def describe_base_model(card_data: ModelCardData, base_model_name_or_path: str | None) -> dict[str, str | None]:
+    """How the card names the model the run started from, as the template's `base_model*` variables.
+
+    `base_model` is a Hub id (linked, and TRL's metadata); `base_model_shipped` names trl-ada's shipped tiny model
+    (the embedded run); `base_model_path` is any other local directory. TRL only records Hub ids in the metadata
+    (the Hub rejects a path there), so a local start is named in the text only.
+    """
+    name = base_model_name_or_path or card_data.base_model
+    described: dict[str, str | None] = {"base_model": None, "base_model_shipped": None, "base_model_path": None}
+    if not name:
+        return described
+    if not Path(name).is_dir():
+        described["base_model"] = name
+        return described
+    from .tiny import TINY_ARITH_ASSETS, TINY_ARITH_VERSION
+
+    if Path(name).resolve() == TINY_ARITH_ASSETS.resolve():
+        described["base_model_shipped"] = TINY_ARITH_VERSION
+    else:
+        described["base_model_path"] = Path(name).resolve().as_posix()
+    return described
 
 
 def render_model_card(
@@ -95,15 +123,24 @@ def render_model_card(
     paper: dict[str, str],
     example_prompt: str = "What is 12+35?",
     example_max_new_tokens: int = 64,
+    base_model_name_or_path: str | None = None,
 ) -> ModelCard:
-    """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, keeping the metadata TRL computed."""
+    """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, keeping the metadata TRL computed.
+
+    Args:
+        base_model_name_or_path: What the run's model was loaded from (`model.config._name_or_path`: a Hub id or a
+            local directory). Default: the Hub id TRL put in `card_data.base_model`, if any.
+        hub_model_id: The Hub repository the model is pushed to; the quick start then shows it next to `output_dir`.
+        output_dir: Where the model and this card are written; the quick start loads it from there.
+    """
     template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
     return ModelCard.from_template(
         card_data,
         template_path=str(template),
         model_name=model_name or card_data.model_name,
-        base_model=card_data.base_model,
-        hub_model_id=hub_model_id or model_name or "path/to/model",
+        **describe_base_model(card_data, base_model_name_or_path),
+        hub_model_id=hub_model_id,
+        local_model_path=Path(output_dir).resolve().as_posix(),
         dataset_name=card_data.datasets[0] if isinstance(card_data.datasets, list) else card_data.datasets,
         trainer_name="Reinforce-Ada (trl-ada's AdaGRPOTrainer)",
         trainer_citation=paper.get("citation"),

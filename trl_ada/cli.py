@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from .samplers import SAMPLER_NAMES, SamplerSettings, simulate
+from .samplers.settings import DOWNSAMPLES, EST_TRAIN_ON, ROUND_POLICIES
 
 
 def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
@@ -19,7 +20,8 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
             "Prints one JSON object per pass rate: pass_rate, mean_samples (completions drawn per prompt), "
             "mean_rounds (rounds a prompt took part in), mixed_share (share of prompts whose kept group holds "
             "both outcomes), max_samples and trials. All pass rates form one population (est shares its budget "
-            "across it); --steps repeats the batch over the same prompts and reports the last one."
+            "across it); --steps repeats the batch over the same prompts and reports the last one, so est's tracker "
+            "and --round-policy tracked learn the pass rates."
         ),
     )
     parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="seq_balance")
@@ -31,17 +33,37 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-rounds", type=int, default=4)
     parser.add_argument("--positive-quota", type=int, default=None)
     parser.add_argument("--negative-quota", type=int, default=None)
-    parser.add_argument("--downsample", choices=["balanced", "random"], default="balanced")
+    parser.add_argument("--downsample", choices=DOWNSAMPLES, default="balanced")
     parser.add_argument(
         "--steps",
         type=int,
         default=1,
-        help="Generation batches over the same prompts; the last is reported (est's tracker learns across steps).",
+        help="Generation batches over the same prompts; the last is reported (est's tracker and the tracked round "
+        "policy learn across steps).",
+    )
+    parser.add_argument(
+        "--round-policy",
+        choices=ROUND_POLICIES,
+        default="fixed",
+        help="Request size per round of seq_*: fixed round_size, or predictive/tracked from a Beta posterior.",
+    )
+    parser.add_argument(
+        "--round-confidence",
+        type=float,
+        default=0.7,
+        help="Target probability of finishing a prompt in its next round (predictive and tracked policies).",
     )
     parser.add_argument("--est-sample-power", type=float, default=0.5)
     parser.add_argument("--est-decay", type=float, default=0.9)
     parser.add_argument("--est-min-samples", type=int, default=None)
     parser.add_argument("--est-max-samples", type=int, default=None)
+    parser.add_argument(
+        "--est-mean-samples",
+        type=float,
+        default=None,
+        help="est: completions drawn per prompt on average. Default: n with --est-train-on all, 2n with downsample.",
+    )
+    parser.add_argument("--est-train-on", choices=EST_TRAIN_ON, default="all")
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
@@ -58,6 +80,10 @@ def _run_simulate(args: argparse.Namespace) -> int:
         est_decay=args.est_decay,
         est_min_samples=args.est_min_samples,
         est_max_samples=args.est_max_samples,
+        est_mean_samples=args.est_mean_samples,
+        est_train_on=args.est_train_on,
+        round_policy=args.round_policy,
+        round_confidence=args.round_confidence,
     )
     for result in simulate(settings, args.pass_rates, trials=args.trials, seed=args.seed, steps=args.steps):
         print(json.dumps(result.to_dict()))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from dataclasses import MISSING, dataclass, field, fields
 
 from trl import GRPOConfig
 
 from .samplers import SAMPLER_NAMES, SamplerSettings
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,7 +41,10 @@ class AdaGRPOConfig(GRPOConfig):
             Positives a prompt needs before it retires. `None` means 1 for `"seq_pos"` and `num_generations // 2` for
             `"seq_balance"`.
         negative_quota (`int` or `None`, *optional*, defaults to `None`):
-            Negatives a prompt needs before it retires (`"seq_balance"` only). `None` means `num_generations // 2`.
+            Negatives a prompt needs before it retires (`"seq_balance"` only). `None` means
+            `num_generations - num_generations // 2`: with an odd `num_generations` the extra slot is a negative's,
+            so the quotas equal exactly what a balanced update group takes (and positives, the scarce side on hard
+            prompts, are the smaller half).
         positive_threshold (`float`, *optional*, defaults to `0.5`):
             A completion is positive when its (weighted, summed) reward is strictly greater than this value. The
             paper's authors used 0.7 on 0/1 rewards; any value in (0, 1) is equivalent for binary rewards.
@@ -60,9 +67,12 @@ class AdaGRPOConfig(GRPOConfig):
             harder. A no-op for `"linear"`.
         downsample (`str`, *optional*, defaults to `"balanced"`):
             How a pool is cut to `num_generations`. `"balanced"`: up to `num_generations // 2` positives, the rest
-            negatives, topping up from the other side when one side is short. `"random"`: uniformly at random.
+            (`num_generations - num_generations // 2` when there are enough) negatives, topping up from the other
+            side when one side is short; any `num_generations` works. `"random"`: uniformly at random.
         zero_variance_tolerance (`float`, *optional*, defaults to `1e-6`):
-            A group whose reward standard deviation is at most this value counts as zero-variance (no signal). Float
+            Rewards whose standard deviation is at most this value count as constant. A prompt has no signal (zero
+            advantages, excluded from weight normalisation, dropped by DAPO's filling) when the rewards its baseline
+            comes from are constant: the whole pool with `baseline="pool"`, the kept group with `"group"`. Float
             noise can leave a tiny non-zero std in a constant group, so an exact comparison would miss it.
 
         round_policy (`str`, *optional*, defaults to `"fixed"`):
@@ -93,17 +103,24 @@ class AdaGRPOConfig(GRPOConfig):
             `"downsample"`.
         est_max_samples (`int` or `None`, *optional*, defaults to `None`):
             Upper clip of a prompt's budget. `None`: `4 * num_generations`.
+        est_mean_samples (`float` or `None`, *optional*, defaults to `None`):
+            Completions drawn per prompt on average: the step's total budget is the paper's
+            `N_total = round(B * est_mean_samples)` for `B` prompts. Must lie in `[est_min_samples,
+            est_max_samples]`. `None`: `num_generations` with `est_train_on="all"` (the only value it allows, since
+            every completion enters TRL's batch of `B * num_generations` rows), `2 * num_generations` with
+            `"downsample"`.
         est_epsilon (`float`, *optional*, defaults to `0.01`):
             `ε` in the residual weight, which keeps it finite when a pool has no positive.
         est_train_on (`str`, *optional*, defaults to `"all"`):
             `"all"`: train on every completion (group sizes vary, the total stays `B * num_generations`; what the
-            paper's Est did, which is why it costs like GRPO-n8 in the backward pass). `"downsample"`: cut each
-            pool to `num_generations` like `seq_*`.
+            paper's Est did, which is why it costs like GRPO-n8 in the backward pass). `"downsample"`: draw
+            `est_mean_samples` per prompt on average, then cut each pool to `num_generations` like `seq_*`.
 
         > Parameters of DAPO's batch filling
 
         dapo_refill (`bool` or `None`, *optional*, defaults to `None`):
-            Drop prompts whose kept group has zero reward variance and refill the batch from further prompts.
+            Drop prompts without a signal (see `zero_variance_tolerance`; with `sampler="dapo"` the pool is the
+            kept group, so this is DAPO's zero-variance filter) and refill the batch from further prompts.
             `None`: on for `sampler="dapo"`, off otherwise. `True` with `seq_pos`/`seq_balance` stacks DAPO's
             filling on adaptive sampling (the paper notes the two combine).
         dapo_max_refills (`int`, *optional*, defaults to `10`):
@@ -134,7 +151,10 @@ class AdaGRPOConfig(GRPOConfig):
     )
     negative_quota: int | None = field(
         default=None,
-        metadata={"help": "Negatives a prompt needs before it retires (seq_balance). None: num_generations // 2."},
+        metadata={
+            "help": "Negatives a prompt needs before it retires (seq_balance). None: num_generations - "
+            "num_generations // 2 (the extra slot of an odd num_generations is a negative's)."
+        },
     )
     positive_threshold: float = field(
         default=0.5,
@@ -166,7 +186,10 @@ class AdaGRPOConfig(GRPOConfig):
     )
     zero_variance_tolerance: float = field(
         default=1e-6,
-        metadata={"help": "Reward std at or below which a group counts as zero-variance."},
+        metadata={
+            "help": "Reward std at or below which rewards count as constant; a prompt whose baseline rewards (pool "
+            "or kept group) are constant has no signal."
+        },
     )
     round_policy: str = field(
         default="fixed",
@@ -188,14 +211,27 @@ class AdaGRPOConfig(GRPOConfig):
     est_max_samples: int | None = field(
         default=None, metadata={"help": "Upper clip of a prompt's budget. None: 4 * num_generations."}
     )
+    est_mean_samples: float | None = field(
+        default=None,
+        metadata={
+            "help": "Completions drawn per prompt on average (total budget N_total = round(B * est_mean_samples)). "
+            "None: num_generations with est_train_on='all', 2 * num_generations with 'downsample'."
+        },
+    )
     est_epsilon: float = field(default=0.01, metadata={"help": "Epsilon in the residual weight (p̂ + eps)^-(1-s)."})
     est_train_on: str = field(
         default="all",
-        metadata={"help": "Train on all completions or a balanced downsample to n.", "choices": ["all", "downsample"]},
+        metadata={
+            "help": "Train on all completions, or draw est_mean_samples per prompt and downsample to n.",
+            "choices": ["all", "downsample"],
+        },
     )
     dapo_refill: bool | None = field(
         default=None,
-        metadata={"help": "Drop zero-variance groups and refill the batch. None: on for sampler='dapo' only."},
+        metadata={
+            "help": "Drop prompts without a signal (constant baseline rewards) and refill the batch. None: on for "
+            "sampler='dapo' only."
+        },
     )
     dapo_max_refills: int = field(default=10, metadata={"help": "Extra generation batches drawn at most per step."})
     dapo_on_exhausted: str = field(
@@ -212,12 +248,31 @@ class AdaGRPOConfig(GRPOConfig):
 
     @classmethod
     def from_grpo_config(cls, args: GRPOConfig) -> AdaGRPOConfig:
-        """An `AdaGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults."""
+        """
+        An `AdaGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults.
+
+        Never rejects a config that `GRPOTrainer` accepts: the Ada knobs `args` leaves unset are adapted to the
+        values it did set. `round_size` grows to `ceil(num_generations / max_rounds)` when the default cap
+        `round_size * max_rounds` is below `num_generations`, and a `multi_objective_aggregation` other than
+        `"sum_then_normalize"` falls back to `sampler="uniform"` (plain GRPO) with a warning.
+        """
         upgraded = cls.__new__(cls)
         upgraded.__dict__.update(args.__dict__)
-        for f in fields(cls):
-            if f.name not in args.__dict__:
-                setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+        unset = [f for f in fields(cls) if f.name not in args.__dict__]
+        for f in unset:
+            setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+        unset_names = {f.name for f in unset}
+        if "round_size" in unset_names:
+            needed = math.ceil(upgraded.num_generations / upgraded.max_rounds)
+            upgraded.round_size = max(upgraded.round_size, needed)
+        if "sampler" in unset_names and upgraded.multi_objective_aggregation != "sum_then_normalize":
+            logger.warning(
+                "multi_objective_aggregation=%r normalises each reward function inside the group, and a pool "
+                "baseline has no such per-function normalisation; training with sampler='uniform' (plain GRPO). "
+                "Use multi_objective_aggregation='sum_then_normalize' for adaptive sampling.",
+                upgraded.multi_objective_aggregation,
+            )
+            upgraded.sampler = "uniform"
         upgraded._validate_adaptive_sampling()
         return upgraded
 
@@ -234,6 +289,7 @@ class AdaGRPOConfig(GRPOConfig):
         self.negative_quota = settings.negative_quota
         self.est_min_samples = settings.est_min_samples
         self.est_max_samples = settings.est_max_samples
+        self.est_mean_samples = settings.est_mean_samples
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
@@ -260,6 +316,7 @@ class AdaGRPOConfig(GRPOConfig):
             est_sample_power=self.est_sample_power,
             est_min_samples=self.est_min_samples,
             est_max_samples=self.est_max_samples,
+            est_mean_samples=self.est_mean_samples,
             est_epsilon=self.est_epsilon,
             est_train_on=self.est_train_on,
             dapo_refill=self.dapo_refill,

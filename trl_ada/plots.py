@@ -6,6 +6,7 @@ import csv
 import json
 import logging
 import math
+import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,28 @@ def training_entries(log_history: Sequence[dict[str, Any]]) -> list[dict[str, An
     return [entry for entry in log_history if "loss" in entry and "step" in entry]
 
 
+def logged_number(entry: dict[str, Any], key: str) -> float | None:
+    """The number logged under `key` in one `log_history` entry, or `None` when there is none to show.
+
+    A metric can be missing, `None` or NaN (e.g. at a step where every reward abstained), or infinite; every reader
+    of `log_history` (plots, card, run summary) skips these the same way rather than crash or average them in.
+    """
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def logged_series(entries: Sequence[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    """`(step, value)` of every entry that logged a number under `key` (see [`logged_number`])."""
+    points = []
+    for entry in entries:
+        value = logged_number(entry, key)
+        if value is not None:
+            points.append((entry["step"], value))
+    return points
+
+
 def write_metrics(log_history: Sequence[dict[str, Any]], output_dir: str | Path) -> list[Path]:
     """Write the logged metrics as `metrics.json` (all entries) and `metrics.csv` (one row per training step)."""
     output_dir = Path(output_dir)
@@ -74,7 +97,7 @@ def write_training_plots(log_history: Sequence[dict[str, Any]], output_dir: str 
     for stem, title, ylabel, series in PLOT_SPECS:
         lines = []
         for key, label in series:
-            points = [(e["step"], e[key]) for e in entries if key in e and not math.isnan(e[key])]
+            points = logged_series(entries, key)
             if points:
                 lines.append((label, points))
         if not lines:

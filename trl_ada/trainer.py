@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
+import inspect
 import json
 import logging
 import math
@@ -17,19 +19,19 @@ import torch
 from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
 from huggingface_hub import ModelCard
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.grpo_trainer import RepeatSampler
 from trl.trainer.utils import get_config_model_id
 
 from .card import render_model_card
+from .checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
 from .config import AdaGRPOConfig
 from .plots import write_metrics, write_training_plots
-from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler
+from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
 
 logger = logging.getLogger(__name__)
 
-SAMPLER_STATE_NAME = "ada_sampler_state.json"
+_GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
 
 _REJECTED_FEATURES = {
     "tools": "tool calling",
@@ -55,6 +57,8 @@ class _PoolRow:
     logprobs: list[float] | None
     rewards_per_func: torch.Tensor
     extra_logs: dict[str, Any]
+    truncated: bool = False
+    """Hit `max_completion_length` (no EOS); the sampler's `masked` flag when `mask_truncated_completions` is on."""
 
 
 class AdaGRPOTrainer(GRPOTrainer):
@@ -94,43 +98,75 @@ class AdaGRPOTrainer(GRPOTrainer):
             }"""),
     }
 
+    # Per-generation-batch state handed between the overridden methods. Class-level defaults, so the overrides also
+    # work on a trainer built without `__init__` (as TRL's own rollout-dispatch tests build one).
+    _ada_kept_rows: list[_PoolRow] | None = None
+    _ada_kept_rewards: torch.Tensor | None = None
+    _ada_advantages: torch.Tensor | None = None
+    _ada_round_block: int | None = None
+    _ada_state_before_block: dict[str, Any] | None = None
+    _ada_warned: frozenset[str] = frozenset()
+
     def __init__(
         self,
         model,
         reward_funcs=None,
         args: AdaGRPOConfig | GRPOConfig | None = None,
+        *positional: Any,
         pass_rate_estimator: PassRateEstimator | None = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
+        # Same signature as GRPOTrainer (positional arguments included); our own parameters are keyword-only.
+        try:
+            named = _GRPO_INIT_SIGNATURE.bind(self, model, reward_funcs, args, *positional, **kwargs).arguments
+        except TypeError as error:
+            raise TypeError(
+                f"AdaGRPOTrainer takes GRPOTrainer's arguments plus pass_rate_estimator=: {error}"
+            ) from None
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
         elif not isinstance(args, AdaGRPOConfig):
             args = _upgrade_config(args)
         for name, feature in _REJECTED_FEATURES.items():
-            if kwargs.get(name) is not None:
+            if named.get(name) is not None:
                 raise ValueError(
                     f"AdaGRPOTrainer does not support {feature} yet: the sampling rounds regenerate completions per "
                     f"prompt, which {name} does not allow. Remove `{name}`, or train with trl.GRPOTrainer."
                 )
+        train_dataset = named.get("train_dataset")
+        _check_prompt_column(train_dataset)
         settings = args.sampler_settings()
-        if settings.refills and isinstance(kwargs.get("train_dataset"), IterableDataset):
+        if settings.refills and isinstance(train_dataset, IterableDataset):
             raise ValueError(
                 "DAPO refilling draws extra prompts by index, which an IterableDataset does not allow. Pass a "
                 "map-style datasets.Dataset, or use sampler='seq_balance'."
             )
+        reward_funcs = _resolve_reward_names(reward_funcs)
         self.ada_sampler = build_sampler(settings, pass_rate_estimator)
-        super().__init__(model, reward_funcs, args=args, **kwargs)
+        super().__init__(model, reward_funcs, args, *positional, **kwargs)
         if self._is_vlm:
             raise ValueError(
                 "AdaGRPOTrainer does not support vision-language models yet. Train with trl.GRPOTrainer instead."
             )
-        self._ada_kept_rows: list[_PoolRow] | None = None
-        self._ada_kept_rewards: torch.Tensor | None = None
-        self._ada_advantages: torch.Tensor | None = None
-        self._ada_round_block: int | None = None
         self._refill_state = {"epoch": 0, "position": 0}
         self._refill_indices: list[int] | None = None
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
+        """
+        [`~transformers.Trainer.train`], except that `resume_from_checkpoint=True` picks the newest *complete*
+        checkpoint in `output_dir` (one whose save was interrupted is skipped) and fails before any step when there is
+        none.
+        """
+        if resume_from_checkpoint is True:
+            checkpoint = latest_complete_checkpoint(self.args.output_dir)
+            if checkpoint is None:
+                raise ValueError(
+                    f"resume_from_checkpoint=True, but {self.args.output_dir!r} holds no complete checkpoint-N "
+                    "directory. Pass a checkpoint path, or start without resume_from_checkpoint."
+                )
+            resume_from_checkpoint = checkpoint
+        return super().train(resume_from_checkpoint, *args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------------------
     # Overrides (each calls its parent)
@@ -139,15 +175,19 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)  # evaluation stays plain GRPO
-        # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
-        # line up with the completions even when the kept prompts differ from `inputs` (DAPO refills, est groups).
-        kept_inputs = self._sample(inputs)
+        if self._blocks_span_steps:
+            # TRL regenerates a generation block on resume; a checkpoint inside one saves the state from here.
+            self._ada_state_before_block = copy.deepcopy(self._sampler_training_state())
         try:
+            # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
+            # line up with the completions even when the kept prompts differ from `inputs` (DAPO refills, est).
+            kept_inputs = self._sample(inputs)
             output = super()._generate_and_score_completions(kept_inputs)
+            advantages = self._ada_advantages
         finally:
-            self._ada_kept_rows = None
-        if self._ada_advantages is not None:
-            advantages, self._ada_advantages = self._ada_advantages, None
+            # Whatever happened, nothing of this batch may leak into the next one.
+            self._ada_kept_rows = self._ada_kept_rewards = self._ada_advantages = None
+        if advantages is not None:
             local = len(inputs)
             start = self.accelerator.process_index * local
             output["advantages"] = advantages[start : start + local].to(output["advantages"])
@@ -159,9 +199,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         return output
 
     def _generate(self, prompts: list):
-        if self._ada_kept_rows is None:
+        rows = self._ada_kept_rows
+        if rows is None:
             return super()._generate(prompts)
-        rows, self._ada_kept_rows = self._ada_kept_rows, None
+        self._ada_kept_rows = None
         for row in rows:
             for column, value in row.extra_logs.items():
                 self._pending_extra_logs[column].append(value)
@@ -180,9 +221,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         )
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
-        if self._ada_kept_rewards is not None:
+        rewards = self._ada_kept_rewards
+        if rewards is not None:
             # Rewards of the kept completions were computed during the rounds; never score a completion twice.
-            rewards, self._ada_kept_rewards = self._ada_kept_rewards, None
+            self._ada_kept_rewards = None
             return rewards
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
@@ -216,21 +258,35 @@ class AdaGRPOTrainer(GRPOTrainer):
             output_dir=output_dir,
             model_name=model_name,
             hub_model_id=self.hub_model_id,
+            base_model_name_or_path=get_config_model_id(self.accelerator.unwrap_model(self.model).config),
             paper=self._paper,
             **({"example_prompt": example} if isinstance(example, str) else {}),
             example_max_new_tokens=self.args.max_completion_length or 64,
         )
         card.save(output_dir / "README.md")
 
-    def _save_checkpoint(self, model, trial) -> None:
-        super()._save_checkpoint(model, trial)
-        # The sampler's generator, the est tracker and the refill position are training state, like TRL's RNG.
-        if self.args.should_save:
-            checkpoint_dir = os.path.join(
-                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        # The sampler's generator, trackers and refill position are training state, like TRL's RNG. Written here, inside
+        # the checkpoint and before `trainer_state.json` and the hub push (`_save_checkpoint` pushes at its end).
+        if not self.args.should_save:
+            return
+        state = self._sampler_training_state()
+        if self._blocks_span_steps and self._step % self._generate_every != 0:
+            # Inside a generation block: TRL regenerates the whole block on resume, so save the state from before the
+            # block; the resumed run then draws that batch again instead of counting it twice.
+            state = self._ada_state_before_block or state
+            self._warn_once(
+                "checkpoint_in_block",
+                "Checkpoint at step %d falls inside a generation block (steps_per_generation x num_iterations = %d "
+                "micro-steps). TRL regenerates that block on resume, so a resumed run re-samples it (the sampler state "
+                "saved is the one from before the block) and does not repeat the uninterrupted run exactly. Choose "
+                "save_steps so checkpoints fall on block boundaries for exact resumes.",
+                self.state.global_step,
+                self._generate_every,
             )
-            with open(os.path.join(checkpoint_dir, SAMPLER_STATE_NAME), "w") as f:
-                json.dump({"sampler": self.ada_sampler.state_dict(), "refill": self._refill_state}, f)
+        with open(os.path.join(output_dir, SAMPLER_STATE_NAME), "w") as f:
+            json.dump(state, f)
 
     def _load_optimizer_and_scheduler(self, checkpoint) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
@@ -243,12 +299,30 @@ class AdaGRPOTrainer(GRPOTrainer):
         with open(path) as f:
             state = json.load(f)
         self.ada_sampler.load_state_dict(state["sampler"])
-        self._refill_state = state["refill"]
+        self._refill_state = dict(state["refill"])
         self._refill_indices = None
 
     # ------------------------------------------------------------------------------------------------------------
     # Sampling
     # ------------------------------------------------------------------------------------------------------------
+
+    @property
+    def _generate_every(self) -> int:
+        """Micro-steps between two generations (TRL's `_prepare_inputs` regenerates on this period)."""
+        return self.args.steps_per_generation * self.num_iterations
+
+    @property
+    def _blocks_span_steps(self) -> bool:
+        """Whether one generation block feeds several optimizer steps, so a checkpoint can fall inside one."""
+        return self.args.gradient_accumulation_steps % self._generate_every != 0
+
+    def _sampler_training_state(self) -> dict[str, Any]:
+        return {"sampler": self.ada_sampler.state_dict(), "refill": dict(self._refill_state)}
+
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._ada_warned:
+            self._ada_warned = self._ada_warned | {key}
+            logger.warning(message, *args)
 
     def _sample(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run the rounds (and DAPO refills); cache the kept rows; return this process's kept dataset rows."""
@@ -259,11 +333,16 @@ class AdaGRPOTrainer(GRPOTrainer):
         batches = [self._sample_batch(self._group_rows(gather_object(inputs)))]
         chosen = [(0, g) for g in range(len(batches[0].group_inputs))]
         if settings.refills:
-            filler = BatchFiller(len(chosen), settings.zero_variance_tolerance)
+            filler = BatchFiller(len(chosen))
             filler.add(batches[0].selection)
+            in_step = {_prompt_key(row) for row in batches[0].group_inputs}
             while not filler.is_full and len(batches) <= settings.dapo_max_refills:
                 # Every process draws the same global refill batch, so no gather is needed.
-                batches.append(self._sample_batch(self._group_rows(self._next_refill_rows())))
+                refill = self._next_refill_prompts(len(chosen), exclude=in_step)
+                if not refill:
+                    break  # every prompt of the dataset is already in this step
+                in_step.update(_prompt_key(row) for row in refill)
+                batches.append(self._sample_batch(refill))
                 filler.add(batches[-1].selection)
             chosen = filler.take(keep_partial=settings.dapo_on_exhausted == "keep_partial")
             for name, value in filler.metrics().items():
@@ -306,36 +385,57 @@ class AdaGRPOTrainer(GRPOTrainer):
         step = self.ada_sampler.begin(len(group_inputs), keys)
         pools: list[list[_PoolRow]] = [[] for _ in group_inputs]
         while requests := step.requests():
-            rows, rewards = self._run_round(requests, group_prompts, group_inputs)
+            rows, rewards = self._run_round(requests, group_prompts, group_inputs, round_index=step.rounds + 1)
             order = [g for g, count in requests for _ in range(count)]
             for g, row in zip(order, rows, strict=True):
                 pools[g].append(row)
-            step.observe(requests, rewards)
+            # TRL masks truncated completions out of the loss: they must not satisfy an exit rule or take kept slots.
+            masked = [row.truncated for row in rows] if self.mask_truncated_completions else None
+            step.observe(requests, rewards, masked)
         selection = step.finish()
         self._log_selection(selection)
         return _SampledBatch(group_inputs, pools, selection)
 
-    def _next_refill_rows(self) -> list[dict[str, Any]]:
-        """The next global generation batch for DAPO refills, from a seeded order disjoint from the main loader's."""
-        n, size = self.num_generations, self.args.generation_batch_size
-        state = self._refill_state
-        if self._refill_indices is None or state["position"] + size > len(self._refill_indices):
-            if self._refill_indices is not None:
-                state["epoch"], state["position"] = state["epoch"] + 1, 0
-            sampler = RepeatSampler(
-                data_source=self.train_dataset,
-                mini_repeat_count=n,
-                batch_size=size // n,
-                repeat_count=1,
-                shuffle=True,
-                seed=self.args.seed + 1 + state["epoch"],  # the main loader uses args.seed
-            )
-            self._refill_indices = list(sampler)
-        indices = self._refill_indices[state["position"] : state["position"] + size]
-        state["position"] += size
-        return [self.train_dataset[i] for i in indices]
+    def _next_refill_prompts(self, count: int, exclude: set[str]) -> list[dict[str, Any]]:
+        """
+        Up to `count` dataset rows (one per prompt) for a DAPO refill, none of whose prompts is in `exclude`.
 
-    def _run_round(self, requests, group_prompts, group_inputs):
+        Refills walk their own seeded permutation of the dataset (`seed + 1 + epoch`; the main loader, which the Trainer
+        owns, uses `seed`), identical on every process, and skip prompts already in the step, so one update never
+        holds two groups of the same prompt. Fewer than `count` (or none) come back when the dataset has no more
+        prompts outside `exclude`.
+        """
+        state = self._refill_state
+        dataset_size = len(self.train_dataset)
+        rows: list[dict[str, Any]] = []
+        scanned = 0  # a whole pass over the dataset without a new prompt means there is none left
+        while len(rows) < count and scanned < dataset_size:
+            if self._refill_indices is None:
+                # Rebuilt lazily (also after a checkpoint load): the position may sit at the end of an epoch.
+                self._refill_indices = list(
+                    RepeatSampler(
+                        data_source=self.train_dataset,
+                        mini_repeat_count=1,
+                        batch_size=1,
+                        repeat_count=1,
+                        shuffle=True,
+                        seed=self.args.seed + 1 + state["epoch"],
+                    )
+                )
+            if state["position"] >= len(self._refill_indices):
+                state["epoch"], state["position"] = state["epoch"] + 1, 0
+                self._refill_indices = None
+                continue
+            row = self.train_dataset[self._refill_indices[state["position"]]]
+            state["position"] += 1
+            scanned += 1
+            key = _prompt_key(row)
+            if key not in exclude:
+                exclude = exclude | {key}
+                rows.append(row)
+        return rows
+
+    def _run_round(self, requests, group_prompts, group_inputs, round_index: int):
         """Generate and score one round on all processes; return the pool rows and summed rewards, in request order."""
         num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         order = [g for g, count in requests for _ in range(count)]
@@ -355,18 +455,30 @@ class AdaGRPOTrainer(GRPOTrainer):
             prompt_ids, completion_ids, _, completions, logprobs, _, _, _ = super()._generate(share_prompts)
         finally:
             self._ada_round_block = None
-        rewards_per_func = self._calculate_rewards(share_inputs, share_prompts, completions, completion_ids)
+        try:
+            rewards_per_func = self._calculate_rewards(share_inputs, share_prompts, completions, completion_ids)
+        except Exception as error:
+            raise RuntimeError(
+                f"{_failing_reward_name(error, self.reward_funcs, self.reward_func_names)} raised during sampling round "
+                f"{round_index} of training step {self.state.global_step + 1}: {type(error).__name__}: {error}. "
+                "Checkpoints saved so far are intact; fix the reward function and resume with "
+                "resume_from_checkpoint."
+            ) from error
         extra_logs = self._take_extra_logs(len(share))
         if logprobs is None:
             logprobs = [None] * len(share)
         gathered = gather_object(list(zip(prompt_ids, completion_ids, completions, logprobs, extra_logs, strict=True)))
 
-        rewards = self._sum_rewards(rewards_per_func)
+        rewards = self._sum_rewards(rewards_per_func)[: len(order)].tolist()
         rows = [
-            _PoolRow(p_ids, c_ids, completion, lps, rewards_per_func[i], extra)
+            _PoolRow(p_ids, c_ids, completion, lps, rewards_per_func[i], extra, self._is_truncated(c_ids))
             for i, (p_ids, c_ids, completion, lps, extra) in enumerate(gathered[: len(order)])
         ]
-        return rows, rewards[: len(order)].tolist()
+        return rows, rewards
+
+    def _is_truncated(self, completion_ids: list[int]) -> bool:
+        """TRL's definition: a completion that does not end with EOS or padding hit `max_completion_length`."""
+        return bool(completion_ids) and completion_ids[-1] not in (*self.eos_token_ids, self._tokenizer.pad_token_id)
 
     def _sum_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """TRL's `sum_then_normalize` reward: weighted sum over reward functions, NaN when every function said None."""
@@ -390,6 +502,33 @@ class AdaGRPOTrainer(GRPOTrainer):
         metrics = self._metrics["train"]
         for name, value in selection.metrics.items():
             metrics[f"ada/{name}"].append(value)
+        self._check_threshold(selection)
+
+    def _check_threshold(self, selection: Selection) -> None:
+        """
+        Warn once when a batch's rewards vary yet all fall on one side of `positive_threshold`: the rewards carry a
+        signal the threshold cannot see (e.g. 5.0 with 0/1 rewards), so every exit rule waits for the whole cap.
+        """
+        threshold = self.ada_sampler.settings.positive_threshold
+        rewards = [r for pool in selection.pools for r in pool if not math.isnan(r)]
+        if not rewards or max(rewards) - min(rewards) <= self.ada_sampler.settings.zero_variance_tolerance:
+            return
+        positives, negatives = rules.count_outcomes(rewards, threshold)
+        side = "positive" if positives == 0 else "negative" if negatives == 0 else None
+        if side is not None:
+            self._warn_once(
+                f"no_{side}",
+                "No completion of a whole generation batch (%d prompts, %d completions, rewards %.4g to %.4g) was %s "
+                "at positive_threshold=%s, so the exit rule, the balanced downsampling and p̂ cannot tell outcomes "
+                "apart and adaptive samplers spend the whole cap. Set positive_threshold between your rewards' failure "
+                "and success values.",
+                len(selection.pools),
+                len(rewards),
+                min(rewards),
+                max(rewards),
+                side,
+                threshold,
+            )
 
 
 def _prompt_key(row: dict[str, Any]) -> str:
@@ -404,5 +543,60 @@ def _upgrade_config(args: GRPOConfig) -> AdaGRPOConfig:
     """Turn a plain `GRPOConfig` into an `AdaGRPOConfig`, keeping every value the user set."""
     if not isinstance(args, GRPOConfig):
         raise TypeError(f"args must be an AdaGRPOConfig or a trl.GRPOConfig, got {type(args).__name__}.")
-    logger.info("Got a GRPOConfig; using AdaGRPOConfig's Reinforce-Ada defaults (sampler='seq_balance').")
-    return AdaGRPOConfig.from_grpo_config(args)
+    upgraded = AdaGRPOConfig.from_grpo_config(args)
+    logger.info("Got a GRPOConfig; using AdaGRPOConfig's Reinforce-Ada defaults (sampler=%r).", upgraded.sampler)
+    return upgraded
+
+
+def _check_prompt_column(dataset: Any) -> None:
+    """GRPOTrainer reads prompts from a `prompt` column; say so at construction rather than at the first step."""
+    columns = getattr(dataset, "column_names", None)
+    if dataset is None or columns is None or "prompt" in columns:
+        return
+    raise ValueError(
+        f"train_dataset has no 'prompt' column (columns: {list(columns)}). AdaGRPOTrainer, like GRPOTrainer, reads "
+        "each prompt from 'prompt': rename yours, e.g. dataset.rename_column('question', 'prompt')."
+    )
+
+
+def _resolve_reward_names(reward_funcs: Any) -> Any:
+    """
+    Replace reward-function names of trl-ada's registry (`"math_verify"`, `"exact_match"`, ...) and dotted import paths
+    by the functions; hub ids and local paths (reward models) stay for TRL. A bare unknown name would otherwise be
+    retried against the Hub as a model id for about a minute.
+    """
+    from .rewards import REWARD_FUNCS, get_reward_funcs
+
+    if reward_funcs is None:
+        return None
+    names = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    resolved = []
+    for func in names:
+        if not isinstance(func, str) or os.path.exists(func):
+            resolved.append(func)
+        elif func in REWARD_FUNCS or ("." in func and "/" not in func):
+            resolved.extend(get_reward_funcs([func]))
+        elif "/" in func:
+            resolved.append(func)  # a Hub reward model, e.g. "org/reward-model"
+        else:
+            raise ValueError(
+                f"Unknown reward function {func!r}: not a trl-ada reward name ({sorted(REWARD_FUNCS)}), a dotted "
+                "import path, a local reward-model directory, or a Hub id of the form 'org/model'. Pass a callable, "
+                "or one of those."
+            )
+    return resolved if isinstance(reward_funcs, list) else resolved[0]
+
+
+def _failing_reward_name(error: BaseException, funcs: list[Any], names: list[str]) -> str:
+    """Which reward function raised `error`: the innermost traceback frame that runs one of them."""
+    codes = {}
+    for func, name in zip(funcs, names, strict=True):
+        code = getattr(getattr(func, "__wrapped__", func), "__code__", None) or getattr(func, "__code__", None)
+        if code is not None:
+            codes[code] = name
+    found = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        found = codes.get(traceback.tb_frame.f_code, found)
+        traceback = traceback.tb_next
+    return f"Reward function {found!r}" if found else f"A reward function (one of {names})"

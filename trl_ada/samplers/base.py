@@ -43,6 +43,12 @@ class PromptResult:
     """Share of positives among the scorable completions of the whole pool (`p̂`)."""
     advantages: tuple[float, ...]
     """One advantage per kept completion."""
+    has_signal: bool
+    """
+    Whether the prompt carries a gradient: the rewards its baseline is computed from (the whole pool with
+    `baseline="pool"`, the kept group with `"group"`) are not constant (std above `zero_variance_tolerance`). Without
+    a signal every advantage is zero. The one definition read by weight normalisation and DAPO's batch filling.
+    """
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,8 @@ class SamplingStep:
         self.rounds_per_prompt: list[int] = [0] * num_prompts
         # (positives, negatives) per pool, kept up to date so exit rules never rescan a pool.
         self.outcomes: list[tuple[int, int]] = [(0, 0)] * num_prompts
+        # Pool indices of completions the loss will mask (see `observe`).
+        self.masked: list[set[int]] = [set() for _ in range(num_prompts)]
         # Filled by stateful samplers (est): stable prompt keys, prior pass-rate estimates, per-prompt budgets.
         self.keys: list[Hashable] | None = None
         self.estimates: list[float] | None = None
@@ -103,19 +111,33 @@ class SamplingStep:
         self._pending = requests or None
         return requests
 
-    def observe(self, requests: Sequence[tuple[int, int]], rewards: Sequence[float]) -> None:
-        """Add one round's rewards, laid out as `requests` asked (prompt by prompt, `count` each)."""
+    def observe(
+        self, requests: Sequence[tuple[int, int]], rewards: Sequence[float], masked: Sequence[bool] | None = None
+    ) -> None:
+        """
+        Add one round's rewards, laid out as `requests` asked (prompt by prompt, `count` each).
+
+        `masked` flags completions the loss will drop (truncated ones under TRL's `mask_truncated_completions`): their
+        rewards still enter the pool's mean and std (they are draws of the policy), but they count as neither positive
+        nor negative for the exit rule and `p̂`, and are kept only when nothing else fills the update group.
+        """
         if self._pending is None or list(requests) != self._pending:
             raise RuntimeError("observe() must receive exactly the requests of the last requests() call")
         expected = sum(count for _, count in requests)
-        if len(rewards) != expected:
-            raise ValueError(f"expected {expected} rewards for this round, got {len(rewards)}")
+        if len(rewards) != expected or (masked is not None and len(masked) != expected):
+            raise ValueError(f"expected {expected} rewards (and mask flags) for this round, got {len(rewards)}")
         offset = 0
         threshold = self.settings.positive_threshold
         for index, count in requests:
             new = [float(r) for r in rewards[offset : offset + count]]
+            if masked is not None:
+                start = len(self.pools[index])
+                self.masked[index].update(start + i for i in range(count) if masked[offset + i])
             self.pools[index].extend(new)
-            positives, negatives = rules.count_outcomes(new, threshold)
+            positives, negatives = rules.count_outcomes(
+                new if masked is None else [r for r, m in zip(new, masked[offset : offset + count]) if not m],
+                threshold,
+            )
             old_positives, old_negatives = self.outcomes[index]
             self.outcomes[index] = (old_positives + positives, old_negatives + negatives)
             self.rounds_per_prompt[index] += 1
@@ -139,10 +161,13 @@ class SamplingStep:
         kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(self.pools, kept, strict=True)]
 
         pool_stats = [rules.mean_and_std(pool) for pool in self.pools]
-        tolerance = settings.zero_variance_tolerance
-        informative = [std > tolerance for _, std in pool_stats]
         # The baseline and the std come from the same set of rewards: the whole pool, or the kept group.
+        baseline_rewards = self.pools if settings.baseline == "pool" else kept_rewards
         stats = pool_stats if settings.baseline == "pool" else [rules.mean_and_std(r) for r in kept_rewards]
+        # A prompt has a signal exactly when the rewards of its baseline vary: with a pool baseline a constant kept
+        # group still moves the policy (its rewards differ from the pool mean), while a constant pool never does.
+        tolerance = settings.zero_variance_tolerance
+        has_signal = [not rules.has_zero_variance(rewards, tolerance) for rewards in baseline_rewards]
         if settings.scale_rewards == "group":
             scales: list[float | None] = [std for _, std in stats]
         elif settings.scale_rewards == "batch":
@@ -155,17 +180,19 @@ class SamplingStep:
         weights = [self.sampler.weight(0.0 if math.isnan(p) else p) for p in pass_rates]
         if settings.normalize_weights:
             # Mean 1 over the prompts that carry a signal, so the objective reshapes the update, not its size.
-            signal = [w for w, useful in zip(weights, informative, strict=True) if useful]
+            signal = [w for w, useful in zip(weights, has_signal, strict=True) if useful]
             if signal:
                 mean_weight = math.fsum(signal) / len(signal)
                 weights = [w / mean_weight for w in weights]
 
         results = []
-        for idx, rewards, (baseline, _), scale, weight, pass_rate in zip(
-            kept, kept_rewards, stats, scales, weights, pass_rates, strict=True
+        for idx, rewards, (baseline, _), scale, weight, pass_rate, useful in zip(
+            kept, kept_rewards, stats, scales, weights, pass_rates, has_signal, strict=True
         ):
-            advantages = tuple(rules.advantage(r, baseline, scale, weight) for r in rewards)
-            results.append(PromptResult(tuple(idx), baseline, scale, weight, pass_rate, advantages))
+            # Exactly zero without a signal (not float noise below the tolerance): DAPO pads batches with such
+            # groups, which must add no gradient.
+            advantages = tuple(rules.advantage(r, baseline, scale, weight) if useful else 0.0 for r in rewards)
+            results.append(PromptResult(tuple(idx), baseline, scale, weight, pass_rate, advantages, useful))
         selection = Selection(
             prompts=tuple(results),
             pools=tuple(tuple(pool) for pool in self.pools),
@@ -173,7 +200,7 @@ class SamplingStep:
             active_after_round=tuple(self.active_after_round),
             rounds_per_prompt=tuple(self.rounds_per_prompt),
             group_size=settings.num_generations,
-            metrics=self._metrics(results, kept_rewards, pool_stats, informative),
+            metrics=self._metrics(results, kept_rewards, pool_stats),
         )
         self.sampler.end_step(self, selection)
         return selection
@@ -183,13 +210,14 @@ class SamplingStep:
         results: list[PromptResult],
         kept_rewards: list[list[float]],
         pool_stats: list[tuple[float, float]],
-        informative: list[bool],
     ) -> dict[str, float]:
         settings = self.settings
         n, tolerance = settings.num_generations, settings.zero_variance_tolerance
         sizes = [len(pool) for pool in self.pools]
         # What plain GRPO with the same n would have seen: the first n draws of each prompt.
         zero_first = [rules.has_zero_variance(pool[:n], tolerance) for pool in self.pools]
+        # Describes the kept groups' rewards, as TRL's frac_reward_zero_std would. With a pool baseline a constant kept
+        # group can still have a signal (PromptResult.has_signal), so this is not the share of prompts without one.
         zero_kept = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
         pass_rates = [r.pass_rate for r in results if not math.isnan(r.pass_rate)]
         metrics = {
@@ -201,7 +229,7 @@ class SamplingStep:
             "zero_variance_share/first_n": sum(zero_first) / len(zero_first),
             "zero_variance_share/kept": sum(zero_kept) / len(zero_kept),
             "pass_rate/mean": sum(pass_rates) / len(pass_rates) if pass_rates else math.nan,
-            "weight/mean": _nanmean([r.weight if useful else math.nan for r, useful in zip(results, informative)]),
+            "weight/mean": _nanmean([r.weight if r.has_signal else math.nan for r in results]),
             "pool_reward/mean": _nanmean([mean for mean, _ in pool_stats]),
         }
         for round_index, active in enumerate(self.active_after_round, start=1):
@@ -245,7 +273,12 @@ class Sampler:
         """Indices (draw order) of the completions of prompt `index` that enter the update."""
         settings = self.settings
         return rules.downsample(
-            step.pools[index], settings.num_generations, settings.downsample, settings.positive_threshold, self.rng
+            step.pools[index],
+            settings.num_generations,
+            settings.downsample,
+            settings.positive_threshold,
+            self.rng,
+            excluded=step.masked[index],
         )
 
     def weight(self, pass_rate: float) -> float:

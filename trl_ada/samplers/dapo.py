@@ -1,10 +1,9 @@
-"""DAPO's dynamic sampling as a pure rule: drop zero-variance groups and refill the batch from further prompts."""
+"""DAPO's dynamic sampling as a pure rule: drop groups without a signal and refill the batch from further prompts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import rules
 from .base import Selection
 
 
@@ -15,23 +14,23 @@ class BatchExhaustedError(RuntimeError):
 @dataclass
 class BatchFiller:
     """
-    Collects informative prompts (kept group with non-zero reward variance) over successive generation batches
-    until `num_prompts` are found. Works with any sampler's [`Selection`], so DAPO's filling stacks with `seq_*`.
+    Collects prompts with a signal ([`PromptResult.has_signal`], decided once in `SamplingStep.finish`) over
+    successive generation batches until `num_prompts` are found. Works with any sampler's [`Selection`], so DAPO's
+    filling stacks with `seq_*`.
     """
 
     num_prompts: int
-    tolerance: float
     informative: list[tuple[int, int]] = field(default_factory=list)
-    """`(batch, prompt)` of prompts whose kept group carries a signal, in arrival order."""
+    """`(batch, prompt)` of prompts with a signal, in arrival order."""
     dropped: list[tuple[int, int]] = field(default_factory=list)
+    """`(batch, prompt)` of prompts without a signal, whose advantages are all zero."""
     batches: int = 0
 
     def add(self, selection: Selection) -> None:
+        """File every prompt of one generation batch as informative or dropped."""
         batch = self.batches
-        for index, (pool, result) in enumerate(zip(selection.pools, selection.prompts, strict=True)):
-            kept = [pool[i] for i in result.kept]
-            target = self.dropped if rules.has_zero_variance(kept, self.tolerance) else self.informative
-            target.append((batch, index))
+        for index, result in enumerate(selection.prompts):
+            (self.informative if result.has_signal else self.dropped).append((batch, index))
         self.batches += 1
 
     @property
@@ -49,7 +48,7 @@ class BatchFiller:
                 "dapo_on_exhausted='keep_partial' to train on the partial batch, or use sampler='seq_balance', "
                 "which spends extra samples on the same prompts instead of dropping them."
             )
-        # Static shapes: pad with dropped groups, whose advantages are zero, so they add no gradient.
+        # Static shapes: pad with dropped groups; without a signal their advantages are zero, so they add no gradient.
         return self.informative + self.dropped[: self.num_prompts - len(self.informative)]
 
     def metrics(self) -> dict[str, float]:

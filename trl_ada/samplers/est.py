@@ -15,10 +15,11 @@ from .tracker import DecayedBetaTracker, PassRateEstimator
 class EstSampler(Sampler):
     """
     Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to `[est_min_samples,
-    est_max_samples]` and summing exactly to `B * num_generations`, all drawn in one round; advantage
-    `(r - r̄_x) * w_x` with the residual weight `w_x = (p̂_x + eps)^-(1-s)` from the step's own pool. With
-    `est_train_on="all"` every completion is trained on (group sizes vary, the total stays `B * n`); with
-    `"downsample"` each pool is cut to `n` like `seq_*`.
+    est_max_samples]` and summing exactly to the paper's `N_total = round(B * est_mean_samples)`, all drawn in one
+    round; advantage `(r - r̄_x) * w_x` with the residual weight `w_x = (p̂_x + eps)^-(1-s)` from the step's own pool.
+    With `est_train_on="all"` every completion is trained on (group sizes vary; `est_mean_samples` is `n`, so the
+    total stays TRL's `B * n`); with `"downsample"` more is drawn (`2n` per prompt on average by default) and each pool
+    is cut to `n` like `seq_*`.
     """
 
     name = "est"
@@ -45,9 +46,8 @@ class EstSampler(Sampler):
                 raise ValueError(f"a pass-rate estimator returned {estimate}; estimates must lie strictly in (0, 1)")
         settings = self.settings
         scores = [p**-settings.est_sample_power for p in step.estimates]
-        step.budgets = rules.allocate_budget(
-            scores, num_prompts * settings.num_generations, settings.est_min_samples, settings.est_max_samples
-        )
+        total = round(num_prompts * settings.est_mean_samples)
+        step.budgets = rules.allocate_budget(scores, total, settings.est_min_samples, settings.est_max_samples)
         return step
 
     def request_size(self, step: SamplingStep, index: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 # Added to the std before dividing, exactly as TRL's GRPOTrainer does, so that `scale_rewards` means the same here.
 STD_EPSILON = 1e-4
@@ -51,33 +51,50 @@ def has_zero_variance(rewards: Sequence[float], tolerance: float) -> bool:
     return mean_and_std(rewards)[1] <= tolerance
 
 
-def downsample(rewards: Sequence[float], size: int, mode: str, threshold: float, rng: random.Random) -> list[int]:
+def downsample(
+    rewards: Sequence[float],
+    size: int,
+    mode: str,
+    threshold: float,
+    rng: random.Random,
+    excluded: Collection[int] = (),
+) -> list[int]:
     """
     Indices (ascending, i.e. in draw order) of the `size` completions of a pool that form the update group.
 
     `"balanced"` keeps `min(size // 2, #positives)` positives and fills the rest with negatives, topping up from the
-    positives when negatives run short; unscorable completions are used only when both sides are exhausted. Within a
-    side the choice is uniform at random from `rng`. `"random"` chooses `size` completions uniformly at random.
+    positives when negatives run short; unscorable completions are used only when both sides are exhausted. An odd
+    `size` thus gives the extra slot to a negative: positives are the scarce side on the hard prompts adaptive
+    sampling is for, so asking for the smaller half of them lets those prompts exit sooner. Within a side the choice
+    is uniform at random from `rng`. `"random"` chooses `size` completions uniformly at random.
+
+    `excluded` completions (those the loss will mask, e.g. truncated ones under `mask_truncated_completions`) belong
+    to neither side and, in both modes, are kept only when the others cannot fill the group.
     """
     if size > len(rewards):
         raise ValueError(f"cannot keep {size} completions from a pool of {len(rewards)}")
     if size == len(rewards):
         return list(range(size))
+    excluded = set(excluded)
     if mode == "random":
-        return sorted(rng.sample(range(len(rewards)), size))
+        candidates = [i for i in range(len(rewards)) if i not in excluded]
+        if len(candidates) >= size:
+            return sorted(rng.sample(candidates, size))
+        return sorted(candidates + rng.sample(sorted(excluded), size - len(candidates)))
     if mode != "balanced":
         raise ValueError(f"unknown downsample mode {mode!r}")
-    positives = [i for i, r in enumerate(rewards) if not math.isnan(r) and r > threshold]
-    negatives = [i for i, r in enumerate(rewards) if not math.isnan(r) and r <= threshold]
-    unscorable = [i for i, r in enumerate(rewards) if math.isnan(r)]
+    scorable = [i for i, r in enumerate(rewards) if not math.isnan(r) and i not in excluded]
+    positives = [i for i in scorable if rewards[i] > threshold]
+    negatives = [i for i in scorable if rewards[i] <= threshold]
+    last_resort = [i for i, r in enumerate(rewards) if math.isnan(r) or i in excluded]
     take_positive = min(size // 2, len(positives))
     take_negative = min(size - take_positive, len(negatives))
     take_positive = min(size - take_negative, len(positives))
-    take_unscorable = size - take_positive - take_negative
+    take_last_resort = size - take_positive - take_negative
     kept = (
         rng.sample(positives, take_positive)
         + rng.sample(negatives, take_negative)
-        + rng.sample(unscorable, take_unscorable)
+        + rng.sample(last_resort, take_last_resort)
     )
     return sorted(kept)
 

@@ -52,6 +52,7 @@ class SamplerSettings:
     est_sample_power: float = 0.5
     est_min_samples: int | None = None
     est_max_samples: int | None = None
+    est_mean_samples: float | None = None
     est_epsilon: float = 0.01
     est_train_on: str = "all"
     dapo_refill: bool | None = None
@@ -71,7 +72,7 @@ class SamplerSettings:
 
     @property
     def refills(self) -> bool:
-        """Whether zero-variance groups are dropped and the batch refilled from further prompts (DAPO)."""
+        """Whether prompts without a signal are dropped and the batch refilled from further prompts (DAPO)."""
         return bool(self.dapo_refill) or self.sampler == "dapo"
 
     def validated(self) -> SamplerSettings:
@@ -106,6 +107,11 @@ class SamplerSettings:
             )
         if not 0.0 < self.round_confidence < 1.0:
             raise ValueError(f"round_confidence must lie in (0, 1), got {self.round_confidence}.")
+        if self.est_mean_samples is not None and self.sampler != "est":
+            raise ValueError(
+                f"est_mean_samples={self.est_mean_samples} sets the budget of sampler='est' and has no effect with "
+                f"sampler={self.sampler!r}. Remove est_mean_samples, or use sampler='est'."
+            )
         positive_quota, negative_quota = self.positive_quota, self.negative_quota
         if self.sampler in ("uniform", "dapo", "est"):
             for name, value in (("positive_quota", positive_quota), ("negative_quota", negative_quota)):
@@ -123,11 +129,6 @@ class SamplerSettings:
                 f"num_generations = {n}: a pool cannot be downsampled to an update group larger than itself. "
                 f"Raise round_size or max_rounds so that round_size * max_rounds >= {n}."
             )
-        if self.downsample == "balanced" and n % 2 != 0:
-            raise ValueError(
-                f"downsample='balanced' keeps num_generations // 2 positives and as many negatives, so it needs an "
-                f"even num_generations; got {n}. Use an even num_generations or downsample='random'."
-            )
         if self.sampler == "seq_pos":
             if negative_quota not in (None, 0):  # 0 is what validation itself fills in
                 raise ValueError(
@@ -137,8 +138,10 @@ class SamplerSettings:
             positive_quota = 1 if positive_quota is None else positive_quota
             negative_quota = 0
         else:
+            # The quotas are exactly what a balanced group takes (odd n: the extra slot is a negative's, see
+            # rules.downsample), so an exited pool fills its group without topping up from the other side.
             positive_quota = n // 2 if positive_quota is None else positive_quota
-            negative_quota = n // 2 if negative_quota is None else negative_quota
+            negative_quota = n - n // 2 if negative_quota is None else negative_quota
             if negative_quota < 1:
                 raise ValueError(f"negative_quota must be at least 1 for sampler='seq_balance', got {negative_quota}.")
         if positive_quota < 1:
@@ -198,10 +201,25 @@ class SamplerSettings:
             )
         if low < 2:
             raise ValueError(f"est_min_samples must be at least 2 so every prompt has a baseline, got {low}.")
-        if not low <= n <= high:
+        mean = self.est_mean_samples
+        if self.est_train_on == "all":
+            # Every completion is trained on, and TRL's batch holds B * num_generations rows.
+            if mean is not None and mean != n:
+                raise ValueError(
+                    f"est_train_on='all' trains on every completion drawn and TRL's batch holds num_generations={n} "
+                    f"rows per prompt, so est_mean_samples must be {n}; got {mean}. Remove est_mean_samples, or use "
+                    "est_train_on='downsample' to draw more than is trained on."
+                )
+            mean = n
+        elif mean is None:
+            # Downsampling needs a budget above n to choose from; the paper's Est drew 8 per prompt on average
+            # where its Seq runs trained on groups of 4.
+            mean = 2 * n
+        if not low <= mean <= high:  # also rejects NaN and infinity
             raise ValueError(
-                f"The step's budget is num_generations={n} completions per prompt on average, which the bounds "
-                f"[est_min_samples, est_max_samples] = [{low}, {high}] cannot meet. Choose bounds with "
-                f"est_min_samples <= {n} <= est_max_samples."
+                f"The step's budget is {mean} completions per prompt on average (est_mean_samples; None means "
+                f"num_generations with est_train_on='all', 2 * num_generations with 'downsample'), which the bounds "
+                f"[est_min_samples, est_max_samples] = [{low}, {high}] cannot meet. Choose est_mean_samples and "
+                f"bounds with est_min_samples <= est_mean_samples <= est_max_samples."
             )
-        return replace(self, est_min_samples=low, est_max_samples=high)
+        return replace(self, est_min_samples=low, est_max_samples=high, est_mean_samples=mean)

@@ -1,0 +1,111 @@
+"""Upgrading a plain `GRPOConfig` never rejects a config that `GRPOTrainer` accepts, and keeps every value set."""
+
+import logging
+import random
+from dataclasses import fields
+
+import pytest
+from trl import GRPOConfig
+
+from trl_ada import AdaGRPOConfig
+from trl_ada.samplers import SamplerSettings, build_sampler, rules
+
+LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+
+GRPO_VARIANTS = (
+    [{"num_generations": n} for n in [*range(2, 10), 33, 64]]
+    + [{"scale_rewards": value} for value in [True, False, "group", "batch", "none"]]  # TRL maps True / False
+    + [{"multi_objective_aggregation": "normalize_then_sum"}]
+    + [{"loss_type": loss_type} for loss_type in LOSS_TYPES]
+    + [
+        {"num_generations": 3, "steps_per_generation": 4},
+        {"num_generations": 5, "generation_batch_size": 20},
+        {"num_generations": 7, "scale_rewards": "batch", "loss_type": "dr_grpo", "seed": 11},
+    ]
+)
+
+
+def grpo_config(tmp_path, **overrides):
+    n = overrides.get("num_generations", 8)  # TRL's default
+    return GRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to="none",
+        bf16=False,
+        per_device_train_batch_size=n,
+        **overrides,
+    )
+
+
+@pytest.mark.parametrize("overrides", GRPO_VARIANTS, ids=lambda overrides: repr(overrides)[1:-1])
+def test_every_grpo_config_upgrades_and_keeps_its_values(tmp_path, overrides):
+    args = grpo_config(tmp_path, **overrides)
+    before = {f.name: getattr(args, f.name) for f in fields(GRPOConfig)}
+    upgraded = AdaGRPOConfig.from_grpo_config(args)
+    assert {f.name: getattr(upgraded, f.name) for f in fields(GRPOConfig)} == before
+    settings = upgraded.sampler_settings()  # what the trainer builds its sampler from
+    assert settings.max_pool_size >= upgraded.num_generations
+
+
+@pytest.mark.parametrize(("n", "round_size"), [(32, 8), (33, 9), (64, 16)])
+def test_upgrade_widens_rounds_only_as_far_as_num_generations_needs(tmp_path, n, round_size):
+    upgraded = AdaGRPOConfig.from_grpo_config(grpo_config(tmp_path, num_generations=n))
+    assert (upgraded.sampler, upgraded.round_size, upgraded.max_rounds) == ("seq_balance", round_size, 4)
+    assert (upgraded.positive_quota, upgraded.negative_quota) == (n // 2, n - n // 2)
+
+
+def test_explicit_ada_config_still_rejects_a_cap_below_num_generations(tmp_path):
+    with pytest.raises(ValueError, match="Raise round_size or max_rounds"):
+        AdaGRPOConfig(
+            output_dir=str(tmp_path),
+            use_cpu=True,
+            report_to="none",
+            num_generations=64,
+            per_device_train_batch_size=64,
+        )
+
+
+def test_normalize_then_sum_falls_back_to_uniform_with_a_warning(tmp_path, caplog):
+    args = grpo_config(tmp_path, num_generations=4, multi_objective_aggregation="normalize_then_sum")
+    with caplog.at_level(logging.WARNING, logger="trl_ada.config"):
+        upgraded = AdaGRPOConfig.from_grpo_config(args)
+    assert upgraded.sampler == "uniform"
+    assert "pool baseline" in caplog.text and "sampler='uniform'" in caplog.text
+    with pytest.raises(ValueError, match="sum_then_normalize"):  # asked for explicitly, the combination still fails
+        AdaGRPOConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to="none", multi_objective_aggregation="normalize_then_sum"
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Masked (truncated) completions: neither side of the exit rule, kept last, still in the baseline
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_masked_completions_do_not_satisfy_the_exit_rule():
+    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=4, max_rounds=3))
+    step = sampler.begin(1)
+    requests = step.requests()
+    # Two positives and two negatives, but both negatives were cut off: only the positives count.
+    step.observe(requests, [1.0, 0.0, 1.0, 0.0], masked=[False, True, False, True])
+    assert step.outcomes == [(2, 0)]
+    assert step.requests() == [(0, 4)]  # still active: it needs two complete negatives
+
+
+@pytest.mark.parametrize("mode", ["balanced", "random"])
+def test_masked_completions_are_kept_only_when_nothing_else_fills_the_group(mode):
+    rewards = [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    for seed in range(50):
+        kept = rules.downsample(rewards, 4, mode, 0.5, random.Random(seed), excluded={0, 1})
+        assert not {0, 1} & set(kept)  # four complete completions are enough
+        kept = rules.downsample(rewards, 4, mode, 0.5, random.Random(seed), excluded={0, 1, 2})
+        assert {3, 4, 5} <= set(kept) and len(set(kept) & {0, 1, 2}) == 1
+
+
+def test_masked_completions_stay_in_the_pool_baseline():
+    sampler = build_sampler(SamplerSettings(sampler="uniform", num_generations=4))
+    step = sampler.begin(1)
+    step.observe(step.requests(), [1.0, 0.0, 0.0, 0.0], masked=[False, False, False, True])
+    (result,) = step.finish().prompts
+    assert result.baseline == pytest.approx(0.25)  # every draw of the policy, as TRL's group mean
+    assert result.pass_rate == pytest.approx(1 / 3)  # outcomes count complete completions only
