@@ -11,7 +11,6 @@ import logging
 import math
 import os
 import textwrap
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +19,25 @@ from accelerate.utils import gather_object
 from datasets import Dataset, IterableDataset
 from huggingface_hub import ModelCard
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.grpo_trainer import RepeatSampler
-from trl.trainer.utils import get_config_model_id
 
 from .card import render_model_card
 from .checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
 from .config import AdaGRPOConfig
 from .plots import write_metrics, write_training_plots
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
+from .trl_seam import (
+    RepeatSampler,
+    add_pending_extra_logs,
+    end_of_completion_ids,
+    get_config_model_id,
+    is_vlm,
+    logged_advantages,
+    make_generate_output,
+    micro_step,
+    split_generate_output,
+    take_pending_extra_logs,
+    train_metrics,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +155,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         reward_funcs = _resolve_reward_names(reward_funcs)
         self.ada_sampler = build_sampler(settings, pass_rate_estimator)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
-        if self._is_vlm:
+        if is_vlm(self):
             raise ValueError(
                 "AdaGRPOTrainer does not support vision-language models yet. Train with trl.GRPOTrainer instead."
             )
@@ -192,7 +202,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             start = self.accelerator.process_index * local
             output["advantages"] = advantages[start : start + local].to(output["advantages"])
             # TRL logged its own group-normalised advantages for the completions table; show the trained ones.
-            logged = self._logs["advantages"]
+            logged = logged_advantages(self)
             for _ in range(min(len(advantages), len(logged))):
                 logged.pop()
             logged.extend(advantages.tolist())
@@ -203,21 +213,14 @@ class AdaGRPOTrainer(GRPOTrainer):
         if rows is None:
             return super()._generate(prompts)
         self._ada_kept_rows = None
-        for row in rows:
-            for column, value in row.extra_logs.items():
-                self._pending_extra_logs[column].append(value)
+        for column in {column for row in rows for column in row.extra_logs}:
+            add_pending_extra_logs(self, column, [row.extra_logs.get(column) for row in rows])
         logprobs = None if any(row.logprobs is None for row in rows) else [row.logprobs for row in rows]
-        # `_generate`'s own return layout: prompt_ids, completion_ids, tool_mask, completions, logprobs,
-        # extra_fields, images, tool_images.
-        return (
+        return make_generate_output(
             [row.prompt_ids for row in rows],
             [row.completion_ids for row in rows],
-            None,
             [row.completion for row in rows],
             logprobs,
-            {},
-            None,
-            [],
         )
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
@@ -272,7 +275,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         if not self.args.should_save:
             return
         state = self._sampler_training_state()
-        if self._blocks_span_steps and self._step % self._generate_every != 0:
+        if self._blocks_span_steps and micro_step(self) % self._generate_every != 0:
             # Inside a generation block: TRL regenerates the whole block on resume, so save the state from before the
             # block; the resumed run then draws that batch again instead of counting it twice.
             state = self._ada_state_before_block or state
@@ -346,7 +349,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                 filler.add(batches[-1].selection)
             chosen = filler.take(keep_partial=settings.dapo_on_exhausted == "keep_partial")
             for name, value in filler.metrics().items():
-                self._metrics["train"][f"ada/{name}"].append(value)
+                train_metrics(self)[f"ada/{name}"].append(value)
 
         kept_rows: list[_PoolRow] = []
         kept_inputs: list[dict[str, Any]] = []
@@ -452,7 +455,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
         self._ada_round_block = block
         try:
-            prompt_ids, completion_ids, _, completions, logprobs, _, _, _ = super()._generate(share_prompts)
+            prompt_ids, completion_ids, completions, logprobs = split_generate_output(super()._generate(share_prompts))
         finally:
             self._ada_round_block = None
         try:
@@ -478,7 +481,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _is_truncated(self, completion_ids: list[int]) -> bool:
         """TRL's definition: a completion that does not end with EOS or padding hit `max_completion_length`."""
-        return bool(completion_ids) and completion_ids[-1] not in (*self.eos_token_ids, self._tokenizer.pad_token_id)
+        return bool(completion_ids) and completion_ids[-1] not in end_of_completion_ids(self)
 
     def _sum_rewards(self, rewards_per_func: torch.Tensor) -> torch.Tensor:
         """TRL's `sum_then_normalize` reward: weighted sum over reward functions, NaN when every function said None."""
@@ -489,17 +492,17 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _take_extra_logs(self, num_rows: int) -> list[dict[str, Any]]:
         """Move the `log_extra` columns that reward functions wrote this round onto the rows they describe."""
-        columns = sorted(set(gather_object(list(self._pending_extra_logs))))
+        pending = take_pending_extra_logs(self)
+        columns = sorted(set(gather_object(list(pending))))
         per_row: list[dict[str, Any]] = [{} for _ in range(num_rows)]
         for column in columns:
-            values = self._pending_extra_logs.get(column, [])
+            values = pending.get(column, [])
             for i in range(num_rows):
                 per_row[i][column] = values[i] if i < len(values) else None
-        self._pending_extra_logs = defaultdict(list)
         return per_row
 
     def _log_selection(self, selection: Selection) -> None:
-        metrics = self._metrics["train"]
+        metrics = train_metrics(self)
         for name, value in selection.metrics.items():
             metrics[f"ada/{name}"].append(value)
         self._check_threshold(selection)

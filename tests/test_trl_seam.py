@@ -1,0 +1,69 @@
+"""The TRL seam: every private TRL touchpoint goes through `trl_ada/trl_seam.py`, which refuses unsupported TRLs."""
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import trl
+from trl import GRPOTrainer
+
+from trl_ada import trl_seam
+
+PACKAGE = Path(trl_seam.__file__).parent
+
+
+def test_the_installed_trl_is_supported():
+    assert trl.__version__ in trl_seam.SUPPORTED_TRL
+    trl_seam.check_trl_version()
+    trl_seam.check_overridable(GRPOTrainer)
+
+
+@pytest.mark.parametrize("version", ["1.17.0", "2.0.0", "1.13.0", "1.17.0.dev0"])
+def test_an_unsupported_trl_fails_with_the_range_and_the_opt_out(monkeypatch, version):
+    monkeypatch.delenv(trl_seam.ALLOW_UNSUPPORTED_ENV, raising=False)
+    with pytest.raises(ImportError) as error:
+        trl_seam.check_trl_version(version)
+    message = str(error.value)
+    assert f"TRL {version} is installed" in message
+    assert str(trl_seam.SUPPORTED_TRL) in message and trl_seam.ALLOW_UNSUPPORTED_ENV in message
+
+
+def test_the_opt_out_warns_instead(monkeypatch, caplog):
+    monkeypatch.setenv(trl_seam.ALLOW_UNSUPPORTED_ENV, "1")
+    with caplog.at_level(logging.WARNING, logger="trl_ada.trl_seam"):
+        trl_seam.check_trl_version("1.17.0")
+    assert any("TRL 1.17.0 is installed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_renamed_or_reshaped_private_method_is_caught():
+    class Renamed(GRPOTrainer):
+        pass
+
+    Renamed._generate = None  # as if TRL had renamed it
+    Renamed._calculate_rewards = lambda self, inputs, prompts, completions: None  # lost a parameter
+    with pytest.raises(ImportError, match=r"_generate is missing.*_calculate_rewards has no parameter"):
+        trl_seam.check_overridable(type("Fake", (), {k: getattr(Renamed, k) for k in dir(Renamed)}))
+
+
+def test_generate_output_round_trips_in_trls_layout():
+    output = trl_seam.make_generate_output([[1]], [[2, 3]], ["x"], None)
+    assert len(output) == len(trl_seam.GENERATE_OUTPUT_FIELDS) == 8
+    assert trl_seam.split_generate_output(output) == ([[1]], [[2, 3]], ["x"], None)
+
+
+PRIVATE_TRL = re.compile(
+    r"self\._(metrics|logs|pending_extra_logs|is_vlm|step|tokenizer|buffered_inputs)\b"
+    r"|from trl\.trainer|trl\.trainer\.|eos_token_ids"
+)
+
+
+def test_no_module_but_the_seam_touches_trl_private_api():
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "trl_seam.py" or "samplers" in path.parts:  # samplers import no TRL at all
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if PRIVATE_TRL.search(line):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)

@@ -1,0 +1,187 @@
+"""
+The one place where trl-ada touches TRL's private API.
+
+`AdaGRPOTrainer` overrides a few private `GRPOTrainer` methods and reads a few private attributes. Private names move
+between TRL releases, so every such touchpoint goes through this module, which says per touchpoint what we rely on and
+which TRL releases it was checked against, and refuses an unsupported TRL at import with a message that says what to do
+(set `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` to try anyway, with a warning).
+
+Touchpoints, checked against TRL 1.16.0 (installed source read line by line):
+
+| touchpoint | kind | what trl-ada relies on |
+|---|---|---|
+| `_generate_and_score_completions(inputs)` | override | called once per generation batch in training; returns a dict with a per-row `advantages` tensor (this process's rows) |
+| `_generate(prompts)` | override, call | returns the 8-tuple `(prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)` |
+| `_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kw)` | override | vLLM server mode dedupes prompts by `num_generations` |
+| `_calculate_rewards(inputs, prompts, completions, completion_ids_list)` | override, call | returns the gathered `(rows of all processes) x (reward functions)` float tensor, NaN where a function returned None |
+| `_metrics[mode][name]` | attribute | lists averaged into TRL's logs |
+| `_logs["advantages"]` | attribute | the completions table's advantages column |
+| `_pending_extra_logs` | attribute | `defaultdict(list)` of `log_extra` columns written by reward functions |
+| `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag, micro-step counter (generation period), pad/EOS ids for truncation |
+| `RepeatSampler` | class | `trl.trainer.grpo_trainer.RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)` |
+| `get_config_model_id` | function | `trl.trainer.utils.get_config_model_id(config)` |
+| `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler` | override (transformers) | called inside each checkpoint save / resume, before `trainer_state.json` and the hub push |
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+from collections import defaultdict
+from typing import Any
+
+import trl
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_TRL = SpecifierSet(">=1.16,<1.17")
+"""TRL releases whose private API every touchpoint below was checked against (and CI runs)."""
+
+ALLOW_UNSUPPORTED_ENV = "TRL_ADA_ALLOW_UNSUPPORTED_TRL"
+
+# Private GRPOTrainer methods AdaGRPOTrainer overrides or calls, with the parameters it passes. Checked at import, so a
+# TRL that renamed or re-shaped one fails loudly instead of silently bypassing an override.
+OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
+    "_generate_and_score_completions": ("inputs",),
+    "_generate": ("prompts",),
+    "_generate_single_turn": ("prompt_ids", "images", "multimodal_fields", "num_generations"),
+    "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
+    "_save_optimizer_and_scheduler": ("output_dir",),
+    "_load_optimizer_and_scheduler": ("checkpoint",),
+    "create_model_card": ("model_name", "dataset_name", "tags"),
+}
+
+GENERATE_OUTPUT_FIELDS = (
+    "prompt_ids",
+    "completion_ids",
+    "tool_mask",
+    "completions",
+    "logprobs",
+    "extra_fields",
+    "images",
+    "tool_images",
+)
+"""The layout of `GRPOTrainer._generate`'s return tuple."""
+
+
+def check_trl_version(version: str | None = None) -> None:
+    """
+    Raise `ImportError` when the installed TRL (or `version`) is outside [`SUPPORTED_TRL`], unless the environment
+    variable `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` asks to try anyway (then warn).
+    """
+    version = version or trl.__version__
+    if Version(version) in SUPPORTED_TRL:
+        return
+    message = (
+        f"trl-ada supports TRL {SUPPORTED_TRL} (its private GRPOTrainer API, checked per release in "
+        f"trl_ada/trl_seam.py); TRL {version} is installed. Install a supported TRL (pip install 'trl{SUPPORTED_TRL}'), "
+        f"or set {ALLOW_UNSUPPORTED_ENV}=1 to try this one anyway."
+    )
+    if os.environ.get(ALLOW_UNSUPPORTED_ENV, "") == "1":
+        logger.warning("%s Continuing because %s=1.", message, ALLOW_UNSUPPORTED_ENV)
+        return
+    raise ImportError(message)
+
+
+def check_overridable(trainer_class: type) -> None:
+    """Raise `ImportError` when a method trl-ada overrides is missing from `trainer_class` or lost a parameter."""
+    problems = []
+    for name, parameters in OVERRIDDEN_METHODS.items():
+        method = getattr(trainer_class, name, None)
+        if method is None:
+            problems.append(f"{name} is missing")
+            continue
+        have = inspect.signature(method).parameters
+        missing = [p for p in parameters if p not in have]
+        if missing:
+            problems.append(f"{name} has no parameter(s) {missing}")
+    if problems:
+        raise ImportError(
+            f"{trainer_class.__name__} of TRL {trl.__version__} does not have the private API trl-ada overrides: "
+            f"{'; '.join(problems)}. Install TRL {SUPPORTED_TRL}."
+        )
+
+
+def split_generate_output(output: tuple) -> tuple[list, list, list, list | None]:
+    """`(prompt_ids, completion_ids, completions, logprobs)` from `GRPOTrainer._generate`'s return tuple."""
+    fields = dict(zip(GENERATE_OUTPUT_FIELDS, output, strict=True))
+    return fields["prompt_ids"], fields["completion_ids"], fields["completions"], fields["logprobs"]
+
+
+def make_generate_output(prompt_ids: list, completion_ids: list, completions: list, logprobs: list | None) -> tuple:
+    """A `GRPOTrainer._generate` return tuple for text-only, tool-free completions."""
+    fields = dict.fromkeys(GENERATE_OUTPUT_FIELDS)
+    fields.update(
+        prompt_ids=prompt_ids,
+        completion_ids=completion_ids,
+        completions=completions,
+        logprobs=logprobs,
+        extra_fields={},
+    )
+    fields["tool_images"] = []
+    return tuple(fields[name] for name in GENERATE_OUTPUT_FIELDS)
+
+
+def train_metrics(trainer: Any) -> dict[str, list[float]]:
+    """The training-mode metric lists TRL averages into each log (`GRPOTrainer._metrics["train"]`)."""
+    return trainer._metrics["train"]
+
+
+def logged_advantages(trainer: Any) -> list[float]:
+    """The completions table's `advantages` column (`GRPOTrainer._logs["advantages"]`)."""
+    return trainer._logs["advantages"]
+
+
+def take_pending_extra_logs(trainer: Any) -> dict[str, list]:
+    """Remove and return the `log_extra` columns reward functions have written since the last call."""
+    pending = trainer._pending_extra_logs
+    trainer._pending_extra_logs = defaultdict(list)
+    return pending
+
+
+def add_pending_extra_logs(trainer: Any, column: str, values: list) -> None:
+    """Queue `log_extra` values for TRL's completions table, as a reward function's `log_extra` would."""
+    trainer._pending_extra_logs[column].extend(values)
+
+
+def is_vlm(trainer: Any) -> bool:
+    return bool(trainer._is_vlm)
+
+
+def micro_step(trainer: Any) -> int:
+    """TRL's micro-step counter, on which `_prepare_inputs` regenerates (it restarts at 0 on resume)."""
+    return trainer._step
+
+
+def end_of_completion_ids(trainer: Any) -> tuple[int, ...]:
+    """Token ids that end a completion; one ending otherwise hit `max_completion_length` (TRL's truncation test)."""
+    return (*trainer.eos_token_ids, trainer._tokenizer.pad_token_id)
+
+
+check_trl_version()
+
+from trl.trainer.grpo_trainer import GRPOTrainer, RepeatSampler  # noqa: E402
+from trl.trainer.utils import get_config_model_id  # noqa: E402
+
+check_overridable(GRPOTrainer)
+
+__all__ = [
+    "ALLOW_UNSUPPORTED_ENV",
+    "SUPPORTED_TRL",
+    "RepeatSampler",
+    "add_pending_extra_logs",
+    "check_overridable",
+    "check_trl_version",
+    "end_of_completion_ids",
+    "get_config_model_id",
+    "is_vlm",
+    "logged_advantages",
+    "make_generate_output",
+    "micro_step",
+    "split_generate_output",
+    "take_pending_extra_logs",
+    "train_metrics",
+]
