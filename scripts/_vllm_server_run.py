@@ -19,6 +19,15 @@ Each process writes `<report stem>.rank<N>.json` with:
 - `weight_sync`: `sync_weights` calls, and (server mode with `--no-weight-push`) pushes skipped.
 - `step_seconds`, `log_history`, `train_runtime`.
 
+A run that raises still writes its report, with `ok: false` and the exception (`error`), then re-raises (non-zero
+exit, traceback on stderr).
+
+Fault injection (server mode, rank 0): `--stop-server-pid PID --stop-server-at STEP:ROUND` stops the server's process
+group (SIGSTOP) right before the request of sampling round ROUND of training step STEP (both 1-based): the request goes
+out to a server that keeps its sockets open and answers nothing, `GET /health` included, as a server that stopped
+mid-request does. The report's `server_stop` says when. The caller resumes (SIGCONT) or kills the server afterwards.
+`--save-steps N` saves a checkpoint every N steps; `--resume` continues from the newest complete one in the output dir.
+
 `--no-weight-push` (server mode): TRL pushes the training weights into the server over NCCL (`VLLMClient.init_communicator`
 at trainer init, `VLLMClient.update_named_params` inside `VLLMGeneration.sync_weights` at each new step). NCCL needs
 CUDA, so on CPU exactly those two client calls are replaced by no-ops that count; everything else in
@@ -34,6 +43,7 @@ import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -75,6 +85,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-model-length", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default=None, help="Trainer output dir (default: next to the report).")
+    parser.add_argument("--save-steps", type=int, default=0, help="Save a checkpoint every N steps (0: never).")
+    parser.add_argument(
+        "--resume", action="store_true", help="Resume from the newest complete checkpoint in the output dir."
+    )
+    parser.add_argument("--stop-server-pid", type=int, default=None, help="Fault injection: the server's pid.")
+    parser.add_argument(
+        "--stop-server-at",
+        default=None,
+        metavar="STEP:ROUND",
+        help="Fault injection: SIGSTOP the server before the request of this round of this step (1-based).",
+    )
     parser.add_argument("--report", required=True, help="Report path; each process writes <stem>.rank<N>.json.")
     parser.add_argument("--label", default="", help="Free text copied into the report.")
     return parser.parse_args(argv)
@@ -117,7 +138,8 @@ def build_config(args: argparse.Namespace, *, world_size: int, use_cuda: bool):
         beta=0.0,
         temperature=1.0,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
         report_to="none",
         disable_tqdm=True,
         use_cpu=not use_cuda,
@@ -138,6 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.mode == "server" and not args.base_url:
         raise SystemExit("--mode server needs --base-url")
+    stop_at = None
+    if args.stop_server_at is not None or args.stop_server_pid is not None:
+        if args.mode != "server" or args.stop_server_at is None or args.stop_server_pid is None:
+            raise SystemExit("--stop-server-pid and --stop-server-at go together, in server mode")
+        stop_at = tuple(int(part) for part in args.stop_server_at.split(":"))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
     import torch
@@ -157,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         "rewards": [],
         "weight_sync": {"sync_weights_calls": 0, "init_communicator_skipped": 0, "weight_pushes_skipped": 0},
         "step_seconds": [],
+        "ok": False,
     }
     state: dict[str, Any] = {"trainer": None}
 
@@ -171,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         original_client_generate = VLLMClient.generate
 
         def client_generate(self, prompts, *a, **kw):
+            step = global_step()
+            if stop_at is not None and "server_stop" not in record and step is not None:
+                round_ = 1 + sum(1 for call in record["client_calls"] if call["step"] == step)
+                if (step + 1, round_) == stop_at:
+                    record["server_stop"] = stop_server(args.stop_server_pid, step + 1, round_)
             start = time.perf_counter()
             out = original_client_generate(self, prompts, *a, **kw)
             record["client_calls"].append(
@@ -314,17 +347,36 @@ def main(argv: list[str] | None = None) -> int:
 
     trainer.vllm_generation.generate = vllm_generate
 
-    result = trainer.train()
+    try:
+        result = trainer.train(resume_from_checkpoint=True if args.resume else None)
+    except Exception as error:
+        # The report says how the run ended (the test checks when and how); the exception still ends the process.
+        record["error"] = {"type": type(error).__name__, "message": str(error), "time": time.time()}
+        record["global_step"] = int(trainer.state.global_step)
+        write_report(args.report, rank, record)
+        raise
     record["train_runtime"] = float(result.metrics.get("train_runtime", float("nan")))
     record["global_step"] = int(trainer.state.global_step)
     record["log_history"] = trainer.state.log_history
     record["ok"] = True
-    out_path = rank_report_path(args.report, rank)
+    write_report(args.report, rank, record)
+    trainer.accelerator.wait_for_everyone()
+    return 0
+
+
+def write_report(report: str, rank: int, record: dict[str, Any]) -> None:
+    out_path = rank_report_path(report, rank)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
     print(f"[_vllm_server_run] rank {rank}: report written to {out_path}", flush=True)
-    trainer.accelerator.wait_for_everyone()
-    return 0
+
+
+def stop_server(pid: int, step: int, round_: int) -> dict[str, Any]:
+    """SIGSTOP the server's whole process group (HTTP process and engine), so that it answers nothing from now on."""
+    info = {"step": step, "round": round_, "pid": pid, "time": time.time()}
+    os.killpg(os.getpgid(pid), signal.SIGSTOP)
+    print(f"[_vllm_server_run] stopped the vLLM server before round {round_} of step {step}: {info}", flush=True)
+    return info
 
 
 if __name__ == "__main__":  # vLLM colocate mode spawns processes: the guard is required

@@ -1,6 +1,6 @@
 """scripts/train_ada.py: the embedded default run, the real path on local directories, and bad input."""
 
-import importlib.util
+import importlib
 import json
 import logging
 import os
@@ -28,11 +28,8 @@ FAST = [
 
 
 def load_script():
-    spec = importlib.util.spec_from_file_location("train_ada", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["train_ada"] = module  # dataclasses resolve string annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
+    # scripts/train_ada.py is a thin entry over trl_ada.train, which holds the job's code (also `trl-ada train`).
+    return importlib.import_module("trl_ada.train")
 
 
 def run_main(argv):

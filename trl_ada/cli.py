@@ -1,4 +1,9 @@
-"""The `trl-ada` command line. `trl-ada simulate` plans a sampling budget with no model and no GPU."""
+"""
+The `trl-ada` command line. `trl-ada simulate` plans a sampling budget with no model and no GPU; `trl-ada train` runs
+the main job (`trl_ada.train`, the code of `scripts/train_ada.py`).
+
+Import-light: only `trl-ada train` imports torch, transformers and TRL.
+"""
 
 from __future__ import annotations
 
@@ -90,10 +95,28 @@ def _run_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train(subparsers: argparse._SubParsersAction) -> None:
+    # Listed for `trl-ada --help` only: `main` hands `trl-ada train ...` to TRL's parser in `trl_ada.train` before
+    # argparse sees it, so every GRPOConfig/AdaGRPOConfig flag and `--config` work (`trl-ada train --help` lists them).
+    subparsers.add_parser(
+        "train",
+        add_help=False,
+        help="Train with Reinforce-Ada (the main job; same flags and YAML recipes as scripts/train_ada.py). "
+        "`--config` takes a file or a shipped recipe name (qwen2.5-math-1.5b/seq_balance). With no model and no "
+        "dataset: the embedded tiny arithmetic run on CPU. Several processes: accelerate launch -m trl_ada.train.",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        from .train import cli_main  # torch, transformers and TRL: only here
+
+        return cli_main(argv[1:], prog="trl-ada train")
     parser = argparse.ArgumentParser(prog="trl-ada", description="Reinforce-Ada adaptive sampling for TRL.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_simulate(subparsers)
+    _add_train(subparsers)
     args = parser.parse_args(argv)
     try:
         return _run_simulate(args)

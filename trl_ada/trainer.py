@@ -23,6 +23,7 @@ from trl import GRPOConfig, GRPOTrainer
 from .card import render_model_card
 from .checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
 from .config import AdaGRPOConfig
+from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
 from .trl_seam import (
@@ -455,7 +456,9 @@ class AdaGRPOTrainer(GRPOTrainer):
 
         self._ada_round_block = block
         try:
-            prompt_ids, completion_ids, completions, logprobs = split_generate_output(super()._generate(share_prompts))
+            with vllm_server_errors(self, round_index):  # a lost vLLM server: a clear error, not a hang
+                generated = super()._generate(share_prompts)
+            prompt_ids, completion_ids, completions, logprobs = split_generate_output(generated)
         finally:
             self._ada_round_block = None
         try:

@@ -21,6 +21,7 @@ Touchpoints, checked against TRL 1.16.0 (installed source read line by line):
 | `RepeatSampler` | class | `trl.trainer.grpo_trainer.RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)` |
 | `get_config_model_id` | function | `trl.trainer.utils.get_config_model_id(config)` |
 | `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler` | override (transformers) | called inside each checkpoint save / resume, before `trainer_state.json` and the hub push |
+| `use_vllm`, `vllm_mode`, `vllm_generation.vllm_client` (`.generate`, `.base_url`) | attributes | server mode's HTTP client, watched by `trl_ada/faults.py` while a round's request is in flight |
 """
 
 from __future__ import annotations

@@ -1,0 +1,265 @@
+"""The installed package: `pip install` of the built wheel (not editable) runs the main job without the repository,
+ships what that job needs, and leaves a user's torch/TRL stack alone.
+
+Each test builds the wheel from a copy of this checkout and installs it into a fresh virtualenv that sees the main
+environment's packages (`--system-site-packages`), so nothing large is downloaded.
+"""
+
+import email.parser
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The user's stack: installing trl-ada must change none of these.
+USER_STACK = ("torch", "trl", "transformers", "accelerate", "peft", "datasets")
+# ... and must not pin any of these to one version.
+NOT_PINNED = (*USER_STACK, "huggingface-hub")
+
+EMBEDDED_RUN = ["--max_steps", "2", "--heldout_size", "8", "--arithmetic_train_size", "64"]
+
+
+def canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment minus PYTHONPATH (the checkout must not leak in), one thread per process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    return {**env, "OMP_NUM_THREADS": "1", **extra}
+
+
+def run(command: list[str], cwd: Path, timeout: int = 300, **extra_env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=cwd, env=clean_env(**extra_env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The files of this checkout that git tracks or would track (no build/, *.egg-info, virtualenvs, outputs):
+    building from a clean copy leaves the checkout untouched and ships no stale build/ leftovers."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():  # a tracked file deleted in the work tree is skipped
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("wheel")
+    source = copy_checkout(tmp / "src")
+    out = tmp / "dist"
+    result = run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(source)],
+        cwd=tmp,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (built,) = out.glob("trl_ada-*.whl")
+    return built
+
+
+def make_venv(path: Path) -> Path:
+    """A fresh virtualenv over the main environment's packages; its `python -m pip` is the main environment's pip,
+    installing into the virtualenv."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True, timeout=120
+    )
+    return path / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A virtualenv with the wheel installed (`pip install --no-deps`: its dependencies come from the main
+    environment). Returns the virtualenv's bin/ folder."""
+    venv = tmp_path_factory.mktemp("installed") / "venv"
+    python = make_venv(venv)
+    result = run([str(python), "-m", "pip", "install", "--no-deps", str(wheel)], cwd=venv.parent)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return python.parent
+
+
+def wheel_metadata(wheel: Path):
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        return email.parser.Parser().parsestr(archive.read(name).decode())
+
+
+@pytest.mark.slow
+def test_wheel_ships_the_card_template_the_tiny_model_and_the_recipes(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "trl_ada/train.py" in names and "trl_ada/cli.py" in names
+    assert "trl_ada/hub_cards/reinforce_ada_model_card.md" in names
+    for asset in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        assert f"trl_ada/assets/tiny-arith/{asset}" in names, asset
+    recipes = {p.relative_to(ROOT / "recipes").as_posix() for p in (ROOT / "recipes").rglob("*.yaml")}
+    assert recipes >= {"qwen2.5-math-1.5b/seq_balance.yaml", "models/qwen2.5-math-7b.yaml"}
+    assert {f"trl_ada/recipes/{r}" for r in recipes} | {"trl_ada/recipes/README.md"} <= names
+    assert not [n for n in names if n.startswith(("tests/", "scripts/", "recipes/", "hub_cards/"))]
+    entry_points = zipfile.ZipFile(wheel).read("trl_ada-0.1.0.dist-info/entry_points.txt").decode()
+    assert "trl-ada = trl_ada.cli:main" in entry_points
+
+
+@pytest.mark.slow
+def test_trl_ada_train_runs_from_the_installed_wheel_outside_the_checkout(installed, tmp_path):
+    # The package, its card template and its recipes come from the virtualenv, not from this checkout.
+    probe = (
+        "import json, trl_ada, trl_ada.hub_cards, trl_ada.train as t\n"
+        "try:\n"
+        "    t.resolve_config('no/such_recipe')\n"
+        "    unknown = None\n"
+        "except ValueError as error:\n"
+        "    unknown = str(error)\n"
+        "print(json.dumps({'package': trl_ada.__file__, 'cards': trl_ada.hub_cards.__file__,\n"
+        "    'recipe': t.resolve_config('qwen2.5-math-1.5b/seq_balance'),\n"
+        "    'recipe_yaml': t.resolve_config('models/qwen2.5-math-7b.yaml'), 'unknown': unknown}))\n"
+    )
+    result = run([str(installed / "python"), "-c", probe], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    site = installed.parent / "lib"
+    for key in ("package", "cards", "recipe", "recipe_yaml"):
+        assert Path(found[key]).resolve().is_relative_to(site.resolve()), (key, found[key])
+        assert not Path(found[key]).resolve().is_relative_to(ROOT), (key, found[key])
+    assert found["recipe"].endswith("trl_ada/recipes/qwen2.5-math-1.5b/seq_balance.yaml")
+    assert "qwen2.5-math-1.5b/seq_balance" in found["unknown"]  # a wrong name lists the shipped recipes
+
+    out = tmp_path / "out"
+    result = run([str(installed / "trl-ada"), "train", *EMBEDDED_RUN, "--output_dir", str(out)], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-5000:]
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md", "metrics.json"):
+        assert (out / name).is_file(), name
+    card = (out / "README.md").read_text()
+    assert "reinforce-ada" in card and "| `sampler` | seq_balance |" in card  # trl-ada's template, filled in
+    assert "held-out pass rate (8 problems" in result.stderr  # the run summary
+
+
+@pytest.mark.slow
+def test_installed_train_runs_under_accelerate_launch_on_two_processes(installed, tmp_path):
+    # `accelerate launch -m trl_ada.train ...`: the documented multi-process form for the installed package. Two CPU
+    # processes as configs/accelerate/cpu_two_processes.yaml sets them up, without that file.
+    out = tmp_path / "two"
+    command = [
+        str(installed / "python"),
+        "-m",
+        "accelerate.commands.accelerate_cli",  # the virtualenv's `accelerate`: it sees the installed trl_ada
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        "0",
+        "-m",
+        "trl_ada.train",
+        "--max_steps",
+        "1",
+        "--heldout_size",
+        "0",
+        "--arithmetic_train_size",
+        "64",
+        "--per_device_train_batch_size",
+        "16",
+        "--output_dir",
+        str(out),
+    ]
+    result = run(command, cwd=tmp_path, ACCELERATE_USE_CPU="true")
+    assert result.returncode == 0, result.stderr[-5000:]
+    assert (out / "README.md").is_file() and (out / "model.safetensors").is_file()
+    assert result.stderr.count("Loading weights: 100%") == 2  # one model per process
+
+
+@pytest.mark.slow
+def test_installing_the_wheel_over_a_supported_stack_changes_none_of_it(wheel, tmp_path):
+    # A virtualenv that already holds a supported stack (the main environment's): pip's resolution for the wheel
+    # must install trl-ada alone, upgrading or downgrading none of the user's packages.
+    python = make_venv(tmp_path / "venv")
+    report = tmp_path / "report.json"
+    result = run(
+        [str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--report", str(report), str(wheel)],
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    to_install = {
+        canonical(item["metadata"]["name"]): item["metadata"]["version"]
+        for item in json.loads(report.read_text())["install"]
+    }
+    assert "trl-ada" in to_install  # the wheel itself was resolved
+    assert not {name: version for name, version in to_install.items() if name in USER_STACK}
+
+
+@pytest.mark.slow
+def test_wheel_pins_none_of_the_user_stack_and_leaves_torch_to_trl(wheel):
+    # Fails while setup.py pins exact versions: pip would then replace a user's working torch/TRL stack.
+    requirements = [Requirement(line) for line in wheel_metadata(wheel).get_all("Requires-Dist") or []]
+    base = [r for r in requirements if r.marker is None or "extra" not in str(r.marker)]
+    pinned = [
+        str(r)
+        for r in base
+        if canonical(r.name) in NOT_PINNED and any(s.operator in ("==", "===") for s in r.specifier)
+    ]
+    assert not pinned, f"exact pins on the user's stack: {pinned}"
+    assert "torch" not in {canonical(r.name) for r in base}, "torch comes through trl; trl-ada must not require it"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# In the checkout (fast): recipe names for --config, and `trl-ada` staying import-light
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_config_takes_a_path_or_the_name_of_a_shipped_recipe(tmp_path, monkeypatch):
+    from trl_ada.train import resolve_config, shipped_recipes, with_config_resolved
+
+    recipe = str((ROOT / "recipes" / "qwen2.5-math-1.5b" / "seq_balance.yaml").resolve())
+    assert resolve_config("qwen2.5-math-1.5b/seq_balance") == recipe  # in a checkout: recipes/ of the repository
+    assert resolve_config("qwen2.5-math-1.5b/seq_balance.yaml") == recipe
+    assert {"qwen2.5-math-1.5b/seq_balance", "models/qwen2.5-math-7b"} <= set(shipped_recipes())
+    own = tmp_path / "qwen2.5-math-1.5b" / "seq_balance.yaml"  # an existing file wins over a shipped recipe
+    own.parent.mkdir()
+    own.write_text("max_steps: 1\n")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_config("qwen2.5-math-1.5b/seq_balance.yaml") == "qwen2.5-math-1.5b/seq_balance.yaml"
+    assert resolve_config("qwen2.5-math-1.5b/seq_balance") == recipe  # no such file here: the shipped one
+    for wrong in ("no_such_recipe", "../setup.py", "../setup"):
+        with pytest.raises(
+            ValueError, match="neither a file nor a recipe shipped with trl-ada.*models/qwen2.5-math-7b"
+        ):
+            resolve_config(wrong)
+    argv = ["--max_steps", "3", "--config=models/qwen2.5-math-7b", "--output_dir", "o"]
+    resolved = str((ROOT / "recipes" / "models" / "qwen2.5-math-7b.yaml").resolve())
+    assert with_config_resolved(argv) == ["--max_steps", "3", "--config", resolved, "--output_dir", "o"]
+    assert with_config_resolved(["--max_steps", "3"]) == ["--max_steps", "3"]
+
+
+def test_trl_ada_train_names_the_shipped_recipes_for_an_unknown_config(capsys):
+    from trl_ada.cli import main
+
+    assert main(["train", "--config", "qwen2.5-math-1.5b/seq_balanced"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("trl-ada train: error: --config 'qwen2.5-math-1.5b/seq_balanced' is neither")
+    assert "qwen2.5-math-1.5b/seq_balance," in error
+
+
+def test_trl_ada_cli_imports_neither_torch_nor_trl():
+    code = (
+        "import sys, trl_ada.cli\n"
+        "heavy = {'torch', 'trl', 'transformers', 'accelerate', 'datasets'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

