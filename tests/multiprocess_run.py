@@ -100,6 +100,10 @@ def main() -> None:
         ),
     }
     (out_dir / f"rank{report['balance']['process_index']}.json").write_text(json.dumps(report))
+    import torch.distributed
+
+    if torch.distributed.is_initialized():  # a clean gloo shutdown; without it a rank occasionally aborted at exit
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The Reinforce-Ada model card, plots and metrics files, and what push_to_hub uploads (no network)."""
 
+import contextlib
 import re
 from pathlib import Path
 from unittest import mock
@@ -58,7 +59,18 @@ def test_push_to_hub_uploads_model_card_and_plots(trained):
             return "https://example.invalid/commit"
 
     trained.args.hub_model_id = "tiny-ada"
-    with mock.patch("transformers.trainer.hf_api", return_value=FakeApi()):
+    import transformers.trainer
+
+    if hasattr(transformers.trainer, "hf_api"):  # transformers >= 5.10.1
+        patches = [mock.patch("transformers.trainer.hf_api", return_value=FakeApi())]
+    else:  # older releases import huggingface_hub's functions by name
+        api = FakeApi()
+        patches = [
+            mock.patch(f"transformers.trainer.{name}", getattr(api, name)) for name in ("create_repo", "upload_folder")
+        ]
+    with contextlib.ExitStack() as stack:
+        for patch in patches:
+            stack.enter_context(patch)
         trained.push_to_hub(blocking=True)
     (upload,) = uploads
     assert upload["repo_id"] == "someone/tiny-ada"

@@ -120,7 +120,9 @@ def test_resume_makes_the_same_decisions_as_an_uninterrupted_run(
     resumed_losses = losses(resumed)
     assert resumed_losses and all(resumed_losses[step] == losses(full)[step] for step in resumed_losses)
     if sampler_kwargs["sampler"] == "est":
-        assert resumed.ada_sampler.estimator.counts == pytest.approx(full.ada_sampler.estimator.counts)
+        resumed_counts, full_counts = resumed.ada_sampler.estimator.counts, full.ada_sampler.estimator.counts
+        assert resumed_counts.keys() == full_counts.keys()  # (pytest >= 9.2's approx takes no nested containers)
+        assert all(resumed_counts[key] == pytest.approx(full_counts[key]) for key in full_counts)
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
 

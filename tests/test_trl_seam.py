@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import trl
+from packaging.specifiers import SpecifierSet
 from trl import GRPOTrainer
 
 from trl_ada import trl_seam
@@ -67,3 +68,34 @@ def test_no_module_but_the_seam_touches_trl_private_api():
             if PRIVATE_TRL.search(line):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_the_trl_1_15_cpu_fallback_matches_trl_1_16s_own():
+    # TRL 1.15's fused LM head is Triton-only; the seam's plain-torch stand-in must compute what 1.16's fallback does.
+    import torch
+    import trl.trainer.utils as trl_utils
+
+    reference = trl_utils._ChunkedLogProbFunction
+    stand_in = trl_seam._torch_chunked_logprob(None)
+    generator = torch.Generator().manual_seed(0)
+    for softcap, scale, temperature, with_bias in [(None, 1.0, 1.0, False), (30.0, 0.5, 0.7, True)]:
+        hidden = torch.randn(6, 16, generator=generator)
+        weight = torch.randn(50, 16, generator=generator)
+        bias = torch.randn(50, generator=generator) if with_bias else None
+        targets = torch.randint(0, 50, (6,), generator=generator)
+        results = []
+        for function in (reference, stand_in):
+            h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+            logprobs, entropy, log_sum_sq, mean_logits, is_top1 = function.apply(
+                h, w, bias, targets, temperature, 4, softcap, scale
+            )
+            (logprobs.sum() + entropy.sum()).backward()
+            results.append((logprobs, entropy, log_sum_sq, mean_logits, is_top1.float(), h.grad, w.grad))
+        for expected, actual in zip(*results):
+            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_setup_py_declares_the_seams_trl_range():
+    setup_py = (PACKAGE.parent / "setup.py").read_text()
+    declared = re.search(r'^SUPPORTED_TRL = "([^"]+)"', setup_py, flags=re.MULTILINE).group(1)
+    assert SpecifierSet(declared) == trl_seam.SUPPORTED_TRL

@@ -6,18 +6,20 @@ between TRL releases, so every such touchpoint goes through this module, which s
 which TRL releases it was checked against, and refuses an unsupported TRL at import with a message that says what to do
 (set `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` to try anyway, with a warning).
 
-Touchpoints, checked against TRL 1.16.0 (installed source read line by line):
+Touchpoints, checked against TRL 1.14.2, 1.15.0 and 1.16.0 (installed sources diffed method by method). Every one is
+the same in the three releases except where the last column says otherwise:
 
 | touchpoint | kind | what trl-ada relies on |
 |---|---|---|
-| `_generate_and_score_completions(inputs)` | override | called once per generation batch in training; returns a dict with a per-row `advantages` tensor (this process's rows) |
+| `_generate_and_score_completions(inputs)` | override | called once per generation batch in training; returns a dict with a per-row `advantages` tensor (this process's rows); 1.15 logs raw prompts/completions in `_logs` instead of decoded text (not read by us) |
 | `_generate(prompts)` | override, call | returns the 8-tuple `(prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)` |
-| `_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kw)` | override | vLLM server mode dedupes prompts by `num_generations` |
+| `_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kw)` | override | vLLM server mode dedupes prompts by `num_generations`; 1.16's body also passes `pad_to_multiple_of` (same signature) |
 | `_calculate_rewards(inputs, prompts, completions, completion_ids_list)` | override, call | returns the gathered `(rows of all processes) x (reward functions)` float tensor, NaN where a function returned None |
 | `_metrics[mode][name]` | attribute | lists averaged into TRL's logs |
 | `_logs["advantages"]` | attribute | the completions table's advantages column |
 | `_pending_extra_logs` | attribute | `defaultdict(list)` of `log_extra` columns written by reward functions |
 | `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag, micro-step counter (generation period), pad/EOS ids for truncation |
+| `trl.trainer.utils._ChunkedLogProbFunction` | module variable, 1.15 only | 1.15 always patches the policy with a fused LM head whose kernel is Triton-only (`None` without Triton, so CPU training fails with `'NoneType' object has no attribute 'apply'`); replaced by a plain-torch equivalent off CUDA/XPU (1.14 has no fused head, 1.16 its own fallback) |
 | `RepeatSampler` | class | `trl.trainer.grpo_trainer.RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)` |
 | `get_config_model_id` | function | `trl.trainer.utils.get_config_model_id(config)` |
 | `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler` | override (transformers) | called inside each checkpoint save / resume, before `trainer_state.json` and the hub push |
@@ -38,8 +40,8 @@ from packaging.version import Version
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_TRL = SpecifierSet(">=1.16,<1.17")
-"""TRL releases whose private API every touchpoint below was checked against (and CI runs)."""
+SUPPORTED_TRL = SpecifierSet(">=1.14,<1.17")
+"""TRL releases whose private API every touchpoint below was checked against, each run by a CI stage."""
 
 ALLOW_UNSUPPORTED_ENV = "TRL_ADA_ALLOW_UNSUPPORTED_TRL"
 
@@ -162,12 +164,88 @@ def end_of_completion_ids(trainer: Any) -> tuple[int, ...]:
     return (*trainer.eos_token_ids, trainer._tokenizer.pad_token_id)
 
 
+_LOGPROB_OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+
+
+def _torch_chunked_logprob(original: Any) -> type:
+    """TRL 1.15's `ChunkedLogProbFunction` call in plain torch off CUDA/XPU (what 1.16's own fallback computes)."""
+    import torch
+    import torch.nn.functional as F
+
+    class TorchChunkedLogProb:
+        @staticmethod
+        def apply(
+            hidden,
+            weight,
+            bias,
+            targets,
+            temperature,
+            chunk_size,
+            final_logit_softcapping=None,
+            logit_scale=1.0,
+            outputs=_LOGPROB_OUTPUTS,
+        ):
+            if original is not None and hidden.device.type in ("cuda", "xpu"):
+                return original.apply(
+                    hidden,
+                    weight,
+                    bias,
+                    targets,
+                    temperature,
+                    chunk_size,
+                    final_logit_softcapping,
+                    logit_scale,
+                    outputs,
+                )
+            device = hidden.device.type
+            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+            logits = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)).float()
+            logits = logits * logit_scale
+            if final_logit_softcapping is not None:
+                logits = final_logit_softcapping * torch.tanh(logits / final_logit_softcapping)
+            logits = logits / temperature
+            log_norm = torch.logsumexp(logits, dim=-1)
+            logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
+            entropy = log_sum_sq = mean_logits = is_top1 = None
+            if "entropy" in outputs:
+                entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+            with torch.no_grad():
+                if "log_sum_sq_probs" in outputs:
+                    log_sum_sq = torch.logsumexp(2 * (logits - log_norm.unsqueeze(-1)), dim=-1)
+                if "mean_logits" in outputs:
+                    mean_logits = logits.mean(-1)
+                if "is_top1" in outputs:
+                    is_top1 = logits.argmax(-1) == targets
+            return logprobs, entropy, log_sum_sq, mean_logits, is_top1
+
+    return TorchChunkedLogProb
+
+
+def install_fused_lm_head_fallback() -> bool:
+    """On TRL 1.15.x (Triton-only fused LM head), let it run off CUDA/XPU; a no-op on other releases. True if installed."""
+    import trl.trainer.utils as trl_utils
+
+    if not hasattr(trl_utils, "add_fused_lm_head") or not hasattr(trl_utils, "_ChunkedLogProbFunction"):
+        return False  # 1.14: no fused LM head
+    try:
+        from trl.kernels import chunked_logprob
+    except ImportError:  # 1.15 without Triton
+        chunked_logprob = None
+    if chunked_logprob is not None and hasattr(chunked_logprob, "_use_triton"):
+        return False  # 1.16: its own torch fallback
+    if getattr(trl_utils._ChunkedLogProbFunction, "__name__", "") == "TorchChunkedLogProb":
+        return True
+    trl_utils._ChunkedLogProbFunction = _torch_chunked_logprob(trl_utils._ChunkedLogProbFunction)
+    return True
+
+
 check_trl_version()
 
 from trl.trainer.grpo_trainer import GRPOTrainer, RepeatSampler  # noqa: E402
 from trl.trainer.utils import get_config_model_id  # noqa: E402
 
 check_overridable(GRPOTrainer)
+install_fused_lm_head_fallback()
 
 __all__ = [
     "ALLOW_UNSUPPORTED_ENV",

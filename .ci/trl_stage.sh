@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# CI stage: trl-ada on another TRL release, in its own virtualenv, with exactly the versions of constraints/trl-X.txt.
+#
+#   bash .ci/trl_stage.sh 1.15                     # create/reuse .venv-trl-1.15, install, run the trainer tests
+#   bash .ci/trl_stage.sh 1.14 -k uniform          # extra arguments go to pytest
+#   TRL_STAGE_REBUILD=1 bash .ci/trl_stage.sh 1.15 # throw the venv away and build it again
+#   TRL_STAGE_VENV=/path/to/venv bash .ci/trl_stage.sh 1.15
+#
+# The main environment is never touched: a clean venv (no --system-site-packages) per TRL minor. Install recipe:
+#   1. `pip install -c constraints/trl-X.txt torch`, then `pip install -c constraints/trl-X.txt -e ".[dev]"` (a
+#      resolution conflict fails the stage: setup.py's ranges must admit every tested stack);
+#   2. every package of the constraint file must then be installed at exactly its pinned version, or the stage fails.
+# Idempotent: a marker in the venv records the recipe, the constraint file and setup.py; a matching venv is reused.
+#
+# Tests (the ones that depend on TRL's private API): `uniform` reproduces GRPOTrainer bit for bit, seq_balance on one
+# process and on two (gloo), est and DAPO, checkpoint save/resume, the model card, and the TRL seam (no opt-out: the
+# release must be inside trl_seam.SUPPORTED_TRL).
+# Exits non-zero when the setup fails, a test fails, or no test ran.
+set -euo pipefail
+
+STAGE_START=$(date +%s.%N)
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_ROOT"
+
+elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+log() { printf '[trl-stage %s %6ss] %s\n' "${TRL_MINOR:-?}" "$(elapsed_since "$STAGE_START")" "$*"; }
+die() { printf '[trl-stage %s] ERROR: %s\n' "${TRL_MINOR:-?}" "$*" >&2; exit 1; }
+
+[[ $# -ge 1 ]] || die "usage: bash .ci/trl_stage.sh TRL_MINOR [pytest args...]   (e.g. 1.15; see constraints/)"
+TRL_MINOR="$1"
+shift
+CONSTRAINTS="constraints/trl-${TRL_MINOR}.txt"
+[[ -f "$CONSTRAINTS" ]] || die "no $CONSTRAINTS (have: $(ls constraints/ 2>/dev/null | tr '\n' ' '))"
+
+TRL_VENV="${TRL_STAGE_VENV:-$REPO_ROOT/.venv-trl-${TRL_MINOR}}"
+BASE_PYTHON="${BASE_PYTHON:-$(command -v python3.11 || command -v python3)}"
+TESTS=(
+    tests/test_trainer.py
+    tests/test_trainer_est_dapo.py
+    tests/test_multiprocess.py
+    tests/test_hardening.py
+    tests/test_card.py
+    tests/test_trl_seam.py
+    # installing the wheel over this stack changes none of it; the wheel pins nothing of the user's stack
+    tests/test_install.py::test_installing_the_wheel_over_a_supported_stack_changes_none_of_it
+    tests/test_install.py::test_wheel_pins_none_of_the_user_stack_and_leaves_torch_to_trl
+)
+MARKER="$TRL_VENV/.trl-ada-trl-stage"
+RECIPE_VERSION=1
+EXPECTED_MARKER="recipe=$RECIPE_VERSION python=$("$BASE_PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+EXPECTED_MARKER+=" constraints=$(sha256sum "$CONSTRAINTS" | cut -c1-16) setup.py=$(sha256sum setup.py | cut -c1-16)"
+
+# ------------------------------------------------------------------------------------------------------------------
+# 1. The venv (reused when complete)
+# ------------------------------------------------------------------------------------------------------------------
+SETUP_SECONDS=0
+if [[ "${TRL_STAGE_REBUILD:-0}" == "1" && -d "$TRL_VENV" ]]; then
+    log "TRL_STAGE_REBUILD=1: removing $TRL_VENV"
+    rm -rf "$TRL_VENV"
+fi
+if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$EXPECTED_MARKER" && -x "$TRL_VENV/bin/python" ]]; then
+    log "reusing $TRL_VENV ($(cat "$MARKER"))"
+else
+    SETUP_START=$(date +%s.%N)
+    [[ -n "$BASE_PYTHON" ]] || die "no python3.11 / python3 found; set BASE_PYTHON"
+    if [[ -d "$TRL_VENV" ]]; then
+        log "removing incomplete or outdated venv $TRL_VENV"
+        rm -rf "$TRL_VENV"
+    fi
+    log "creating venv $TRL_VENV with $BASE_PYTHON ($("$BASE_PYTHON" --version 2>&1))"
+    "$BASE_PYTHON" -m venv "$TRL_VENV"
+    PIP=("$TRL_VENV/bin/python" -m pip --disable-pip-version-check)
+
+    STEP=$(date +%s.%N)
+    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" torch
+    log "torch installed in $(elapsed_since "$STEP") s"
+
+    STEP=$(date +%s.%N)
+    # A resolution conflict is a failure: setup.py's ranges must admit every stack CI tests.
+    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" -e ".[dev]" \
+        || die "pip install -c $CONSTRAINTS -e .[dev] failed: setup.py's ranges do not admit this stack (above)"
+    log "installed -e .[dev] with its dependencies under $CONSTRAINTS in $(elapsed_since "$STEP") s"
+
+    # Every pin of the constraint file must be what is installed, whichever install path ran.
+    "$TRL_VENV/bin/python" - "$CONSTRAINTS" <<'EOF' || die "the venv does not hold the pinned stack (above)"
+import importlib.metadata as m
+import re
+import sys
+
+from packaging.version import Version
+
+bad = []
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if not line:
+        continue
+    name, pinned = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line).groups()
+    try:
+        have = m.version(name)
+    except m.PackageNotFoundError:
+        bad.append(f"{name}: not installed (pinned {pinned})")
+        continue
+    if Version(have).public != Version(pinned).public:
+        bad.append(f"{name}: {have} installed, {pinned} pinned")
+import torch, trl, transformers, trl_ada  # noqa: E401,F401
+
+print(f"[trl-stage] torch {torch.__version__} | trl {trl.__version__} | transformers {transformers.__version__} | "
+      f"trl_ada from {trl_ada.__file__}")
+if bad:
+    sys.exit("\n".join(bad))
+EOF
+    printf '%s\n' "$EXPECTED_MARKER" >"$MARKER"
+    SETUP_SECONDS=$(elapsed_since "$SETUP_START")
+    log "venv ready in ${SETUP_SECONDS} s ($(du -sh "$TRL_VENV" | cut -f1))"
+fi
+
+# ------------------------------------------------------------------------------------------------------------------
+# 2. The tests (some must run; failures fail the stage)
+# ------------------------------------------------------------------------------------------------------------------
+TEST_START=$(date +%s.%N)
+JUNIT="$(mktemp -t trl-stage-junit.XXXXXX.xml)"
+trap 'rm -f "$JUNIT"' EXIT
+log "running ${TESTS[*]} $* in $TRL_VENV"
+set +e
+# -P: no current directory on sys.path, so `import trl_ada` is the venv's install of this checkout.
+"$TRL_VENV/bin/python" -P -m pytest -q -rfEs -p no:cacheprovider \
+    --junitxml="$JUNIT" "${TESTS[@]}" "$@"
+RC=$?
+set -e
+TEST_SECONDS=$(elapsed_since "$TEST_START")
+if [[ $RC -ne 0 ]]; then
+    log "FAILED: pytest exited with $RC after ${TEST_SECONDS} s"
+    exit "$RC"
+fi
+"$TRL_VENV/bin/python" - "$JUNIT" <<'EOF' || { log "FAILED: no test ran"; exit 1; }
+import sys
+import xml.etree.ElementTree as ET
+
+root = ET.parse(sys.argv[1]).getroot()
+suite = root if root.tag == "testsuite" else root.find("testsuite")
+tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+print(f"[trl-stage] junit: {tests} tests, {skipped} skipped")
+sys.exit(0 if tests - skipped > 0 else 1)
+EOF
+log "OK: setup ${SETUP_SECONDS} s, tests ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"
