@@ -75,6 +75,9 @@ def test_the_trl_1_15_cpu_fallback_matches_trl_1_16s_own():
     import torch
     import trl.trainer.utils as trl_utils
 
+    chunked_logprob = pytest.importorskip("trl.kernels.chunked_logprob")
+    if not hasattr(chunked_logprob, "_use_triton"):
+        pytest.skip(f"TRL {trl.__version__} has no CPU fallback of its own to compare with (1.16 has)")
     reference = trl_utils._ChunkedLogProbFunction
     stand_in = trl_seam._torch_chunked_logprob(None)
     generator = torch.Generator().manual_seed(0)
@@ -99,3 +102,8 @@ def test_setup_py_declares_the_seams_trl_range():
     setup_py = (PACKAGE.parent / "setup.py").read_text()
     declared = re.search(r'^SUPPORTED_TRL = "([^"]+)"', setup_py, flags=re.MULTILINE).group(1)
     assert SpecifierSet(declared) == trl_seam.SUPPORTED_TRL
+
+
+def test_the_fallback_is_installed_on_trl_1_15_only():
+    installed = trl_seam.install_fused_lm_head_fallback()
+    assert installed == (trl.__version__.startswith("1.15.")), trl.__version__
