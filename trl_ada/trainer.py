@@ -83,15 +83,20 @@ class AdaGRPOTrainer(GRPOTrainer):
     importance-sampling path runs unchanged on static shapes. Advantages use the whole pool's mean reward as baseline
     and may carry a per-prompt objective weight (see [`AdaGRPOConfig`]).
 
-    Only three methods of `GRPOTrainer` are overridden, each wrapping its parent rather than copying it:
-    `_generate` (the sampling rounds, via `super()._generate` on each round's share), `_calculate_rewards` (returns
-    the rewards already computed during the rounds for the kept completions) and `_generate_and_score_completions`
-    (swaps in the Reinforce-Ada advantages). Every process makes the same decisions from gathered rewards.
+    The private `GRPOTrainer` methods overridden, each wrapping its parent rather than copying it (every private
+    touchpoint goes through `trl_ada/trl_seam.py`): `_generate` (the sampling rounds, via `super()._generate` on each
+    round's share), `_calculate_rewards` (returns the rewards already computed during the rounds for the kept
+    completions), `_generate_single_turn` (the round's block size for vLLM server mode) and
+    `_generate_and_score_completions` (swaps in the Reinforce-Ada advantages); the sampler's state rides in every
+    checkpoint (`_save_optimizer_and_scheduler` / `_load_optimizer_and_scheduler`). Every process makes the same
+    decisions from gathered rewards.
 
     Args:
-        model, reward_funcs, train_dataset, ...: as for [`~trl.GRPOTrainer`].
-        args ([`AdaGRPOConfig`] or [`~trl.GRPOConfig`], *optional*):
-            A plain `GRPOConfig` is upgraded to an `AdaGRPOConfig` with the default Reinforce-Ada settings.
+        model, reward_funcs, args, train_dataset, ...: as for [`~trl.GRPOTrainer`], in the same positions. A reward
+            function may also be named by a key of `trl_ada.rewards.REWARD_FUNCS` (e.g. `"math_verify"`) or a dotted
+            import path. A plain `GRPOConfig` is upgraded to an `AdaGRPOConfig` with the default Reinforce-Ada settings.
+        pass_rate_estimator ([`~trl_ada.samplers.PassRateEstimator`], *optional*, keyword-only):
+            A learned pass-rate predictor for `sampler="est"` (default: a decayed Beta tracker).
     """
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
