@@ -54,6 +54,7 @@ _REJECTED_FEATURES = {
 @dataclasses.dataclass
 class _SampledBatch:
     group_inputs: list[dict[str, Any]]
+    keys: list[str]
     pools: list[list[_PoolRow]]
     selection: Selection
 
@@ -344,13 +345,12 @@ class AdaGRPOTrainer(GRPOTrainer):
         if settings.refills:
             filler = BatchFiller(len(chosen))
             filler.add(batches[0].selection)
-            in_step = {_prompt_key(row) for row in batches[0].group_inputs}
+            in_step = set(batches[0].keys)
             while not filler.is_full and len(batches) <= settings.dapo_max_refills:
                 # Every process draws the same global refill batch, so no gather is needed.
                 refill = self._next_refill_prompts(len(chosen), exclude=in_step)
                 if not refill:
                     break  # every prompt of the dataset is already in this step
-                in_step.update(_prompt_key(row) for row in refill)
                 batches.append(self._sample_batch(refill))
                 filler.add(batches[-1].selection)
             chosen = filler.take(keep_partial=settings.dapo_on_exhausted == "keep_partial")
@@ -403,11 +403,12 @@ class AdaGRPOTrainer(GRPOTrainer):
             step.observe(requests, rewards, masked)
         selection = step.finish()
         self._log_selection(selection)
-        return _SampledBatch(group_inputs, pools, selection)
+        return _SampledBatch(group_inputs, keys, pools, selection)
 
     def _next_refill_prompts(self, count: int, exclude: set[str]) -> list[dict[str, Any]]:
         """
-        Up to `count` dataset rows (one per prompt) for a DAPO refill, none of whose prompts is in `exclude`.
+        Up to `count` dataset rows (one per prompt) for a DAPO refill, none of whose prompts is in `exclude`; the keys
+        of the prompts returned are added to `exclude`.
 
         Refills walk their own seeded permutation of the dataset (`seed + 1 + epoch`; the main loader, which the Trainer
         owns, uses `seed`), identical on every process, and skip prompts already in the step, so one update never
@@ -440,7 +441,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             scanned += 1
             key = _prompt_key(row)
             if key not in exclude:
-                exclude = exclude | {key}
+                exclude.add(key)
                 rows.append(row)
         return rows
 
