@@ -39,6 +39,7 @@ from .trl_seam import (
     take_pending_extra_logs,
     train_metrics,
 )
+from .weight_sync import one_weight_sync_per_step
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +337,10 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _sample(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run the rounds (and DAPO refills); cache the kept rows; return this process's kept dataset rows."""
+        with one_weight_sync_per_step(self):  # the weights do not change between a step's rounds
+            return self._sample_rounds(inputs)
+
+    def _sample_rounds(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rank = self.accelerator.process_index
         settings = self.ada_sampler.settings
         # TRL's RepeatSampler lays the generation batch out group-major across processes: global rows
