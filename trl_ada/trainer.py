@@ -25,6 +25,7 @@ from .checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
 from .config import AdaGRPOConfig
 from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
+from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
 from .trl_seam import (
     RepeatSampler,
@@ -56,22 +57,9 @@ _REJECTED_FEATURES = {
 class _SampledBatch:
     group_inputs: list[dict[str, Any]]
     keys: list[str]
-    pools: list[list[_PoolRow]]
+    pools: list[list[PoolEntry]]
+    """Every prompt's pool in draw order; the completions themselves stay on the process that generated them."""
     selection: Selection
-
-
-@dataclasses.dataclass
-class _PoolRow:
-    """One completion in a prompt's pool, with everything needed to hand it to TRL's update if it is kept."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    completion: Any
-    logprobs: list[float] | None
-    rewards_per_func: torch.Tensor
-    extra_logs: dict[str, Any]
-    truncated: bool = False
-    """Hit `max_completion_length` (no EOS); the sampler's `masked` flag when `mask_truncated_completions` is on."""
 
 
 class AdaGRPOTrainer(GRPOTrainer):
@@ -118,7 +106,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     # Per-generation-batch state handed between the overridden methods. Class-level defaults, so the overrides also
     # work on a trainer built without `__init__` (as TRL's own rollout-dispatch tests build one).
-    _ada_kept_rows: list[_PoolRow] | None = None
+    _ada_kept_rows: list[LocalRow] | None = None
     _ada_kept_rewards: torch.Tensor | None = None
     _ada_advantages: torch.Tensor | None = None
     _ada_round_block: int | None = None
@@ -223,10 +211,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._ada_kept_rows = None
         for column in {column for row in rows for column in row.extra_logs}:
             add_pending_extra_logs(self, column, [row.extra_logs.get(column) for row in rows])
-        logprobs = None if any(row.logprobs is None for row in rows) else [row.logprobs for row in rows]
+        logprobs = None if any(row.logprobs is None for row in rows) else [row.logprobs.tolist() for row in rows]
         return make_generate_output(
-            [row.prompt_ids for row in rows],
-            [row.completion_ids for row in rows],
+            [row.prompt_ids.tolist() for row in rows],
+            [row.completion_ids.tolist() for row in rows],
             [row.completion for row in rows],
             logprobs,
         )
@@ -345,7 +333,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         settings = self.ada_sampler.settings
         # TRL's RepeatSampler lays the generation batch out group-major across processes: global rows
         # [g * n, (g + 1) * n) hold prompt g. Gather once so every process sees every prompt.
-        batches = [self._sample_batch(self._group_rows(gather_object(inputs)))]
+        batches = [self._sample_batch(self._group_rows(inputs))]
         chosen = [(0, g) for g in range(len(batches[0].group_inputs))]
         if settings.refills:
             filler = BatchFiller(len(chosen))
@@ -362,49 +350,59 @@ class AdaGRPOTrainer(GRPOTrainer):
             for name, value in filler.metrics().items():
                 train_metrics(self)[f"ada/{name}"].append(value)
 
-        kept_rows: list[_PoolRow] = []
+        kept: list[PoolEntry] = []
         kept_inputs: list[dict[str, Any]] = []
         advantages: list[float] = []
         for b, g in chosen:
             batch = batches[b]
             result = batch.selection.prompts[g]
-            kept_rows.extend(batch.pools[g][i] for i in result.kept)
+            kept.extend(batch.pools[g][i] for i in result.kept)
             kept_inputs.extend(batch.group_inputs[g] for _ in result.kept)
             advantages.extend(result.advantages)
-        self._ada_kept_rewards = torch.stack([row.rewards_per_func for row in kept_rows])
+        self._ada_kept_rewards = torch.stack([entry.rewards_per_func for entry in kept])
         # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
         # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
         identity = chosen == [(0, g) for g in range(len(chosen))]
         if not (identity and batches[0].selection.is_plain_grpo):
             self._ada_advantages = torch.tensor(advantages, dtype=torch.float32, device=self.accelerator.device)
         local = len(inputs)
-        self._ada_kept_rows = kept_rows[rank * local : (rank + 1) * local]
+        num_processes = self.accelerator.num_processes
+        # Each kept row moves once, from the process that generated it to the one that trains on it.
+        self._ada_kept_rows = route_kept_rows(kept, rank, num_processes, self.accelerator.device)
+        if num_processes > 1:
+            train_metrics(self)["ada/kept_rows_moved"].append(moved_fraction(kept, num_processes))
         return kept_inputs[rank * local : (rank + 1) * local]
 
-    def _group_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One dataset row per prompt from a generation batch laid out group-major (n identical rows per prompt)."""
+    def _group_rows(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """
+        One dataset row per prompt of the whole generation batch, on every process. TRL's RepeatSampler lays the batch
+        out group-major across processes (global rows [g * n, (g + 1) * n) hold prompt g), so only each group's first
+        row is gathered; every process checks its own rows against it, and all fail together if one layout is wrong.
+        """
         n = self.num_generations
-        groups = [rows[g * n : (g + 1) * n] for g in range(len(rows) // n)]
-        if any(row["prompt"] != group[0]["prompt"] for group in groups for row in group):
+        start = self.accelerator.process_index * len(inputs)
+        groups = gather_object([row for i, row in enumerate(inputs) if (start + i) % n == 0])
+        misplaced = sum(row["prompt"] != groups[(start + i) // n]["prompt"] for i, row in enumerate(inputs))
+        if self.accelerator.gather(torch.tensor([misplaced], device=self.accelerator.device)).sum().item():
             raise RuntimeError(
                 "AdaGRPOTrainer expects each prompt's num_generations rows to be contiguous (TRL's RepeatSampler "
                 "layout). Do not override the train sampler or shuffle the generation batch before generation."
             )
-        return [group[0] for group in groups]
+        return groups
 
     def _sample_batch(self, group_inputs: list[dict[str, Any]]) -> _SampledBatch:
         """All rounds for one batch of prompts: every process runs the same control on gathered rewards."""
         group_prompts = [row["prompt"] for row in group_inputs]
         keys = [_prompt_key(row) for row in group_inputs]
         step = self.ada_sampler.begin(len(group_inputs), keys)
-        pools: list[list[_PoolRow]] = [[] for _ in group_inputs]
+        pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
         while requests := step.requests():
-            rows, rewards = self._run_round(requests, group_prompts, group_inputs, round_index=step.rounds + 1)
+            entries, rewards = self._run_round(requests, group_prompts, group_inputs, round_index=step.rounds + 1)
             order = [g for g, count in requests for _ in range(count)]
-            for g, row in zip(order, rows, strict=True):
-                pools[g].append(row)
+            for g, entry in zip(order, entries, strict=True):
+                pools[g].append(entry)
             # TRL masks truncated completions out of the loss: they must not satisfy an exit rule or take kept slots.
-            masked = [row.truncated for row in rows] if self.mask_truncated_completions else None
+            masked = [entry.truncated for entry in entries] if self.mask_truncated_completions else None
             step.observe(requests, rewards, masked)
         selection = step.finish()
         self._log_selection(selection)
@@ -451,7 +449,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         return rows
 
     def _run_round(self, requests, group_prompts, group_inputs, round_index: int):
-        """Generate and score one round on all processes; return the pool rows and summed rewards, in request order."""
+        """
+        Generate and score one round on all processes; return the pool entries and summed rewards, in request order.
+        Only the rewards (TRL's own gather) and the truncation flags cross processes; each completion stays, compacted,
+        on the process that generated it.
+        """
         num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         order = [g for g, count in requests for _ in range(count)]
         counts = {count for _, count in requests}
@@ -484,14 +486,20 @@ class AdaGRPOTrainer(GRPOTrainer):
         extra_logs = self._take_extra_logs(len(share))
         if logprobs is None:
             logprobs = [None] * len(share)
-        gathered = gather_object(list(zip(prompt_ids, completion_ids, completions, logprobs, extra_logs, strict=True)))
+        local_truncated = torch.tensor(
+            [self._is_truncated(ids) for ids in completion_ids], dtype=torch.uint8, device=self.accelerator.device
+        )
+        truncated = self.accelerator.gather(local_truncated).bool().tolist()
 
         rewards = self._sum_rewards(rewards_per_func)[: len(order)].tolist()
-        rows = [
-            _PoolRow(p_ids, c_ids, completion, lps, rewards_per_func[i], extra, self._is_truncated(c_ids))
-            for i, (p_ids, c_ids, completion, lps, extra) in enumerate(gathered[: len(order)])
-        ]
-        return rows, rewards
+        entries = []
+        for j in range(len(order)):
+            holder, i = divmod(j, share_size)
+            row = None
+            if holder == rank:
+                row = LocalRow.from_lists(prompt_ids[i], completion_ids[i], completions[i], logprobs[i], extra_logs[i])
+            entries.append(PoolEntry(rewards_per_func[j], truncated[j], holder, row))
+        return entries, rewards
 
     def _is_truncated(self, completion_ids: list[int]) -> bool:
         """TRL's definition: a completion that does not end with EOS or padding hit `max_completion_length`."""
