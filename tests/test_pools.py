@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trl_ada.pools import LocalRow, PoolEntry, moved_fraction, pack_rows, route_kept_rows, unpack_rows
+from trl_ada.pools import LocalRow, PoolEntry, RoundLayout, moved_fraction, pack_rows, route_kept_rows, unpack_rows
 
 
 def make_row(seed: int, logprobs: bool = True) -> LocalRow:
@@ -107,3 +107,17 @@ def test_routing_over_gloo_delivers_each_kept_row_to_its_trainer(tmp_path, world
     assert moved > 0  # the layout really moves rows
     for rank in range(world_size):
         assert float((tmp_path / f"ok{rank}").read_text()) == pytest.approx(moved)
+
+
+def test_round_layout_gives_every_process_whole_blocks_of_equal_size():
+    # Three prompts asking 4 rows each on 8 processes: padded with whole blocks of the first prompt to lcm(4, 8) = 8.
+    layout = RoundLayout.plan([(2, 4), (5, 4), (7, 4)], num_processes=8)
+    assert layout.block == 4
+    assert layout.order == [2] * 4 + [5] * 4 + [7] * 4
+    assert layout.padded == layout.order + [2] * 4
+    assert layout.share_size == 2
+    assert [layout.share(rank) for rank in range(8)] == [layout.padded[i : i + 2] for i in range(0, 16, 2)]
+    assert layout.holder(5) == (2, 1)
+    # Mixed counts: blocks of one row, padded to the process count.
+    mixed = RoundLayout.plan([(0, 3), (1, 2)], num_processes=2)
+    assert mixed.block == 1 and mixed.padded == [0, 0, 0, 1, 1, 0] and mixed.share(1) == [1, 1, 0]

@@ -25,7 +25,7 @@ from .checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
 from .config import AdaGRPOConfig
 from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
-from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
+from .pools import LocalRow, PoolEntry, RoundLayout, moved_fraction, route_kept_rows
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
 from .trl_seam import (
     RepeatSampler,
@@ -455,19 +455,12 @@ class AdaGRPOTrainer(GRPOTrainer):
         on the process that generated it.
         """
         num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
-        order = [g for g, count in requests for _ in range(count)]
-        counts = {count for _, count in requests}
-        # Same count for every prompt: keep whole blocks so vLLM server mode can dedupe by it. Pad with whole blocks
-        # of the first requested prompt until every process gets the same number of rows; padding is dropped below.
-        block = counts.pop() if len(counts) == 1 else 1
-        unit = math.lcm(block, num_processes)
-        padded = order + [order[0]] * (-len(order) % unit)
-        share_size = len(padded) // num_processes
-        share = padded[rank * share_size : (rank + 1) * share_size]
+        layout = RoundLayout.plan(requests, num_processes)
+        share = layout.share(rank)
         share_prompts = [group_prompts[g] for g in share]
         share_inputs = [group_inputs[g] for g in share]
 
-        self._ada_round_block = block
+        self._ada_round_block = layout.block
         try:
             with vllm_server_errors(self, round_index):  # a lost vLLM server: a clear error, not a hang
                 generated = super()._generate(share_prompts)
@@ -491,10 +484,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         )
         truncated = self.accelerator.gather(local_truncated).bool().tolist()
 
-        rewards = self._sum_rewards(rewards_per_func)[: len(order)].tolist()
+        rewards = self._sum_rewards(rewards_per_func)[: len(layout.order)].tolist()
         entries = []
-        for j in range(len(order)):
-            holder, i = divmod(j, share_size)
+        for j in range(len(layout.order)):
+            holder, i = layout.holder(j)
             row = None
             if holder == rank:
                 row = LocalRow.from_lists(prompt_ids[i], completion_ids[i], completions[i], logprobs[i], extra_logs[i])
