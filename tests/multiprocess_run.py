@@ -6,6 +6,7 @@ all processes agreed. Scenario `balance`: a normal seq_balance run. Scenario `sp
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -70,14 +71,16 @@ class Recording(AdaGRPOTrainer):
         return output
 
 
-def run(out_dir: Path, name: str, reward, **overrides) -> dict:
+def build(out_dir: Path, name: str, reward, **overrides) -> Recording:
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
     config = AdaGRPOConfig(**tiny_args(out_dir / name, **overrides))
     rewards = reward if isinstance(reward, list) else [reward]
-    trainer = Recording(
-        model, rewards, args=config, train_dataset=make_dataset(64, seed=1), processing_class=tokenizer
-    )
+    return Recording(model, rewards, args=config, train_dataset=make_dataset(64, seed=1), processing_class=tokenizer)
+
+
+def run(out_dir: Path, name: str, reward, **overrides) -> dict:
+    trainer = build(out_dir, name, reward, **overrides)
     trainer.train()
     return {
         "num_processes": trainer.accelerator.num_processes,
@@ -87,6 +90,31 @@ def run(out_dir: Path, name: str, reward, **overrides) -> dict:
         "moved": trainer.moved,
         "rows_line_up": trainer.__dict__.get("rows_line_up"),
     }
+
+
+def resume_from_local_disks(out_dir: Path, rank: int) -> dict:
+    """
+    Machines without shared storage: each process works in its own directory with the same relative `output_dir`, so
+    only the main process's directory holds the model of a checkpoint. Resuming must fail on every process with one
+    clear error (not on one process while the others wait in a collective).
+    """
+    machine = out_dir / f"machine{rank}"
+    machine.mkdir()
+    cwd = os.getcwd()
+    os.chdir(machine)
+    settings = dict(sampler="seq_balance", round_size=4, max_rounds=2, per_device_train_batch_size=4)
+    try:
+        build(
+            Path("."), "disk", starts_low_digit, max_steps=1, save_strategy="steps", save_steps=1, **settings
+        ).train()
+        resumed = build(Path("."), "disk", starts_low_digit, max_steps=2, **settings)
+        try:
+            resumed.train(resume_from_checkpoint=True)
+        except ValueError as error:
+            return {"error": str(error), "main_has_checkpoint": Path("disk/checkpoint-1/trainer_state.json").exists()}
+        return {"error": None}
+    finally:
+        os.chdir(cwd)
 
 
 def main() -> None:
@@ -145,6 +173,7 @@ def main() -> None:
             max_steps=2,
         ),
     }
+    report["local_disks"] = resume_from_local_disks(out_dir, report["balance"]["process_index"])
     (out_dir / f"rank{report['balance']['process_index']}.json").write_text(json.dumps(report))
     import torch.distributed
 

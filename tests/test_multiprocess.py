@@ -81,3 +81,13 @@ def test_kept_rows_move_to_the_process_that_trains_them(two_process_reports):
         run = report["routing"]
         assert any(moved > 0 for moved in run["moved"]), run["moved"]
         assert run["rows_line_up"] == [True] * len(run["local_rows"])
+
+
+def test_resume_without_shared_storage_fails_on_every_process_with_one_message(two_process_reports):
+    # Only the main process's directory has the checkpoint's model; the main process picks the checkpoint for all and
+    # every process must see it. Before, process 1 failed alone and process 0 went on into a collective.
+    reports = [report["local_disks"] for report in two_process_reports]
+    assert [report["main_has_checkpoint"] for report in reports] == [True, False]
+    for report in reports:
+        assert "Process(es) [1] of 2 cannot read the complete checkpoint 'disk/checkpoint-1'" in report["error"]
+        assert "shares" in report["error"]

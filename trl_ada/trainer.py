@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset, IterableDataset
 from huggingface_hub import ModelCard
 from trl import GRPOConfig, GRPOTrainer
 
 from .card import render_model_card
-from .checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
+from .checkpoints import SAMPLER_STATE_NAME, is_complete_checkpoint, latest_complete_checkpoint
 from .config import AdaGRPOConfig
 from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
@@ -162,16 +162,28 @@ class AdaGRPOTrainer(GRPOTrainer):
         """
         [`~transformers.Trainer.train`], except that `resume_from_checkpoint=True` picks the newest *complete*
         checkpoint in `output_dir` (one whose save was interrupted is skipped) and fails before any step when there is
-        none.
+        none. The main process picks it for all processes, and every process must see the checkpoint (the Trainer saves
+        the model on the main process only, so `output_dir` must be shared by every machine); otherwise all processes
+        fail together with that message, instead of one failing and the others hanging in a collective.
         """
         if resume_from_checkpoint is True:
-            checkpoint = latest_complete_checkpoint(self.args.output_dir)
-            if checkpoint is None:
+            picked = latest_complete_checkpoint(self.args.output_dir) if self.accelerator.is_main_process else None
+            [resume_from_checkpoint] = broadcast_object_list([picked])
+            if resume_from_checkpoint is None:
                 raise ValueError(
                     f"resume_from_checkpoint=True, but {self.args.output_dir!r} holds no complete checkpoint-N "
                     "directory. Pass a checkpoint path, or start without resume_from_checkpoint."
                 )
-            resume_from_checkpoint = checkpoint
+        if isinstance(resume_from_checkpoint, str | os.PathLike):
+            visible = gather_object([is_complete_checkpoint(resume_from_checkpoint)])
+            if not all(visible):
+                blind = [rank for rank, seen in enumerate(visible) if not seen]
+                raise ValueError(
+                    f"Process(es) {blind} of {len(visible)} cannot read the complete checkpoint "
+                    f"{str(resume_from_checkpoint)!r}. The Trainer writes the model on the main process only, so "
+                    "resuming needs output_dir on a filesystem every machine shares (or copy the checkpoint to each "
+                    "machine at the same path)."
+                )
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -291,12 +303,16 @@ class AdaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        # Every process must make the same decisions: the main process reads the state and sends it to all.
         path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
-        if not os.path.exists(path):
+        state = None
+        if self.accelerator.is_main_process and os.path.exists(path):
+            with open(path) as f:
+                state = json.load(f)
+        [state] = broadcast_object_list([state])
+        if state is None:
             logger.warning("%s has no %s; the sampler starts fresh.", checkpoint, SAMPLER_STATE_NAME)
             return
-        with open(path) as f:
-            state = json.load(f)
         self.ada_sampler.load_state_dict(state["sampler"])
         self._refill_state = dict(state["refill"])
         self._refill_indices = None
