@@ -6,10 +6,12 @@ all processes agreed. Scenario `balance`: a normal seq_balance run. Scenario `sp
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import torch  # noqa: E402
 from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args  # noqa: E402
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
@@ -19,6 +21,11 @@ from trl_ada.tiny import build_char_tokenizer, build_tiny_model  # noqa: E402
 
 def always_right(completions, **kwargs):
     return [1.0] * len(completions)
+
+
+def fingerprint(completions, **kwargs):
+    """A second reward (weight 0: decisions unchanged) that identifies each completion's text, to check routing."""
+    return [(sum((i + 1) * ord(ch) for i, ch in enumerate(c)) % 9973) / 9973 for c in completions]
 
 
 class Recording(AdaGRPOTrainer):
@@ -33,26 +40,81 @@ class Recording(AdaGRPOTrainer):
         )
         super()._log_selection(selection)
 
+    def _sample(self, inputs):
+        kept_inputs = super()._sample(inputs)
+        moved = self._metrics["train"].get("ada/kept_rows_moved", [])
+        self.__dict__.setdefault("moved", []).append(moved[-1] if moved else None)
+        return kept_inputs
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        kept = self._ada_kept_rewards is not None
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        if kept:
+            self._kept_rewards = rewards
+        return rewards
+
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         self.__dict__.setdefault("local_rows", []).append(int(output["completion_ids"].shape[0]))
+        if len(self.reward_funcs) == 2:
+            # Every row this process trains on must be the completion its reward was computed for: the fingerprint
+            # reward was scored on the process that generated the row, before the row was routed here.
+            local = output["completion_ids"].shape[0]
+            start = self.accelerator.process_index * local
+            texts = [
+                self.processing_class.decode(ids[mask.bool()].tolist(), skip_special_tokens=True)
+                for ids, mask in zip(output["completion_ids"], output["completion_mask"])
+            ]
+            scored = self._kept_rewards[start : start + local, 1]
+            expected = torch.tensor(fingerprint(texts), dtype=scored.dtype)
+            self.__dict__.setdefault("rows_line_up", []).append(torch.equal(expected, scored))
         return output
 
 
-def run(out_dir: Path, name: str, reward, **overrides) -> dict:
+def build(out_dir: Path, name: str, reward, **overrides) -> Recording:
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
     config = AdaGRPOConfig(**tiny_args(out_dir / name, **overrides))
-    trainer = Recording(
-        model, [reward], args=config, train_dataset=make_dataset(64, seed=1), processing_class=tokenizer
-    )
+    rewards = reward if isinstance(reward, list) else [reward]
+    return Recording(model, rewards, args=config, train_dataset=make_dataset(64, seed=1), processing_class=tokenizer)
+
+
+def run(out_dir: Path, name: str, reward, **overrides) -> dict:
+    trainer = build(out_dir, name, reward, **overrides)
     trainer.train()
     return {
         "num_processes": trainer.accelerator.num_processes,
         "process_index": trainer.accelerator.process_index,
         "selections": trainer.selections,
         "local_rows": trainer.local_rows,
+        "moved": trainer.moved,
+        "rows_line_up": trainer.__dict__.get("rows_line_up"),
     }
+
+
+def resume_from_local_disks(out_dir: Path, rank: int) -> dict:
+    """
+    Machines without shared storage: each process works in its own directory with the same relative `output_dir`, so
+    only the main process's directory holds the model of a checkpoint. Resuming must fail on every process with one
+    clear error (not on one process while the others wait in a collective).
+    """
+    machine = out_dir / f"machine{rank}"
+    machine.mkdir()
+    cwd = os.getcwd()
+    os.chdir(machine)
+    settings = dict(sampler="seq_balance", round_size=4, max_rounds=2, per_device_train_batch_size=4)
+    try:
+        build(
+            Path("."), "disk", starts_low_digit, max_steps=1, save_strategy="steps", save_steps=1, **settings
+        ).train()
+        resumed = build(Path("."), "disk", starts_low_digit, max_steps=2, **settings)
+        try:
+            resumed.train(resume_from_checkpoint=True)
+        except ValueError as error:
+            return {"error": str(error), "main_has_checkpoint": Path("disk/checkpoint-1/trainer_state.json").exists()}
+        return {"error": None}
+    finally:
+        os.chdir(cwd)
 
 
 def main() -> None:
@@ -67,6 +129,18 @@ def main() -> None:
             round_size=4,
             max_rounds=3,
             per_device_train_batch_size=4,
+            max_steps=3,
+        ),
+        # Three prompts on two processes: a prompt's rows are generated on both, so kept rows must change process.
+        "routing": run(
+            out_dir,
+            "routing",
+            [starts_low_digit, fingerprint],
+            reward_weights=[1.0, 0.0],
+            sampler="seq_balance",
+            round_size=2,
+            max_rounds=4,
+            per_device_train_batch_size=6,
             max_steps=3,
         ),
         "est": run(
@@ -99,6 +173,7 @@ def main() -> None:
             max_steps=2,
         ),
     }
+    report["local_disks"] = resume_from_local_disks(out_dir, report["balance"]["process_index"])
     (out_dir / f"rank{report['balance']['process_index']}.json").write_text(json.dumps(report))
     import torch.distributed
 

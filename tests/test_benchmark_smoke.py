@@ -6,6 +6,7 @@ Correctness only: no timing is asserted (timings belong in BENCHMARKS.md, measur
 import importlib.util
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -75,3 +76,28 @@ def test_first_reach_interpolates():
     assert bench.first_reach(curve, "step", 0.4) == pytest.approx(5)
     assert bench.first_reach(curve, "step", 0.55) == pytest.approx(15)
     assert bench.first_reach(curve, "step", 0.7) == math.inf
+
+
+def test_pool_memory_benchmark_counts_what_each_design_moves(tmp_path):
+    import subprocess
+
+    from trl_ada.pools import RoundLayout
+
+    out = tmp_path / "pool.json"
+    command = [sys.executable, str(ROOT / "benchmarks" / "pool_memory.py"), "--prompts", "16"]
+    command += ["--completion-tokens", "48", "--prompt-tokens", "16", "--extrapolate", "8", "--json", str(out)]
+    subprocess.run(command, check=True, timeout=300, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = json.loads(out.read_text())
+    measured = result["measured"]
+    # Rank-local control traffic is exactly the rewards (float32) and truncation flags (uint8) of every generated row
+    # (padding included) of the other process, round by round.
+    bench = load(ROOT / "benchmarks" / "pool_memory.py", "pool_memory_bench")
+    setting = bench.Setting(prompts=16, completion_tokens=48, prompt_tokens=16)
+    plan = bench.plan_step(setting)
+    expected = sum(RoundLayout.plan(requests, 2).share_size * (4 + 1) for requests in plan.rounds)
+    assert measured["rank_local_pools"]["bytes_control"] == expected
+    # The old design moved every completion to every process; the new one only the kept rows that change process.
+    assert measured["all_gather_pools"]["bytes_per_process"] > 5 * measured["rank_local_pools"]["bytes_per_process"]
+    assert measured["all_gather_pools"]["rows_held_max"] == result["extrapolated"][0]["rows_requested"]
+    assert measured["rank_local_pools"]["rows_held_max"] < result["extrapolated"][0]["rows_requested"]
+    assert [row["processes"] for row in result["extrapolated"]] == [2, 8]

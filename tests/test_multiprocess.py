@@ -37,12 +37,12 @@ def two_process_reports(tmp_path_factory):
 
 
 def test_two_processes_ran(two_process_reports):
-    for scenario in ("balance", "est", "dapo", "sparse"):
+    for scenario in ("balance", "routing", "est", "dapo", "sparse"):
         assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
         assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
 
 
-@pytest.mark.parametrize("scenario", ["balance", "est", "dapo", "sparse"])
+@pytest.mark.parametrize("scenario", ["balance", "routing", "est", "dapo", "sparse"])
 def test_ranks_agree_on_every_selection(two_process_reports, scenario):
     rank0, rank1 = (report[scenario] for report in two_process_reports)
     assert rank0["selections"] and rank0["selections"] == rank1["selections"]
@@ -71,3 +71,23 @@ def test_est_and_dapo_keep_static_shapes_on_two_processes(two_process_reports):
         for selection in report["est"]["selections"]:
             assert sum(len(kept) for kept in selection["kept"]) == 16  # 2 ranks x 8 rows, variable groups
         assert report["dapo"]["local_rows"] == [4, 4]
+
+
+def test_kept_rows_move_to_the_process_that_trains_them(two_process_reports):
+    # Pools stay on the process that generated them; the kept rows are routed at the end of the step. Some rows must
+    # really have moved (else this checks nothing), and on both processes every trained row is the completion whose
+    # reward (a fingerprint of its text, scored where it was generated) the loss receives.
+    for report in two_process_reports:
+        run = report["routing"]
+        assert any(moved > 0 for moved in run["moved"]), run["moved"]
+        assert run["rows_line_up"] == [True] * len(run["local_rows"])
+
+
+def test_resume_without_shared_storage_fails_on_every_process_with_one_message(two_process_reports):
+    # Only the main process's directory has the checkpoint's model; the main process picks the checkpoint for all and
+    # every process must see it. Before, process 1 failed alone and process 0 went on into a collective.
+    reports = [report["local_disks"] for report in two_process_reports]
+    assert [report["main_has_checkpoint"] for report in reports] == [True, False]
+    for report in reports:
+        assert "Process(es) [1] of 2 cannot read the complete checkpoint 'disk/checkpoint-1'" in report["error"]
+        assert "shares" in report["error"]

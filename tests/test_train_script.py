@@ -337,3 +337,24 @@ def test_embedded_run_keeps_metric_dicts_off_stdout_and_logs_a_summary(
     assert "of the first 4 draws (what GRPO would train on)" in summary and "of the kept update groups" in summary
     assert "training wall time:" in summary
     assert f"model card: {out / 'README.md'}" in summary
+
+
+@pytest.mark.parametrize(
+    ("fsdp", "zero_stage", "sharded"),
+    [(False, None, False), (True, None, True), (False, 2, False), (False, 3, True)],
+    ids=["ddp", "fsdp", "zero2", "zero3"],
+)
+def test_heldout_check_knows_when_parameters_are_sharded(fsdp, zero_stage, sharded):
+    # The held-out check generates on the main process only, which would hang with sharded parameters; it is skipped
+    # exactly then.
+    from types import SimpleNamespace
+
+    from trl_ada.train import sharded_parameters
+
+    plugin = None if zero_stage is None else SimpleNamespace(zero_stage=zero_stage)
+    trainer = SimpleNamespace(
+        is_fsdp_enabled=fsdp,
+        is_deepspeed_enabled=zero_stage is not None,
+        accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)),
+    )
+    assert sharded_parameters(trainer) is sharded

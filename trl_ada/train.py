@@ -279,6 +279,14 @@ def load_model_and_data(script_args: AdaScriptArguments, training_args: AdaGRPOC
     return model_args.model_name_or_path, tokenizer, train, None, reward_funcs, []
 
 
+def sharded_parameters(trainer: AdaGRPOTrainer) -> bool:
+    """Whether the model's parameters are split over processes (FSDP, DeepSpeed ZeRO-3)."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return bool(getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3)
+
+
 def heldout_accuracy(trainer: AdaGRPOTrainer, problems: list[dict], temperature: float) -> dict[str, float]:
     from .tasks.arithmetic import accuracy_by_level
 
@@ -408,6 +416,14 @@ def main(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_ar
     )
     keep_metric_dicts_off_stdout(trainer)
     heldout_summary = None
+    if heldout and sharded_parameters(trainer):
+        # The held-out check generates on the main process alone; with sharded parameters every forward is a
+        # collective that the other processes would never join.
+        logger.warning(
+            "Skipping the held-out accuracy check: the model's parameters are sharded (FSDP / ZeRO-3) and it "
+            "generates on the main process only. Evaluate the saved model with scripts/evaluate.py instead."
+        )
+        heldout = []
     if heldout and trainer.accelerator.is_main_process:
         before = heldout_accuracy(trainer, heldout, training_args.temperature)
         logger.info("held-out accuracy before training: %.3f", before["eval_heldout_accuracy"])

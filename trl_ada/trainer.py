@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from accelerate.utils import gather_object
+from accelerate.utils import broadcast_object_list, gather_object
 from datasets import Dataset, IterableDataset
 from huggingface_hub import ModelCard
 from trl import GRPOConfig, GRPOTrainer
 
 from .card import render_model_card
-from .checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
+from .checkpoints import SAMPLER_STATE_NAME, is_complete_checkpoint, latest_complete_checkpoint
 from .config import AdaGRPOConfig
 from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
+from .pools import LocalRow, PoolEntry, RoundLayout, moved_fraction, route_kept_rows
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
 from .trl_seam import (
     RepeatSampler,
@@ -56,22 +57,9 @@ _REJECTED_FEATURES = {
 class _SampledBatch:
     group_inputs: list[dict[str, Any]]
     keys: list[str]
-    pools: list[list[_PoolRow]]
+    pools: list[list[PoolEntry]]
+    """Every prompt's pool in draw order; the completions themselves stay on the process that generated them."""
     selection: Selection
-
-
-@dataclasses.dataclass
-class _PoolRow:
-    """One completion in a prompt's pool, with everything needed to hand it to TRL's update if it is kept."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    completion: Any
-    logprobs: list[float] | None
-    rewards_per_func: torch.Tensor
-    extra_logs: dict[str, Any]
-    truncated: bool = False
-    """Hit `max_completion_length` (no EOS); the sampler's `masked` flag when `mask_truncated_completions` is on."""
 
 
 class AdaGRPOTrainer(GRPOTrainer):
@@ -118,7 +106,7 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     # Per-generation-batch state handed between the overridden methods. Class-level defaults, so the overrides also
     # work on a trainer built without `__init__` (as TRL's own rollout-dispatch tests build one).
-    _ada_kept_rows: list[_PoolRow] | None = None
+    _ada_kept_rows: list[LocalRow] | None = None
     _ada_kept_rewards: torch.Tensor | None = None
     _ada_advantages: torch.Tensor | None = None
     _ada_round_block: int | None = None
@@ -174,16 +162,28 @@ class AdaGRPOTrainer(GRPOTrainer):
         """
         [`~transformers.Trainer.train`], except that `resume_from_checkpoint=True` picks the newest *complete*
         checkpoint in `output_dir` (one whose save was interrupted is skipped) and fails before any step when there is
-        none.
+        none. The main process picks it for all processes, and every process must see the checkpoint (the Trainer saves
+        the model on the main process only, so `output_dir` must be shared by every machine); otherwise all processes
+        fail together with that message, instead of one failing and the others hanging in a collective.
         """
         if resume_from_checkpoint is True:
-            checkpoint = latest_complete_checkpoint(self.args.output_dir)
-            if checkpoint is None:
+            picked = latest_complete_checkpoint(self.args.output_dir) if self.accelerator.is_main_process else None
+            [resume_from_checkpoint] = broadcast_object_list([picked])
+            if resume_from_checkpoint is None:
                 raise ValueError(
                     f"resume_from_checkpoint=True, but {self.args.output_dir!r} holds no complete checkpoint-N "
                     "directory. Pass a checkpoint path, or start without resume_from_checkpoint."
                 )
-            resume_from_checkpoint = checkpoint
+        if isinstance(resume_from_checkpoint, str | os.PathLike):
+            visible = gather_object([is_complete_checkpoint(resume_from_checkpoint)])
+            if not all(visible):
+                blind = [rank for rank, seen in enumerate(visible) if not seen]
+                raise ValueError(
+                    f"Process(es) {blind} of {len(visible)} cannot read the complete checkpoint "
+                    f"{str(resume_from_checkpoint)!r}. The Trainer writes the model on the main process only, so "
+                    "resuming needs output_dir on a filesystem every machine shares (or copy the checkpoint to each "
+                    "machine at the same path)."
+                )
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     # ------------------------------------------------------------------------------------------------------------
@@ -223,10 +223,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._ada_kept_rows = None
         for column in {column for row in rows for column in row.extra_logs}:
             add_pending_extra_logs(self, column, [row.extra_logs.get(column) for row in rows])
-        logprobs = None if any(row.logprobs is None for row in rows) else [row.logprobs for row in rows]
+        logprobs = None if any(row.logprobs is None for row in rows) else [row.logprobs.tolist() for row in rows]
         return make_generate_output(
-            [row.prompt_ids for row in rows],
-            [row.completion_ids for row in rows],
+            [row.prompt_ids.tolist() for row in rows],
+            [row.completion_ids.tolist() for row in rows],
             [row.completion for row in rows],
             logprobs,
         )
@@ -303,12 +303,16 @@ class AdaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
+        # Every process must make the same decisions: the main process reads the state and sends it to all.
         path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
-        if not os.path.exists(path):
+        state = None
+        if self.accelerator.is_main_process and os.path.exists(path):
+            with open(path) as f:
+                state = json.load(f)
+        [state] = broadcast_object_list([state])
+        if state is None:
             logger.warning("%s has no %s; the sampler starts fresh.", checkpoint, SAMPLER_STATE_NAME)
             return
-        with open(path) as f:
-            state = json.load(f)
         self.ada_sampler.load_state_dict(state["sampler"])
         self._refill_state = dict(state["refill"])
         self._refill_indices = None
@@ -345,7 +349,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         settings = self.ada_sampler.settings
         # TRL's RepeatSampler lays the generation batch out group-major across processes: global rows
         # [g * n, (g + 1) * n) hold prompt g. Gather once so every process sees every prompt.
-        batches = [self._sample_batch(self._group_rows(gather_object(inputs)))]
+        batches = [self._sample_batch(self._group_rows(inputs))]
         chosen = [(0, g) for g in range(len(batches[0].group_inputs))]
         if settings.refills:
             filler = BatchFiller(len(chosen))
@@ -362,49 +366,59 @@ class AdaGRPOTrainer(GRPOTrainer):
             for name, value in filler.metrics().items():
                 train_metrics(self)[f"ada/{name}"].append(value)
 
-        kept_rows: list[_PoolRow] = []
+        kept: list[PoolEntry] = []
         kept_inputs: list[dict[str, Any]] = []
         advantages: list[float] = []
         for b, g in chosen:
             batch = batches[b]
             result = batch.selection.prompts[g]
-            kept_rows.extend(batch.pools[g][i] for i in result.kept)
+            kept.extend(batch.pools[g][i] for i in result.kept)
             kept_inputs.extend(batch.group_inputs[g] for _ in result.kept)
             advantages.extend(result.advantages)
-        self._ada_kept_rewards = torch.stack([row.rewards_per_func for row in kept_rows])
+        self._ada_kept_rewards = torch.stack([entry.rewards_per_func for entry in kept])
         # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
         # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
         identity = chosen == [(0, g) for g in range(len(chosen))]
         if not (identity and batches[0].selection.is_plain_grpo):
             self._ada_advantages = torch.tensor(advantages, dtype=torch.float32, device=self.accelerator.device)
         local = len(inputs)
-        self._ada_kept_rows = kept_rows[rank * local : (rank + 1) * local]
+        num_processes = self.accelerator.num_processes
+        # Each kept row moves once, from the process that generated it to the one that trains on it.
+        self._ada_kept_rows = route_kept_rows(kept, rank, num_processes, self.accelerator.device)
+        if num_processes > 1:
+            train_metrics(self)["ada/kept_rows_moved"].append(moved_fraction(kept, num_processes))
         return kept_inputs[rank * local : (rank + 1) * local]
 
-    def _group_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """One dataset row per prompt from a generation batch laid out group-major (n identical rows per prompt)."""
+    def _group_rows(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """
+        One dataset row per prompt of the whole generation batch, on every process. TRL's RepeatSampler lays the batch
+        out group-major across processes (global rows [g * n, (g + 1) * n) hold prompt g), so only each group's first
+        row is gathered; every process checks its own rows against it, and all fail together if one layout is wrong.
+        """
         n = self.num_generations
-        groups = [rows[g * n : (g + 1) * n] for g in range(len(rows) // n)]
-        if any(row["prompt"] != group[0]["prompt"] for group in groups for row in group):
+        start = self.accelerator.process_index * len(inputs)
+        groups = gather_object([row for i, row in enumerate(inputs) if (start + i) % n == 0])
+        misplaced = sum(row["prompt"] != groups[(start + i) // n]["prompt"] for i, row in enumerate(inputs))
+        if self.accelerator.gather(torch.tensor([misplaced], device=self.accelerator.device)).sum().item():
             raise RuntimeError(
                 "AdaGRPOTrainer expects each prompt's num_generations rows to be contiguous (TRL's RepeatSampler "
                 "layout). Do not override the train sampler or shuffle the generation batch before generation."
             )
-        return [group[0] for group in groups]
+        return groups
 
     def _sample_batch(self, group_inputs: list[dict[str, Any]]) -> _SampledBatch:
         """All rounds for one batch of prompts: every process runs the same control on gathered rewards."""
         group_prompts = [row["prompt"] for row in group_inputs]
         keys = [_prompt_key(row) for row in group_inputs]
         step = self.ada_sampler.begin(len(group_inputs), keys)
-        pools: list[list[_PoolRow]] = [[] for _ in group_inputs]
+        pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
         while requests := step.requests():
-            rows, rewards = self._run_round(requests, group_prompts, group_inputs, round_index=step.rounds + 1)
+            entries, rewards = self._run_round(requests, group_prompts, group_inputs, round_index=step.rounds + 1)
             order = [g for g, count in requests for _ in range(count)]
-            for g, row in zip(order, rows, strict=True):
-                pools[g].append(row)
+            for g, entry in zip(order, entries, strict=True):
+                pools[g].append(entry)
             # TRL masks truncated completions out of the loss: they must not satisfy an exit rule or take kept slots.
-            masked = [row.truncated for row in rows] if self.mask_truncated_completions else None
+            masked = [entry.truncated for entry in entries] if self.mask_truncated_completions else None
             step.observe(requests, rewards, masked)
         selection = step.finish()
         self._log_selection(selection)
@@ -451,21 +465,18 @@ class AdaGRPOTrainer(GRPOTrainer):
         return rows
 
     def _run_round(self, requests, group_prompts, group_inputs, round_index: int):
-        """Generate and score one round on all processes; return the pool rows and summed rewards, in request order."""
+        """
+        Generate and score one round on all processes; return the pool entries and summed rewards, in request order.
+        Only the rewards (TRL's own gather) and the truncation flags cross processes; each completion stays, compacted,
+        on the process that generated it.
+        """
         num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
-        order = [g for g, count in requests for _ in range(count)]
-        counts = {count for _, count in requests}
-        # Same count for every prompt: keep whole blocks so vLLM server mode can dedupe by it. Pad with whole blocks
-        # of the first requested prompt until every process gets the same number of rows; padding is dropped below.
-        block = counts.pop() if len(counts) == 1 else 1
-        unit = math.lcm(block, num_processes)
-        padded = order + [order[0]] * (-len(order) % unit)
-        share_size = len(padded) // num_processes
-        share = padded[rank * share_size : (rank + 1) * share_size]
+        layout = RoundLayout.plan(requests, num_processes)
+        share = layout.share(rank)
         share_prompts = [group_prompts[g] for g in share]
         share_inputs = [group_inputs[g] for g in share]
 
-        self._ada_round_block = block
+        self._ada_round_block = layout.block
         try:
             with vllm_server_errors(self, round_index):  # a lost vLLM server: a clear error, not a hang
                 generated = super()._generate(share_prompts)
@@ -484,14 +495,20 @@ class AdaGRPOTrainer(GRPOTrainer):
         extra_logs = self._take_extra_logs(len(share))
         if logprobs is None:
             logprobs = [None] * len(share)
-        gathered = gather_object(list(zip(prompt_ids, completion_ids, completions, logprobs, extra_logs, strict=True)))
+        local_truncated = torch.tensor(
+            [self._is_truncated(ids) for ids in completion_ids], dtype=torch.uint8, device=self.accelerator.device
+        )
+        truncated = self.accelerator.gather(local_truncated).bool().tolist()
 
-        rewards = self._sum_rewards(rewards_per_func)[: len(order)].tolist()
-        rows = [
-            _PoolRow(p_ids, c_ids, completion, lps, rewards_per_func[i], extra, self._is_truncated(c_ids))
-            for i, (p_ids, c_ids, completion, lps, extra) in enumerate(gathered[: len(order)])
-        ]
-        return rows, rewards
+        rewards = self._sum_rewards(rewards_per_func)[: len(layout.order)].tolist()
+        entries = []
+        for j in range(len(layout.order)):
+            holder, i = layout.holder(j)
+            row = None
+            if holder == rank:
+                row = LocalRow.from_lists(prompt_ids[i], completion_ids[i], completions[i], logprobs[i], extra_logs[i])
+            entries.append(PoolEntry(rewards_per_func[j], truncated[j], holder, row))
+        return entries, rewards
 
     def _is_truncated(self, completion_ids: list[int]) -> bool:
         """TRL's definition: a completion that does not end with EOS or padding hit `max_completion_length`."""

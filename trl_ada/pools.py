@@ -1,0 +1,223 @@
+"""
+Rank-local sampling pools.
+
+Every process runs the same sampling control, so every process needs every completion's *rewards*, but none needs
+another process's *completions* until the step's kept rows are known. A completion therefore stays on the process that
+generated it, stored compactly (`LocalRow`: int32 token ids, float32 log-probs); every process keeps a `PoolEntry`
+per completion of the global pool (its rewards, its truncation flag and which process holds it). When the step's
+selection is made, `route_kept_rows` moves each kept row once, from the process that holds it to the process that
+trains on it, with one `all_to_all` of sizes and one of bytes (tensor collectives; only the completion object and the
+`log_extra` values, which may be any Python object, travel pickled inside the byte tensor).
+
+What moves per round is then TRL's own reward gather (plus one flag per row when truncated rows are masked); per step,
+the kept rows that changed process. `benchmarks/pool_memory.py` measures both against the previous design (every
+completion all-gathered to every process each round) and against `GRPOTrainer`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pickle
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundLayout:
+    """How one sampling round's requested rows are split over the processes (the same on every process)."""
+
+    order: list[int]
+    """The prompt (index into the batch) of each requested row, in request order."""
+    block: int
+    """Rows per prompt when every prompt asked for the same number, else 1 (vLLM server mode dedupes by it)."""
+    padded: list[int]
+    """`order` plus whole blocks of its first prompt, so every process gets the same number of whole blocks; the
+    padding rows are generated and scored (collectives need equal shares) and then dropped."""
+    num_processes: int
+
+    @classmethod
+    def plan(cls, requests: Sequence[tuple[int, int]], num_processes: int) -> RoundLayout:
+        order = [g for g, count in requests for _ in range(count)]
+        counts = {count for _, count in requests}
+        block = counts.pop() if len(counts) == 1 else 1
+        padded = order + [order[0]] * (-len(order) % math.lcm(block, num_processes))
+        return cls(order, block, padded, num_processes)
+
+    @property
+    def share_size(self) -> int:
+        return len(self.padded) // self.num_processes
+
+    def share(self, rank: int) -> list[int]:
+        """The prompts of the rows process `rank` generates."""
+        return self.padded[rank * self.share_size : (rank + 1) * self.share_size]
+
+    def holder(self, row: int) -> tuple[int, int]:
+        """(process, position in its share) of requested row `row`."""
+        return divmod(row, self.share_size)
+
+
+_HEADER = np.dtype([("prompt", "<i8"), ("completion", "<i8"), ("logprobs", "<i8"), ("payload", "<i8")])
+
+
+@dataclasses.dataclass
+class LocalRow:
+    """A completion held by the process that generated it (or, once routed, by the one that trains on it)."""
+
+    prompt_ids: np.ndarray
+    """int32 token ids of the prompt, as TRL's `_generate` returned them."""
+    completion_ids: np.ndarray
+    """int32 token ids of the completion."""
+    logprobs: np.ndarray | None
+    """float32 sampling log-probs per completion token (vLLM), or None (transformers generation)."""
+    completion: Any
+    """The decoded completion: text, or a list of messages for conversational prompts."""
+    extra_logs: dict[str, Any]
+    """`log_extra` values the reward functions wrote for this completion."""
+
+    @classmethod
+    def from_lists(
+        cls,
+        prompt_ids: Sequence[int],
+        completion_ids: Sequence[int],
+        completion: Any,
+        logprobs: Sequence[float] | None,
+        extra_logs: dict[str, Any],
+    ) -> LocalRow:
+        return cls(
+            np.asarray(prompt_ids, dtype=np.int32),
+            np.asarray(completion_ids, dtype=np.int32),
+            None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
+            completion,
+            extra_logs,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the token and log-prob arrays (the completion object is not counted)."""
+        return (
+            self.prompt_ids.nbytes
+            + self.completion_ids.nbytes
+            + (0 if self.logprobs is None else self.logprobs.nbytes)
+        )
+
+
+@dataclasses.dataclass
+class PoolEntry:
+    """One completion of a prompt's pool, as every process sees it; `row` is set only on the process holding it."""
+
+    rewards_per_func: torch.Tensor
+    """The completion's reward per reward function (NaN where a function returned None), gathered by TRL."""
+    truncated: bool
+    """Hit `max_completion_length` (no EOS); meaningful when truncated completions are masked, else False."""
+    holder: int
+    """Index of the process that holds the completion."""
+    row: LocalRow | None = None
+
+
+def pack_rows(rows: Sequence[LocalRow]) -> np.ndarray:
+    """Serialise rows into one uint8 buffer: per row a fixed header, then its arrays, then the pickled objects."""
+    parts: list[bytes | np.ndarray] = []
+    for row in rows:
+        payload = pickle.dumps((row.completion, row.extra_logs), protocol=pickle.HIGHEST_PROTOCOL)
+        header = np.array(
+            [
+                (
+                    len(row.prompt_ids),
+                    len(row.completion_ids),
+                    -1 if row.logprobs is None else len(row.logprobs),
+                    len(payload),
+                )
+            ],
+            dtype=_HEADER,
+        )
+        parts += [header.tobytes(), row.prompt_ids.astype("<i4").tobytes(), row.completion_ids.astype("<i4").tobytes()]
+        if row.logprobs is not None:
+            parts.append(row.logprobs.astype("<f4").tobytes())
+        parts.append(payload)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8) if parts else np.zeros(0, dtype=np.uint8)
+
+
+def unpack_rows(buffer: np.ndarray) -> list[LocalRow]:
+    """The rows `pack_rows` serialised, in order."""
+    data = memoryview(np.ascontiguousarray(buffer, dtype=np.uint8)).cast("B")
+    rows: list[LocalRow] = []
+    offset = 0
+    while offset < len(data):
+        header = np.frombuffer(data, dtype=_HEADER, count=1, offset=offset)[0]
+        offset += _HEADER.itemsize
+
+        def take(count: int, dtype: str) -> np.ndarray:
+            nonlocal offset
+            array = np.frombuffer(data, dtype=dtype, count=count, offset=offset).copy()
+            offset += array.nbytes
+            return array
+
+        prompt_ids = take(int(header["prompt"]), "<i4")
+        completion_ids = take(int(header["completion"]), "<i4")
+        logprobs = None if header["logprobs"] < 0 else take(int(header["logprobs"]), "<f4")
+        size = int(header["payload"])
+        completion, extra_logs = pickle.loads(data[offset : offset + size])
+        offset += size
+        rows.append(LocalRow(prompt_ids, completion_ids, logprobs, completion, extra_logs))
+    return rows
+
+
+def route_kept_rows(
+    kept: Sequence[PoolEntry], rank: int, world_size: int, device: torch.device | str = "cpu"
+) -> list[LocalRow]:
+    """
+    This process's share of the kept rows, in order: the global kept list is split into `world_size` equal consecutive
+    slices (TRL's layout: process `r` trains on slice `r`). Rows this process holds stay; every other row is sent
+    once, by the process that holds it, to the process that trains on it. Collective: every process must call it with
+    the same `kept` (the same decisions), which the shared sampling control guarantees.
+    """
+    if len(kept) % world_size:
+        raise ValueError(f"{len(kept)} kept rows cannot be split evenly over {world_size} processes.")
+    per_rank = len(kept) // world_size
+    destination = [index // per_rank for index in range(len(kept))]
+    mine: list[LocalRow | None] = [None] * per_rank
+    outgoing: list[list[LocalRow]] = [[] for _ in range(world_size)]
+    for index, entry in enumerate(kept):
+        if entry.holder == rank:
+            if entry.row is None:
+                raise RuntimeError(f"Kept row {index} is held by process {rank}, which has no data for it.")
+            if destination[index] == rank:
+                mine[index - rank * per_rank] = entry.row
+            else:
+                outgoing[destination[index]].append(entry.row)
+    if world_size > 1:
+        # Every process knows what it sends; one all_to_all of sizes tells each what it receives.
+        sends = [pack_rows(rows) for rows in outgoing]
+        send_sizes = torch.tensor([len(buffer) for buffer in sends], dtype=torch.int64, device=device)
+        receive_sizes = torch.empty_like(send_sizes)
+        dist.all_to_all_single(receive_sizes, send_sizes)
+        send_buffer = torch.from_numpy(np.concatenate(sends)).to(device)
+        receive_buffer = torch.empty(int(receive_sizes.sum()), dtype=torch.uint8, device=device)
+        dist.all_to_all_single(receive_buffer, send_buffer, receive_sizes.tolist(), send_sizes.tolist())
+        received = receive_buffer.cpu().numpy()
+        incoming: dict[int, Iterator[LocalRow]] = {}
+        start = 0
+        for source, size in enumerate(receive_sizes.tolist()):
+            incoming[source] = iter(unpack_rows(received[start : start + size]))
+            start += size
+        # Rows from one holder arrive in the global order in which it packed them.
+        for position in range(per_rank):
+            if mine[position] is None:
+                mine[position] = next(incoming[kept[rank * per_rank + position].holder])
+    missing = [position for position, row in enumerate(mine) if row is None]
+    if missing:
+        raise RuntimeError(f"Process {rank} received no data for kept rows {missing} of its share.")
+    return mine  # type: ignore[return-value]
+
+
+def moved_fraction(kept: Sequence[PoolEntry], world_size: int) -> float:
+    """Share of the kept rows trained on by another process than the one that generated them."""
+    if not kept:
+        return 0.0
+    per_rank = len(kept) // world_size
+    return sum(entry.holder != index // per_rank for index, entry in enumerate(kept)) / len(kept)
