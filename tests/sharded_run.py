@@ -69,7 +69,32 @@ def first_char_quarter(completions, **kwargs):
     return [1.0 if c and ord(c[0]) % 4 == 0 else 0.0 for c in completions]
 
 
+ZERO3_GATHERS = [0]
+"""`deepspeed.zero.GatheredParameters` contexts entered in this process (counted once `count_zero3_gathers` ran)."""
+
+
+def count_zero3_gathers() -> None:
+    import deepspeed
+
+    original_enter = deepspeed.zero.GatheredParameters.__enter__
+
+    def __enter__(self):
+        ZERO3_GATHERS[0] += 1
+        return original_enter(self)
+
+    deepspeed.zero.GatheredParameters.__enter__ = __enter__
+
+
 class Recording(AdaGRPOTrainer):
+    def _sample(self, inputs):
+        # Per generation batch: the rounds generated and the full-parameter gathers (ZeRO-3) made for them.
+        rounds, gathers = len(self.__dict__.get("round_completions", [])), ZERO3_GATHERS[0]
+        kept_inputs = super()._sample(inputs)
+        self.__dict__.setdefault("batch_generation", []).append(
+            {"rounds": len(self.round_completions) - rounds, "zero3_gathers": ZERO3_GATHERS[0] - gathers}
+        )
+        return kept_inputs
+
     def _log_selection(self, selection):
         self.__dict__.setdefault("selections", []).append(
             {
@@ -180,6 +205,7 @@ def run(out_dir: Path, model_dir: Path, name: str, peft: bool, **overrides) -> d
         "generated_with_fsdp_module": trainer.generated_with_fsdp_module,
         "round_completions": trainer.round_completions,
         "generate_seconds": trainer.generate_seconds,
+        "batch_generation": trainer.batch_generation,
         "logs": [
             {key: entry[key] for key in ("step", "loss", "grad_norm", "reward") if key in entry}
             for entry in trainer.state.log_history
@@ -242,6 +268,8 @@ def main() -> None:
     scenarios = sys.argv[3].split(",") if len(sys.argv) > 3 else list(SCENARIOS)
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true":
         allow_fsdp_on_cpu()
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() == "true":
+        count_zero3_gathers()
     # No PartialState before the trainer: the first one fixes the distributed setup for the whole process.
     report = {}
     for name in scenarios:

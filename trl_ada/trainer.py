@@ -40,7 +40,7 @@ from .trl_seam import (
     take_pending_extra_logs,
     train_metrics,
 )
-from .weight_sync import one_weight_sync_per_step
+from .weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
 
 logger = logging.getLogger(__name__)
 
@@ -341,7 +341,8 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _sample(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Run the rounds (and DAPO refills); cache the kept rows; return this process's kept dataset rows."""
-        with one_weight_sync_per_step(self):  # the weights do not change between a step's rounds
+        # The weights do not change between a step's rounds: push them to vLLM (or gather ZeRO-3's) once per step.
+        with one_weight_sync_per_step(self), one_parameter_gather_per_step(self):
             return self._sample_rounds(inputs)
 
     def _sample_rounds(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:

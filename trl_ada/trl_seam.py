@@ -20,6 +20,7 @@ the same in the three releases except where the last column says otherwise:
 | `_pending_extra_logs` | attribute | `defaultdict(list)` of `log_extra` columns written by reward functions |
 | `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag, micro-step counter (generation period), pad/EOS ids for truncation |
 | `trl.trainer.utils._ChunkedLogProbFunction` | module variable, 1.15 only | 1.15 always patches the policy with a fused LM head whose kernel is Triton-only (`None` without Triton, so CPU training fails with `'NoneType' object has no attribute 'apply'`); replaced by a plain-torch equivalent off CUDA/XPU (1.14 has no fused head, 1.16 its own fallback) |
+| `unwrap_model_for_generation(model, accelerator, gather_deepspeed3_params, ...)` | function (`trl.models`) | the context `_generate_single_turn` enters per generate call, gathering ZeRO-3 parameters when `args.ds3_gather_for_generation`; entered once around a step's rounds by `trl_ada/weight_sync.py`; 1.16 added `gradient_checkpointing_kwargs` |
 | `RepeatSampler` | class | `trl.trainer.grpo_trainer.RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)` |
 | `get_config_model_id` | function | `trl.trainer.utils.get_config_model_id(config)` |
 | `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler` | override (transformers) | called inside each checkpoint save / resume, before `trainer_state.json` and the hub push |
@@ -282,6 +283,22 @@ def install_fused_lm_head_fallback() -> bool:
 
 check_trl_version()
 
+from trl.models import unwrap_model_for_generation  # noqa: E402
+
+
+def unwrap_for_generation(trainer: Any, gather_deepspeed3_params: bool = True) -> Any:
+    """
+    TRL's `unwrap_model_for_generation` context for the trainer's model, with the arguments `_generate_single_turn`
+    passes (1.16 added `gradient_checkpointing_kwargs`; 1.14 and 1.15 do not take it).
+    """
+    kwargs = {}
+    if "gradient_checkpointing_kwargs" in inspect.signature(unwrap_model_for_generation).parameters:
+        kwargs["gradient_checkpointing_kwargs"] = trainer.args.gradient_checkpointing_kwargs
+    return unwrap_model_for_generation(
+        trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=gather_deepspeed3_params, **kwargs
+    )
+
+
 from trl.trainer.grpo_trainer import GRPOTrainer, RepeatSampler  # noqa: E402
 from trl.trainer.utils import get_config_model_id  # noqa: E402
 
@@ -308,6 +325,7 @@ __all__ = [
     "split_generate_output",
     "take_pending_extra_logs",
     "train_metrics",
+    "unwrap_for_generation",
     "vllm_engine",
     "vllm_weights_sleeping",
 ]

@@ -31,7 +31,13 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from .trl_seam import colocated_sleep_mode_vllm, set_vllm_sleep_mode, set_vllm_weights_sleeping, vllm_engine
+from .trl_seam import (
+    colocated_sleep_mode_vllm,
+    set_vllm_sleep_mode,
+    set_vllm_weights_sleeping,
+    unwrap_for_generation,
+    vllm_engine,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,3 +82,38 @@ def one_weight_sync_per_step(trainer: Any) -> Iterator[None]:
             real_sleep(*args, **kwargs)
             set_vllm_weights_sleeping(generation, True)
             logger.debug("vLLM engine kept awake through this step's sampling rounds; now asleep.")
+
+
+def gathers_zero3_parameters_per_round(trainer: Any) -> bool:
+    """
+    Whether TRL would gather the full ZeRO-3 parameters for every generate call, i.e. every round: DeepSpeed ZeRO-3,
+    transformers generation (no vLLM) and `ds3_gather_for_generation=True` (TRL's default).
+    """
+    if getattr(trainer, "use_vllm", False) or not getattr(trainer.args, "ds3_gather_for_generation", False):
+        return False
+    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
+    return bool(getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3)
+
+
+@contextlib.contextmanager
+def one_parameter_gather_per_step(trainer: Any) -> Iterator[None]:
+    """
+    With ZeRO-3 and transformers generation, gather the full parameters once for all of a step's rounds.
+
+    TRL's `_generate_single_turn` enters `unwrap_model_for_generation(..., gather_deepspeed3_params=
+    args.ds3_gather_for_generation)` for every generate call, so a step of R rounds all-gathers every parameter R
+    times although the weights do not change between rounds. Here TRL's own context is entered once around the rounds
+    (it gathers the parameters and removes ZeRO-3's fetch hooks), and `args.ds3_gather_for_generation` is off inside,
+    so each round's unwrap uses the parameters already gathered; both are undone on exit, whatever happened. The full
+    parameters then stay in memory while the rounds' rewards are computed too (the same peak as each round's gather,
+    held longer). A no-op in every other setting.
+    """
+    if not gathers_zero3_parameters_per_round(trainer):
+        yield
+        return
+    with unwrap_for_generation(trainer, gather_deepspeed3_params=True):
+        trainer.args.ds3_gather_for_generation = False
+        try:
+            yield
+        finally:
+            trainer.args.ds3_gather_for_generation = True
