@@ -1,4 +1,4 @@
-# Shared by the CI stages that run in their own virtualenv (.ci/vllm_stage.sh, .ci/trl_stage.sh): timing and logging,
+# Shared by the CI stages that run in their own virtualenv (.ci/vllm_stage.sh, .ci/trl_stage.sh, .ci/deepspeed_stage.sh): timing and logging,
 # a venv reused while its marker matches what it must contain, and a pytest run that must really test something.
 # Source it after setting STAGE_NAME (and BASE_PYTHON, the interpreter new venvs are made from).
 
@@ -29,7 +29,8 @@ venv_needs_build() {
         rm -rf "$venv"
     fi
     log "creating venv $venv with $BASE_PYTHON ($("$BASE_PYTHON" --version 2>&1))"
-    "$BASE_PYTHON" -m venv "$venv" || die "could not create the venv $venv"
+    # shellcheck disable=SC2086  # VENV_ARGS: extra `python -m venv` flags (e.g. --system-site-packages), word-split
+    "$BASE_PYTHON" -m venv ${VENV_ARGS:-} "$venv" || die "could not create the venv $venv"
 }
 
 # venv_built VENV EXPECTED_MARKER: mark VENV complete (only once everything in it was checked).
