@@ -27,9 +27,10 @@ import torch.distributed
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import tiny_args  # noqa: E402
+from multiprocess_run import Recording as DecisionRecording  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
-from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
+from trl_ada import AdaGRPOConfig  # noqa: E402
 from trl_ada.tasks.arithmetic import make_dataset  # noqa: E402
 
 
@@ -85,7 +86,9 @@ def count_zero3_gathers() -> None:
     deepspeed.zero.GatheredParameters.__enter__ = __enter__
 
 
-class Recording(AdaGRPOTrainer):
+class Recording(DecisionRecording):
+    """Records the sampler's decisions per batch (the parent), and what each generation saw."""
+
     def _sample(self, inputs):
         # Per generation batch: the rounds generated and the full-parameter gathers (ZeRO-3) made for them.
         rounds, gathers = len(self.__dict__.get("round_completions", [])), ZERO3_GATHERS[0]
@@ -94,17 +97,6 @@ class Recording(AdaGRPOTrainer):
             {"rounds": len(self.round_completions) - rounds, "zero3_gathers": ZERO3_GATHERS[0] - gathers}
         )
         return kept_inputs
-
-    def _log_selection(self, selection):
-        self.__dict__.setdefault("selections", []).append(
-            {
-                "kept": [list(r.kept) for r in selection.prompts],
-                "advantages": [list(r.advantages) for r in selection.prompts],
-                "pools": [list(p) for p in selection.pools],
-                "active_after_round": list(selection.active_after_round),
-            }
-        )
-        super()._log_selection(selection)
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
         # What the generation saw: under FSDP2 the model TRL unwraps for `generate` is still the sharded FSDPModule,
