@@ -73,7 +73,8 @@ class LocalRow:
     completion_ids: np.ndarray
     """int32 token ids of the completion."""
     logprobs: np.ndarray | None
-    """float32 sampling log-probs per completion token (vLLM), or None (transformers generation)."""
+    """float32 sampling log-probs per completion token (vLLM; NaN where vLLM reported None), or None (transformers
+    generation)."""
     completion: Any
     """The decoded completion: text, or a list of messages for conversational prompts."""
     extra_logs: dict[str, Any]
@@ -91,7 +92,7 @@ class LocalRow:
         return cls(
             np.asarray(prompt_ids, dtype=np.int32),
             np.asarray(completion_ids, dtype=np.int32),
-            None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
+            None if logprobs is None else _float32(logprobs),
             completion,
             extra_logs,
         )
@@ -104,6 +105,14 @@ class LocalRow:
             + self.completion_ids.nbytes
             + (0 if self.logprobs is None else self.logprobs.nbytes)
         )
+
+
+def _float32(values: Sequence[float | None]) -> np.ndarray:
+    """float32 log-probs; vLLM reports a NaN log-prob as None, which TRL maps back to NaN (so does this)."""
+    try:
+        return np.asarray(values, dtype=np.float32)
+    except TypeError:
+        return np.asarray([np.nan if value is None else value for value in values], dtype=np.float32)
 
 
 @dataclasses.dataclass
