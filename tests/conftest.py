@@ -28,6 +28,47 @@ def length_or_none(completions, level, **kwargs):
     return [None if lvl == 0 else min(len(c), 6) / 6 for c, lvl in zip(completions, level)]
 
 
+def rollout_feedback(completion_ids):
+    """What the fake environment of `env_rollout` reports for a completion: a function of its tokens."""
+    return "solved" if completion_ids[0] % 3 == 0 else "failed"
+
+
+def rollout_env_mask(completion_ids):
+    """`env_rollout`'s env_mask: the model wrote the first half of the completion, the environment the rest."""
+    return [1] * ((len(completion_ids) + 1) // 2) + [0] * (len(completion_ids) // 2)
+
+
+def env_rollout(prompts, trainer):
+    """
+    A `rollout_func` (TRL's contract: one completion per prompt entry) standing in for an agent episode: it draws
+    digits from torch's RNG (so two trainers seeded alike draw alike), ends them with EOS, and returns an `env_mask`,
+    a per-row extra field (`feedback`, from the completion's tokens) and a shared one (`env_name`).
+    """
+    import torch
+
+    tokenizer = trainer.processing_class
+    digits = tokenizer.convert_tokens_to_ids(list("0123456789"))
+    prompt_ids = [tokenizer(prompt)["input_ids"] for prompt in prompts]
+    completion_ids = []
+    for _ in prompts:
+        length = int(torch.randint(2, 6, ()).item())
+        completion_ids.append([digits[int(i)] for i in torch.randint(0, 10, (length,))] + [tokenizer.eos_token_id])
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": completion_ids,
+        "logprobs": None,
+        "env_mask": [rollout_env_mask(ids) for ids in completion_ids],
+        "feedback": [rollout_feedback(ids) for ids in completion_ids],
+        "env_name": "digits",
+    }
+
+
+def env_reward(completions, feedback, env_name, **kwargs):
+    """Scores a rollout from the extra fields its `rollout_func` returned (1 for solved, 0 otherwise)."""
+    assert set(env_name) == {"digits"}  # reward kwargs hold one value per row, a shared field included
+    return [1.0 if f == "solved" else 0.0 for f in feedback]
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from trl_ada.tiny import build_char_tokenizer

@@ -12,7 +12,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
-from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args  # noqa: E402
+from conftest import (  # noqa: E402
+    TINY_MODEL_KWARGS,
+    env_reward,
+    env_rollout,
+    rollout_env_mask,
+    rollout_feedback,
+    starts_low_digit,
+    tiny_args,
+)
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
 from trl_ada.tasks.arithmetic import make_dataset  # noqa: E402
@@ -46,6 +54,21 @@ class Recording(AdaGRPOTrainer):
         self.__dict__.setdefault("moved", []).append(moved[-1] if moved else None)
         return kept_inputs
 
+    def _generate(self, prompts):
+        kept = self._ada_kept_rows is not None
+        output = super()._generate(prompts)
+        if kept and self.rollout_func is not None:
+            # The kept rows this process trains on, each with its own rollout's env_mask, extra field and reward.
+            _, completion_ids, tool_mask, _, _, extra_fields, _, _ = output
+            start = self.accelerator.process_index * len(completion_ids)
+            rewards = self._ada_kept_rewards[start : start + len(completion_ids), 0].tolist()
+            self.__dict__.setdefault("rollout_rows_line_up", []).append(
+                tool_mask == [rollout_env_mask(ids) for ids in completion_ids]
+                and extra_fields["feedback"] == [rollout_feedback(ids) for ids in completion_ids]
+                and rewards == [1.0 if rollout_feedback(ids) == "solved" else 0.0 for ids in completion_ids]
+            )
+        return output
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         kept = self._ada_kept_rewards is not None
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -71,16 +94,23 @@ class Recording(AdaGRPOTrainer):
         return output
 
 
-def build(out_dir: Path, name: str, reward, **overrides) -> Recording:
+def build(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides) -> Recording:
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
     config = AdaGRPOConfig(**tiny_args(out_dir / name, **overrides))
     rewards = reward if isinstance(reward, list) else [reward]
-    return Recording(model, rewards, args=config, train_dataset=make_dataset(64, seed=1), processing_class=tokenizer)
+    return Recording(
+        model,
+        rewards,
+        args=config,
+        train_dataset=make_dataset(64, seed=1),
+        processing_class=tokenizer,
+        **(extra or {}),
+    )
 
 
-def run(out_dir: Path, name: str, reward, **overrides) -> dict:
-    trainer = build(out_dir, name, reward, **overrides)
+def run(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides) -> dict:
+    trainer = build(out_dir, name, reward, extra or {}, **overrides)
     trainer.train()
     return {
         "num_processes": trainer.accelerator.num_processes,
@@ -89,6 +119,7 @@ def run(out_dir: Path, name: str, reward, **overrides) -> dict:
         "local_rows": trainer.local_rows,
         "moved": trainer.moved,
         "rows_line_up": trainer.__dict__.get("rows_line_up"),
+        "rollout_rows_line_up": trainer.__dict__.get("rollout_rows_line_up"),
     }
 
 
@@ -137,6 +168,18 @@ def main() -> None:
             "routing",
             [starts_low_digit, fingerprint],
             reward_weights=[1.0, 0.0],
+            sampler="seq_balance",
+            round_size=2,
+            max_rounds=4,
+            per_device_train_batch_size=6,
+            max_steps=3,
+        ),
+        # A rollout_func (agent episodes): its env_mask and extra fields must follow each row to the process training it.
+        "rollout": run(
+            out_dir,
+            "rollout",
+            env_reward,
+            {"rollout_func": env_rollout},
             sampler="seq_balance",
             round_size=2,
             max_rounds=4,

@@ -37,12 +37,12 @@ def two_process_reports(tmp_path_factory):
 
 
 def test_two_processes_ran(two_process_reports):
-    for scenario in ("balance", "routing", "est", "dapo", "sparse"):
+    for scenario in ("balance", "routing", "rollout", "est", "dapo", "sparse"):
         assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
         assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
 
 
-@pytest.mark.parametrize("scenario", ["balance", "routing", "est", "dapo", "sparse"])
+@pytest.mark.parametrize("scenario", ["balance", "routing", "rollout", "est", "dapo", "sparse"])
 def test_ranks_agree_on_every_selection(two_process_reports, scenario):
     rank0, rank1 = (report[scenario] for report in two_process_reports)
     assert rank0["selections"] and rank0["selections"] == rank1["selections"]
@@ -91,3 +91,12 @@ def test_resume_without_shared_storage_fails_on_every_process_with_one_message(t
     for report in reports:
         assert "Process(es) [1] of 2 cannot read the complete checkpoint 'disk/checkpoint-1'" in report["error"]
         assert "shares" in report["error"]
+
+
+def test_rollout_func_rows_keep_their_masks_fields_and_rewards_on_every_process(two_process_reports):
+    for report in two_process_reports:
+        run = report["rollout"]
+        assert run["rollout_rows_line_up"] == [True] * len(run["local_rows"])
+        assert run["local_rows"] == [6] * len(run["local_rows"])
+    # Some kept rows changed process, so the check covers rows routed between processes.
+    assert any(moved > 0 for moved in two_process_reports[0]["rollout"]["moved"])

@@ -48,9 +48,13 @@ def test_a_renamed_or_reshaped_private_method_is_caught():
 
 
 def test_generate_output_round_trips_in_trls_layout():
-    output = trl_seam.make_generate_output([[1]], [[2, 3]], ["x"], None)
+    output = trl_seam.make_generate_output(prompt_ids=[[1]], completion_ids=[[2, 3]], completions=["x"], logprobs=None)
     assert len(output) == len(trl_seam.GENERATE_OUTPUT_FIELDS) == 8
-    assert trl_seam.split_generate_output(output) == ([[1]], [[2, 3]], ["x"], None)
+    assert output == ([[1]], [[2, 3]], None, ["x"], None, {}, None, [])  # TRL's order and text-only defaults
+    fields = trl_seam.split_generate_output(output)
+    assert fields["completion_ids"] == [[2, 3]] and fields["extra_fields"] == {} and fields["tool_images"] == []
+    with pytest.raises(TypeError, match="tool_masks"):
+        trl_seam.make_generate_output(tool_masks=[[1]])
 
 
 PRIVATE_TRL = re.compile(

@@ -79,6 +79,16 @@ class LocalRow:
     """The decoded completion: text, or a list of messages for conversational prompts."""
     extra_logs: dict[str, Any]
     """`log_extra` values the reward functions wrote for this completion."""
+    tool_mask: np.ndarray | None = None
+    """int8 per completion token: 1 where the model wrote it, 0 for tool or environment output (TRL's `tool_mask`,
+    or a `rollout_func`'s `env_mask`); None when there is none."""
+    extra_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """This completion's values of the extra fields a `rollout_func` returned (TRL merges them into the reward
+    functions' keyword arguments)."""
+    images: Any = None
+    """The images of this completion's prompt (and tool calls), as `_generate` returned them; None for text."""
+    tool_images: list = dataclasses.field(default_factory=list)
+    """Images returned by tool calls in this completion."""
 
     @classmethod
     def from_lists(
@@ -88,6 +98,10 @@ class LocalRow:
         completion: Any,
         logprobs: Sequence[float] | None,
         extra_logs: dict[str, Any],
+        tool_mask: Sequence[int] | None = None,
+        extra_fields: dict[str, Any] | None = None,
+        images: Any = None,
+        tool_images: list | None = None,
     ) -> LocalRow:
         return cls(
             np.asarray(prompt_ids, dtype=np.int32),
@@ -95,6 +109,37 @@ class LocalRow:
             None if logprobs is None else _float32(logprobs),
             completion,
             extra_logs,
+            None if tool_mask is None else np.asarray(tool_mask, dtype=np.int8),
+            extra_fields or {},
+            images,
+            tool_images or [],
+        )
+
+    @classmethod
+    def from_generated(cls, fields: dict[str, Any], index: int, extra_logs: dict[str, Any]) -> LocalRow:
+        """
+        Row `index` of a `GRPOTrainer._generate` output (as a dict of its fields). An extra field given as a list holds
+        one value per row, anything else one value for every row (how TRL merges them into the reward kwargs).
+        """
+
+        def per_row(values: Any) -> Any:
+            return None if values is None else values[index]
+
+        extra_fields = {
+            name: (values[index] if isinstance(values, list) else values)
+            for name, values in (fields.get("extra_fields") or {}).items()
+            if not isinstance(values, list) or index < len(values)
+        }
+        return cls.from_lists(
+            fields["prompt_ids"][index],
+            fields["completion_ids"][index],
+            fields["completions"][index],
+            per_row(fields["logprobs"]),
+            extra_logs,
+            tool_mask=per_row(fields.get("tool_mask")),
+            extra_fields=extra_fields,
+            images=per_row(fields.get("images")),
+            tool_images=fields["tool_images"][index] if fields.get("tool_images") else [],
         )
 
     @property
@@ -115,6 +160,22 @@ def _float32(values: Sequence[float | None]) -> np.ndarray:
         return np.asarray([np.nan if value is None else value for value in values], dtype=np.float32)
 
 
+def generate_fields(rows: Sequence[LocalRow]) -> dict[str, Any]:
+    """The `GRPOTrainer._generate` output fields (as lists, one entry per row) of `rows`: the inverse of
+    `LocalRow.from_generated`."""
+    names = sorted({name for row in rows for name in row.extra_fields})
+    return {
+        "prompt_ids": [row.prompt_ids.tolist() for row in rows],
+        "completion_ids": [row.completion_ids.tolist() for row in rows],
+        "completions": [row.completion for row in rows],
+        "logprobs": None if any(row.logprobs is None for row in rows) else [row.logprobs.tolist() for row in rows],
+        "tool_mask": None if any(row.tool_mask is None for row in rows) else [row.tool_mask.tolist() for row in rows],
+        "extra_fields": {name: [row.extra_fields.get(name) for row in rows] for name in names},
+        "images": None if all(row.images is None for row in rows) else [row.images for row in rows],
+        "tool_images": [row.tool_images for row in rows] if any(row.tool_images for row in rows) else [],
+    }
+
+
 @dataclasses.dataclass
 class PoolEntry:
     """One completion of a prompt's pool, as every process sees it; `row` is set only on the process holding it."""
@@ -129,10 +190,14 @@ class PoolEntry:
 
 
 def pack_rows(rows: Sequence[LocalRow]) -> np.ndarray:
-    """Serialise rows into one uint8 buffer: per row a fixed header, then its arrays, then the pickled objects."""
+    """
+    Serialise rows into one uint8 buffer: per row a fixed header, its token and log-prob arrays, then the pickled
+    objects (completion, `log_extra` values, tool mask, extra fields, images).
+    """
     parts: list[bytes | np.ndarray] = []
     for row in rows:
-        payload = pickle.dumps((row.completion, row.extra_logs), protocol=pickle.HIGHEST_PROTOCOL)
+        objects = (row.completion, row.extra_logs, row.tool_mask, row.extra_fields, row.images, row.tool_images)
+        payload = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
         header = np.array(
             [
                 (
@@ -170,9 +235,23 @@ def unpack_rows(buffer: np.ndarray) -> list[LocalRow]:
         completion_ids = take(int(header["completion"]), "<i4")
         logprobs = None if header["logprobs"] < 0 else take(int(header["logprobs"]), "<f4")
         size = int(header["payload"])
-        completion, extra_logs = pickle.loads(data[offset : offset + size])
+        completion, extra_logs, tool_mask, extra_fields, images, tool_images = pickle.loads(
+            data[offset : offset + size]
+        )
         offset += size
-        rows.append(LocalRow(prompt_ids, completion_ids, logprobs, completion, extra_logs))
+        rows.append(
+            LocalRow(
+                prompt_ids,
+                completion_ids,
+                logprobs,
+                completion,
+                extra_logs,
+                tool_mask,
+                extra_fields,
+                images,
+                tool_images,
+            )
+        )
     return rows
 
 

@@ -25,7 +25,7 @@ from .checkpoints import SAMPLER_STATE_NAME, is_complete_checkpoint, latest_comp
 from .config import AdaGRPOConfig
 from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
-from .pools import LocalRow, PoolEntry, RoundLayout, moved_fraction, route_kept_rows
+from .pools import LocalRow, PoolEntry, RoundLayout, generate_fields, moved_fraction, route_kept_rows
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
 from .trl_seam import (
     RepeatSampler,
@@ -47,9 +47,14 @@ logger = logging.getLogger(__name__)
 _GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
 
 _REJECTED_FEATURES = {
-    "tools": "tool calling",
-    "rollout_func": "a custom rollout_func",
-    "environment_factory": "environments",
+    "tools": (
+        "tool calling: TRL's tool loop runs inside each round's generation, but tool-call rollouts have not been "
+        "tested through the sampling rounds yet"
+    ),
+    "environment_factory": (
+        "environments: GRPOTrainer resets one environment per row once per generation batch, while every adaptive "
+        "draw needs an episode of its own"
+    ),
 }
 
 
@@ -134,11 +139,10 @@ class AdaGRPOTrainer(GRPOTrainer):
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
         elif not isinstance(args, AdaGRPOConfig):
             args = _upgrade_config(args)
-        for name, feature in _REJECTED_FEATURES.items():
+        for name, why in _REJECTED_FEATURES.items():
             if named.get(name) is not None:
                 raise ValueError(
-                    f"AdaGRPOTrainer does not support {feature} yet: the sampling rounds regenerate completions per "
-                    f"prompt, which {name} does not allow. Remove `{name}`, or train with trl.GRPOTrainer."
+                    f"AdaGRPOTrainer does not support {why}. Remove `{name}`, or train with trl.GRPOTrainer."
                 )
         train_dataset = named.get("train_dataset")
         _check_prompt_column(train_dataset)
@@ -223,13 +227,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._ada_kept_rows = None
         for column in {column for row in rows for column in row.extra_logs}:
             add_pending_extra_logs(self, column, [row.extra_logs.get(column) for row in rows])
-        logprobs = None if any(row.logprobs is None for row in rows) else [row.logprobs.tolist() for row in rows]
-        return make_generate_output(
-            [row.prompt_ids.tolist() for row in rows],
-            [row.completion_ids.tolist() for row in rows],
-            [row.completion for row in rows],
-            logprobs,
-        )
+        # Everything `_generate` returned for each kept row (tool/env masks, a rollout's extra fields, images) comes back.
+        return make_generate_output(**generate_fields(rows))
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
         rewards = self._ada_kept_rewards
@@ -241,8 +240,10 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, **kwargs):
         # vLLM server mode dedupes prompts by `num_generations`; in a round each prompt is repeated by the round's block.
+        # Only the round's first call is the one `_generate` makes with `num_generations`; TRL's tool loop then calls
+        # again with its own count (one continuation per row), which must stand.
         if self._ada_round_block is not None:
-            num_generations = self._ada_round_block
+            num_generations, self._ada_round_block = self._ada_round_block, None
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
 
     def create_model_card(
@@ -374,7 +375,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             batch = batches[b]
             result = batch.selection.prompts[g]
             kept.extend(batch.pools[g][i] for i in result.kept)
-            kept_inputs.extend(batch.group_inputs[g] for _ in result.kept)
+            # One copy per row: TRL merges a rollout's per-row extra fields into these dicts in place.
+            kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
             advantages.extend(result.advantages)
         self._ada_kept_rewards = torch.stack([entry.rewards_per_func for entry in kept])
         # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
@@ -481,11 +483,15 @@ class AdaGRPOTrainer(GRPOTrainer):
         try:
             with vllm_server_errors(self, round_index):  # a lost vLLM server: a clear error, not a hang
                 generated = super()._generate(share_prompts)
-            prompt_ids, completion_ids, completions, logprobs = split_generate_output(generated)
+            fields = split_generate_output(generated)
         finally:
             self._ada_round_block = None
+        completion_ids = fields["completion_ids"]
+        scored_inputs = _with_extra_fields(share_inputs, fields["extra_fields"])
         try:
-            rewards_per_func = self._calculate_rewards(share_inputs, share_prompts, completions, completion_ids)
+            rewards_per_func = self._calculate_rewards(
+                scored_inputs, share_prompts, fields["completions"], completion_ids
+            )
         except Exception as error:
             raise RuntimeError(
                 f"{_failing_reward_name(error, self.reward_funcs, self.reward_func_names)} raised during sampling round "
@@ -494,8 +500,6 @@ class AdaGRPOTrainer(GRPOTrainer):
                 "resume_from_checkpoint."
             ) from error
         extra_logs = self._take_extra_logs(len(share))
-        if logprobs is None:
-            logprobs = [None] * len(share)
         local_truncated = torch.tensor(
             [self._is_truncated(ids) for ids in completion_ids], dtype=torch.uint8, device=self.accelerator.device
         )
@@ -507,7 +511,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             holder, i = layout.holder(j)
             row = None
             if holder == rank:
-                row = LocalRow.from_lists(prompt_ids[i], completion_ids[i], completions[i], logprobs[i], extra_logs[i])
+                row = LocalRow.from_generated(fields, i, extra_logs[i])
             entries.append(PoolEntry(rewards_per_func[j], truncated[j], holder, row))
         return entries, rewards
 
@@ -572,6 +576,25 @@ def _prompt_key(row: dict[str, Any]) -> str:
         return str(row["prompt_id"])
     text = json.dumps(row["prompt"], sort_keys=True, default=str)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def _with_extra_fields(inputs: list[dict[str, Any]], extra_fields: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """
+    Copies of the dataset rows with a `rollout_func`'s extra fields merged in, as `GRPOTrainer` merges them before
+    scoring (a list gives one value per row, anything else the same value for every row). Copies, because a round's
+    rows share one dict per prompt.
+    """
+    if not extra_fields:
+        return inputs
+    merged = []
+    for i, row in enumerate(inputs):
+        values = {
+            k: v[i] if isinstance(v, list) else v
+            for k, v in extra_fields.items()
+            if not isinstance(v, list) or i < len(v)
+        }
+        merged.append({**row, **values})
+    return merged
 
 
 def _upgrade_config(args: GRPOConfig) -> AdaGRPOConfig:

@@ -12,7 +12,7 @@ the same in the three releases except where the last column says otherwise:
 | touchpoint | kind | what trl-ada relies on |
 |---|---|---|
 | `_generate_and_score_completions(inputs)` | override | called once per generation batch in training; returns a dict with a per-row `advantages` tensor (this process's rows); 1.15 logs raw prompts/completions in `_logs` instead of decoded text (not read by us) |
-| `_generate(prompts)` | override, call | returns the 8-tuple `(prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)` |
+| `_generate(prompts)` | override, call | returns the 8-tuple `(prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)`; calls `rollout_func(prompts, trainer)` when one is set (one completion per prompt entry; its `env_mask` comes back as `tool_mask`, its other keys as `extra_fields`, which `_generate_and_score_completions` merges into the reward kwargs: lists per row, other values for all rows) |
 | `_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kw)` | override | vLLM server mode dedupes prompts by `num_generations`; 1.16's body also passes `pad_to_multiple_of` (same signature) |
 | `_calculate_rewards(inputs, prompts, completions, completion_ids_list)` | override, call | returns the gathered `(rows of all processes) x (reward functions)` float tensor, NaN where a function returned None |
 | `_metrics[mode][name]` | attribute | lists averaged into TRL's logs |
@@ -111,24 +111,22 @@ def check_overridable(trainer_class: type) -> None:
         )
 
 
-def split_generate_output(output: tuple) -> tuple[list, list, list, list | None]:
-    """`(prompt_ids, completion_ids, completions, logprobs)` from `GRPOTrainer._generate`'s return tuple."""
-    fields = dict(zip(GENERATE_OUTPUT_FIELDS, output, strict=True))
-    return fields["prompt_ids"], fields["completion_ids"], fields["completions"], fields["logprobs"]
+def split_generate_output(output: tuple) -> dict[str, Any]:
+    """`GRPOTrainer._generate`'s return tuple as a dict keyed by [`GENERATE_OUTPUT_FIELDS`]."""
+    return dict(zip(GENERATE_OUTPUT_FIELDS, output, strict=True))
 
 
-def make_generate_output(prompt_ids: list, completion_ids: list, completions: list, logprobs: list | None) -> tuple:
-    """A `GRPOTrainer._generate` return tuple for text-only, tool-free completions."""
-    fields = dict.fromkeys(GENERATE_OUTPUT_FIELDS)
-    fields.update(
-        prompt_ids=prompt_ids,
-        completion_ids=completion_ids,
-        completions=completions,
-        logprobs=logprobs,
-        extra_fields={},
-    )
-    fields["tool_images"] = []
-    return tuple(fields[name] for name in GENERATE_OUTPUT_FIELDS)
+def make_generate_output(**fields: Any) -> tuple:
+    """
+    A `GRPOTrainer._generate` return tuple from fields named as in [`GENERATE_OUTPUT_FIELDS`]; missing ones get TRL's
+    values for a text-only, tool-free generation (`tool_mask`/`images`/`logprobs` None, `extra_fields` {},
+    `tool_images` []).
+    """
+    unknown = set(fields) - set(GENERATE_OUTPUT_FIELDS)
+    if unknown:
+        raise TypeError(f"not fields of GRPOTrainer._generate's output: {sorted(unknown)}")
+    values = {**dict.fromkeys(GENERATE_OUTPUT_FIELDS), "extra_fields": {}, "tool_images": [], **fields}
+    return tuple(values[name] for name in GENERATE_OUTPUT_FIELDS)
 
 
 def train_metrics(trainer: Any) -> dict[str, list[float]]:
