@@ -10,7 +10,16 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trl_ada.pools import LocalRow, PoolEntry, RoundLayout, moved_fraction, pack_rows, route_kept_rows, unpack_rows
+from trl_ada.pools import (
+    LocalRow,
+    PoolEntry,
+    RoundLayout,
+    generate_fields,
+    moved_fraction,
+    pack_rows,
+    route_kept_rows,
+    unpack_rows,
+)
 
 
 def make_row(seed: int, logprobs: bool = True) -> LocalRow:
@@ -22,6 +31,9 @@ def make_row(seed: int, logprobs: bool = True) -> LocalRow:
         [{"role": "assistant", "content": f"answer {seed}"}] if seed % 2 else f"text {seed} é",
         [-rng.random() for _ in completion_ids] if logprobs else None,
         {"judge": f"note {seed}", "score": seed / 7} if seed % 3 else {},
+        tool_mask=[seed % 2] * len(completion_ids) if seed % 4 else None,
+        extra_fields={"feedback": f"episode {seed}", "turns": seed % 5} if seed % 2 else {},
+        tool_images=[f"image-{seed}"] if seed % 5 == 0 else [],
     )
 
 
@@ -33,6 +45,10 @@ def assert_same_row(a: LocalRow, b: LocalRow) -> None:
         assert a.logprobs.tolist() == b.logprobs.tolist()  # float32 both ways: exact
     assert a.completion == b.completion
     assert a.extra_logs == b.extra_logs
+    assert (a.tool_mask is None) == (b.tool_mask is None)
+    if a.tool_mask is not None:
+        assert a.tool_mask.tolist() == b.tool_mask.tolist()
+    assert (a.extra_fields, a.images, a.tool_images) == (b.extra_fields, b.images, b.tool_images)
 
 
 def test_rows_are_stored_compactly():
@@ -128,3 +144,22 @@ def test_round_layout_gives_every_process_whole_blocks_of_equal_size():
     # Mixed counts: blocks of one row, padded to the process count.
     mixed = RoundLayout.plan([(0, 3), (1, 2)], num_processes=2)
     assert mixed.block == 1 and mixed.padded == [0, 0, 0, 1, 1, 0] and mixed.share(1) == [1, 1, 0]
+
+
+def test_rows_from_a_generate_output_give_the_same_output_back():
+    # TRL's `_generate` output for three rows: per-row lists, a shared extra field, a tool mask; one row at a time into
+    # the pool and back must give what TRL returned (the shared field as one value per row, as TRL merges it).
+    fields = {
+        "prompt_ids": [[1, 2], [1, 2], [3]],
+        "completion_ids": [[5, 6], [7], [8, 9, 10]],
+        "tool_mask": [[1, 0], [1], [1, 1, 0]],
+        "completions": ["a", "b", "c"],
+        "logprobs": [[-0.5, -0.25], [-1.0], [-0.125, -2.0, -0.5]],
+        "extra_fields": {"feedback": ["x", "y", "z"], "env_name": "calc"},
+        "images": None,
+        "tool_images": [],
+    }
+    rows = [LocalRow.from_generated(fields, i, {}) for i in range(3)]
+    assert rows[1].extra_fields == {"feedback": "y", "env_name": "calc"}
+    back = generate_fields(unpack_rows(pack_rows(rows)))
+    assert back == {**fields, "extra_fields": {"env_name": ["calc"] * 3, "feedback": ["x", "y", "z"]}}
