@@ -5,6 +5,7 @@ Each round calls TRL's own `_generate` for its share, which calls the `rollout_f
 completion through the pool, the downsampling and the hand-over to TRL's loss.
 """
 
+import pytest
 import torch
 from conftest import TINY_MODEL_KWARGS, env_reward, env_rollout, rollout_env_mask, rollout_feedback, tiny_args
 from trl import GRPOConfig, GRPOTrainer
@@ -96,3 +97,17 @@ def test_seq_balance_with_a_rollout_func_keeps_masks_fields_and_rewards_with_the
         assert batch["rewards"] == batch["expected_rewards"]
     for record in trainer.recorded:
         assert (record["tool_mask"] == 0).any()
+
+
+def test_round_times_are_logged_per_generation_batch(tmp_path, tokenizer, arithmetic_dataset):
+    # With agent episodes a round waits for its slowest one: each batch logs its rounds' wall times.
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=2, per_device_train_batch_size=16), sampler="seq_balance", round_size=4
+    )
+    trainer = train(AdaGRPOTrainer, config, tokenizer, arithmetic_dataset)
+    logs = [entry for entry in trainer.state.log_history if "ada/round_time/total" in entry]
+    assert len(logs) == 2
+    for entry, selection in zip(logs, trainer.selections):
+        rounds = len(selection.active_after_round)
+        assert 0 < entry["ada/round_time/mean"] <= entry["ada/round_time/max"] <= entry["ada/round_time/total"]
+        assert entry["ada/round_time/total"] == pytest.approx(rounds * entry["ada/round_time/mean"], rel=1e-6)

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -415,8 +416,12 @@ class AdaGRPOTrainer(GRPOTrainer):
         keys = [_prompt_key(row) for row in group_inputs]
         step = self.ada_sampler.begin(len(group_inputs), keys)
         pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
+        round_seconds: list[float] = []
         while requests := step.requests():
+            # A round waits for its slowest completion (or agent episode): its wall time is the price of a round.
+            started = time.perf_counter()
             entries, rewards = self._run_round(requests, group_prompts, group_inputs, round_index=step.rounds + 1)
+            round_seconds.append(time.perf_counter() - started)
             order = [g for g, count in requests for _ in range(count)]
             for g, entry in zip(order, entries, strict=True):
                 pools[g].append(entry)
@@ -425,6 +430,10 @@ class AdaGRPOTrainer(GRPOTrainer):
             step.observe(requests, rewards, masked)
         selection = step.finish()
         self._log_selection(selection)
+        metrics = train_metrics(self)
+        metrics["ada/round_time/mean"].append(sum(round_seconds) / len(round_seconds))
+        metrics["ada/round_time/max"].append(max(round_seconds))
+        metrics["ada/round_time/total"].append(sum(round_seconds))
         return _SampledBatch(group_inputs, keys, pools, selection)
 
     def _next_refill_prompts(self, count: int, exclude: set[str]) -> list[dict[str, Any]]:
