@@ -297,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(AdaGRPOTrainer, "_run_round"):
 
         def _run_round(self, requests, *rest, **kw):
-            rows, rewards = AdaGRPOTrainer._run_round(self, requests, *rest, **kw)
+            result = AdaGRPOTrainer._run_round(self, requests, *rest, **kw)
+            rewards = result[-1]  # the summed rewards come last
             record["rounds"].append(
                 {
                     "step": int(self.state.global_step),
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                     "rewards_finite": _finite(rewards),
                 }
             )
-            return rows, rewards
+            return result
 
         InstrumentedTrainer._run_round = _run_round
 

@@ -60,7 +60,8 @@ def test_rows_are_stored_compactly():
 
 
 def test_a_log_prob_vllm_reported_as_none_becomes_nan():
-    # vLLM replaces a NaN token log-prob by None; TRL maps it back to NaN when it builds its tensor, and so do we.
+    # vLLM replaces a NaN token log-prob by None; TRL maps it back to NaN when it builds its tensor, and so does the
+    # float32 storage (numpy's conversion).
     row = LocalRow.from_lists([1], [5, 6, 7], "x", [-0.5, None, -1.25], {})
     assert row.logprobs.dtype == np.float32
     assert row.logprobs[0] == -0.5 and np.isnan(row.logprobs[1]) and row.logprobs[2] == -1.25

@@ -106,7 +106,8 @@ class LocalRow:
         return cls(
             np.asarray(prompt_ids, dtype=np.int32),
             np.asarray(completion_ids, dtype=np.int32),
-            None if logprobs is None else _float32(logprobs),
+            # numpy turns the None vLLM reports for a NaN log-prob into NaN, as TRL does.
+            None if logprobs is None else np.asarray(logprobs, dtype=np.float32),
             completion,
             extra_logs,
             None if tool_mask is None else np.asarray(tool_mask, dtype=np.int8),
@@ -118,18 +119,12 @@ class LocalRow:
     @classmethod
     def from_generated(cls, fields: dict[str, Any], index: int, extra_logs: dict[str, Any]) -> LocalRow:
         """
-        Row `index` of a `GRPOTrainer._generate` output (as a dict of its fields). An extra field given as a list holds
-        one value per row, anything else one value for every row (how TRL merges them into the reward kwargs).
+        Row `index` of a `GRPOTrainer._generate` output (as a dict of its fields).
         """
 
         def per_row(values: Any) -> Any:
             return None if values is None else values[index]
 
-        extra_fields = {
-            name: (values[index] if isinstance(values, list) else values)
-            for name, values in (fields.get("extra_fields") or {}).items()
-            if not isinstance(values, list) or index < len(values)
-        }
         return cls.from_lists(
             fields["prompt_ids"][index],
             fields["completion_ids"][index],
@@ -137,7 +132,7 @@ class LocalRow:
             per_row(fields["logprobs"]),
             extra_logs,
             tool_mask=per_row(fields.get("tool_mask")),
-            extra_fields=extra_fields,
+            extra_fields=row_extra_fields(fields.get("extra_fields"), index),
             images=per_row(fields.get("images")),
             tool_images=fields["tool_images"][index] if fields.get("tool_images") else [],
         )
@@ -152,12 +147,16 @@ class LocalRow:
         )
 
 
-def _float32(values: Sequence[float | None]) -> np.ndarray:
-    """float32 log-probs; vLLM reports a NaN log-prob as None, which TRL maps back to NaN (so does this)."""
-    try:
-        return np.asarray(values, dtype=np.float32)
-    except TypeError:
-        return np.asarray([np.nan if value is None else value for value in values], dtype=np.float32)
+def row_extra_fields(extra_fields: dict[str, Any] | None, index: int) -> dict[str, Any]:
+    """
+    Row `index`'s values of the extra fields a `rollout_func` returned, by GRPOTrainer's rule for merging them into
+    the reward kwargs: a list holds one value per row (rows past its end get none), anything else is every row's.
+    """
+    return {
+        name: values[index] if isinstance(values, list) else values
+        for name, values in (extra_fields or {}).items()
+        if not isinstance(values, list) or index < len(values)
+    }
 
 
 def generate_fields(rows: Sequence[LocalRow]) -> dict[str, Any]:

@@ -26,7 +26,15 @@ from .checkpoints import SAMPLER_STATE_NAME, is_complete_checkpoint, latest_comp
 from .config import AdaGRPOConfig
 from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
-from .pools import LocalRow, PoolEntry, RoundLayout, generate_fields, moved_fraction, route_kept_rows
+from .pools import (
+    LocalRow,
+    PoolEntry,
+    RoundLayout,
+    generate_fields,
+    moved_fraction,
+    route_kept_rows,
+    row_extra_fields,
+)
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
 from .trl_seam import (
     RepeatSampler,
@@ -420,9 +428,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         while requests := step.requests():
             # A round waits for its slowest completion (or agent episode): its wall time is the price of a round.
             started = time.perf_counter()
-            entries, rewards = self._run_round(requests, group_prompts, group_inputs, round_index=step.rounds + 1)
+            order, entries, rewards = self._run_round(
+                requests, group_prompts, group_inputs, round_index=step.rounds + 1
+            )
             round_seconds.append(time.perf_counter() - started)
-            order = [g for g, count in requests for _ in range(count)]
             for g, entry in zip(order, entries, strict=True):
                 pools[g].append(entry)
             # TRL masks truncated completions out of the loss: they must not satisfy an exit rule or take kept slots.
@@ -478,7 +487,8 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _run_round(self, requests, group_prompts, group_inputs, round_index: int):
         """
-        Generate and score one round on all processes; return the pool entries and summed rewards, in request order.
+        Generate and score one round on all processes; return each requested row's prompt (index into the batch), pool
+        entry and summed reward, in request order.
         Only the rewards (TRL's own gather) and the truncation flags cross processes; each completion stays, compacted,
         on the process that generated it.
         """
@@ -522,7 +532,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             if holder == rank:
                 row = LocalRow.from_generated(fields, i, extra_logs[i])
             entries.append(PoolEntry(rewards_per_func[j], truncated[j], holder, row))
-        return entries, rewards
+        return layout.order, entries, rewards
 
     def _is_truncated(self, completion_ids: list[int]) -> bool:
         """TRL's definition: a completion that does not end with EOS or padding hit `max_completion_length`."""
@@ -588,22 +598,11 @@ def _prompt_key(row: dict[str, Any]) -> str:
 
 
 def _with_extra_fields(inputs: list[dict[str, Any]], extra_fields: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """
-    Copies of the dataset rows with a `rollout_func`'s extra fields merged in, as `GRPOTrainer` merges them before
-    scoring (a list gives one value per row, anything else the same value for every row). Copies, because a round's
-    rows share one dict per prompt.
-    """
+    """Copies of a round's dataset rows (which share one dict per prompt) with a `rollout_func`'s extra fields merged
+    in, as GRPOTrainer merges them before scoring."""
     if not extra_fields:
         return inputs
-    merged = []
-    for i, row in enumerate(inputs):
-        values = {
-            k: v[i] if isinstance(v, list) else v
-            for k, v in extra_fields.items()
-            if not isinstance(v, list) or i < len(v)
-        }
-        merged.append({**row, **values})
-    return merged
+    return [{**row, **row_extra_fields(extra_fields, i)} for i, row in enumerate(inputs)]
 
 
 def _upgrade_config(args: GRPOConfig) -> AdaGRPOConfig:
