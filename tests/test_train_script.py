@@ -358,3 +358,22 @@ def test_heldout_check_knows_when_parameters_are_sharded(fsdp, zero_stage, shard
         accelerator=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)),
     )
     assert sharded_parameters(trainer) is sharded
+
+
+def test_embedded_run_skips_the_heldout_check_when_parameters_are_sharded(
+    tmp_path, caplog, monkeypatch, restore_torch_threads
+):
+    # Sharded parameters make every forward a collective the other processes would never join: the main-process-only
+    # held-out check must not run (here it would raise), and the run says so.
+    script = load_script()
+    monkeypatch.setattr(script, "sharded_parameters", lambda trainer: True)
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("held-out check ran with sharded parameters")
+
+    monkeypatch.setattr(script, "heldout_accuracy", must_not_run)
+    caplog.set_level(logging.WARNING, logger="train_ada")
+    trainer = run_main([*FAST, "--max_steps", "1", "--heldout_size", "8", "--output_dir", str(tmp_path / "sharded")])
+    assert trainer.state.global_step == 1
+    assert any("Skipping the held-out accuracy check" in r.getMessage() for r in caplog.records)
+    assert not any("eval_heldout_accuracy" in entry for entry in trainer.state.log_history)

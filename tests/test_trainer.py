@@ -211,3 +211,25 @@ def test_unsupported_features_are_rejected_before_loading(tmp_path, arithmetic_d
     with pytest.raises(ValueError, match="does not support tool calling"):
         # the model id is never resolved: the check runs before anything is loaded
         AdaGRPOTrainer("no/such-model", [starts_low_digit], args=config, train_dataset=arithmetic_dataset, tools=[len])
+
+
+def test_a_rounds_block_applies_to_its_first_generate_call_only(tmp_path, tokenizer, arithmetic_dataset, monkeypatch):
+    # In a round, `_generate` calls `_generate_single_turn` with num_generations (vLLM server mode dedupes by it: the
+    # round's block); TRL's tool loop then calls again with 1 per row, which must not become the block.
+    seen = []
+    monkeypatch.setattr(
+        GRPOTrainer,
+        "_generate_single_turn",
+        lambda self, ids, images, fields, num_generations, **kw: seen.append(num_generations),
+    )
+    trainer = AdaGRPOTrainer(
+        build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS),
+        [starts_low_digit],
+        args=AdaGRPOConfig(**tiny_args(tmp_path)),
+        train_dataset=arithmetic_dataset,
+        processing_class=tokenizer,
+    )
+    trainer._ada_round_block = 8
+    trainer._generate_single_turn([[1]], None, {}, 4)  # the round's generate call
+    trainer._generate_single_turn([[1, 2]], None, {}, 1)  # a tool-loop continuation
+    assert seen == [8, 1]
