@@ -69,6 +69,22 @@ def env_reward(completions, feedback, env_name, **kwargs):
     return [1.0 if f == "solved" else 0.0 for f in feedback]
 
 
+def shut_down_distributed() -> None:
+    """
+    End a launched multi-process test cleanly: destroy gloo's process group once nothing else holds it. A DDP
+    reducer freed after `destroy_process_group` (at interpreter exit) destroys the group itself, joining gloo's worker
+    thread with the GIL held while that thread waits for the GIL to free a finished all-gather: a deadlock, seen here
+    about one run in four. Callers drop their trainers first.
+    """
+    import gc
+
+    import torch.distributed
+
+    gc.collect()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     from trl_ada.tiny import build_char_tokenizer

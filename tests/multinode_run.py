@@ -16,12 +16,11 @@ import os
 import sys
 from pathlib import Path
 
-import torch.distributed
 from accelerate import PartialState
 from accelerate.utils import gather_object
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args  # noqa: E402
+from conftest import TINY_MODEL_KWARGS, shut_down_distributed, starts_low_digit, tiny_args  # noqa: E402
 from multiprocess_run import Recording  # noqa: E402
 
 from trl_ada import AdaGRPOConfig  # noqa: E402
@@ -97,8 +96,8 @@ def main() -> None:
         "local_rows": trainer.local_rows,
     }
     (machine_dir / "report.json").write_text(json.dumps(report))
-    if torch.distributed.is_initialized():  # a clean gloo shutdown; without it a rank occasionally aborted at exit
-        torch.distributed.destroy_process_group()
+    del trainer, model, train_output
+    shut_down_distributed()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from conftest import (  # noqa: E402
     env_rollout,
     rollout_env_mask,
     rollout_feedback,
+    shut_down_distributed,
     starts_low_digit,
     tiny_args,
 )
@@ -218,10 +219,7 @@ def main() -> None:
     }
     report["local_disks"] = resume_from_local_disks(out_dir, report["balance"]["process_index"])
     (out_dir / f"rank{report['balance']['process_index']}.json").write_text(json.dumps(report))
-    import torch.distributed
-
-    if torch.distributed.is_initialized():  # a clean gloo shutdown; without it a rank occasionally aborted at exit
-        torch.distributed.destroy_process_group()
+    shut_down_distributed()  # every trainer is gone with `run`
 
 
 if __name__ == "__main__":

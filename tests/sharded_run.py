@@ -26,7 +26,7 @@ import torch
 import torch.distributed
 
 sys.path.insert(0, str(Path(__file__).parent))
-from conftest import tiny_args  # noqa: E402
+from conftest import shut_down_distributed, tiny_args  # noqa: E402
 from multiprocess_run import Recording as DecisionRecording  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 
@@ -268,8 +268,7 @@ def main() -> None:
         settings = dict(SCENARIOS[name])
         report[name] = run(out_dir, model_dir, name, settings.pop("peft"), **settings)
     (out_dir / f"rank{report[scenarios[0]]['process_index']}.json").write_text(json.dumps(report))
-    if torch.distributed.is_initialized():  # a clean gloo shutdown; without it a rank occasionally aborted at exit
-        torch.distributed.destroy_process_group()
+    shut_down_distributed()  # every trainer is gone with `run`
 
 
 if __name__ == "__main__":

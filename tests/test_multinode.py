@@ -7,6 +7,7 @@ agrees across machines, static shapes, that training finishes, and that the mode
 global main process only (`save_on_each_node=False`, TrainingArguments' default).
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -62,6 +63,23 @@ def launch_command(machine_rank: int, port: int, machine_dir: Path) -> list[str]
     ]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (from /proc), children before their own children."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after its ")".
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(0), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
 def run_two_machines(out_dir: Path, port: int) -> list[subprocess.CompletedProcess]:
     """Start both launchers together; wait for both; kill both (with their workers) on a timeout."""
     env = {key: value for key, value in os.environ.items() if key not in DISTRIBUTED_ENV}
@@ -92,7 +110,10 @@ def run_two_machines(out_dir: Path, port: int) -> list[subprocess.CompletedProce
     finally:
         for proc in procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
+                # torchrun starts its worker in a session of its own: kill the whole tree, not just the group.
+                for pid in [*descendants(proc.pid), proc.pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 proc.wait()
     results = []
     for proc, log in zip(procs, logs, strict=True):
