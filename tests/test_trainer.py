@@ -206,13 +206,6 @@ def test_invalid_config_raises_at_construction(tmp_path, overrides, message):
         AdaGRPOConfig(**tiny_args(tmp_path, **overrides))
 
 
-def test_unsupported_features_are_rejected_before_loading(tmp_path, arithmetic_dataset):
-    config = AdaGRPOConfig(**tiny_args(tmp_path))
-    with pytest.raises(ValueError, match="does not support tool calling"):
-        # the model id is never resolved: the check runs before anything is loaded
-        AdaGRPOTrainer("no/such-model", [starts_low_digit], args=config, train_dataset=arithmetic_dataset, tools=[len])
-
-
 def test_a_rounds_block_applies_to_its_first_generate_call_only(tmp_path, tokenizer, arithmetic_dataset, monkeypatch):
     # In a round, `_generate` calls `_generate_single_turn` with num_generations (vLLM server mode dedupes by it: the
     # round's block); TRL's tool loop then calls again with 1 per row, which must not become the block.

@@ -58,7 +58,7 @@ def test_generate_output_round_trips_in_trls_layout():
 
 
 PRIVATE_TRL = re.compile(
-    r"self\._(metrics|logs|pending_extra_logs|is_vlm|step|tokenizer|buffered_inputs)\b"
+    r"self\._(metrics|logs|pending_extra_logs|is_vlm|step|tokenizer|buffered_inputs|environment_pool)\b"
     r"|from trl\.trainer|trl\.trainer\.|eos_token_ids"
 )
 

@@ -111,6 +111,32 @@ def describe_base_model(card_data: ModelCardData, base_model_name_or_path: str |
     return described
 
 
+def describe_rollouts(
+    *,
+    tool_names: Sequence[str] = (),
+    environment_names: Sequence[str] = (),
+    rollout_func_name: str | None = None,
+    vision: bool = False,
+) -> list[str]:
+    """The card's phrases for how completions were produced, beyond a single generate call."""
+    phrases = []
+    if tool_names:
+        phrases.append(
+            f"tool calls ({', '.join(f'`{name}`' for name in tool_names)}) in TRL's tool loop, tool output masked out "
+            "of the loss"
+        )
+    if environment_names:
+        phrases.append(
+            f"environment episodes ({', '.join(f'`{name}`' for name in environment_names)}), one fresh `reset` per "
+            "completion drawn, scored when the episode ended"
+        )
+    if rollout_func_name:
+        phrases.append(f"a custom rollout function (`{rollout_func_name}`)")
+    if vision:
+        phrases.append("image prompts (a vision-language model)")
+    return phrases
+
+
 def render_model_card(
     card_data: ModelCardData,
     *,
@@ -124,6 +150,7 @@ def render_model_card(
     example_prompt: str = "What is 12+35?",
     example_max_new_tokens: int = 64,
     base_model_name_or_path: str | None = None,
+    rollouts: Sequence[str] = (),
 ) -> ModelCard:
     """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, keeping the metadata TRL computed.
 
@@ -131,6 +158,8 @@ def render_model_card(
         base_model_name_or_path: What the run's model was loaded from (`model.config._name_or_path`: a Hub id or a
             local directory). Default: the Hub id TRL put in `card_data.base_model`, if any.
         hub_model_id: The Hub repository the model is pushed to; the quick start then shows it next to `output_dir`.
+        rollouts: What each completion was besides one generate call (tools, environments, a custom rollout
+            function, images), one phrase each, as [`describe_rollouts`] words them.
         output_dir: Where the model and this card are written; the quick start loads it from there.
     """
     template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
@@ -157,5 +186,6 @@ def render_model_card(
         pytorch_version=version("torch"),
         datasets_version=version("datasets"),
         tokenizers_version=version("tokenizers"),
+        rollouts=list(rollouts),
         **run_statistics(log_history),
     )

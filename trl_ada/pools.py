@@ -89,6 +89,9 @@ class LocalRow:
     """The images of this completion's prompt (and tool calls), as `_generate` returned them; None for text."""
     tool_images: list = dataclasses.field(default_factory=list)
     """Images returned by tool calls in this completion."""
+    prompt: Any = None
+    """The prompt as generated, when it is not the dataset row's (an environment's `reset` appended its observation);
+    None otherwise."""
 
     @classmethod
     def from_lists(
@@ -102,6 +105,7 @@ class LocalRow:
         extra_fields: dict[str, Any] | None = None,
         images: Any = None,
         tool_images: list | None = None,
+        prompt: Any = None,
     ) -> LocalRow:
         return cls(
             np.asarray(prompt_ids, dtype=np.int32),
@@ -114,12 +118,16 @@ class LocalRow:
             extra_fields or {},
             images,
             tool_images or [],
+            prompt,
         )
 
     @classmethod
-    def from_generated(cls, fields: dict[str, Any], index: int, extra_logs: dict[str, Any]) -> LocalRow:
+    def from_generated(
+        cls, fields: dict[str, Any], index: int, extra_logs: dict[str, Any], prompt: Any = None
+    ) -> LocalRow:
         """
-        Row `index` of a `GRPOTrainer._generate` output (as a dict of its fields).
+        Row `index` of a `GRPOTrainer._generate` output (as a dict of its fields); `prompt` is the prompt it was
+        generated from when that differs from the dataset row's.
         """
 
         def per_row(values: Any) -> Any:
@@ -135,6 +143,7 @@ class LocalRow:
             extra_fields=row_extra_fields(fields.get("extra_fields"), index),
             images=per_row(fields.get("images")),
             tool_images=fields["tool_images"][index] if fields.get("tool_images") else [],
+            prompt=prompt,
         )
 
     @property
@@ -191,11 +200,19 @@ class PoolEntry:
 def pack_rows(rows: Sequence[LocalRow]) -> np.ndarray:
     """
     Serialise rows into one uint8 buffer: per row a fixed header, its token and log-prob arrays, then the pickled
-    objects (completion, `log_extra` values, tool mask, extra fields, images).
+    objects (completion, `log_extra` values, tool mask, extra fields, images, prompt).
     """
     parts: list[bytes | np.ndarray] = []
     for row in rows:
-        objects = (row.completion, row.extra_logs, row.tool_mask, row.extra_fields, row.images, row.tool_images)
+        objects = (
+            row.completion,
+            row.extra_logs,
+            row.tool_mask,
+            row.extra_fields,
+            row.images,
+            row.tool_images,
+            row.prompt,
+        )
         payload = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
         header = np.array(
             [
@@ -234,23 +251,9 @@ def unpack_rows(buffer: np.ndarray) -> list[LocalRow]:
         completion_ids = take(int(header["completion"]), "<i4")
         logprobs = None if header["logprobs"] < 0 else take(int(header["logprobs"]), "<f4")
         size = int(header["payload"])
-        completion, extra_logs, tool_mask, extra_fields, images, tool_images = pickle.loads(
-            data[offset : offset + size]
-        )
+        objects = pickle.loads(data[offset : offset + size])
         offset += size
-        rows.append(
-            LocalRow(
-                prompt_ids,
-                completion_ids,
-                logprobs,
-                completion,
-                extra_logs,
-                tool_mask,
-                extra_fields,
-                images,
-                tool_images,
-            )
-        )
+        rows.append(LocalRow(prompt_ids, completion_ids, logprobs, *objects))
     return rows
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -12,6 +13,7 @@ import math
 import os
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ from datasets import Dataset, IterableDataset
 from huggingface_hub import ModelCard
 from trl import GRPOConfig, GRPOTrainer
 
-from .card import render_model_card
+from .card import describe_rollouts, render_model_card
 from .checkpoints import SAMPLER_STATE_NAME, is_complete_checkpoint, latest_complete_checkpoint
 from .config import AdaGRPOConfig
 from .faults import vllm_server_errors
@@ -40,11 +42,13 @@ from .trl_seam import (
     RepeatSampler,
     add_pending_extra_logs,
     end_of_completion_ids,
+    environment_pool,
     get_config_model_id,
     is_vlm,
     logged_advantages,
     make_generate_output,
     micro_step,
+    set_environment_pool,
     split_generate_output,
     take_pending_extra_logs,
     train_metrics,
@@ -55,16 +59,24 @@ logger = logging.getLogger(__name__)
 
 _GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
 
-_REJECTED_FEATURES = {
-    "tools": (
-        "tool calling: TRL's tool loop runs inside each round's generation, but tool-call rollouts have not been "
-        "tested through the sampling rounds yet"
-    ),
-    "environment_factory": (
-        "environments: GRPOTrainer resets one environment per row once per generation batch, while every adaptive "
-        "draw needs an episode of its own"
-    ),
-}
+
+class _RoundGenerated(Exception):
+    """Carries a round's generation out of `GRPOTrainer._generate_and_score_completions` (see `_generate_round`)."""
+
+    def __init__(self, prompts: list, output: tuple) -> None:
+        super().__init__("a sampling round's generation")
+        self.prompts = prompts
+        self.output = output
+
+
+class _FinishedEpisode:
+    """
+    Stands in for a kept completion's environment when TRL builds the training batch: that episode already ran, and
+    was scored, in its sampling round, and the kept row's prompt already carries its observation, so nothing is reset.
+    """
+
+    def reset(self, **kwargs: Any) -> None:
+        return None
 
 
 @dataclasses.dataclass
@@ -124,6 +136,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     _ada_kept_rewards: torch.Tensor | None = None
     _ada_advantages: torch.Tensor | None = None
     _ada_round_block: int | None = None
+    _ada_generating_round: bool = False
     _ada_state_before_block: dict[str, Any] | None = None
     _ada_warned: frozenset[str] = frozenset()
 
@@ -148,13 +161,17 @@ class AdaGRPOTrainer(GRPOTrainer):
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
         elif not isinstance(args, AdaGRPOConfig):
             args = _upgrade_config(args)
-        for name, why in _REJECTED_FEATURES.items():
-            if named.get(name) is not None:
-                raise ValueError(
-                    f"AdaGRPOTrainer does not support {why}. Remove `{name}`, or train with trl.GRPOTrainer."
-                )
         train_dataset = named.get("train_dataset")
-        _check_prompt_column(train_dataset)
+        environment_factory = named.get("environment_factory")
+        if environment_factory is not None and train_dataset is None:
+            raise ValueError(
+                "AdaGRPOTrainer needs a train_dataset with environment_factory: it draws a varying number of episodes "
+                "per prompt and pools them as draws of one task, so each dataset row must name the task its "
+                "environment's reset(**row) sets up (e.g. a `seed` column), where GRPOTrainer can let reset() invent "
+                "one per episode. Pass a train_dataset, or train with trl.GRPOTrainer."
+            )
+        if environment_factory is None:
+            _check_prompt_column(train_dataset)  # with environments, GRPOTrainer lets reset() supply the prompt
         settings = args.sampler_settings()
         if settings.refills and isinstance(train_dataset, IterableDataset):
             raise ValueError(
@@ -164,10 +181,6 @@ class AdaGRPOTrainer(GRPOTrainer):
         reward_funcs = _resolve_reward_names(reward_funcs)
         self.ada_sampler = build_sampler(settings, pass_rate_estimator)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
-        if is_vlm(self):
-            raise ValueError(
-                "AdaGRPOTrainer does not support vision-language models yet. Train with trl.GRPOTrainer instead."
-            )
         self._refill_state = {"epoch": 0, "position": 0}
         self._refill_indices: list[int] | None = None
 
@@ -213,7 +226,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
             # line up with the completions even when the kept prompts differ from `inputs` (DAPO refills, est).
             kept_inputs = self._sample(inputs)
-            output = super()._generate_and_score_completions(kept_inputs)
+            with self._finished_episodes(len(kept_inputs)):
+                output = super()._generate_and_score_completions(kept_inputs)
             advantages = self._ada_advantages
         finally:
             # Whatever happened, nothing of this batch may leak into the next one.
@@ -230,6 +244,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         return output
 
     def _generate(self, prompts: list):
+        if self._ada_generating_round:
+            self._ada_generating_round = False
+            raise _RoundGenerated(prompts, super()._generate(prompts))
         rows = self._ada_kept_rows
         if rows is None:
             return super()._generate(prompts)
@@ -283,8 +300,18 @@ class AdaGRPOTrainer(GRPOTrainer):
             paper=self._paper,
             **({"example_prompt": example} if isinstance(example, str) else {}),
             example_max_new_tokens=self.args.max_completion_length or 64,
+            rollouts=self._describe_rollouts(),
         )
         card.save(output_dir / "README.md")
+
+    def _describe_rollouts(self) -> list[str]:
+        factories = self.environment_factories or {}
+        return describe_rollouts(
+            tool_names=[getattr(tool, "__name__", str(tool)) for tool in self.tools or []],
+            environment_names=sorted({getattr(factory, "__name__", str(factory)) for factory in factories.values()}),
+            rollout_func_name=getattr(self.rollout_func, "__name__", None) if self.rollout_func else None,
+            vision=is_vlm(self),
+        )
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         super()._save_optimizer_and_scheduler(output_dir)
@@ -399,7 +426,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._ada_kept_rows = route_kept_rows(kept, rank, num_processes, self.accelerator.device)
         if num_processes > 1:
             train_metrics(self)["ada/kept_rows_moved"].append(moved_fraction(kept, num_processes))
-        return kept_inputs[rank * local : (rank + 1) * local]
+        # An environment's observation is part of the prompt each kept completion was generated from.
+        return [
+            row if kept_row.prompt is None else {**row, "prompt": kept_row.prompt}
+            for row, kept_row in zip(kept_inputs[rank * local : (rank + 1) * local], self._ada_kept_rows, strict=True)
+        ]
 
     def _group_rows(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """
@@ -410,7 +441,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         n = self.num_generations
         start = self.accelerator.process_index * len(inputs)
         groups = gather_object([row for i, row in enumerate(inputs) if (start + i) % n == 0])
-        misplaced = sum(row["prompt"] != groups[(start + i) // n]["prompt"] for i, row in enumerate(inputs))
+        misplaced = sum(_prompt_key(row) != _prompt_key(groups[(start + i) // n]) for i, row in enumerate(inputs))
         if self.accelerator.gather(torch.tensor([misplaced], device=self.accelerator.device)).sum().item():
             raise RuntimeError(
                 "AdaGRPOTrainer expects each prompt's num_generations rows to be contiguous (TRL's RepeatSampler "
@@ -420,7 +451,6 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _sample_batch(self, group_inputs: list[dict[str, Any]]) -> _SampledBatch:
         """All rounds for one batch of prompts: every process runs the same control on gathered rewards."""
-        group_prompts = [row["prompt"] for row in group_inputs]
         keys = [_prompt_key(row) for row in group_inputs]
         step = self.ada_sampler.begin(len(group_inputs), keys)
         pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
@@ -428,9 +458,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         while requests := step.requests():
             # A round waits for its slowest completion (or agent episode): its wall time is the price of a round.
             started = time.perf_counter()
-            order, entries, rewards = self._run_round(
-                requests, group_prompts, group_inputs, round_index=step.rounds + 1
-            )
+            order, entries, rewards = self._run_round(requests, group_inputs, round_index=step.rounds + 1)
             round_seconds.append(time.perf_counter() - started)
             for g, entry in zip(order, entries, strict=True):
                 pools[g].append(entry)
@@ -485,7 +513,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                 rows.append(row)
         return rows
 
-    def _run_round(self, requests, group_prompts, group_inputs, round_index: int):
+    def _run_round(self, requests, group_inputs, round_index: int):
         """
         Generate and score one round on all processes; return each requested row's prompt (index into the batch), pool
         entry and summed reward, in request order.
@@ -495,22 +523,19 @@ class AdaGRPOTrainer(GRPOTrainer):
         num_processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         layout = RoundLayout.plan(requests, num_processes)
         share = layout.share(rank)
-        share_prompts = [group_prompts[g] for g in share]
         share_inputs = [group_inputs[g] for g in share]
 
         self._ada_round_block = layout.block
         try:
             with vllm_server_errors(self, round_index):  # a lost vLLM server: a clear error, not a hang
-                generated = super()._generate(share_prompts)
-            fields = split_generate_output(generated)
+                prompts, fields = self._generate_round(share_inputs)
         finally:
             self._ada_round_block = None
         completion_ids = fields["completion_ids"]
         scored_inputs = _with_extra_fields(share_inputs, fields["extra_fields"])
         try:
-            rewards_per_func = self._calculate_rewards(
-                scored_inputs, share_prompts, fields["completions"], completion_ids
-            )
+            # Environment-owned rewards read `self.environments`: this round's episodes, one per row.
+            rewards_per_func = self._calculate_rewards(scored_inputs, prompts, fields["completions"], completion_ids)
         except Exception as error:
             raise RuntimeError(
                 f"{_failing_reward_name(error, self.reward_funcs, self.reward_func_names)} raised during sampling round "
@@ -525,14 +550,53 @@ class AdaGRPOTrainer(GRPOTrainer):
         truncated = self.accelerator.gather(local_truncated).bool().tolist()
 
         rewards = self._sum_rewards(rewards_per_func)[: len(layout.order)].tolist()
+        with_environments = environment_pool(self) is not None
         entries = []
         for j in range(len(layout.order)):
             holder, i = layout.holder(j)
             row = None
             if holder == rank:
-                row = LocalRow.from_generated(fields, i, extra_logs[i])
+                row = LocalRow.from_generated(fields, i, extra_logs[i], prompts[i] if with_environments else None)
             entries.append(PoolEntry(rewards_per_func[j], truncated[j], holder, row))
         return layout.order, entries, rewards
+
+    def _generate_round(self, inputs: list[dict[str, Any]]) -> tuple[list, dict[str, Any]]:
+        """
+        Generate one completion per row of `inputs` the way GRPOTrainer does for a generation batch: its
+        `_generate_and_score_completions` first sets the batch up (one environment episode per row, reset with the row
+        and its observation appended to the prompt; per-row tool dicts; image columns turned into multimodal messages)
+        and then calls `_generate`, where the round stops it (nothing of its scoring and log-prob pass runs). Returns
+        the prompts as generated and `_generate`'s output fields; `self.environments` keeps the round's episodes for
+        environment-owned rewards.
+        """
+        self._ada_generating_round = True
+        try:
+            super()._generate_and_score_completions(inputs)
+        except _RoundGenerated as generated:
+            return generated.prompts, split_generate_output(generated.output)
+        finally:
+            self._ada_generating_round = False
+        raise RuntimeError(
+            "GRPOTrainer._generate_and_score_completions returned without calling _generate; this TRL release is not "
+            "supported by trl-ada."
+        )
+
+    @contextlib.contextmanager
+    def _finished_episodes(self, num_rows: int) -> Iterator[None]:
+        """
+        While TRL builds the training batch from the kept rows, hand its environment set-up stand-ins: the kept
+        episodes ran and were scored in their rounds, and resetting real instances again would cost a reset per row
+        and could change a stochastic environment's observation.
+        """
+        pool = environment_pool(self)
+        if pool is None:
+            yield
+            return
+        set_environment_pool(self, {name: [_FinishedEpisode()] * num_rows for name in pool})
+        try:
+            yield
+        finally:
+            set_environment_pool(self, pool)
 
     def _is_truncated(self, completion_ids: list[int]) -> bool:
         """TRL's definition: a completion that does not end with EOS or padding hit `max_completion_length`."""
@@ -590,11 +654,22 @@ class AdaGRPOTrainer(GRPOTrainer):
 
 
 def _prompt_key(row: dict[str, Any]) -> str:
-    """A stable id for a prompt: the dataset's `prompt_id` column when present, else a hash of the prompt."""
+    """
+    A stable id for a prompt: the dataset's `prompt_id` column when present, else a hash of the prompt and its images
+    (or of the whole row, when an environment supplies the prompt), the same on every process.
+    """
     if "prompt_id" in row:
         return str(row["prompt_id"])
-    text = json.dumps(row["prompt"], sort_keys=True, default=str)
+    task = {name: row[name] for name in ("prompt", "image", "images") if name in row} if "prompt" in row else row
+    text = json.dumps(task, sort_keys=True, default=_stable_repr)
     return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+def _stable_repr(value: Any) -> str:
+    """JSON stand-in for a non-JSON value; an image (anything with `tobytes`) by its content, not its address."""
+    if hasattr(value, "tobytes"):
+        return f"{type(value).__name__}:{getattr(value, 'size', '')}:{hashlib.sha1(value.tobytes()).hexdigest()}"
+    return str(value)
 
 
 def _with_extra_fields(inputs: list[dict[str, Any]], extra_fields: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ the same in the three releases except where the last column says otherwise:
 | `_metrics[mode][name]` | attribute | lists averaged into TRL's logs |
 | `_logs["advantages"]` | attribute | the completions table's advantages column |
 | `_pending_extra_logs` | attribute | `defaultdict(list)` of `log_extra` columns written by reward functions |
-| `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag, micro-step counter (generation period), pad/EOS ids for truncation |
+| `_generate_and_score_completions(inputs)` | call | before it calls `self._generate(prompts)` it sets the batch up: per row, one environment instance from `_environment_pool` into `environments`, `reset(**row)` with its observation appended to the prompt, the row's tool dicts, image columns into multimodal messages; it passes the prompts so built to `_generate` and, later, to `_calculate_rewards` |
+| `_environment_pool` | attribute | `{environment name (None for a single factory): [instances]}` (set when `environment_factory` is given); `_generate_and_score_completions` hands out the instances in row order per name, creating one only when a batch needs more than the list holds |
+| `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag (the model card), micro-step counter (generation period), pad/EOS ids for truncation |
 | `trl.trainer.utils._ChunkedLogProbFunction` | module variable, 1.15 only | 1.15 always patches the policy with a fused LM head whose kernel is Triton-only (`None` without Triton, so CPU training fails with `'NoneType' object has no attribute 'apply'`); replaced by a plain-torch equivalent off CUDA/XPU (1.14 has no fused head, 1.16 its own fallback) |
 | `unwrap_model_for_generation(model, accelerator, gather_deepspeed3_params, ...)` | function (`trl.models`) | the context `_generate_single_turn` enters per generate call, gathering ZeRO-3 parameters when `args.ds3_gather_for_generation`; entered once around a step's rounds by `trl_ada/weight_sync.py`; 1.16 added `gradient_checkpointing_kwargs` |
 | `RepeatSampler` | class | `trl.trainer.grpo_trainer.RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)` |
@@ -151,7 +153,20 @@ def add_pending_extra_logs(trainer: Any, column: str, values: list) -> None:
     trainer._pending_extra_logs[column].extend(values)
 
 
+def environment_pool(trainer: Any) -> dict[Any, list] | None:
+    """
+    The reusable environment instances per environment name (`None` for a single factory) when the trainer was given
+    an `environment_factory`, else None.
+    """
+    return trainer._environment_pool if getattr(trainer, "environment_factories", None) is not None else None
+
+
+def set_environment_pool(trainer: Any, pool: dict[Any, list]) -> None:
+    trainer._environment_pool = pool
+
+
 def is_vlm(trainer: Any) -> bool:
+    """Whether the trainer's processing class is a vision-language processor."""
     return bool(trainer._is_vlm)
 
 
@@ -312,12 +327,14 @@ __all__ = [
     "check_trl_version",
     "colocated_sleep_mode_vllm",
     "end_of_completion_ids",
+    "environment_pool",
     "get_config_model_id",
     "is_vlm",
     "last_loaded_step",
     "logged_advantages",
     "make_generate_output",
     "micro_step",
+    "set_environment_pool",
     "set_vllm_sleep_mode",
     "set_vllm_weights_sleeping",
     "split_generate_output",
