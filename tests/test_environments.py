@@ -178,3 +178,57 @@ def test_environments_on_two_processes(tmp_path):
         assert set(report["environments"]) == {"Low", "High"}
         assert max(report["moved"]) > 0  # some kept rows (and their prompts) moved to the other process
     assert reports[0]["weights"] == pytest.approx(reports[1]["weights"], abs=0)
+
+
+def readme_calculator():
+    """The `Calculator` environment of the README's agents example, exactly as written there."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    block = text[
+        text.index("class Calculator:") : text.index('trainer = AdaGRPOTrainer(\n    model="Qwen/Qwen3-0.6B"')
+    ]
+    namespace: dict = {}
+    exec(block, namespace)
+    return namespace["Calculator"]
+
+
+@pytest.mark.skipif(Version(transformers.__version__) < Version("5.13"), reason="tools need transformers>=5.13 here")
+def test_the_readme_calculator_scores_each_kept_row_by_its_own_episode(tmp_path):
+    from trl_ada.tiny_agents import answer_reward, get_tool_model, make_tool_dataset
+
+    Calculator = readme_calculator()
+    model, tokenizer = get_tool_model()
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=2, per_device_train_batch_size=16, max_completion_length=40),
+        max_tool_calling_iterations=2,
+        sampler="seq_balance",
+        round_size=4,
+        max_rounds=4,
+    )
+    checks = []
+
+    class Checked(AdaGRPOTrainer):
+        def _generate(self, prompts):
+            kept = self._ada_kept_rows is not None
+            output = super()._generate(prompts)
+            if kept:  # TRL's batch of kept rows: each row's environment reward must be its own episode's
+                tool_masks, completion_ids = output[2], output[1]
+                start = self.accelerator.process_index * len(completion_ids)
+                rewards = self._ada_kept_rewards[start : start + len(completion_ids)].tolist()
+                column = self.reward_func_names.index("Calculator")
+                called = [0 in mask for mask in tool_masks]  # the tool's output is masked out of the loss
+                checks.append(([row[column] for row in rewards], [0.1 if c else 0.0 for c in called]))
+            return output
+
+    trainer = Checked(
+        model,
+        [answer_reward],
+        args=config,
+        train_dataset=make_tool_dataset(64),
+        processing_class=tokenizer,
+        environment_factory=Calculator,
+    )
+    trainer.train()
+    assert len(checks) == 2
+    for actual, expected in checks:
+        assert actual == pytest.approx(expected)
+        assert 0 < sum(expected) < 0.1 * len(expected)  # some kept episodes called the tool, some did not
