@@ -13,6 +13,7 @@ from .base import (
     UniformSampler,
     build_sampler,
 )
+from .continuous import ContinuousStats, ContinuousStep
 from .dapo import BatchExhaustedError, BatchFiller
 from .est import EstSampler
 from .settings import SAMPLER_NAMES, SamplerSettings
@@ -23,6 +24,8 @@ __all__ = [
     "SAMPLERS",
     "BatchExhaustedError",
     "BatchFiller",
+    "ContinuousStats",
+    "ContinuousStep",
     "DapoSampler",
     "DecayedBetaTracker",
     "EstSampler",

@@ -11,6 +11,10 @@ while requests := step.requests():          # [(prompt_index, count), ...], asce
 selection = step.finish()                   # kept indices, baseline, scale, weight and advantages per prompt
 ```
 
+Sequential samplers also run round-free, for engines that batch continuously and can abort requests:
+`sampler.begin_continuous(num_prompts, keys)` returns a [`ContinuousStep`] (see `trl_ada.samplers.continuous`) whose
+pools, and hence whose selection, are those of rounds of one draw with the same cap.
+
 Pure Python: no torch and no TRL, so every rule can be checked with Bernoulli rewards (see `trl-ada simulate`).
 """
 
@@ -20,11 +24,14 @@ import math
 import random
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import rules
 from .settings import SamplerSettings
 from .tracker import DecayedBetaTracker
+
+if TYPE_CHECKING:
+    from .continuous import ContinuousStep
 
 
 @dataclass(frozen=True)
@@ -127,19 +134,12 @@ class SamplingStep:
         if len(rewards) != expected or (masked is not None and len(masked) != expected):
             raise ValueError(f"expected {expected} rewards (and mask flags) for this round, got {len(rewards)}")
         offset = 0
-        threshold = self.settings.positive_threshold
         for index, count in requests:
-            new = [float(r) for r in rewards[offset : offset + count]]
-            if masked is not None:
-                start = len(self.pools[index])
-                self.masked[index].update(start + i for i in range(count) if masked[offset + i])
-            self.pools[index].extend(new)
-            positives, negatives = rules.count_outcomes(
-                new if masked is None else [r for r, m in zip(new, masked[offset : offset + count]) if not m],
-                threshold,
+            self.add(
+                index,
+                rewards[offset : offset + count],
+                None if masked is None else masked[offset : offset + count],
             )
-            old_positives, old_negatives = self.outcomes[index]
-            self.outcomes[index] = (old_positives + positives, old_negatives + negatives)
             self.rounds_per_prompt[index] += 1
             offset += count
         self._pending = None
@@ -151,6 +151,23 @@ class SamplingStep:
             else [0] * self.num_prompts
         )
         self.active_after_round.append(sum(1 for count in self._next_sizes if count > 0))
+
+    def add(self, index: int, rewards: Sequence[float], masked: Sequence[bool] | None = None) -> None:
+        """
+        Append completions to prompt `index`'s pool, in draw order, and update its outcome counts. The one place a pool
+        grows: the rounds path (`observe`) and the round-free path (`ContinuousStep`) both go through it.
+        """
+        new = [float(r) for r in rewards]
+        if masked is not None:
+            start = len(self.pools[index])
+            self.masked[index].update(start + i for i, flag in enumerate(masked) if flag)
+        self.pools[index].extend(new)
+        positives, negatives = rules.count_outcomes(
+            new if masked is None else [r for r, flag in zip(new, masked) if not flag],
+            self.settings.positive_threshold,
+        )
+        old_positives, old_negatives = self.outcomes[index]
+        self.outcomes[index] = (old_positives + positives, old_negatives + negatives)
 
     def finish(self) -> Selection:
         """Downsample every pool to `num_generations` and compute baselines, scales, weights and advantages."""
@@ -265,6 +282,17 @@ class Sampler:
         """Start a generation batch of `num_prompts` prompts (`prompt_keys`: stable ids, for stateful samplers)."""
         return SamplingStep(self, num_prompts)
 
+    def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> ContinuousStep:
+        """
+        Start a generation batch on the round-free schedule ([`ContinuousStep`]): draws are submitted per prompt as
+        results return, and the draws of exited prompts are aborted. Only sequential samplers have an exit rule to
+        run draw by draw.
+        """
+        raise ValueError(
+            f"the round-free (continuous) schedule runs an exit rule draw by draw, and sampler={self.name!r} has "
+            "none. Use sampler='seq_pos' or sampler='seq_balance', or sample in rounds with begin()."
+        )
+
     def request_size(self, step: SamplingStep, index: int) -> int:
         """How many more completions prompt `index` needs in round `step.rounds + 1` (0: retired)."""
         raise NotImplementedError
@@ -341,22 +369,42 @@ class SequentialSampler(Sampler):
             step.priors = self.tracker.beta_parameters(step.keys)
         return step
 
+    def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> ContinuousStep:
+        from .continuous import ContinuousStep
+
+        return ContinuousStep(self, num_prompts, prompt_keys)
+
     def request_size(self, step: SamplingStep, index: int) -> int:
+        if step.rounds >= self.settings.max_rounds:
+            return 0
+        # The last round must ask for whatever the cap still allows: no later round can make up a shortfall.
+        return self.demand(step, index, last_round=step.rounds == self.settings.max_rounds - 1)
+
+    def demand(self, step: SamplingStep, index: int, last_round: bool = False) -> int:
+        """
+        The round policy, in one place for both schedules: how many more completions prompt `index` needs given its
+        pool so far (0: exited, or the pool is at the cap). In rounds (`request_size`) it is the next round's
+        request; on the round-free schedule (`ContinuousStep`) it is how many draws the prompt keeps outstanding,
+        recomputed each time a draw is admitted.
+
+        `"fixed"` asks for `round_size`; `"predictive"` for `round_size` while the pool is empty (nothing to predict
+        from), then for the smallest request that meets the remaining quotas with probability `round_confidence`;
+        `"tracked"` for that request from the start, with the tracker's prior. `last_round`: ask for all the room left.
+        """
         settings = self.settings
         pool_size = len(step.pools[index])
         positives, negatives = step.outcomes[index]
-        if step.rounds >= settings.max_rounds or pool_size >= settings.max_pool_size:
-            return 0
-        if step.rounds > 0 and self.has_exited(pool_size, positives, negatives):
+        if pool_size >= settings.max_pool_size or self.has_exited(pool_size, positives, negatives):
             return 0
         room = settings.max_pool_size - pool_size
-        if settings.round_policy == "fixed" or (settings.round_policy == "predictive" and step.rounds == 0):
+        # In rounds the pool is empty exactly in the first round (every prompt draws at least once in it).
+        if settings.round_policy == "fixed" or (settings.round_policy == "predictive" and pool_size == 0):
             return min(settings.round_size, room)
+        if last_round:
+            return room
         alpha, beta = (
             step.priors[index] if step.priors is not None else (settings.est_prior_alpha, settings.est_prior_beta)
         )
-        if step.rounds == settings.max_rounds - 1:
-            return room  # last round: whatever the cap still allows
         return rules.predictive_request(
             positives_needed=max(settings.positive_quota - positives, 0),
             negatives_needed=max(settings.negative_quota - negatives, 0),
