@@ -79,6 +79,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--prompts-per-step", type=int, default=4, help="Distinct prompts per optimizer step (global)."
     )
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument(
+        "--schedule",
+        choices=["rounds", "continuous"],
+        default="rounds",
+        help="generation_schedule (continuous: server mode, seq_* only).",
+    )
+    parser.add_argument("--round-policy", choices=["fixed", "predictive", "tracked"], default="fixed")
     parser.add_argument("--max-completion-length", type=int, default=8)
     parser.add_argument("--num-prompts", type=int, default=256, help="Dataset size.")
     parser.add_argument(
@@ -163,6 +170,8 @@ def build_config(args: argparse.Namespace, *, world_size: int, use_cuda: bool):
         vllm_gpu_memory_utilization=args.gpu_memory_utilization,
         vllm_enable_sleep_mode=getattr(args, "sleep_mode", False),
         vllm_max_model_length=args.max_model_length,
+        generation_schedule=getattr(args, "schedule", "rounds"),
+        round_policy=getattr(args, "round_policy", "fixed"),
     )
 
 
@@ -202,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             "weight_pushes_skipped": 0,
         },
         "step_seconds": [],
+        "continuous": [],
+        "scored": [],
+        "kept_rows": [],
         "ok": False,
     }
     state: dict[str, Any] = {"trainer": None}
@@ -263,6 +275,56 @@ def main(argv: list[str] | None = None) -> int:
 
     vllm_generation_module.VLLMGeneration.sync_weights = sync_weights
 
+    # ---- instruments of the continuous schedule -------------------------------------------------------------------
+    import trl_ada.continuous_schedule as schedule_module
+    import trl_ada.trainer as trainer_module
+
+    class RecordingDraws(schedule_module.ServerDraws):
+        """Every draw the main process sent: its completion as returned, or its abort."""
+
+        def submit(self, key, prompt_ids):
+            record["continuous"][-1]["submitted"].append(list(key))
+            super().submit(key, prompt_ids)
+
+        def wait(self, timeout=None):
+            finished = super().wait(timeout)
+            for (g, d), choice in finished:
+                logprobs = choice["logprobs"]["token_logprobs"] if choice.get("logprobs") else None
+                record["continuous"][-1]["draws"][f"{g}:{d}"] = [choice["token_ids"], logprobs]
+            return finished
+
+        def abort(self, keys):
+            record["continuous"][-1]["aborted"].extend(list(key) for key in keys)
+            return super().abort(keys)
+
+    schedule_module.ServerDraws = RecordingDraws
+    original_sample_continuously = trainer_module.sample_continuously
+
+    def sample_continuously(trainer_, group_inputs, keys, pools):
+        record["continuous"].append({"step": global_step(), "submitted": [], "draws": {}, "aborted": []})
+        start_ = time.perf_counter()
+        selection, stats = original_sample_continuously(trainer_, group_inputs, keys, pools)
+        batch = record["continuous"][-1]
+        batch["seconds"] = time.perf_counter() - start_
+        batch["stats"] = vars(stats)
+        batch["pool_sizes"] = [len(pool) for pool in pools]
+        batch["kept"] = [list(result.kept) for result in selection.prompts]
+        # The entries this process holds: (prompt, index in its pool, completion ids, log-probs).
+        batch["held"] = [
+            [
+                g,
+                i,
+                entry.row.completion_ids.tolist(),
+                None if entry.row.logprobs is None else entry.row.logprobs.tolist(),
+            ]
+            for g, pool in enumerate(pools)
+            for i, entry in enumerate(pool)
+            if entry.row is not None
+        ]
+        return selection, stats
+
+    trainer_module.sample_continuously = sample_continuously
+
     # ---- instruments on the trainer -----------------------------------------------------------------------------
     class InstrumentedTrainer(AdaGRPOTrainer):
         def _generate_and_score_completions(self, inputs):
@@ -281,7 +343,33 @@ def main(argv: list[str] | None = None) -> int:
             )
             return output
 
+        def _sample(self, inputs):
+            start_ = time.perf_counter()
+            kept_inputs = super()._sample(inputs)
+            record.setdefault("sampling_seconds", []).append(time.perf_counter() - start_)
+            return kept_inputs
+
+        def _generate(self, prompts):
+            kept = self._ada_kept_rows
+            if kept is not None:  # the kept rows handed to TRL's loss on this process
+                record["kept_rows"].append(
+                    {
+                        "step": int(self.state.global_step),
+                        "rows": [
+                            [row.completion_ids.tolist(), None if row.logprobs is None else row.logprobs.tolist()]
+                            for row in kept
+                        ],
+                    }
+                )
+            return super()._generate(prompts)
+
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+            if (
+                self._ada_kept_rewards is None
+            ):  # a round or scoring batch: these completions reach the reward functions
+                record["scored"].append(
+                    {"step": int(self.state.global_step), "ids": [list(c) for c in completion_ids_list]}
+                )
             rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
             record["rewards"].append(
                 {
@@ -360,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                 "local_prompts": len(prompts),
                 "num_generations": int(num_generations),
                 "completions": len(out[1]),
+                "completion_tokens": sum(len(ids) for ids in out[1]),
                 "nonempty_completions": sum(1 for ids in out[1] if len(ids)),
                 "seconds": time.perf_counter() - start_,
             }

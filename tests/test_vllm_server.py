@@ -432,6 +432,68 @@ def _check_server_mode(reports: list[dict], processes: int, name: str) -> None:
     _log(f"{name}: step seconds (rank 0) {[round(s, 2) for s in reports[0]['step_seconds']]}")
 
 
+def _check_continuous(reports: list[dict], processes: int, name: str) -> None:
+    """
+    The continuous schedule: every prompt's pool is its first draws in submission order, each pool entry held by
+    exactly one process with the server's own completion and log-probs for that draw, no aborted or dropped draw
+    reached a reward function, every kept row carries the log-probs it was sampled with, weights pushed once per step.
+    """
+    local_rows = PROMPTS_PER_STEP * NUM_GENERATIONS // processes
+    main = reports[0]
+    assert len(main["continuous"]) == STEPS, f"{name}: {len(main['continuous'])} continuous batches"
+    wasted = 0
+    for rank, report in enumerate(reports):
+        assert report["ok"] and report["global_step"] == STEPS, (name, rank)
+        assert [b["rows"] for b in report["batches"]] == [local_rows] * STEPS, (name, rank, report["batches"])
+        assert all(b["advantages_finite"] for b in report["batches"])
+        assert report["weight_sync"]["steps"] == list(range(STEPS)), (name, rank, report["weight_sync"])
+        logged = [h for h in report["log_history"] if "loss" in h]
+        assert len(logged) == STEPS and all(math.isfinite(h["loss"]) for h in logged), logged
+    assert main["weight_sync"]["weight_pushes_skipped"] == STEPS, main["weight_sync"]
+
+    def close(a: list[float], b: list[float]) -> bool:
+        return len(a) == len(b) and all(math.isclose(x, y, rel_tol=1e-6, abs_tol=1e-6) for x, y in zip(a, b))
+
+    for step in range(STEPS):
+        batch = main["continuous"][step]
+        draws, sizes = batch["draws"], batch["pool_sizes"]
+        assert len(sizes) == PROMPTS_PER_STEP and min(sizes) >= NUM_GENERATIONS, (name, step, sizes)
+        for report in reports[1:]:  # every process saw the same pools and made the same selection
+            assert (
+                report["continuous"][step]["pool_sizes"] == sizes
+                and report["continuous"][step]["kept"] == batch["kept"]
+            )
+        pool_draws = {(g, i) for g, size in enumerate(sizes) for i in range(size)}
+        held = [(g, i, ids, lps) for report in reports for g, i, ids, lps in report["continuous"][step]["held"]]
+        assert sorted((g, i) for g, i, _, _ in held) == sorted(pool_draws), (name, step)  # each held exactly once
+        for g, i, ids, logprobs in held:  # pool entry i of prompt g is draw i of g, as the server returned it
+            server_ids, server_logprobs = draws[f"{g}:{i}"]
+            assert ids == server_ids and close(logprobs, server_logprobs), (name, step, g, i)
+        aborted = {tuple(key) for key in batch["aborted"]}
+        later = {tuple(key) for key in batch["submitted"]} - pool_draws
+        assert later <= aborted, (name, step, sorted(later - aborted))  # nothing past a pool was kept or scored
+        pool_completions = [draws[f"{g}:{i}"][0] for g, i in pool_draws]
+        scored = [
+            ids for report in reports for call in report["scored"] if call["step"] == step for ids in call["ids"]
+        ]
+        assert len(scored) >= len(pool_draws) and all(ids in pool_completions for ids in scored), (name, step)
+        pool_rows = [draws[f"{g}:{i}"] for g, i in pool_draws]
+        for report in reports:  # the kept rows handed to TRL's loss: completions and log-probs of pool draws
+            [kept] = [k["rows"] for k in report["kept_rows"] if k["step"] == step]
+            assert len(kept) == local_rows
+            for ids, logprobs in kept:
+                assert any(ids == s_ids and close(logprobs, s_lps) for s_ids, s_lps in pool_rows), (name, step)
+        wasted += batch["stats"]["aborted_in_flight"] + batch["stats"]["dropped_finished"]
+    assert wasted > 0, f"{name}: no draw was aborted or dropped: the schedule never cut a prompt short"
+    _log(
+        f"{name}: draws per step {[b['stats']['submitted'] for b in main['continuous']]}, aborted in flight "
+        f"{[b['stats']['aborted_in_flight'] for b in main['continuous']]}, dropped finished "
+        f"{[b['stats']['dropped_finished'] for b in main['continuous']]}, scoring batches "
+        f"{[b['stats']['scoring_batches'] for b in main['continuous']]}, seconds "
+        f"{[round(b['seconds'], 2) for b in main['continuous']]}"
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Tests
 # ---------------------------------------------------------------------------------------------------------------------
@@ -473,6 +535,14 @@ def test_seq_balance_server_two_processes(vllm_server, workdir, model_dir):
         workdir, "server-2proc", model_dir, processes=2, mode="server", extra=["--base-url", vllm_server.url]
     )
     _check_server_mode(reports, 2, "server-2proc")
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_seq_balance_continuous_schedule(vllm_server, workdir, model_dir, processes):
+    name = f"continuous-{processes}proc"
+    extra = ["--base-url", vllm_server.url, "--schedule", "continuous"]
+    reports, _ = _run_training(workdir, name, model_dir, processes=processes, mode="server", extra=extra)
+    _check_continuous(reports, processes, name)
 
 
 def test_seq_balance_colocate_one_process(workdir, model_dir):

@@ -84,6 +84,17 @@ class AdaGRPOConfig(GRPOConfig):
             less wall time; see BENCHMARKS.md for the samples-rounds trade-off.
         round_confidence (`float`, *optional*, defaults to `0.7`):
             Target probability of finishing a prompt in its next round, for the predictive policies.
+        generation_schedule (`str`, *optional*, defaults to `"rounds"`):
+            How `seq_pos`/`seq_balance` generate their draws. `"rounds"`: synchronous rounds, each one generate call
+            that waits for its slowest completion (every backend). `"continuous"` (vLLM server mode only, single-turn
+            completions): no rounds. Each prompt keeps the draws its round policy asks for in flight on the server
+            (`fixed`: `round_size`; `predictive`/`tracked`: the predicted need), a completion is scored as it returns
+            and enters its prompt's pool in submission order (so a pool is not biased toward short completions), the
+            prompt's next draws go out at once, and its draws still in flight when it exits are aborted. Caps, quotas,
+            downsampling, baselines and weights are those of rounds; the weights are synced once per step.
+        continuous_max_in_flight (`int`, *optional*, defaults to `512`):
+            `"continuous"` only: draws in flight on the server at most (one HTTP connection each); further draws
+            wait on the training side, in submission order.
 
         > Parameters of `sampler="est"` (Reinforce-Ada-Est; `est_decay` and `est_prior_*` also serve
         > `round_policy="tracked"`)
@@ -198,6 +209,16 @@ class AdaGRPOConfig(GRPOConfig):
     round_confidence: float = field(
         default=0.7, metadata={"help": "Target probability of finishing a prompt in its next round."}
     )
+    generation_schedule: str = field(
+        default="rounds",
+        metadata={
+            "help": "seq_* draws in synchronous rounds, or continuously on a vLLM server (aborting what is not needed).",
+            "choices": ["rounds", "continuous"],
+        },
+    )
+    continuous_max_in_flight: int = field(
+        default=512, metadata={"help": "continuous schedule: draws in flight on the server at most."}
+    )
     est_decay: float = field(default=0.9, metadata={"help": "Discount of a prompt's tracked counts, in (0, 1]."})
     est_prior_alpha: float = field(default=1.0, metadata={"help": "Alpha of the Beta prior on pass rates."})
     est_prior_beta: float = field(default=1.0, metadata={"help": "Beta of the Beta prior on pass rates."})
@@ -285,11 +306,35 @@ class AdaGRPOConfig(GRPOConfig):
             )
         # Validates every sampler knob (and fills the quota defaults) before any model is loaded.
         settings = self.sampler_settings()
+        self._validate_generation_schedule(settings)
         self.positive_quota = settings.positive_quota
         self.negative_quota = settings.negative_quota
         self.est_min_samples = settings.est_min_samples
         self.est_max_samples = settings.est_max_samples
         self.est_mean_samples = settings.est_mean_samples
+
+    def _validate_generation_schedule(self, settings: SamplerSettings) -> None:
+        if self.generation_schedule not in ("rounds", "continuous"):
+            raise ValueError(
+                f"generation_schedule must be 'rounds' or 'continuous', got {self.generation_schedule!r}."
+            )
+        if self.continuous_max_in_flight < 1:
+            raise ValueError(f"continuous_max_in_flight must be at least 1, got {self.continuous_max_in_flight}.")
+        if self.generation_schedule == "rounds":
+            return
+        if settings.sampler not in ("seq_pos", "seq_balance") or settings.refills:
+            raise ValueError(
+                f"generation_schedule='continuous' schedules the draws of sampler='seq_pos' or 'seq_balance' (without "
+                f"DAPO refills); sampler={settings.sampler!r}{' with dapo_refill' if settings.refills else ''} draws "
+                "in one pass. Use generation_schedule='rounds', or sampler='seq_balance'."
+            )
+        if not self.use_vllm or self.vllm_mode != "server":
+            backend = f"vLLM in {self.vllm_mode!r} mode" if self.use_vllm else "transformers generation"
+            raise ValueError(
+                f"generation_schedule='continuous' keeps draws in flight on a vLLM server and aborts them there; "
+                f"{backend} generates in synchronous calls. Set use_vllm=True, vllm_mode='server' (start the server "
+                "with `trl vllm-serve`), or use generation_schedule='rounds'."
+            )
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""

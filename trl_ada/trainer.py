@@ -26,6 +26,7 @@ from trl import GRPOConfig, GRPOTrainer
 from .card import describe_rollouts, render_model_card
 from .checkpoints import SAMPLER_STATE_NAME, is_complete_checkpoint, latest_complete_checkpoint
 from .config import AdaGRPOConfig
+from .continuous_schedule import sample_continuously
 from .faults import vllm_server_errors
 from .plots import write_metrics, write_training_plots
 from .pools import (
@@ -172,6 +173,16 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
         if environment_factory is None:
             _check_prompt_column(train_dataset)  # with environments, GRPOTrainer lets reset() supply the prompt
+        if args.generation_schedule == "continuous":
+            agentic = [
+                name for name in ("tools", "environment_factory", "rollout_func") if named.get(name) is not None
+            ]
+            if agentic:
+                raise ValueError(
+                    f"generation_schedule='continuous' draws single-turn completions straight from the vLLM server, "
+                    f"so {', '.join(agentic)} (multi-turn or custom rollouts, run by TRL's generation) cannot take "
+                    "part. Use generation_schedule='rounds'."
+                )
         settings = args.sampler_settings()
         if settings.refills and isinstance(train_dataset, IterableDataset):
             raise ValueError(
@@ -181,6 +192,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         reward_funcs = _resolve_reward_names(reward_funcs)
         self.ada_sampler = build_sampler(settings, pass_rate_estimator)
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        if args.generation_schedule == "continuous" and is_vlm(self):
+            raise ValueError(
+                "generation_schedule='continuous' sends token ids only; a vision-language model's prompts carry "
+                "images. Use generation_schedule='rounds'."
+            )
         self._refill_state = {"epoch": 0, "position": 0}
         self._refill_indices: list[int] | None = None
 
@@ -452,6 +468,14 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _sample_batch(self, group_inputs: list[dict[str, Any]]) -> _SampledBatch:
         """All rounds for one batch of prompts: every process runs the same control on gathered rewards."""
         keys = [_prompt_key(row) for row in group_inputs]
+        if self.args.generation_schedule == "continuous":
+            continuous_pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
+            selection, stats = sample_continuously(self, group_inputs, keys, continuous_pools)
+            self._log_selection(selection)
+            metrics = train_metrics(self)
+            for name, value in stats.metrics(len(group_inputs)).items():
+                metrics[f"ada/{name}"].append(value)
+            return _SampledBatch(group_inputs, keys, continuous_pools, selection)
         step = self.ada_sampler.begin(len(group_inputs), keys)
         pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
         round_seconds: list[float] = []

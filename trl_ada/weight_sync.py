@@ -33,6 +33,8 @@ from typing import Any
 
 from .trl_seam import (
     colocated_sleep_mode_vllm,
+    last_loaded_step,
+    set_last_loaded_step,
     set_vllm_sleep_mode,
     set_vllm_weights_sleeping,
     unwrap_for_generation,
@@ -117,3 +119,16 @@ def one_parameter_gather_per_step(trainer: Any) -> Iterator[None]:
             yield
         finally:
             trainer.args.ds3_gather_for_generation = True
+
+
+def sync_server_weights_for_step(trainer: Any) -> None:
+    """
+    Push the weights to the vLLM server if this step has not yet (what `_generate_single_turn` does before its first
+    generate call of a step). The continuous schedule submits draws before any such call, so it syncs here first; TRL's
+    own check then finds the step synced. Collective (ZeRO-3 gathers, the push from the main process): every process
+    calls it.
+    """
+    step = trainer.state.global_step
+    if last_loaded_step(trainer) != step:
+        trainer.vllm_generation.sync_weights()
+        set_last_loaded_step(trainer, step)

@@ -1,0 +1,185 @@
+"""The continuous schedule end to end, over real HTTP, against a stand-in for `trl vllm-serve` (`fake_vllm_server.py`).
+
+The trainer runs TRL's real `VLLMGeneration` and `VLLMClient` in server mode (only the NCCL weight push is replaced
+by a counter: vLLM is not installed here); draws go out one request each and are aborted by closing their
+connection. Correct completions are shorter, so they come back first: a pool filled in arrival order would be biased.
+The checks are on the rows: every prompt's pool is its first draws in submission order, every scored completion is
+one of those, the kept rows carry the server's log-probs for their own draw, the server saw aborted requests, and the
+weights were pushed once per step. `tests/test_vllm_server.py` runs the same schedule against a real vLLM server.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import TINY_MODEL_KWARGS, tiny_args
+from fake_vllm_server import FakeVLLMServer
+from trl.generation import vllm_client as vllm_client_module
+from trl.generation.vllm_client import VLLMClient
+from trl.generation.vllm_generation import VLLMGeneration
+
+import trl_ada.continuous_schedule as schedule_module
+import trl_ada.trainer as trainer_module
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.server_draws import ServerDraws
+from trl_ada.tiny import build_tiny_model
+
+STEPS = 3
+
+
+def starts_low_digit(completions, **kwargs):
+    return [1.0 if c[:1].isdigit() and int(c[:1]) < 5 else 0.0 for c in completions]
+
+
+class RecordingDraws(ServerDraws):
+    """`ServerDraws` that remembers every draw's prompt and the choice it came back with."""
+
+    log: list[dict[str, Any]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.record: dict[str, Any] = {"submitted": {}, "returned": {}, "aborted": set()}
+        RecordingDraws.log.append(self.record)
+
+    def submit(self, key, prompt_ids):
+        self.record["submitted"][key] = list(prompt_ids)
+        super().submit(key, prompt_ids)
+
+    def wait(self, timeout=None):
+        finished = super().wait(timeout)
+        for key, choice in finished:
+            self.record["returned"][key] = choice
+        return finished
+
+    def abort(self, keys):
+        self.record["aborted"].update(keys)
+        return super().abort(keys)
+
+
+@pytest.fixture
+def server(tokenizer):
+    digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    fake = FakeVLLMServer(digit_ids=digit_ids, eos_id=tokenizer.eos_token_id, seconds_per_token=0.01)
+    yield fake
+    fake.close()
+
+
+def continuous_trainer(tmp_path, tokenizer, dataset, server, monkeypatch, **sampling):
+    pushes: list[int] = []
+    scored: list[list[int]] = []
+
+    def scoring_reward(completions, completion_ids, **kwargs):
+        scored.extend(list(ids) for ids in completion_ids)
+        return starts_low_digit(completions)
+
+    def init_vllm(self: VLLMGeneration) -> None:
+        self.vllm_client = VLLMClient(base_url=server.base_url, connection_timeout=10)
+        # The NCCL weight push cannot run without CUDA: count it instead.
+        self.vllm_client.update_named_params = lambda metadata, params: pushes.append(sum(1 for _ in params))
+
+    monkeypatch.setattr(VLLMGeneration, "_init_vllm", init_vllm)
+    # TRL's client only checks that vLLM is importable; it talks HTTP (plus NCCL for the weight push, replaced above).
+    monkeypatch.setattr(vllm_client_module, "is_vllm_available", lambda: True)
+    monkeypatch.setattr(schedule_module, "ServerDraws", RecordingDraws)
+    RecordingDraws.log = []
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=STEPS, per_device_train_batch_size=16, max_completion_length=8),
+        reward_weights=[1.0],
+        **({"sampler": "seq_balance", "round_size": 4, "max_rounds": 4} | sampling),
+    )
+    model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
+    trainer = AdaGRPOTrainer(model, [scoring_reward], args=config, train_dataset=dataset, processing_class=tokenizer)
+    # What GRPOTrainer.__init__ sets for `use_vllm=True, vllm_mode="server"` (not settable here: vLLM is not installed).
+    trainer.vllm_generation = VLLMGeneration(
+        model=trainer.model,
+        accelerator=trainer.accelerator,
+        processing_class=tokenizer,
+        mode="server",
+        server_base_url=server.base_url,
+        temperature=trainer.temperature,
+        max_completion_length=trainer.max_completion_length,
+        logprobs=0,
+    )
+    trainer.use_vllm, trainer.vllm_mode, trainer._last_loaded_step = True, "server", -1
+    trainer.args.generation_schedule = "continuous"
+
+    batches: list[tuple[list, Any]] = []
+    original = trainer_module.sample_continuously
+
+    def recording_sample(trainer_, group_inputs, keys, pools):
+        selection, stats = original(trainer_, group_inputs, keys, pools)
+        batches.append((pools, selection, stats))
+        return selection, stats
+
+    monkeypatch.setattr(trainer_module, "sample_continuously", recording_sample)
+    trainer.train()
+    return trainer, batches, pushes, scored
+
+
+def test_continuous_pools_are_first_draws_in_submission_order(
+    tmp_path, tokenizer, arithmetic_dataset, server, monkeypatch
+):
+    trainer, batches, pushes, scored = continuous_trainer(tmp_path, tokenizer, arithmetic_dataset, server, monkeypatch)
+    assert len(batches) == STEPS == len(RecordingDraws.log)
+    expected_scored: list[list[int]] = []
+    arrived_out_of_order = 0
+    for (pools, selection, stats), record in zip(batches, RecordingDraws.log, strict=True):
+        returned = record["returned"]
+        assert any(len(pool) > 4 for pool in pools)  # not a plain GRPO batch
+        for g, pool in enumerate(pools):
+            # The pool is draws 0..k-1 of the prompt, in submission order, each with its own completion and log-probs.
+            assert len(pool) == len(selection.pools[g]) >= 4
+            for d, entry in enumerate(pool):
+                choice = returned[(g, d)]
+                assert entry.row.completion_ids.tolist() == choice["token_ids"]
+                assert entry.row.prompt_ids.tolist() == record["submitted"][(g, d)] == choice["prompt_token_ids"]
+                np.testing.assert_array_equal(
+                    entry.row.logprobs, np.asarray(choice["logprobs"]["token_logprobs"], dtype=np.float32)
+                )
+                assert (
+                    selection.pools[g][d]
+                    == starts_low_digit([trainer.processing_class.decode(choice["token_ids"])])[0]
+                )
+                expected_scored.append(choice["token_ids"])
+            # Nothing past the pool was kept: its later draws were aborted or dropped.
+            later = [d for (p, d) in record["submitted"] if p == g and d >= len(pool)]
+            assert set(later) <= {d for (p, d) in record["aborted"] if p == g}
+            kept = selection.prompts[g].kept
+            assert all(i < len(pool) for i in kept)
+        arrived_out_of_order += stats.dropped_finished
+        assert stats.submitted == len(record["submitted"])
+    # Every completion scored is a pool draw (no aborted or dropped draw reached the reward function), and all were.
+    assert Counter(map(tuple, scored)) == Counter(map(tuple, expected_scored))
+    # The server saw aborted requests; some later draws had finished before an earlier one and were dropped unscored.
+    assert any(request.aborted for request in server.requests)
+    assert arrived_out_of_order > 0
+    # One weight push per optimizer step, before its first draw.
+    assert len(pushes) == STEPS
+    logs = [entry for entry in trainer.state.log_history if "ada/continuous/scoring_batches" in entry]
+    assert len(logs) == STEPS and all(entry["ada/continuous/aborted_in_flight"] >= 0 for entry in logs)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"sampler": "uniform"}, "schedules the draws of sampler='seq_pos' or 'seq_balance'"),
+        ({"sampler": "seq_balance", "dapo_refill": True}, "with dapo_refill"),
+        ({"sampler": "seq_balance", "use_vllm": False}, "transformers generation generates in synchronous calls"),
+        ({"sampler": "seq_balance", "vllm_mode": "colocate"}, "vLLM in 'colocate' mode"),
+    ],
+)
+def test_continuous_schedule_rejects_what_it_cannot_schedule(tmp_path, overrides, message):
+    settings = {"use_vllm": True, "vllm_mode": "server", "generation_schedule": "continuous"} | overrides
+    with pytest.raises(ValueError, match=message):
+        AdaGRPOConfig(**tiny_args(tmp_path), **settings)
+
+
+def test_continuous_schedule_rejects_agent_rollouts_before_loading(tmp_path, arithmetic_dataset, monkeypatch):
+    # Built with rounds (vLLM is not installed here), then switched: the check reads the config, before any model load.
+    config = AdaGRPOConfig(**tiny_args(tmp_path), sampler="seq_balance")
+    config.generation_schedule = "continuous"
+    with pytest.raises(ValueError, match="tools .* cannot take part"):
+        AdaGRPOTrainer("no/such-model", [starts_low_digit], args=config, train_dataset=arithmetic_dataset, tools=[len])

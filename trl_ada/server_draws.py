@@ -1,0 +1,152 @@
+"""
+Single completions from a vLLM server, each its own request, any of which can be aborted.
+
+The continuous schedule (`generation_schedule="continuous"`) keeps a varying number of draws per prompt in flight on
+the server that TRL's `VLLMClient` talks to (`trl vllm-serve`, vLLM's OpenAI-compatible `/v1/completions`). vLLM
+batches requests continuously, so draws join and leave the running batch at every decoding step; and its HTTP routes
+abort a request whose client closed the connection, which is how a draw is aborted here. The requests are the ones
+TRL's client builds (its payload, with one prompt and `n=1`), sent from an asyncio loop on a background thread over
+plain HTTP/1.1 connections, one per draw: standard library only, since the training side of server mode needs
+nothing but TRL's own dependencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import threading
+import urllib.parse
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+
+class ServerDrawError(RuntimeError):
+    """A draw's request failed: the server answered with an error, or the connection broke."""
+
+
+class ServerDraws:
+    """
+    Sends draws to a vLLM server and hands back the ones that finished. Not thread-safe: one caller thread.
+
+    Args:
+        base_url: The server's `http://host:port` (TRL's `VLLMClient.base_url`).
+        payload: The `/v1/completions` body TRL's client builds for one prompt (its sampling parameters); each draw
+            sends it with its own `prompt` and `n=1`.
+        max_connections: Draws in flight on the server at most; later ones wait here, in submission order (each draw
+            holds one connection, and the process's file descriptors are limited).
+    """
+
+    def __init__(self, base_url: str, payload: dict[str, Any], max_connections: int = 512) -> None:
+        url = urllib.parse.urlsplit(base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(f"Not an http(s) server URL: {base_url!r}")
+        self._host = url.hostname
+        self._port = url.port or (443 if url.scheme == "https" else 80)
+        self._ssl = url.scheme == "https"
+        self._path = (url.path.rstrip("/") or "") + "/v1/completions"
+        self._payload = {key: value for key, value in payload.items() if key != "prompt"}
+        self._payload["n"] = 1
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="trl-ada-server-draws", daemon=True)
+        self._thread.start()
+        self._slots = asyncio.run_coroutine_threadsafe(self._make_semaphore(max_connections), self._loop).result()
+        self._futures: dict[Hashable, concurrent.futures.Future] = {}
+        self.submitted = 0
+        self.aborted = 0
+
+    async def _make_semaphore(self, size: int) -> asyncio.Semaphore:
+        return asyncio.Semaphore(size)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._futures)
+
+    def submit(self, key: Hashable, prompt_ids: Sequence[int]) -> None:
+        """Send one draw for the prompt with these token ids; `key` names it in `wait` and `abort`."""
+        if key in self._futures:
+            raise ValueError(f"draw {key!r} is already in flight")
+        body = json.dumps({**self._payload, "prompt": [list(prompt_ids)]}).encode()
+        self._futures[key] = asyncio.run_coroutine_threadsafe(self._post(body), self._loop)
+        self.submitted += 1
+
+    def wait(self, timeout: float | None = None) -> list[tuple[Hashable, dict[str, Any]]]:
+        """
+        Block until at least one draw finished (or `timeout` seconds passed), then return every finished draw as
+        `(key, choice)`, `choice` being the server's completion choice. A failed draw raises `ServerDrawError`.
+        """
+        if not self._futures:
+            return []
+        by_future = {future: key for key, future in self._futures.items()}
+        done, _ = concurrent.futures.wait(by_future, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED)
+        finished = []
+        for future in done:
+            key = by_future[future]
+            del self._futures[key]
+            finished.append((key, future.result()))
+        return finished
+
+    def abort(self, keys: Sequence[Hashable]) -> int:
+        """Abort these draws (closing a draw's connection makes vLLM abort its request); returns how many were in
+        flight. Unknown or finished keys are ignored."""
+        count = 0
+        for key in keys:
+            future = self._futures.pop(key, None)
+            if future is not None:
+                future.cancel()
+                count += 1
+        self.aborted += count
+        return count
+
+    def close(self) -> None:
+        """Abort every draw still in flight (their connections closed before this returns) and stop the loop."""
+        self.abort(list(self._futures))
+        try:
+            asyncio.run_coroutine_threadsafe(self._cancel_all(), self._loop).result(timeout=30)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+            if not self._thread.is_alive():
+                self._loop.close()
+
+    async def _cancel_all(self) -> None:
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def __enter__(self) -> ServerDraws:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    async def _post(self, body: bytes) -> dict[str, Any]:
+        async with self._slots:
+            reader, writer = await asyncio.open_connection(self._host, self._port, ssl=self._ssl or None)
+            try:
+                head = (
+                    f"POST {self._path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                )
+                writer.write(head.encode() + body)
+                await writer.drain()
+                status_line = await reader.readline()
+                headers: dict[str, str] = {}
+                while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    name, _, value = line.decode("latin-1").partition(":")
+                    headers[name.strip().lower()] = value.strip()
+                length = headers.get("content-length")
+                data = await (reader.readexactly(int(length)) if length is not None else reader.read())
+            except (OSError, asyncio.IncompleteReadError) as error:
+                raise ServerDrawError(f"connection to the vLLM server broke: {error}") from error
+            finally:
+                # Closing the connection is also the abort: a cancelled task ends here.
+                writer.close()
+        parts = status_line.decode("latin-1").split(" ", 2)
+        if len(parts) < 2 or parts[1] != "200":
+            raise ServerDrawError(f"vLLM server answered {status_line.decode('latin-1').strip()!r}: {data[:500]!r}")
+        choices = json.loads(data)["choices"]
+        if len(choices) != 1:
+            raise ServerDrawError(f"expected one choice per draw, got {len(choices)}")
+        return choices[0]
