@@ -17,7 +17,10 @@ The model (every constant and where it comes from is in `SOURCES` and printed wi
   prompt's pass rate; completion lengths lognormal, optionally longer when wrong, truncated at the authors'
   `max_response_length` = 2048 (a truncated completion scores 0).
 - Step: generation + reward scoring + one weight sync per generate call + old-log-prob pass + actor update, the
-  last two proportional to the rows trained on (the paper: actor update 15 s of GRPO-n4's 102 s).
+  last two proportional to the rows trained on (the paper: actor update 15 s of GRPO-n4's 102 s). Reward scoring
+  follows the authors' released code: every reward call starts a fresh 16-process Math-Verify pool (a fixed cost per
+  call) and scores its completions; the multi-round schedules score every round's completions and then score the
+  kept rows once more (verl's `fit` loop), and the old-log-prob pass runs on the kept rows only.
 
 Schedules: `uniform` n = 4 (GRPO; also 8 and 16), `seq_pos` / `seq_balance` in synchronous rounds (round policies
 `fixed`, `predictive`, `tracked`), `est` (one call with per-prompt budgets), and `seq_balance` continuous (round-free:
@@ -75,8 +78,20 @@ SOURCES: dict[str, str] = {
         "1.93 ms: vLLM 0.19 on H100 serving Qwen3-0.6B (28 layers, like Qwen2.5-1.5B) at 16 req/s has TPOT 2.39 ms "
         "(github.com/ovg-project/kvcached PR #331, benchmarks/bench_layout/H100_results.md, 'F - vanilla'); minus "
         "that model's roofline weight read (1.19 GB at 0.77 x 3.35 TB/s = 0.46 ms) leaves the per-iteration "
-        "scheduling/launch overhead. CUDA graphs on; verl's older default enforce_eager=True would be slower "
-        "(see the sensitivity table)"
+        "scheduling/launch overhead. CUDA graphs on: verl made enforce_eager=False its rollout default in "
+        "github.com/volcengine/verl PR #2956 (Aug 2025), before the authors' verl snapshot (its ppo_trainer.yaml "
+        "already has trainer.use_legacy_worker_impl), and their scripts do not override it"
+    ),
+    "iteration_scale": (
+        "1.0 (vLLM V1 engine, FlashAttention, CUDA graphs). NOT settled by the sources, so shown as sensitivity "
+        "rows: the released run_reinforce_ada.sh exports VLLM_ATTENTION_BACKEND=XFORMERS with vllm==0.10.1 "
+        "(README), which vLLM's V1 oracle (vllm/engine/arg_utils.py _is_v1_supported_oracle) rejects in versions "
+        "whose V1_BACKENDS list lacks 'XFORMERS', falling back to the V0 engine; run_grpo.sh has that line "
+        "commented out and the authors' 1.5B Seq-pos script (github.com/Chenluye99/Reinforce-Ada, "
+        "run_reinforce_ada_pos_15b.sh) does not set it. V0: x1.7 (vLLM V1 blog, blog.vllm.ai/2025/01/27/"
+        "v1-alpha-release.html: up to 1.7x V1 throughput over V0). Eager mode (no CUDA graphs): x3.84 "
+        "(github.com/pytorch/torchtitan PR #2373, vLLM decode eager 199 ms vs compiled+graphs 52 ms) and x4.3 "
+        "(github.com/vllm-project/vllm-omni issue #7960, Qwen2.5-Omni-3B thinker decode on H200, eager vs graphs)"
     ),
     "max_num_seqs": "1024: verl rollout default (verl docs, ppo_trainer.yaml rollout.max_num_seqs)",
     "max_num_batched_tokens": (
@@ -104,15 +119,32 @@ SOURCES: dict[str, str] = {
     "actor_update_s_per_row": "15 s / 2048 rows: the paper (Sec. 4.3: actor update 15 s of GRPO's 102 s on 1.5B)",
     "old_logprob_s_per_row": (
         "actor_update / 4 per row: ASSUMPTION (a forward pass against forward + backward with gradient "
-        "checkpointing, which the authors' scripts enable)"
+        "checkpointing, which the authors' scripts enable). Rows: the KEPT rows only: the authors' verl/trainer/"
+        "ppo/ray_trainer.py (github.com/Chenluye99/Reinforce-Ada) runs actor_rollout_wg.compute_log_prob on the "
+        "downsampled final_batch after _generate_multi_round_adaptive_downsampling, not on the pool. No reference "
+        "pass: run_reinforce_ada.sh sets use_kl_loss=False and use_kl_in_reward=False (the released run_grpo.sh "
+        "sets use_kl_loss=True last, which would add a reference pass with param_offload=True to GRPO only; not "
+        "modelled)"
     ),
     "generate_call_s": (
         "1.0 s per generate call: ASSUMPTION (verl enters its FSDP->vLLM sharding manager on every "
         "generate_sequences call: weight sync of 3.09 GB and KV-cache wake/sleep)"
     ),
+    "reward_call_s": (
+        "0.9 s per reward call: MEASURED here (results/generation_cost/math_verify_timing.txt; 2-core CPU, math-verify 0.9.0): "
+        "the authors' verl/utils/reward_score/math_verify.py parallel_compute_score creates a new "
+        "multiprocessing Pool (forkserver, 16 processes from their naive.py) on EVERY call, and each worker imports "
+        "math_verify/sympy before its first task: pool start + import + first verify took 0.86-1.12 s"
+    ),
     "reward_s_per_completion": (
-        "2 ms per completion, scored serially after each generate call: ASSUMPTION (Math-Verify in verl's naive "
-        "reward manager); the continuous schedule scores as results arrive, overlapped with generation"
+        "1.1 ms per completion after each reward call: Math-Verify on the extracted \\boxed{} strings, MEASURED "
+        "here at 5.75 ms mean (0.69 ms median) per pair in the first run (12.4 ms mean, 0.76 ms median in a second, busier one: 1.5 ms per completion, inside the 6 ms row), over 16 processes = 0.36 ms; worker restarts every 200 "
+        "tasks (maxtasksperchild=200) re-import math_verify: 0.9 s / 200 / 16 = 0.28 ms; the serial main-process "
+        "loop (DataProto item, two tokenizer.decode calls, apply_async/get): 0.5 ms ASSUMPTION. Range: up to "
+        "6 ms (verl PR #1206: verl's serial naive manager took 200+ s for 2048 math-verify generations, ~100 ms "
+        "each, / 16 processes), a sensitivity row. Multi-round schedules score every round, then the kept rows "
+        "again (the authors' fit loop calls compute_reward on the final batch); the continuous schedule scores as "
+        "results arrive, overlapped with generation, without a pool per call"
     ),
     "population": (
         "the paper's Appendix C.1 mix: 984 / 3,082 / 870 / 63 of 4,999 prompts at p = 0, (0, 0.2], (0.2, 0.5], "
@@ -121,8 +153,10 @@ SOURCES: dict[str, str] = {
         "the mean of the two"
     ),
     "sampler_settings": (
-        "paper / authors' defaults: batch 512, update group n = 4, rounds of 8, at most 4 (cap 32), seq_pos quota "
-        "1 positive, seq_balance 2 + 2; est: 8 per prompt on average (the paper: 'hyper-parameter 8'), budgets "
+        "paper / authors' defaults: batch 512, update group n = 4, rounds of 8, at most 4 (cap 32) "
+        "(algorithm.round_repeat=8, max_rounds=4 in their ppo_trainer.yaml), seq_pos quota 2 positives (their "
+        "positive_focused exit: len(pos_cache) >= algorithm.min_positive_samples, default 2, also set in "
+        "run_reinforce_ada_pos_15b.sh; the paper's K=1 is the motivating example), seq_balance 2 + 2; est: 8 per prompt on average (the paper: 'hyper-parameter 8'), budgets "
         "in [2, 32], trained on all rows (comparable to GRPO-n8, Sec. 4.1)"
     ),
 }
@@ -165,6 +199,8 @@ class RooflineCost:
     peak_flops: float = 989e12
     compute_efficiency: float = 0.6
     iteration_overhead_s: float = 1.93e-3
+    iteration_scale: float = 1.0
+    """Multiplies the whole iteration (V0 engine, eager mode: `SOURCES['iteration_scale']`)."""
 
     def iteration_time(self, running: int, context_tokens: int, prefill_tokens: int) -> float:
         shape = self.shape
@@ -175,7 +211,7 @@ class RooflineCost:
             context_tokens
         )
         compute = flops / (self.peak_flops * self.compute_efficiency)
-        return self.iteration_overhead_s + max(memory, compute)
+        return self.iteration_scale * (self.iteration_overhead_s + max(memory, compute))
 
 
 @dataclass(frozen=True)
@@ -212,7 +248,10 @@ class StepCosts:
     actor_update_s_per_row: float = 15.0 / 2048
     old_logprob_s_per_row: float = 15.0 / 2048 / 4
     generate_call_s: float = 1.0
-    reward_s_per_completion: float = 2e-3
+    reward_call_s: float = 0.9
+    reward_s_per_completion: float = 1.1e-3
+    rescore_kept_rows: bool = True
+    """Multi-round schedules score the kept rows once more after the rounds (the authors' `fit` loop)."""
 
 
 @dataclass(frozen=True)
@@ -733,12 +772,24 @@ def run_rounds(sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: r
         calls += 1
         completions += len(batch)
         finished_tokens += sum(r.length for r in batch)
-        reward_time += len(batch) * setup.step_costs.reward_s_per_completion
+        reward_time += setup.step_costs.reward_call_s + len(batch) * setup.step_costs.reward_s_per_completion
         step.observe(requests, [r.reward for r in batch])
     selection = step.finish()
+    reward_time += rescoring_time(sampler, selection, setup.step_costs)
     return _result(
         name, sampler, selection, setup, cluster, generation, reward_time, calls, completions, finished_tokens
     )
+
+
+def rescoring_time(sampler: Sampler, selection: Selection, costs: StepCosts) -> float:
+    """
+    The authors' multi-round path scores each round inside the generation loop and then, in `fit`, calls
+    `compute_reward` once more on the kept batch; GRPO's (and Est's single-call) only reward call is the one above.
+    """
+    if not costs.rescore_kept_rows or not hasattr(sampler, "has_exited"):
+        return 0.0
+    rows = sum(len(r.kept) for r in selection.prompts)
+    return costs.reward_call_s + rows * costs.reward_s_per_completion
 
 
 def run_continuous(
@@ -869,21 +920,30 @@ def run_schedule(
     return results
 
 
-def _seq(sampler: str, policy: str = "fixed", **extra: Any) -> SamplerSettings:
+SEQ_POS_QUOTA = 2
+"""The authors' `algorithm.min_positive_samples` (`SOURCES['sampler_settings']`)."""
+
+
+def _seq(sampler: str, policy: str = "fixed", quota: int = SEQ_POS_QUOTA, **extra: Any) -> SamplerSettings:
     options = {"round_size": 8, "max_rounds": 4, **extra}
+    if sampler == "seq_pos":
+        options.setdefault("positive_quota", quota)
     return SamplerSettings(sampler=sampler, num_generations=4, round_policy=policy, seed=0, **options)
 
 
 WARMUP = 5
 
 
-def schedules() -> list[Schedule]:
+def schedules(seq_pos_quota: int = SEQ_POS_QUOTA) -> list[Schedule]:
     """Every schedule the benchmark times (the paper's settings; `SOURCES['sampler_settings']`)."""
     out = [Schedule(f"grpo_n{n}", SamplerSettings(sampler="uniform", num_generations=n)) for n in (4, 8, 16)]
     for sampler in ("seq_pos", "seq_balance"):
-        out.append(Schedule(f"{sampler}/fixed", _seq(sampler)))
-        out.append(Schedule(f"{sampler}/predictive", _seq(sampler, "predictive", round_confidence=0.7)))
-        out.append(Schedule(f"{sampler}/tracked", _seq(sampler, "tracked", round_confidence=0.7), warmup_steps=WARMUP))
+        q = seq_pos_quota
+        out.append(Schedule(f"{sampler}/fixed", _seq(sampler, quota=q)))
+        out.append(Schedule(f"{sampler}/predictive", _seq(sampler, "predictive", q, round_confidence=0.7)))
+        out.append(
+            Schedule(f"{sampler}/tracked", _seq(sampler, "tracked", q, round_confidence=0.7), warmup_steps=WARMUP)
+        )
     out.append(
         Schedule("est", SamplerSettings(sampler="est", num_generations=8, est_train_on="all"), warmup_steps=WARMUP)
     )
@@ -895,7 +955,13 @@ def schedules() -> list[Schedule]:
         settings = _seq("seq_balance", policy, round_confidence=0.7)
         warmup = WARMUP if policy == "tracked" else 0
         out.append(Schedule(f"seq_balance/continuous_{policy}", settings, mode="continuous", warmup_steps=warmup))
-    out.append(Schedule("seq_pos/continuous_k4", _seq("seq_pos", round_size=4, max_rounds=8), mode="continuous"))
+    out.append(
+        Schedule(
+            "seq_pos/continuous_k4",
+            _seq("seq_pos", quota=seq_pos_quota, round_size=4, max_rounds=8),
+            mode="continuous",
+        )
+    )
     return out
 
 
@@ -1034,19 +1100,24 @@ def format_table(table: dict[str, dict[str, dict[str, float]]]) -> str:
 
 SENSITIVITY = {
     "defaults": {},
-    "eager (overhead x3)": {"cost": {"iteration_overhead_s": 3 * 1.93e-3}},
+    "V0 engine (x1.7)": {"cost": {"iteration_scale": 1.7}},
+    "eager (x3.84)": {"cost": {"iteration_scale": 3.84}},
+    "eager (x4.3)": {"cost": {"iteration_scale": 4.3}},
+    "V0 + eager (x1.7x3.84)": {"cost": {"iteration_scale": 1.7 * 3.84}},
     "mean length 400": {"workload": {"mean_completion_tokens": 400.0}},
     "mean length 1000": {"workload": {"mean_completion_tokens": 1000.0}},
     "wrong 1.5x longer": {"workload": {"wrong_length_factor": 1.5}},
-    "reward 0 ms": {"step_costs": {"reward_s_per_completion": 0.0}},
-    "reward 10 ms": {"step_costs": {"reward_s_per_completion": 0.01}},
+    "reward 0 ms, 0 s/call": {"step_costs": {"reward_s_per_completion": 0.0, "reward_call_s": 0.0}},
+    "reward 6 ms (PR 1206)": {"step_costs": {"reward_s_per_completion": 6e-3}},
+    "no kept-row rescoring": {"step_costs": {"rescore_kept_rows": False}},
+    "seq_pos quota 1": {"seq_pos_quota": 1},
     "sync 0 s / call": {"step_costs": {"generate_call_s": 0.0}},
     "sync 5 s / call": {"step_costs": {"generate_call_s": 5.0}},
 }
 SENSITIVITY_SCHEDULES = ("grpo_n4", "seq_pos/fixed", "seq_balance/fixed", "est", "seq_balance/continuous_k4")
 
 
-def apply_overrides(setup: Setup, overrides: dict[str, dict[str, Any]]) -> Setup:
+def apply_overrides(setup: Setup, overrides: dict[str, Any]) -> Setup:
     cost = setup.cost
     if "cost" in overrides:
         if not isinstance(cost, RooflineCost):
@@ -1061,9 +1132,10 @@ def apply_overrides(setup: Setup, overrides: dict[str, dict[str, Any]]) -> Setup
 
 
 def run_sensitivity(setup: Setup, seed: int, steps: int) -> dict[str, dict[str, float]]:
-    chosen = [s for s in schedules() if s.name in SENSITIVITY_SCHEDULES]
     out = {}
     for label, overrides in SENSITIVITY.items():
+        quota = overrides.get("seq_pos_quota", SEQ_POS_QUOTA)
+        chosen = [s for s in schedules(quota) if s.name in SENSITIVITY_SCHEDULES]
         table = evaluate(apply_overrides(setup, overrides), chosen, seed, steps)
         r = ratios(table)
         out[label] = {"grpo_n4_step_s": table["grpo_n4"]["mean"]["step_s"], **{k: r[k] for k in SENSITIVITY_SCHEDULES}}

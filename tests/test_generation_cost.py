@@ -229,3 +229,44 @@ def test_quick_run_writes_json(tmp_path, capsys):
         mean = rows["mean"]
         assert mean["tokens_decoded"] == pytest.approx(mean["tokens_finished"] + mean["tokens_aborted"])
     assert "Table 3" in capsys.readouterr().out
+
+
+def test_iteration_scale_multiplies_the_whole_iteration():
+    base, slow = bench.RooflineCost(), bench.RooflineCost(iteration_scale=3.0)
+    for shape in [(1, 20, 20), (256, 200_000, 0), (64, 10_000, 3000)]:
+        assert slow.iteration_time(*shape) == pytest.approx(3.0 * base.iteration_time(*shape), rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["grpo_n4", "est", "seq_balance/fixed", "seq_pos/fixed"])
+def test_reward_time_follows_the_authors_calls(name):
+    # One pool per reward call plus a per-completion cost; multi-round schedules rescore the kept rows once more.
+    costs = bench.StepCosts(reward_call_s=0.5, reward_s_per_completion=0.01)
+    setup = bench.Setup(
+        cost=LINEAR,
+        engines=2,
+        batch_prompts=16,
+        step_costs=costs,
+        workload=bench.Workload(mean_completion_tokens=40.0, max_response_tokens=128),
+    )
+    schedule = next(s for s in bench.schedules() if s.name == name)
+    prompts = bench.sample_population(16, setup.workload, seed=2)
+    (result,) = bench.run_schedule(schedule, prompts, setup, seed=3, steps=1)
+    calls = result.generate_calls
+    expected = calls * costs.reward_call_s + result.completions * costs.reward_s_per_completion
+    if name.startswith("seq_"):
+        expected += costs.reward_call_s + result.rows_trained * costs.reward_s_per_completion
+    assert result.reward_s == pytest.approx(expected, rel=1e-12)
+    # The old-log-prob pass runs on the kept rows only, whatever the pool size.
+    assert result.logprob_s == pytest.approx(result.rows_trained * costs.old_logprob_s_per_row, rel=1e-12)
+    no_rescore = bench.replace(setup, step_costs=bench.replace(costs, rescore_kept_rows=False))
+    (plain,) = bench.run_schedule(schedule, prompts, no_rescore, seed=3, steps=1)
+    assert plain.reward_s == pytest.approx(calls * costs.reward_call_s + result.completions * 0.01, rel=1e-12)
+
+
+def test_seq_pos_uses_the_authors_positive_quota():
+    for schedule in bench.schedules():
+        if schedule.name.startswith("seq_pos/"):
+            assert schedule.settings.positive_quota == bench.SEQ_POS_QUOTA == 2
+    assert all(
+        s.settings.positive_quota == 1 for s in bench.schedules(seq_pos_quota=1) if s.name.startswith("seq_pos/")
+    )
