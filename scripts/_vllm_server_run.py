@@ -385,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(AdaGRPOTrainer, "_run_round"):
 
         def _run_round(self, requests, *rest, **kw):
+            start_ = time.perf_counter()
             result = AdaGRPOTrainer._run_round(self, requests, *rest, **kw)
             rewards = result[-1]  # the summed rewards come last
             record["rounds"].append(
@@ -392,6 +393,7 @@ def main(argv: list[str] | None = None) -> int:
                     "step": int(self.state.global_step),
                     "requests": [[int(g), int(c)] for g, c in requests],
                     "rewards_finite": _finite(rewards),
+                    "seconds": time.perf_counter() - start_,
                 }
             )
             return result

@@ -8,8 +8,9 @@ its own timeout inside a global budget (`--budget-s`, default 480 s), highest pr
    heads) with the package's character tokenizer, built in code (no hub) and saved in bf16.
 3. server: `python -m trl.scripts.vllm_serve` (= `trl vllm-serve`) on the same GPU as the trainer
    (`CUDA_VISIBLE_DEVICES`, `--gpu_memory_utilization`), health-polled.
-4. server-mode step times: `uniform` n=4, `seq_balance` (n=4, rounds of 8, at most 4 rounds) and `uniform` n=16, one
-   training process each, against the server. The NCCL weight push is skipped here (`--no-weight-push`): vLLM's server
+4. server-mode step times: `uniform` n=4, `seq_balance` (n=4, rounds of 8, at most 4 rounds), `uniform` n=16 and
+   `seq_balance` with `generation_schedule="continuous"` (draws in flight per prompt, aborted at exit), one training
+   process each, against the server; the table adds the sampling seconds per step, rounds against continuous. The NCCL weight push is skipped here (`--no-weight-push`): vLLM's server
    workers and the trainer share the one GPU, and NCCL refuses two ranks on one device ("Duplicate GPU detected").
 5. server-mode REAL weight sync (`seq_balance`, 2 steps, NCCL push as in production). Expected to fail on a single
    GPU for the reason above; the outcome is classified from the log ("ok", "nccl-duplicate-gpu", "timeout", ...). It
@@ -45,11 +46,12 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HELPER = REPO_ROOT / "scripts" / "_vllm_server_run.py"
 
-# name, sampler, num_generations, round_size, max_rounds
-CONFIGS: list[tuple[str, str, int, int, int]] = [
-    ("uniform n=4", "uniform", 4, 4, 1),
-    ("seq_balance n=4 M=8 R=4", "seq_balance", 4, 8, 4),
-    ("uniform n=16", "uniform", 16, 16, 1),
+# name, sampler, num_generations, round_size, max_rounds, generation_schedule
+CONFIGS: list[tuple[str, str, int, int, int, str]] = [
+    ("uniform n=4", "uniform", 4, 4, 1, "rounds"),
+    ("seq_balance n=4 M=8 R=4", "seq_balance", 4, 8, 4, "rounds"),
+    ("uniform n=16", "uniform", 16, 16, 1, "rounds"),
+    ("seq_balance continuous", "seq_balance", 4, 8, 4, "continuous"),
 ]
 
 
@@ -281,7 +283,7 @@ def helper_args(
     no_weight_push: bool = False,
 ) -> list[str]:
     """Arguments of `scripts/_vllm_server_run.py` for one phase."""
-    _, sampler, n, round_size, max_rounds = config
+    _, sampler, n, round_size, max_rounds, schedule = config
     out = [
         "--model-dir", str(work / "model"),
         "--mode", mode,
@@ -289,6 +291,7 @@ def helper_args(
         "--num-generations", str(n),
         "--round-size", str(round_size),
         "--max-rounds", str(max_rounds),
+        "--schedule", schedule,
         "--prompts-per-step", str(args.prompts_per_step),
         "--steps", str(steps or args.steps),
         "--max-completion-length", str(args.max_completion_length),
@@ -364,6 +367,9 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
         "median_step_s": round(statistics.median(timed), 3) if timed else None,
         "samples_per_prompt": [h.get("ada/samples_per_prompt/mean") for h in logged],
         "rounds": [h.get("ada/rounds") for h in logged],
+        "median_sampling_s": round(statistics.median(report["sampling_seconds"][1:] or report["sampling_seconds"]), 3)
+        if report.get("sampling_seconds")
+        else None,
         "logp_diff_mean": [h.get("sampling/sampling_logp_difference/mean") for h in logged],
         "reward": [h.get("reward") for h in logged],
         "vllm_calls": len(report["vllm_calls"]),
@@ -404,7 +410,7 @@ def format_table(results: dict[str, dict[str, Any]], colocate_sync: bool = True)
         ("server (no push)", "server"),
         ("colocate (real sync)" if colocate_sync else "colocate (no push)", "colocate"),
     ]
-    header = f"{'configuration':<26}" + "".join(f"| {title:<34}" for title, _ in columns)
+    header = f"{'configuration':<26}" + "".join(f"| {title:<48}" for title, _ in columns)
     lines = [header, "-" * len(header)]
     for name, *_ in CONFIGS:
         row = f"{name:<26}"
@@ -417,9 +423,11 @@ def format_table(results: dict[str, dict[str, Any]], colocate_sync: bool = True)
             else:
                 spp = [s for s in r["samples_per_prompt"] if s is not None]
                 cell = f"{r['median_step_s']:.3f} s/step"
+                if r.get("median_sampling_s") is not None:
+                    cell += f" ({r['median_sampling_s']:.3f} sampling)"
                 if spp:
                     cell += f", {statistics.mean(spp):.1f} samples/prompt"
-            row += f"| {cell:<34}"
+            row += f"| {cell:<48}"
         lines.append(row)
     lines.append("(median seconds per optimizer step over the steps after the first; samples/prompt = completions")
     lines.append(
@@ -496,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if "colocate" not in skip:
             # seq_balance first: the configuration this package adds; the uniform ones as the budget allows.
-            for config in (CONFIGS[1], CONFIGS[0], CONFIGS[2]):
+            for config in (CONFIGS[1], CONFIGS[0], CONFIGS[2]):  # the continuous schedule is server mode only
                 name = f"colocate:{config[0]}"
                 script_args = helper_args(args, work, slug(name), "colocate", config)
                 summary["results"][name] = run_training(args, work, slug(name), script_args, budget.timeout(150))
