@@ -101,3 +101,24 @@ def test_pool_memory_benchmark_counts_what_each_design_moves(tmp_path):
     assert measured["all_gather_pools"]["rows_held_max"] == result["extrapolated"][0]["rows_requested"]
     assert measured["rank_local_pools"]["rows_held_max"] < result["extrapolated"][0]["rows_requested"]
     assert [row["processes"] for row in result["extrapolated"]] == [2, 8]
+
+
+def test_episode_time_benchmark_runs_grpo_and_seq_balance_through_the_tool_loop(tmp_path, monkeypatch):
+    bench = load(ROOT / "benchmarks" / "episode_time.py", "episode_time_bench")
+    out = tmp_path / "episodes.json"
+    monkeypatch.setattr(sys, "argv", ["episode_time.py", "--quick", "--json", str(out)])
+    bench.main()
+    results = json.loads(out.read_text())["results"]
+    assert [r["name"] for r in results] == [
+        "GRPO n=4",
+        "seq_balance, fixed rounds",
+        "seq_balance, predictive rounds",
+    ]
+    grpo, *adaptive = results
+    assert grpo["completions_per_batch"] == 32 and grpo["rounds_per_batch"] == 1
+    for result in results:
+        assert (
+            result["tool_calls"] > 0 and result["generate_calls"] > result["rounds_per_batch"]
+        )  # the tool loop generated again
+        assert result["sampling_seconds"] > 0 and result["tool_seconds"] >= 0
+    assert all(r["completions_per_batch"] > 32 and r["round_time_max"] > 0 for r in adaptive)

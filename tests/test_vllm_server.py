@@ -685,3 +685,29 @@ def test_server_stopped_mid_step_then_resume(vllm_server, workdir, model_dir):
     assert all(math.isfinite(h["loss"]) for h in logged), logged
     _check_checkpoint(output_dir / f"checkpoint-{STEPS}", STEPS)
     _log(f"server-resume: server restarted in {restart_seconds:.1f} s; resumed from step {FAULT_STEP - 1} to {STEPS}")
+
+
+def test_continuous_benchmark_quick_run(workdir):
+    """`benchmarks/continuous_vllm_cpu.py --quick` (its own server): it runs and its numbers are consistent."""
+    out = workdir / "continuous-benchmark.json"
+    command = [sys.executable, str(REPO_ROOT / "benchmarks" / "continuous_vllm_cpu.py"), "--quick", "--json", str(out)]
+    log_path = workdir / "continuous-benchmark.log"
+    with open(log_path, "wb") as log_file:
+        result = subprocess.run(
+            command, stdout=log_file, stderr=subprocess.STDOUT, env=_base_env(workdir), cwd=REPO_ROOT, timeout=900
+        )
+    assert result.returncode == 0, _tail(log_path)
+    results = {r["name"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {
+        "GRPO n=4",
+        "seq_balance, rounds",
+        "seq_balance, continuous",
+        "seq_balance, continuous, predictive",
+    }
+    assert results["GRPO n=4"]["completions_drawn"] == 4 * 4  # --quick: 4 prompts, n=4
+    for name, r in results.items():
+        assert r["sampling_seconds"] > 0 and r["tokens_returned"] > 0, name
+        # The server decoded at least what came back; the continuous runs also decoded draws they aborted.
+        assert r["tokens_not_returned_per_step_all_steps"] >= 0, name
+        if "continuous" not in name:
+            assert r["aborted_in_flight"] == r["dropped_finished"] == 0, name
