@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,20 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
+
+
+def launch_two_processes(script: Path, out_dir: Path, timeout: float = 420) -> list[dict]:
+    """
+    Run `script out_dir` in two gloo processes on CPU and return the `rank{N}.json` report each wrote. `--multi_gpu` with
+    `ACCELERATE_USE_CPU` starts two processes (`--cpu --num_processes 2` would start one); a deadlock in a collective
+    shows up as a timeout here instead of a hung test suite.
+    """
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes", "2", "--main_process_port", "0",
+        str(script), str(out_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]

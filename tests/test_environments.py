@@ -6,18 +6,14 @@ prompt (with the episode's observation) through the pool, the downsampling and T
 not reset environments again for the kept rows.
 """
 
-import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import envs
 import pytest
 import torch
 import transformers
-from conftest import TINY_MODEL_KWARGS, tiny_args
+from conftest import TINY_MODEL_KWARGS, launch_two_processes, tiny_args
 from packaging.version import Version
 from trl import GRPOConfig, GRPOTrainer
 
@@ -154,22 +150,7 @@ def test_an_environment_factory_without_a_train_dataset_is_rejected_before_loadi
 
 @pytest.mark.slow
 def test_environments_on_two_processes(tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--main_process_port",
-        "0",
-        str(SCRIPT),
-        str(tmp_path),
-    ]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=420)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    reports = launch_two_processes(SCRIPT, tmp_path, timeout=420)
     assert reports[0]["selections"] == reports[1]["selections"]  # one decision, made on every process
     for report in reports:
         assert report["handed_over"] == [{"rows": 8, "mismatches": 0}] * 3

@@ -1,12 +1,9 @@
 """Two CPU processes (gloo): every rank must make the same sampling decisions and no round may hang."""
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import launch_two_processes
 
 pytestmark = pytest.mark.slow
 
@@ -16,24 +13,7 @@ SCRIPT = Path(__file__).parent / "multiprocess_run.py"
 @pytest.fixture(scope="module")
 def two_process_reports(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("two_processes")
-    # `--multi_gpu` with ACCELERATE_USE_CPU starts two gloo processes; `--cpu --num_processes 2` would start one.
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--main_process_port",
-        "0",
-        str(SCRIPT),
-        str(out_dir),
-    ]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    # A deadlock in a collective shows up as a timeout here instead of a hung test suite.
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=420)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+    return launch_two_processes(SCRIPT, out_dir, timeout=420)
 
 
 def test_two_processes_ran(two_process_reports):

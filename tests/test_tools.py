@@ -7,16 +7,12 @@ tool mask, tool response and reward.
 
 import importlib.util
 import inspect
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import transformers
-from conftest import tiny_args
+from conftest import launch_two_processes, tiny_args
 from packaging.version import Version
 from tools_run import (
     TOOL_ARGS,
@@ -151,23 +147,7 @@ def test_expected_reward_matches_answer_reward():
 
 @pytest.mark.slow
 def test_seq_balance_with_tools_on_two_processes(tmp_path):
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--main_process_port",
-        "0",
-        str(SCRIPT),
-        str(tmp_path),
-    ]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    # A deadlock in a collective shows up as a timeout here instead of a hung test suite.
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    reports = launch_two_processes(SCRIPT, tmp_path, timeout=300)
     assert [(r["num_processes"], r["process_index"]) for r in reports] == [(2, 0), (2, 1)]
     for report in reports:
         assert len(report["handed_over"]) == 3

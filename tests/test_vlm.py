@@ -4,15 +4,11 @@ Each dataset row shows a solid-colour image with the same question, so only the 
 lost its image, or took another row's, shows up as a wrong colour or a wrong reward.
 """
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_args
+from conftest import launch_two_processes, tiny_args
 from tiny_vlm import (
     build_processor,
     build_tiny_vlm,
@@ -123,23 +119,7 @@ def test_seq_balance_keeps_each_row_with_its_own_image_and_reward(tmp_path, proc
 
 @pytest.mark.slow
 def test_seq_balance_on_two_processes_keeps_rows_with_their_images(tmp_path):
-    # `--multi_gpu` with ACCELERATE_USE_CPU starts two gloo processes; `--cpu --num_processes 2` would start one.
-    command = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--main_process_port",
-        "0",
-        str(SCRIPT),
-        str(tmp_path),
-    ]
-    env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    reports = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in range(2)]
+    reports = launch_two_processes(SCRIPT, tmp_path, timeout=300)
     assert [(r["num_processes"], r["process_index"]) for r in reports] == [(2, 0), (2, 1)]
     # A kept row may have been generated on the other process: look its generation up in both processes' records.
     generated = [call for report in reports for call in report["generated"]]
