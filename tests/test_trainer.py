@@ -226,3 +226,21 @@ def test_a_rounds_block_applies_to_its_first_generate_call_only(tmp_path, tokeni
     trainer._generate_single_turn([[1]], None, {}, 4)  # the round's generate call
     trainer._generate_single_turn([[1, 2]], None, {}, 1)  # a tool-loop continuation
     assert seen == [8, 1]
+
+
+def test_prompt_keys_tell_images_apart_and_survive_a_gather():
+    import pickle
+
+    from PIL import Image
+
+    from trl_ada.trainer import _prompt_key
+
+    prompt = [{"role": "user", "content": "What colour is the image?"}]
+    red, blue = Image.new("RGB", (4, 4), (255, 0, 0)), Image.new("RGB", (4, 4), (0, 0, 255))
+    rows = [{"prompt": prompt, "image": red}, {"prompt": prompt, "image": blue}]
+    # Same text, different images: two prompts (est's tracker and DAPO's exclusion key on this).
+    assert _prompt_key(rows[0]) != _prompt_key(rows[1])
+    # A row gathered from another process (pickled) keeps its key: the layout check compares keys across processes.
+    assert [_prompt_key(pickle.loads(pickle.dumps(row))) for row in rows] == [_prompt_key(row) for row in rows]
+    # An environment may supply the prompt: a row without one is keyed by all its columns.
+    assert _prompt_key({"seed": 1, "environment": "low"}) != _prompt_key({"seed": 2, "environment": "low"})
