@@ -32,7 +32,10 @@ gains (end), and the reported step time is their mean. No constant is fitted to 
     python benchmarks/generation_cost.py [--quick] [--json PATH] [--constants CONSTANTS.json]
 
 `--constants` replaces the engine and step constants (the hook for a CPU calibration: a JSON of constants fitted on
-measured vLLM timings, see `load_constants`). Deterministic for a `--seed`.
+measured vLLM timings, see `load_constants`). `benchmarks/calibrate_cpu_vllm.py` writes one from trl-ada's own server
+path (one engine, measured prompts and lengths, per-request and trainer-side round costs, and the continuous schedule's
+serial driver loop, `run_continuous_serial`); those `StepCosts` and `Workload` fields are zero or empty on the GPU
+setup, whose numbers they leave unchanged. Deterministic for a `--seed`.
 """
 
 from __future__ import annotations
@@ -231,6 +234,18 @@ class LinearCost:
 
 
 @dataclass(frozen=True)
+class ScaledCost:
+    """Another iteration cost times `scale` (an engine sharing its CPU with a busy client, see
+    `StepCosts.continuous_engine_scale`)."""
+
+    inner: IterationCost
+    scale: float = 1.0
+
+    def iteration_time(self, running: int, context_tokens: int, prefill_tokens: int) -> float:
+        return self.scale * self.inner.iteration_time(running, context_tokens, prefill_tokens)
+
+
+@dataclass(frozen=True)
 class EngineLimits:
     """Scheduler limits of one engine (`SOURCES`)."""
 
@@ -238,7 +253,9 @@ class EngineLimits:
     max_num_batched_tokens: int = 3072
     kv_capacity_tokens: int = 1_984_000
     prefix_caching: bool = True
-    """A prompt is prefilled once per engine per generate call; its other draws reuse the cached prefix."""
+    """A prompt is prefilled once per engine per generate call; its other draws reuse the cached prefix. `False`:
+    every draw prefills its prompt (vLLM caches whole KV blocks only, so a prompt shorter than a block, 16 tokens
+    at least, is never reused)."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +269,30 @@ class StepCosts:
     reward_s_per_completion: float = 1.1e-3
     rescore_kept_rows: bool = True
     """Multi-round schedules score the kept rows once more after the rounds (the authors' `fit` loop)."""
+    # The rest is zero (or "overlapped") on the GPU setup; a CPU calibration of trl-ada's own server path sets them.
+    sampling_step_s: float = 0.0
+    """Fixed sampling cost per step, any schedule (trl-ada: one weight sync per step, the batch's set-up)."""
+    generate_request_s: float = 0.0
+    """HTTP/server overhead of one batched generate call (a round's request), client and server."""
+    request_s_per_completion: float = 0.0
+    """Per completion a batched generate call returns (output processing, JSON, client parsing)."""
+    round_s: float = 0.0
+    """Trainer-side cost of one round apart from generation and reward (TRL's batch set-up, gather, pool entries)."""
+    round_s_per_row: float = 0.0
+    continuous_driver: str = "overlapped"
+    """`"overlapped"`: draws resubmitted as results arrive, scoring off the critical path (the GPU model).
+    `"serial"`: trl-ada's driver loop (`trl_ada.continuous_schedule._drive`), see `run_continuous_serial`."""
+    draw_request_s: float = 0.0
+    """Serial driver: per one-draw request, the server/client time that requests queue for (FIFO, one at a time)."""
+    draw_latency_s: float = 0.0
+    """Serial driver: per one-draw request, latency on top of `draw_request_s` that does not queue."""
+    scoring_batch_s: float = 0.0
+    """Serial driver: trainer-side cost of one scoring batch (its round code on replayed completions), rewards apart."""
+    scoring_batch_s_per_row: float = 0.0
+    continuous_engine_scale: float = 1.0
+    """Serial driver: the engine's iteration time is multiplied by this (on a CPU server the driver process, which
+    scores or handles a request per draw while the engine decodes, competes with it for cores; a synchronous round's
+    caller just waits)."""
 
 
 @dataclass(frozen=True)
@@ -266,6 +307,13 @@ class Workload:
     completion_length_sigma: float = 0.5
     max_response_tokens: int = 2048
     wrong_length_factor: float = 1.0
+    prompts: tuple[tuple[float, int], ...] = ()
+    """Measured prompts, `(pass rate, prompt tokens)` (a CPU calibration): when set, `sample_population` draws from
+    them instead of the paper's mix (and `stage` changes nothing)."""
+    lengths_correct: tuple[int, ...] = ()
+    lengths_wrong: tuple[int, ...] = ()
+    """Measured completion lengths by outcome: when both are set, a completion's length is drawn from its outcome's
+    list (the lognormal and the truncation rule are not used)."""
 
 
 @dataclass(frozen=True)
@@ -300,12 +348,18 @@ def load_constants(path: Path, setup: Setup | None = None) -> Setup:
             cost = RooflineCost(shape=shape, **spec)
         else:
             raise ValueError(f"cost.model must be 'linear' or 'roofline', got {kind!r}")
+    workload = dict(data.get("workload", {}))
+    if "prompts" in workload:
+        workload["prompts"] = tuple((float(p), int(t)) for p, t in workload["prompts"])
+    for key in ("lengths_correct", "lengths_wrong"):
+        if key in workload:
+            workload[key] = tuple(int(v) for v in workload[key])
     return replace(
         setup,
         cost=cost,
         limits=replace(setup.limits, **data.get("limits", {})),
         step_costs=replace(setup.step_costs, **data.get("step_costs", {})),
-        workload=replace(setup.workload, **data.get("workload", {})),
+        workload=replace(setup.workload, **workload),
         engines=int(data.get("engines", setup.engines)),
         batch_prompts=int(data.get("batch_prompts", setup.batch_prompts)),
     )
@@ -390,7 +444,8 @@ class Engine:
             request = self.waiting[0]
             tokens = request.prompt_tokens + request.generated  # KV the request needs now
             # A prompt cached on this engine costs no prefill; a preempted request recomputes its own tokens.
-            charged = request.generated + (0 if request.prompt in self.cached_prompts else request.prompt_tokens)
+            cached = limits.prefix_caching and request.prompt in self.cached_prompts
+            charged = request.generated + (0 if cached else request.prompt_tokens)
             # Chunked prefill is folded into whole prompts: one oversized prompt still runs alone.
             if (prefill or self.running) and prefill + charged > budget:
                 break
@@ -537,6 +592,10 @@ class Prompt:
 def sample_population(count: int, workload: Workload, seed: int, stage: str = "start") -> list[Prompt]:
     """`count` prompts from the paper's mix; `stage="end"` raises every pass rate by its band's Table 5 gain."""
     rng = random.Random(seed)
+    if workload.prompts:
+        if stage not in ("start", "end"):
+            raise ValueError(f"stage must be 'start' or 'end', got {stage!r}")
+        return measured_population([rng.choice(workload.prompts) for _ in range(count)])
     weights = [band[0] for band in PAPER_POPULATION]
     total_sigma2 = workload.prompt_length_sigma**2 + workload.completion_length_sigma**2
     mu = math.log(workload.mean_completion_tokens) - total_sigma2 / 2  # so the mean length is the stated one
@@ -556,9 +615,16 @@ def sample_population(count: int, workload: Workload, seed: int, stage: str = "s
     return prompts
 
 
+def measured_population(prompts: Sequence[tuple[float, int]]) -> list[Prompt]:
+    """Prompts given as measured `(pass rate, prompt tokens)` pairs (lengths come from `Workload.lengths_*`)."""
+    return [Prompt(float(p), max(int(tokens), 1), 0.0) for p, tokens in prompts]
+
+
 def draw_completion(prompt: Prompt, workload: Workload, rng: random.Random) -> tuple[float, int]:
     """One completion's (reward, length): a truncated completion has no final answer and scores 0."""
     correct = rng.random() < prompt.pass_rate
+    if workload.lengths_correct and workload.lengths_wrong:
+        return (1.0, rng.choice(workload.lengths_correct)) if correct else (0.0, rng.choice(workload.lengths_wrong))
     length = rng.lognormvariate(prompt.log_length, workload.completion_length_sigma)
     if not correct:
         length *= workload.wrong_length_factor
@@ -731,10 +797,15 @@ class StepResult:
     preemptions: int
     mixed_share: float
     continuous_impl: str = ""
+    trainer_s: float = 0.0
+    """Trainer-side round cost outside generation and rewards (`StepCosts.round_s`; zero on the GPU setup)."""
+    scoring_batches: int = 0
+    scoring_s: float = 0.0
+    """Serial continuous driver only (diagnostics, inside `generation_s`): scoring batches and their time."""
 
     @property
     def step_s(self) -> float:
-        return self.generation_s + self.reward_s + self.sync_s + self.logprob_s + self.update_s
+        return self.generation_s + self.reward_s + self.sync_s + self.logprob_s + self.update_s + self.trainer_s
 
 
 def mixed_share(selection: Selection, threshold: float) -> float:
@@ -759,7 +830,8 @@ def run_rounds(sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: r
     """One step in synchronous rounds: each round is one generate call over every active prompt's requests."""
     cluster = Cluster(setup.cost, setup.limits, setup.engines)
     step = sampler.begin(len(prompts), list(range(len(prompts))))
-    generation = reward_time = 0.0
+    costs = setup.step_costs
+    generation = reward_time = trainer_time = 0.0
     calls = completions = finished_tokens = 0
     while requests := step.requests():
         batch = []
@@ -768,7 +840,9 @@ def run_rounds(sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: r
             for _ in range(count):
                 reward, length = draw_completion(prompt, setup.workload, rng)
                 batch.append(cluster.new_request(index, 0, prompt.prompt_tokens, length, reward))
-        generation += cluster.generate(batch)
+        # The request's own overhead (zero on the GPU setup) on top of the engine's time.
+        generation += cluster.generate(batch) + costs.generate_request_s + len(batch) * costs.request_s_per_completion
+        trainer_time += costs.round_s + len(batch) * costs.round_s_per_row
         calls += 1
         completions += len(batch)
         finished_tokens += sum(r.length for r in batch)
@@ -776,9 +850,11 @@ def run_rounds(sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: r
         step.observe(requests, [r.reward for r in batch])
     selection = step.finish()
     reward_time += rescoring_time(sampler, selection, setup.step_costs)
-    return _result(
+    result = _result(
         name, sampler, selection, setup, cluster, generation, reward_time, calls, completions, finished_tokens
     )
+    result.trainer_s = trainer_time
+    return result
 
 
 def rescoring_time(sampler: Sampler, selection: Selection, costs: StepCosts) -> float:
@@ -868,6 +944,141 @@ def run_continuous(
     return result
 
 
+def run_continuous_serial(
+    schedule: Schedule, sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: random.Random
+) -> StepResult:
+    """
+    One round-free step driven as trl-ada's `continuous_schedule._drive` drives a vLLM server: one loop that submits
+    what the scheduler asks for (each draw its own request), waits until at least one draw has come back, takes every
+    draw back by then, scores a "scoring batch" (each prompt whose next draw in submission order is back, one draw
+    each), and only then completes those draws in the scheduler, aborts the in-flight draws of exited prompts and
+    submits again. The engine keeps decoding while a batch is scored. Request overhead: each draw queues for
+    `draw_request_s` (one request at a time, FIFO) and then reaches the engine after `draw_latency_s`. A draw back but
+    not yet scored when its prompt exits is dropped (`dropped_draws`); one that finished but was not yet taken back is
+    aborted like a running one. The step's generation time is the whole loop, its scoring batches included.
+    """
+    costs = setup.step_costs
+    cost = (
+        setup.cost if costs.continuous_engine_scale == 1.0 else ScaledCost(setup.cost, costs.continuous_engine_scale)
+    )
+    cluster = Cluster(cost, setup.limits, setup.engines)
+    step, impl = make_continuous_step(sampler, len(prompts), list(range(len(prompts))))
+    live: dict[tuple[int, int], tuple[Engine, Request]] = {}
+    arrivals: list[tuple[float, int, Engine, Request]] = []  # sent, not yet at the engine
+    cancelled: set[int] = set()
+    back: list[Request] = []  # finished on the engine, not yet taken back by the driver
+    returned: list[dict[int, Request]] = [{} for _ in prompts]  # taken back, not yet scored
+    next_draw = [0] * len(prompts)
+    clock = {"now": 0.0, "queue_free": 0.0}
+    completions = finished_tokens = aborted_in_flight = dropped = batches = 0
+    scoring_total = 0.0
+
+    def submit_new() -> None:
+        for index, draw in step.to_submit():
+            prompt = prompts[index]
+            reward, length = draw_completion(prompt, setup.workload, rng)
+            engine = cluster.least_loaded()
+            request = cluster.new_request(index, draw, prompt.prompt_tokens, length, reward)
+            clock["queue_free"] = max(clock["queue_free"], clock["now"]) + costs.draw_request_s
+            heapq.heappush(arrivals, (clock["queue_free"] + costs.draw_latency_s, request.rid, engine, request))
+            live[(index, draw)] = (engine, request)
+
+    def advance(until: float | None) -> None:
+        """Run arrivals and engine iterations in time order, up to `until` or (`None`) until a draw finished."""
+        while True:
+            now = clock["now"]
+            for engine in cluster.engines:
+                if engine.pending_end is None and engine.has_work():
+                    engine.start_iteration(now)
+            next_arrival = arrivals[0][0] if arrivals else math.inf
+            busy = [e for e in cluster.engines if e.pending_end is not None]
+            next_end = min((e.pending_end for e in busy), default=math.inf)  # type: ignore[type-var]
+            upcoming = min(next_arrival, next_end)
+            if until is not None and upcoming > until:
+                clock["now"] = until
+                return
+            if upcoming == math.inf:
+                raise RuntimeError("the continuous scheduler stalled: prompts active, nothing in flight")
+            if next_arrival <= next_end:
+                _, rid, engine, request = heapq.heappop(arrivals)
+                clock["now"] = next_arrival
+                if rid not in cancelled:
+                    engine.submit(request)
+                continue
+            engine = min(busy, key=lambda e: (e.pending_end, e.index))
+            finished = engine.finish_iteration()
+            clock["now"] = engine.clock
+            back.extend(finished)
+            if until is None and finished:
+                return
+
+    while not step.done:
+        submit_new()
+        if not back and live:
+            advance(None)  # the driver's wait blocks while anything is in flight
+        for request in back:
+            completions += 1
+            finished_tokens += request.length
+            del live[(request.prompt, request.draw)]
+            returned[request.prompt][request.draw] = request
+        back.clear()
+        batch = [g for g in range(len(prompts)) if next_draw[g] in returned[g]]
+        if not batch:
+            if not live:
+                raise RuntimeError("continuous schedule: nothing in flight and nothing to score, yet not done")
+            continue
+        batches += 1
+        rows = len(batch)
+        scoring = (
+            costs.scoring_batch_s
+            + rows * costs.scoring_batch_s_per_row
+            + costs.reward_call_s
+            + rows * costs.reward_s_per_completion
+        )
+        scoring_total += scoring
+        advance(clock["now"] + scoring)
+        for g in batch:
+            request = returned[g].pop(next_draw[g])
+            aborts = step.complete(g, next_draw[g], request.reward, False)
+            next_draw[g] += 1
+            for prompt, draw in aborts:
+                if returned[prompt].pop(draw, None) is not None:
+                    dropped += 1
+                step.discard(prompt, draw)
+                if (prompt, draw) not in live:
+                    continue
+                owner, victim = live.pop((prompt, draw))
+                aborted_in_flight += 1
+                if victim in back:
+                    # Finished, not yet taken back: its connection is closed all the same (its tokens finished).
+                    back.remove(victim)
+                    finished_tokens += victim.length
+                elif any(r is victim for _, _, _, r in arrivals):
+                    cancelled.add(victim.rid)  # still on its way to the engine
+                else:
+                    owner.abort(victim)
+    if step.in_flight or live:
+        raise RuntimeError("draws left in flight after every prompt exited")
+    selection = step.finish()
+    result = _result(
+        schedule.name,
+        sampler,
+        selection,
+        setup,
+        cluster,
+        generation=clock["now"],
+        reward_time=0.0,  # inside the loop (scoring batches)
+        calls=1,
+        completions=completions,
+        finished_tokens=finished_tokens,
+    )
+    result.aborted_draws = aborted_in_flight
+    result.dropped_draws = dropped
+    result.continuous_impl = impl + " (serial driver)"
+    result.scoring_batches, result.scoring_s = batches, scoring_total
+    return result
+
+
 def _result(
     name: str,
     sampler: Sampler,
@@ -886,7 +1097,7 @@ def _result(
         schedule=name,
         generation_s=generation,
         reward_s=reward_time,
-        sync_s=calls * costs.generate_call_s,
+        sync_s=calls * costs.generate_call_s + costs.sampling_step_s,
         logprob_s=rows * costs.old_logprob_s_per_row,
         update_s=rows * costs.actor_update_s_per_row,
         generate_calls=calls,
@@ -913,7 +1124,9 @@ def run_schedule(
         _bernoulli_step(sampler, prompts, setup.workload, rng)
     results = []
     for _ in range(steps):
-        if schedule.mode == "continuous":
+        if schedule.mode == "continuous" and setup.step_costs.continuous_driver == "serial":
+            results.append(run_continuous_serial(schedule, sampler, prompts, setup, rng))
+        elif schedule.mode == "continuous":
             results.append(run_continuous(schedule, sampler, prompts, setup, rng))
         else:
             results.append(run_rounds(sampler, prompts, setup, rng, schedule.name))
@@ -987,6 +1200,7 @@ NUMERIC = (
     "prefill_tokens",
     "preemptions",
     "mixed_share",
+    "trainer_s",
 )
 
 

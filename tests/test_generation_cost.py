@@ -270,3 +270,152 @@ def test_seq_pos_uses_the_authors_positive_quota():
     assert all(
         s.settings.positive_quota == 1 for s in bench.schedules(seq_pos_quota=1) if s.name.startswith("seq_pos/")
     )
+
+
+# ---- the CPU calibration's components (benchmarks/calibrate_cpu_vllm.py) ------------------------------------------
+
+MEASURED = bench.Workload(
+    prompts=((0.0, 7), (0.25, 8), (1.0, 9)), lengths_correct=(3, 4), lengths_wrong=(5, 16), max_response_tokens=16
+)
+
+
+def test_measured_workload_draws_prompts_and_lengths_from_the_measurements():
+    prompts = bench.sample_population(200, MEASURED, seed=0, stage="end")
+    assert {(p.pass_rate, p.prompt_tokens) for p in prompts} == set(MEASURED.prompts)
+    rng = random.Random(1)
+    for prompt in prompts[:50]:
+        for _ in range(10):
+            reward, length = bench.draw_completion(prompt, MEASURED, rng)
+            assert length in (MEASURED.lengths_correct if reward == 1.0 else MEASURED.lengths_wrong)
+            assert prompt.pass_rate != 0.0 or reward == 0.0
+            assert prompt.pass_rate != 1.0 or reward == 1.0
+    assert bench.measured_population([(0.5, 0)]) == [bench.Prompt(0.5, 1, 0.0)]
+
+
+def test_load_constants_reads_the_measured_workload_and_cpu_step_costs(tmp_path):
+    path = tmp_path / "cpu.json"
+    path.write_text(
+        json.dumps(
+            {
+                "workload": {"prompts": [[0.5, 7], [0.0, 9]], "lengths_correct": [3], "lengths_wrong": [4, 16]},
+                "step_costs": {"continuous_driver": "serial", "draw_request_s": 0.002, "round_s": 0.03},
+                "step_prompts": [[1, 2]],  # extra keys are the calibration's own records
+            }
+        )
+    )
+    setup = bench.load_constants(path)
+    assert setup.workload.prompts == ((0.5, 7), (0.0, 9)) and setup.workload.lengths_wrong == (4, 16)
+    assert setup.step_costs.continuous_driver == "serial" and setup.step_costs.draw_request_s == 0.002
+    hash(setup.workload)  # tuples, not lists
+
+
+def test_round_overheads_add_exactly_to_the_engine_time():
+    costs = bench.StepCosts(
+        actor_update_s_per_row=0.0,
+        old_logprob_s_per_row=0.0,
+        generate_call_s=0.0,
+        reward_call_s=0.0,
+        reward_s_per_completion=0.0,
+        rescore_kept_rows=False,
+    )
+    plain = bench.Setup(cost=LINEAR, limits=ROOMY, step_costs=costs, workload=MEASURED, engines=1, batch_prompts=16)
+    extra = bench.replace(
+        plain,
+        step_costs=bench.replace(
+            costs,
+            sampling_step_s=0.5,
+            generate_request_s=0.01,
+            request_s_per_completion=1e-3,
+            round_s=0.02,
+            round_s_per_row=2e-3,
+        ),
+    )
+    schedule = next(s for s in bench.schedules() if s.name == "seq_balance/fixed")
+    prompts = bench.sample_population(16, MEASURED, seed=0)
+    (base,) = bench.run_schedule(schedule, prompts, plain, seed=1, steps=1)
+    (more,) = bench.run_schedule(schedule, prompts, extra, seed=1, steps=1)
+    assert (more.completions, more.generate_calls) == (base.completions, base.generate_calls)
+    calls, completions = base.generate_calls, base.completions
+    assert more.generation_s == pytest.approx(base.generation_s + 0.01 * calls + 1e-3 * completions, rel=1e-12)
+    assert more.trainer_s == pytest.approx(0.02 * calls + 2e-3 * completions, rel=1e-12)
+    assert base.trainer_s == 0.0 and more.sync_s == 0.5
+    assert more.step_s == pytest.approx(base.step_s + 0.5 + more.trainer_s + 0.01 * calls + 1e-3 * completions)
+
+
+def _serial_setup(**step_costs):
+    costs = bench.StepCosts(
+        actor_update_s_per_row=0.0,
+        old_logprob_s_per_row=0.0,
+        generate_call_s=0.0,
+        reward_call_s=0.0,
+        reward_s_per_completion=0.0,
+        rescore_kept_rows=False,
+        continuous_driver="serial",
+        **step_costs,
+    )
+    return bench.Setup(cost=LINEAR, limits=ROOMY, step_costs=costs, workload=MEASURED, engines=1, batch_prompts=16)
+
+
+@pytest.mark.parametrize("scale", [1.0, 2.5])
+def test_serial_driver_closed_form_one_draw_at_a_time(scale):
+    # One prompt that always passes never meets seq_balance's negative quota: it runs to the cap of 4 draws, one in
+    # flight at a time, each: queue + latency + engine (prefill, then decode; times `scale`) + its scoring batch.
+    setup = _serial_setup(
+        draw_request_s=0.003,
+        draw_latency_s=0.01,
+        scoring_batch_s=0.02,
+        scoring_batch_s_per_row=0.005,
+        continuous_engine_scale=scale,
+    )
+    setup = bench.replace(setup, workload=bench.replace(MEASURED, lengths_correct=(6,)))
+    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=1, max_rounds=4)
+    schedule = bench.Schedule("serial", settings, mode="continuous")
+    prompt = bench.measured_population([(1.0, 10)])
+    (result,) = bench.run_schedule(schedule, prompt, setup, seed=0, steps=1)
+    a, b, c, d = LINEAR.a, LINEAR.b, LINEAR.c, LINEAR.d
+    first = 6 * (a + b) + c * (6 * 10 + 15) + d * 10  # the prompt is prefilled once (cached afterwards)
+    cached = 6 * (a + b) + c * (6 * 10 + 15)
+    per_draw = 0.003 + 0.01 + 0.02 + 0.005
+    assert result.generation_s == pytest.approx(4 * per_draw + scale * (first + 3 * cached), rel=1e-9)
+    assert result.completions == 4 and result.rows_trained == 4 and result.aborted_draws == 0
+
+
+@pytest.mark.parametrize("policy", ["fixed", "predictive"])
+def test_serial_driver_aborts_never_reach_the_sampler(monkeypatch, policy):
+    spies = []
+    real = bench.make_continuous_step
+
+    def spying(sampler, num_prompts, keys):
+        step, impl = real(sampler, num_prompts, keys)
+        spies.append(_Spy(step))
+        return spies[-1], impl
+
+    monkeypatch.setattr(bench, "make_continuous_step", spying)
+    setup = _serial_setup(draw_request_s=1e-4, draw_latency_s=2e-3, scoring_batch_s=5e-3, scoring_batch_s_per_row=1e-3)
+    settings = SamplerSettings(
+        sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4, round_policy=policy
+    )
+    schedule = bench.Schedule("serial", settings, mode="continuous")
+    prompts = bench.measured_population([(p, 8) for p in (0.0, 0.1, 0.3, 0.5, 0.5, 0.7, 0.9, 1.0)] * 4)
+    (result,) = bench.run_schedule(schedule, prompts, setup, seed=3, steps=1)
+    (spy,) = spies
+    assert spy.aborted and not set(spy.completed) & spy.aborted
+    assert set(spy.discarded) == spy.aborted  # the driver discards every abort at once, as trl-ada's does
+    assert result.tokens_decoded == result.tokens_finished + result.tokens_aborted
+    # Draws sent = scored + dropped (back, not scored) + aborted before they were taken back.
+    assert spy.inner.stats.submitted == len(spy.completed) + result.dropped_draws + result.aborted_draws
+    assert result.completions == len(spy.completed) + result.dropped_draws
+    assert result.rows_trained == 32 * 4 and "serial driver" in result.continuous_impl
+    assert result.scoring_batches >= 4 and result.scoring_s == pytest.approx(
+        result.scoring_batches * 5e-3 + len(spy.completed) * 1e-3, rel=1e-9
+    )
+
+
+def test_without_prefix_caching_every_draw_prefills_its_prompt():
+    cluster = bench.Cluster(LINEAR, ROOMY, 1)
+    no_cache = bench.replace(ROOMY, prefix_caching=False)
+    requests = [_request(cluster, prompt=0, draw=d, prompt_tokens=10, length=3) for d in range(4)]
+    cached, uncached = bench.Cluster(LINEAR, ROOMY, 1), bench.Cluster(LINEAR, no_cache, 1)
+    cached.generate([bench.replace(r) for r in requests])
+    uncached.generate([bench.replace(r) for r in requests])
+    assert cached.prefill_tokens == 10 and uncached.prefill_tokens == 40
