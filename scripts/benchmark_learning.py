@@ -13,6 +13,19 @@ the completions generated so far and the wall time of its training steps. The re
 plus `objective=log` against `linear`, and the final held-out accuracy (mean and spread over seeds).
 
     python scripts/benchmark_learning.py --out benchmarks/results/learning [--steps 300 --seeds 0 1 2 --jobs 2]
+
+Finite mode (`--train_data`, issue 13): the runs train for `--epochs` passes over a fixed prompt set (every prompt
+once per epoch, DAPO's refills drawn from the same set) and are evaluated on a held-out set with a `band` column
+(both built by `recipes/finite-arithmetic/build_data.sh`), overall and per band. The report gives, per method, the
+final held-out pass rate with a 95% t-interval over seeds, the paired (same-seed) differences against DAPO and
+GRPO-n4 with their intervals, and the completions the best adaptive method needs to reach GRPO-n16's final, as
+`table.md` and `summary.json`, with plots:
+
+    python scripts/benchmark_learning.py --out benchmarks/results/finite/mix \\
+        --train_data benchmarks/results/finite/data/train_mix.jsonl \\
+        --heldout_data benchmarks/results/finite/data/heldout_mix.jsonl \\
+        --epochs 8 --prompts_per_step 20 --eval_every 25 --eval_samples 2 --learning_rate 1e-4 \\
+        --seeds 0 1 2 3 4 --jobs 2
 """
 
 from __future__ import annotations
@@ -27,7 +40,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 logger = logging.getLogger("benchmark_learning")
 
@@ -47,26 +62,81 @@ METHODS: dict[str, tuple[str, dict]] = {
     ),
     # The paper's Est spends 8 completions per prompt on average and trains on all of them.
     "est": ("Est (budget 8)", {"sampler": "est", "num_generations": 8}),
+    # The best round policy of BENCHMARKS.md ("Round policies"): request sizes from a tracker that remembers prompts
+    # across epochs, which a finite set gives it.
+    "seq_balance_tracked": (
+        "Seq-balance, tracked rounds",
+        {
+            "sampler": "seq_balance",
+            "num_generations": 4,
+            "round_size": 8,
+            "max_rounds": 4,
+            "round_policy": "tracked",
+            "round_confidence": 0.7,
+        },
+    ),
+    "seq_balance_predictive": (
+        "Seq-balance, predictive rounds",
+        {
+            "sampler": "seq_balance",
+            "num_generations": 4,
+            "round_size": 8,
+            "max_rounds": 4,
+            "round_policy": "predictive",
+            "round_confidence": 0.7,
+        },
+    ),
+    # What the authors' released code does: no std scaling of the advantages, weight 1.
+    "seq_balance_authors": (
+        "Seq-balance, authors' setting",
+        {
+            "sampler": "seq_balance",
+            "num_generations": 4,
+            "round_size": 8,
+            "max_rounds": 4,
+            "scale_rewards": "none",
+            "objective": "linear",
+        },
+    ),
 }
 
+# The stream comparison's default methods (its published table); the finite comparison adds the round policy and the
+# authors' setting.
+STREAM_METHODS = ["grpo_n4", "grpo_n8", "grpo_n16", "dapo", "seq_pos", "seq_balance", "seq_balance_log", "est"]
+FINITE_METHODS = [
+    "grpo_n4",
+    "grpo_n8",
+    "grpo_n16",
+    "dapo",
+    "seq_pos",
+    "seq_balance",
+    "seq_balance_tracked",
+    "est",
+    "seq_balance_log",
+    "seq_balance_authors",
+]
+# Reinforce-Ada's own methods: the candidates for "best adaptive method" (DAPO is the peer baseline, not one of them).
+ADAPTIVE_METHODS = (
+    "seq_pos",
+    "seq_balance",
+    "seq_balance_tracked",
+    "seq_balance_predictive",
+    "est",
+    "seq_balance_log",
+    "seq_balance_authors",
+)
+# Paired differences are taken against these, when they ran.
+PAIRED_REFERENCES = ("dapo", "grpo_n4")
 
-def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: int, lr: float, out: Path) -> dict:
-    """One training run (called in a child process); returns its curve and final numbers."""
-    import torch
-    from transformers import TrainerCallback
 
-    from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-    from trl_ada.tasks.arithmetic import accuracy_by_level, exact_match_reward, held_out_problems, make_dataset
-    from trl_ada.tiny import load_tiny_arith_model
+def make_config(method: str, seed: int, steps: int, lr: float, out: Path, prompts_per_step: int) -> Any:
+    """The `AdaGRPOConfig` of one run: the method's overrides on the settings every method shares."""
+    from trl_ada import AdaGRPOConfig
 
-    torch.set_num_threads(1)
-    label, overrides = METHODS[method]
-    n = overrides["num_generations"]
-    model, tokenizer = load_tiny_arith_model()
-    heldout = held_out_problems(heldout_size, seed=1234)
-    config = AdaGRPOConfig(
+    overrides = METHODS[method][1]
+    return AdaGRPOConfig(
         output_dir=str(out / f"{method}-seed{seed}"),
-        per_device_train_batch_size=PROMPTS_PER_STEP * n,
+        per_device_train_batch_size=prompts_per_step * overrides["num_generations"],
         max_completion_length=8,
         temperature=1.0,
         learning_rate=lr,
@@ -82,6 +152,23 @@ def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: i
         seed=seed,
         **overrides,
     )
+
+
+def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: int, lr: float, out: Path) -> dict:
+    """One training run (called in a child process); returns its curve and final numbers."""
+    import torch
+    from transformers import TrainerCallback
+
+    from trl_ada import AdaGRPOTrainer
+    from trl_ada.tasks.arithmetic import accuracy_by_level, exact_match_reward, held_out_problems, make_dataset
+    from trl_ada.tiny import load_tiny_arith_model
+
+    torch.set_num_threads(1)
+    label, overrides = METHODS[method]
+    n = overrides["num_generations"]
+    model, tokenizer = load_tiny_arith_model()
+    heldout = held_out_problems(heldout_size, seed=1234)
+    config = make_config(method, seed, steps, lr, out, PROMPTS_PER_STEP)
     curve: list[dict] = []
 
     def evaluate(trainer_model) -> float:
@@ -219,30 +306,564 @@ def plot(summary: dict, out: Path) -> Path:
     return path
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Finite mode: epochs over a fixed prompt set, held-out pass rate per band, intervals over seeds
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def load_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines prompt set (as `recipes/finite-arithmetic/build_data.sh` writes them)."""
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def band_sort_key(band: str) -> tuple[float, int, float]:
+    """Orders band labels such as ``"[0, 0]"``, ``"(0, 0.2]"`` by their lower end (closed before open), then upper."""
+    try:
+        low, high = (float(part) for part in band.strip("[]()").split(","))
+    except ValueError:  # not an interval: after the intervals, by name
+        return (math.inf, 0, math.inf)
+    return (low, 0 if band.startswith("[") else 1, high)
+
+
+def steps_per_epoch(train_size: int, prompts_per_step: int) -> int:
+    """Optimizer steps in one pass over the set: TRL's sampler drops an epoch's last, incomplete batch."""
+    return train_size // prompts_per_step
+
+
+def epoch_visits(visits: Sequence[Sequence[int]], per_epoch: int) -> list[dict[str, int]]:
+    """Per epoch: the distinct rows scored and the most steps any row was scored in (1 when no row came twice).
+
+    ``visits[k]`` holds the rows scored during optimizer step ``k`` (its batch, plus DAPO's refills).
+    """
+    stats = []
+    for start in range(0, len(visits), per_epoch):
+        counts: dict[int, int] = {}
+        for step in visits[start : start + per_epoch]:
+            for row in set(step):
+                counts[row] = counts.get(row, 0) + 1
+        stats.append({"distinct": len(counts), "max_steps_per_row": max(counts.values(), default=0)})
+    return stats
+
+
+def run_finite(
+    method: str,
+    seed: int,
+    steps: int,
+    eval_every: int,
+    lr: float,
+    out: Path,
+    *,
+    train_data: Path,
+    heldout_data: Path,
+    eval_samples: int,
+    prompts_per_step: int,
+) -> dict:
+    """One training run over a finite prompt set (called in a child process); returns its curve and final numbers.
+
+    Every curve point holds the held-out pass rate overall and per ``band`` of the held-out set, the completions
+    generated so far (counted where they are scored, so rounds, Est's budgets and DAPO's refills are all in) and the
+    training wall time (the trainer's ``step_time``, evaluation excluded).
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+
+    from trl_ada import AdaGRPOTrainer
+    from trl_ada.tasks.arithmetic import accuracy_by_level, exact_match_reward
+    from trl_ada.tiny import load_tiny_arith_model
+
+    torch.set_num_threads(1)
+    label, _ = METHODS[method]
+    model, tokenizer = load_tiny_arith_model()
+    rows = load_rows(train_data)
+    heldout_rows = load_rows(heldout_data)
+    for path, table, needed in ((train_data, rows, ()), (heldout_data, heldout_rows, ("band",))):
+        missing = sorted({key for row in table for key in ("prompt", "answer", *needed) if key not in row})
+        if missing or not table:
+            raise ValueError(
+                f"{path} must be a non-empty JSON-lines set with {('prompt', 'answer', *needed)}: {missing}"
+            )
+    # accuracy_by_level groups by its "level" key: handing it the band there gives the per-band pass rates.
+    heldout = [{"prompt": row["prompt"], "answer": row["answer"], "level": row["band"]} for row in heldout_rows]
+    per_epoch = steps_per_epoch(len(rows), prompts_per_step)
+    if per_epoch < 1:
+        raise ValueError(f"The training set ({len(rows)} prompts) is smaller than one step ({prompts_per_step}).")
+    if len(rows) % prompts_per_step:
+        logger.warning(
+            "%d prompts, %d per step: each epoch skips %d prompts (a different few each time).",
+            len(rows),
+            prompts_per_step,
+            len(rows) % prompts_per_step,
+        )
+    config = make_config(method, seed, steps, lr, out, prompts_per_step)
+    # prompt and answer, plus level and band when every row has them (the reward ignores them; they ride along).
+    keys = ["prompt", "answer", *(key for key in ("level", "band") if all(key in row for row in rows))]
+    columns = {key: [row[key] for row in rows] for key in keys}
+    dataset = Dataset.from_dict({**columns, "row_index": list(range(len(rows)))})
+
+    visits: list[set[int]] = []  # rows scored during each optimizer step
+    scored: list[int] = []  # completions scored during each optimizer step
+    trainer: Any = None
+
+    def exact_match(completions: list[Any], answer: list[str], row_index: list[int], **kwargs: Any) -> list[float]:
+        """The task's reward; also records which rows the step scored and how many completions it generated."""
+        step = trainer.state.global_step  # steps finished so far: the one being computed is index `step`
+        while len(visits) <= step:
+            visits.append(set())
+            scored.append(0)
+        visits[step].update(row_index)
+        scored[step] += len(completions)
+        return exact_match_reward(completions, answer)
+
+    def evaluate(trainer_model: Any) -> tuple[float, dict[str, float]]:
+        result = accuracy_by_level(
+            trainer_model, tokenizer, heldout, temperature=1.0, num_samples=eval_samples, max_new_tokens=8, seed=seed
+        )
+        return result["overall"], dict(result["per_level"])
+
+    curve: list[dict] = []
+
+    def point(step: int, trainer_model: Any) -> dict:
+        overall, bands = evaluate(trainer_model)
+        # train_seconds is filled in after training: on_step_end runs before the step's own log entry is written.
+        return {
+            "step": step,
+            "epoch": step / per_epoch,
+            "heldout": overall,
+            "bands": bands,
+            "samples": float(sum(scored[:step])),
+            "train_seconds": 0.0,
+        }
+
+    class HeldOut(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % eval_every == 0 or state.global_step == steps:
+                curve.append(point(state.global_step, model))
+
+    trainer = AdaGRPOTrainer(
+        model, [exact_match], args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[HeldOut()]
+    )
+    started = time.perf_counter()
+    start = point(0, trainer.model)
+    trainer.train()
+    entries = [e for e in trainer.state.log_history if "step_time" in e]
+    for entry in [start, *curve]:
+        entry["train_seconds"] = sum(e["step_time"] for e in entries if e["step"] <= entry["step"])
+    return {
+        "method": method,
+        "label": label,
+        "seed": seed,
+        "train_size": len(rows),
+        "heldout_size": len(heldout),
+        "prompts_per_step": prompts_per_step,
+        "steps_per_epoch": per_epoch,
+        "start_heldout": start["heldout"],
+        "curve": [start, *curve],
+        "median_step_seconds": statistics.median(e["step_time"] for e in entries),
+        "step_seconds": [e["step_time"] for e in entries],
+        "run_seconds": time.perf_counter() - started,
+        "epoch_visits": epoch_visits([sorted(v) for v in visits], per_epoch),
+        "visits": [sorted(v) for v in visits],
+        "completions_per_step": scored,
+    }
+
+
+def t_quantile(probability: float, df: int) -> float:
+    """The ``probability`` quantile of Student's t with ``df`` degrees of freedom (bisection on its CDF).
+
+    The CDF is the regularised incomplete beta function, evaluated by its continued fraction (Lentz), so no scipy is
+    needed; accurate to ~1e-10, e.g. ``t_quantile(0.975, 4) = 2.7764451``.
+    """
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}.")
+    if not 0 < probability < 1:
+        raise ValueError(f"probability must be in (0, 1), got {probability}.")
+
+    def incomplete_beta(a: float, b: float, x: float, y: float) -> float:
+        """I_x(a, b), with ``y = 1 - x`` passed in exactly (it is tiny where the t-CDF is needed most)."""
+        if x <= 0:
+            return 0.0
+        if y <= 0:
+            return 1.0
+        if x > (a + 1) / (a + b + 2):  # the continued fraction converges fast only below the mean
+            return 1.0 - incomplete_beta(b, a, y, x)
+        log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(y)
+        tiny = 1e-300
+        c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        fraction = d
+        for m in range(1, 300):
+            for numerator in (
+                m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+            ):
+                d = 1.0 + numerator * d
+                d = 1.0 / (d if abs(d) > tiny else tiny)
+                c = 1.0 + numerator / c
+                c = c if abs(c) > tiny else tiny
+                fraction *= c * d
+            if abs(c * d - 1.0) < 1e-15:
+                break
+        return math.exp(log_front) * fraction / a
+
+    def upper_tail(t: float) -> float:  # P(T > t) for t >= 0
+        return 0.5 * incomplete_beta(df / 2, 0.5, df / (df + t * t), t * t / (df + t * t))
+
+    # The distribution is symmetric: solve in the upper half, where the tail is computed without cancellation.
+    if probability == 0.5:
+        return 0.0
+    tail = 1.0 - probability if probability > 0.5 else probability
+    low, high = 0.0, 1.0
+    while upper_tail(high) > tail:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if upper_tail(middle) > tail:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-12:
+            break
+    value = (low + high) / 2
+    return value if probability > 0.5 else -value
+
+
+def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
+    """Mean and two-sided t-interval over independent values (seeds): ``mean ± t_{(1+c)/2, n-1} · sd / sqrt(n)``.
+
+    Returns ``{"mean", "ci_low", "ci_high", "half_width", "sd", "n"}``; with one value the interval is unknown
+    (``None``).
+    """
+    values = [float(value) for value in values]
+    if not values:
+        return {"mean": None, "ci_low": None, "ci_high": None, "half_width": None, "sd": None, "n": 0}
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"mean": mean, "ci_low": None, "ci_high": None, "half_width": None, "sd": None, "n": 1}
+    sd = statistics.stdev(values)
+    half = t_quantile((1 + confidence) / 2, len(values) - 1) * sd / math.sqrt(len(values))
+    return {
+        "mean": mean,
+        "ci_low": mean - half,
+        "ci_high": mean + half,
+        "half_width": half,
+        "sd": sd,
+        "n": len(values),
+    }
+
+
+def paired_difference(runs: Sequence[dict], reference: Sequence[dict], value: Any) -> dict[str, Any]:
+    """Mean and t-interval of ``value(run) - value(reference run)`` over the seeds both ran (paired by seed)."""
+    by_seed = {run["seed"]: run for run in reference}
+    seeds = sorted(run["seed"] for run in runs if run["seed"] in by_seed)
+    mine = {run["seed"]: run for run in runs}
+    result = mean_ci([value(mine[seed]) - value(by_seed[seed]) for seed in seeds])
+    result["seeds"] = seeds
+    return result
+
+
+def _final(run: dict) -> float:
+    return run["curve"][-1]["heldout"]
+
+
+def _final_band(band: str) -> Any:
+    return lambda run: run["curve"][-1]["bands"].get(band, math.nan)
+
+
+def finite_curve(runs: Sequence[dict], bands: Sequence[str]) -> list[dict]:
+    """The runs of one method averaged point by point (same evaluation steps), with t-intervals over seeds."""
+    points = []
+    for i in range(min(len(run["curve"]) for run in runs)):
+        overall = mean_ci([run["curve"][i]["heldout"] for run in runs])
+        per_band = {band: mean_ci([run["curve"][i]["bands"].get(band, math.nan) for run in runs]) for band in bands}
+        points.append(
+            {
+                **{key: statistics.fmean(run["curve"][i][key] for run in runs) for key in ("step", "epoch")},
+                **{
+                    key: statistics.fmean(run["curve"][i][key] for run in runs) for key in ("samples", "train_seconds")
+                },
+                "heldout": overall["mean"],
+                "heldout_ci": [overall["ci_low"], overall["ci_high"]],
+                "bands": {band: per_band[band]["mean"] for band in bands},
+                "bands_ci": {band: [per_band[band]["ci_low"], per_band[band]["ci_high"]] for band in bands},
+            }
+        )
+    return points
+
+
+def summarize_finite(results: list[dict]) -> dict:
+    """Per method: final held-out pass rate overall and per band with 95% t-intervals over seeds, completions and
+    time; paired differences against DAPO and GRPO-n4; completions for the best adaptive method to reach GRPO-n16's
+    final held-out."""
+    by_method: dict[str, list[dict]] = {}
+    for result in results:
+        by_method.setdefault(result["method"], []).append(result)
+    bands = sorted({band for run in results for band in run["curve"][-1]["bands"]}, key=band_sort_key)
+    table: dict[str, Any] = {}
+    for method, runs in by_method.items():
+        runs.sort(key=lambda run: run["seed"])
+        table[method] = {
+            "label": runs[0]["label"],
+            "seeds": [run["seed"] for run in runs],
+            "epochs": runs[0]["curve"][-1]["epoch"],
+            "steps": runs[0]["curve"][-1]["step"],
+            "start_heldout": mean_ci([run["start_heldout"] for run in runs]),
+            "final_heldout": mean_ci([_final(run) for run in runs]),
+            "final_bands": {band: mean_ci([_final_band(band)(run) for run in runs]) for band in bands},
+            "samples_total": mean_ci([run["curve"][-1]["samples"] for run in runs]),
+            "train_seconds": mean_ci([run["curve"][-1]["train_seconds"] for run in runs]),
+            "median_step_seconds": statistics.fmean(run["median_step_seconds"] for run in runs),
+            "epoch_visits": [run["epoch_visits"] for run in runs],
+            "curve": finite_curve(runs, bands),
+        }
+    paired: dict[str, dict[str, Any]] = {}
+    for reference in PAIRED_REFERENCES:
+        if reference not in by_method:
+            continue
+        paired[reference] = {
+            method: {
+                "overall": paired_difference(runs, by_method[reference], _final),
+                "bands": {band: paired_difference(runs, by_method[reference], _final_band(band)) for band in bands},
+            }
+            for method, runs in by_method.items()
+            if method != reference
+        }
+    return {
+        "bands": bands,
+        "methods": table,
+        "paired": paired,
+        "completions_to_grpo_n16_final": completions_to_target(by_method, table),
+    }
+
+
+def completions_to_target(by_method: dict[str, list[dict]], table: dict[str, Any]) -> dict[str, Any] | None:
+    """Completions the best adaptive method (highest mean final held-out) generates to first reach GRPO-n16's final
+    held-out pass rate, over the completions GRPO-n16 generates to reach it (< 1: fewer).
+
+    ``ratio`` compares the mean curves against the mean final; ``per_seed`` pairs each seed's curves against that
+    seed's GRPO-n16 final (``inf``: never reached within the run).
+    """
+    adaptive = [method for method in ADAPTIVE_METHODS if method in table]
+    if "grpo_n16" not in table or not adaptive:
+        return None
+    best = max(adaptive, key=lambda method: table[method]["final_heldout"]["mean"])
+    target = table["grpo_n16"]["final_heldout"]["mean"]
+    best_samples = first_reach(table[best]["curve"], "samples", target)
+    reference_samples = first_reach(table["grpo_n16"]["curve"], "samples", target)
+    per_seed = {}
+    references = {run["seed"]: run for run in by_method["grpo_n16"]}
+    for run in by_method[best]:
+        if run["seed"] in references:
+            reference = references[run["seed"]]
+            goal = _final(reference)
+            per_seed[run["seed"]] = first_reach(run["curve"], "samples", goal) / max(
+                first_reach(reference["curve"], "samples", goal), 1e-9
+            )
+    finite = [value for value in per_seed.values() if math.isfinite(value)]
+    return {
+        "best_adaptive": best,
+        "target_heldout": target,
+        "samples_best": best_samples,
+        "samples_grpo_n16": reference_samples,
+        "ratio": best_samples / max(reference_samples, 1e-9),
+        "per_seed": per_seed,
+        "per_seed_reached": len(finite),
+        "per_seed_ratio": mean_ci(finite) if len(finite) == len(per_seed) else None,
+    }
+
+
+def _fmt(stat: dict[str, Any], signed: bool = False) -> str:
+    """``0.462 [0.441, 0.483]`` (or ``+0.012 [-0.004, +0.028]``); the interval is left out when unknown."""
+    if stat["mean"] is None or not math.isfinite(stat["mean"]):
+        return "n/a"
+    spec = "+.3f" if signed else ".3f"
+    if stat["ci_low"] is None:
+        return format(stat["mean"], spec)
+    return f"{stat['mean']:{spec}} [{stat['ci_low']:{spec}}, {stat['ci_high']:{spec}}]"
+
+
+def finite_table(summary: dict) -> str:
+    """The markdown tables of a finite run: final held-out per band, paired differences, the completions ratio."""
+    bands = summary["bands"]
+    methods = summary["methods"]
+    seeds = max((len(method["seeds"]) for method in methods.values()), default=0)
+    lines = [
+        f"Final held-out pass rate (T=1): mean [95% t-interval over {seeds} seeds]",
+        "",
+        "| method | seeds | epochs | overall | " + " | ".join(bands) + " | completions | train s | s/step |",
+        "|---|---:|---:|---:|" + "---:|" * len(bands) + "---:|---:|---:|",
+    ]
+    for method in methods.values():
+        cells = [_fmt(method["final_heldout"]), *(_fmt(method["final_bands"][band]) for band in bands)]
+        lines.append(
+            f"| {method['label']} | {len(method['seeds'])} | {method['epochs']:.2f} | "
+            + " | ".join(cells)
+            + f" | {method['samples_total']['mean']:,.0f} | {method['train_seconds']['mean']:.1f} | "
+            f"{method['median_step_seconds']:.3f} |"
+        )
+    for reference, rows in summary["paired"].items():
+        lines += [
+            "",
+            f"Paired difference against {methods[reference]['label']} (same seed), final held-out: mean [95% t-interval]",
+            "",
+            "| method | seeds | overall | " + " | ".join(bands) + " |",
+            "|---|---:|---:|" + "---:|" * len(bands),
+        ]
+        for method, row in rows.items():
+            cells = [_fmt(row["overall"], signed=True), *(_fmt(row["bands"][band], signed=True) for band in bands)]
+            lines.append(
+                f"| {methods[method]['label']} | {len(row['overall']['seeds'])} | " + " | ".join(cells) + " |"
+            )
+    ratio = summary["completions_to_grpo_n16_final"]
+    if ratio is not None:
+        per_seed = ratio["per_seed_ratio"]
+        lines += [
+            "",
+            f"Completions for the best adaptive method ({methods[ratio['best_adaptive']]['label']}) to reach "
+            f"GRPO-n16's final held-out ({ratio['target_heldout']:.3f}): {ratio['samples_best']:,.0f} against "
+            f"{ratio['samples_grpo_n16']:,.0f}, ratio **{ratio['ratio']:.3f}** (mean curves); per seed "
+            + (
+                _fmt(per_seed)
+                if per_seed is not None
+                else f"reached in {ratio['per_seed_reached']} of {len(ratio['per_seed'])} seeds"
+            )
+            + ".",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def plot_finite(summary: dict, out: Path) -> list[Path]:
+    """``learning_curves.png`` (overall held-out against steps, completions and wall time, 95% bands over seeds) and
+    ``band_curves.png`` (held-out per band against steps)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def band_fill(ax: Any, xs: list[float], intervals: list[list[float | None]]) -> None:
+        if all(low is not None for low, _ in intervals):
+            ax.fill_between(xs, [low for low, _ in intervals], [high for _, high in intervals], alpha=0.15)
+
+    paths = []
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), dpi=100)
+    for key, ax, xlabel in zip(
+        ("step", "samples", "train_seconds"),
+        axes,
+        ("optimizer steps", "completions generated", "training wall time (s, one core)"),
+        strict=True,
+    ):
+        for method in summary["methods"].values():
+            curve = method["curve"]
+            xs = [p[key] for p in curve]
+            ax.plot(xs, [p["heldout"] for p in curve], marker="o", markersize=3, label=method["label"])
+            band_fill(ax, xs, [p["heldout_ci"] for p in curve])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("held-out pass rate (T=1)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Finite prompt set: held-out pass rate against steps, completions and wall time (mean, 95% CI)")
+    fig.tight_layout()
+    paths.append(out / "learning_curves.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    bands = summary["bands"]
+    fig, axes = plt.subplots(1, max(len(bands), 1), figsize=(4.2 * max(len(bands), 1), 4), dpi=100, squeeze=False)
+    for band, ax in zip(bands, axes[0], strict=False):
+        for method in summary["methods"].values():
+            curve = method["curve"]
+            xs = [p["step"] for p in curve]
+            ax.plot(xs, [p["bands"][band] for p in curve], marker="o", markersize=2, label=method["label"])
+            band_fill(ax, xs, [p["bands_ci"][band] for p in curve])
+        ax.set_title(f"held-out band {band}")
+        ax.set_xlabel("optimizer steps")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out pass rate (T=1)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "band_curves.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/learning"))
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results folder (default: benchmarks/results/learning; finite mode: benchmarks/results/finite/<train set>)",
+    )
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        choices=list(METHODS),
+        help=f"default: {' '.join(STREAM_METHODS)}; finite mode: {' '.join(FINITE_METHODS)}",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--eval_every", type=int, default=25)
     parser.add_argument("--heldout_size", type=int, default=600)
     parser.add_argument("--learning_rate", type=float, default=3e-5)
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one CPU thread each)")
+    finite = parser.add_argument_group("finite mode (a fixed training set, visited for several epochs)")
+    finite.add_argument("--train_data", type=Path, default=None, help="JSON-lines training set (prompt, answer, ...)")
+    finite.add_argument("--heldout_data", type=Path, default=None, help="JSON-lines held-out set with a 'band' column")
+    finite.add_argument("--epochs", type=int, default=None, help="passes over --train_data (instead of --steps)")
+    finite.add_argument("--prompts_per_step", type=int, default=None, help=f"default {PROMPTS_PER_STEP}")
+    finite.add_argument("--eval_samples", type=int, default=None, help="held-out completions per prompt (default 1)")
     parser.add_argument("--run", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    is_finite = args.train_data is not None
+    if is_finite:
+        if args.heldout_data is None:
+            parser.error("--train_data needs --heldout_data (a held-out set with a 'band' column).")
+    elif any(v is not None for v in (args.heldout_data, args.epochs, args.prompts_per_step, args.eval_samples)):
+        parser.error("--heldout_data, --epochs, --prompts_per_step and --eval_samples need --train_data.")
+    if args.out is None:
+        args.out = (
+            Path("benchmarks/results/finite") / args.train_data.stem
+            if is_finite
+            else Path("benchmarks/results/learning")
+        )
+    if args.methods is None:
+        args.methods = list(FINITE_METHODS if is_finite else STREAM_METHODS)
+    prompts_per_step = args.prompts_per_step or PROMPTS_PER_STEP
+    eval_samples = args.eval_samples or 1
     args.out.mkdir(parents=True, exist_ok=True)
 
     if args.run:  # child process: one run, written as JSON
         method, seed = args.run[0], int(args.run[1])
         with tempfile.TemporaryDirectory() as scratch:  # the trainers' output dirs are not results
-            result = run_one(
-                method, seed, args.steps, args.eval_every, args.heldout_size, args.learning_rate, Path(scratch)
-            )
+            if is_finite:
+                result = run_finite(
+                    method,
+                    seed,
+                    args.steps,
+                    args.eval_every,
+                    args.learning_rate,
+                    Path(scratch),
+                    train_data=args.train_data,
+                    heldout_data=args.heldout_data,
+                    eval_samples=eval_samples,
+                    prompts_per_step=prompts_per_step,
+                )
+            else:
+                result = run_one(
+                    method, seed, args.steps, args.eval_every, args.heldout_size, args.learning_rate, Path(scratch)
+                )
         (args.out / "runs" / f"{method}-seed{seed}.json").write_text(json.dumps(result))
         return 0
 
+    steps = args.steps
+    if is_finite and args.epochs is not None:
+        steps = args.epochs * steps_per_epoch(len(load_rows(args.train_data)), prompts_per_step)
+        if steps < 1:
+            parser.error(f"{args.train_data} holds fewer prompts than one step ({prompts_per_step}).")
     (args.out / "runs").mkdir(exist_ok=True)
     pending = [(m, s) for s in args.seeds for m in args.methods]
     running: list[tuple[subprocess.Popen, str, int, float]] = []
@@ -251,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         str(args.out),
         "--steps",
-        str(args.steps),
+        str(steps),
         "--eval_every",
         str(args.eval_every),
         "--heldout_size",
@@ -259,6 +880,10 @@ def main(argv: list[str] | None = None) -> int:
         "--learning_rate",
         str(args.learning_rate),
     ]
+    if is_finite:  # the child gets the step count, not the epochs
+        common += ["--train_data", str(args.train_data), "--heldout_data", str(args.heldout_data)]
+        common += ["--prompts_per_step", str(prompts_per_step), "--eval_samples", str(eval_samples)]
+    failed = []
     while pending or running:
         while pending and len(running) < args.jobs:
             method, seed = pending.pop(0)
@@ -273,6 +898,8 @@ def main(argv: list[str] | None = None) -> int:
             if process.poll() is not None:
                 running.remove(entry)
                 status = "ok" if process.returncode == 0 else f"FAILED ({process.returncode})"
+                if process.returncode != 0:
+                    failed.append(f"{method}-seed{seed}")
                 logger.info("%s seed %d: %s in %.0f s", method, seed, status, time.time() - started)
     results = []
     for method in args.methods:
@@ -280,6 +907,8 @@ def main(argv: list[str] | None = None) -> int:
             path = args.out / "runs" / f"{method}-seed{seed}.json"
             if path.exists():
                 results.append(json.loads(path.read_text()))
+    if is_finite:
+        return report_finite(args, results, steps, prompts_per_step, eval_samples, failed)
     summary = summarize(results)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(summary, args.out)
@@ -293,6 +922,43 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in summary["ratios"].items():
         print(f"{name}: {value:.3f}")
     return 0
+
+
+def report_finite(
+    args: argparse.Namespace,
+    results: list[dict],
+    steps: int,
+    prompts_per_step: int,
+    eval_samples: int,
+    failed: list[str],
+) -> int:
+    """Writes a finite run's ``summary.json``, ``table.md`` and plots, prints the table; 1 when a run failed."""
+    if not results:
+        logger.error("No run finished; see %s/runs/*.log.", args.out)
+        return 1
+    summary = summarize_finite(results)
+    summary["settings"] = {
+        "train_data": str(args.train_data),
+        "heldout_data": str(args.heldout_data),
+        "epochs": args.epochs,
+        "steps": steps,
+        "prompts_per_step": prompts_per_step,
+        "eval_every": args.eval_every,
+        "eval_samples": eval_samples,
+        "learning_rate": args.learning_rate,
+        "seeds": args.seeds,
+        "methods": args.methods,
+    }
+    summary["failed_runs"] = failed
+    # Not strict JSON for never-reached targets (inf), like the stream summary: Python's json reads it back.
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    table = finite_table(summary)
+    (args.out / "table.md").write_text(table)
+    plot_finite(summary, args.out)
+    print(table)
+    if failed:
+        logger.error("Failed runs: %s (see %s/runs/*.log).", ", ".join(failed), args.out)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

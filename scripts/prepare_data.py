@@ -21,7 +21,14 @@ The paper's moderate set (discard pass rate > 0.375 and 0 correct of 16) and its
         --pass_rate_band 0 0.375 --output data/openr1_moderate.parquet       # band (0, 0.375]: 1..6 of 16
     python scripts/prepare_data.py ... --correct_range 1 2 --output data/openr1_hard.parquet
 
-Without --pass_rate_band/--correct_range, stages 1-3 run and no model is sampled.
+Instead of one band, --band_mix selects a set with given counts per band (stage 5), e.g. 1,000 prompts in the
+paper's training mix (984/3,082/870/63 of 4,999 prompts at pass rate 0, (0, 0.2], (0.2, 0.5], above 0.5), each
+prompt's band written in a ``band`` column:
+
+    python scripts/prepare_data.py ... --band_mix "[0,0]:984" "(0,0.2]:3082" "(0.2,0.5]:870" "(0.5,1]:63" \\
+        --mix_total 1000 --output data/mix.jsonl
+
+Without --pass_rate_band/--correct_range/--band_mix, stages 1-3 run and no model is sampled.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import random
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,6 +113,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar=("MIN", "MAX"),
         help="Keep prompts with MIN..MAX correct samples (both included). The paper's hard set: 1 2 (of 16).",
     )
+    band.add_argument(
+        "--band_mix",
+        nargs="+",
+        metavar="BAND:COUNT",
+        help="Select COUNT prompts from each pass-rate BAND, written as an interval with its brackets, e.g. "
+        "'[0,0]:984' '(0,0.2]:3082'. Bands must not overlap; prompts outside every band are dropped. Counts are "
+        "exact, or weights when --mix_total is set. Adds a 'band' column (the band, as written in the report).",
+    )
+    difficulty.add_argument(
+        "--mix_total",
+        type=int,
+        default=None,
+        help="With --band_mix: scale the counts to this many prompts in all (largest remainder rounding).",
+    )
     difficulty.add_argument(
         "--band_ends",
         choices=["(]", "[]", "[)", "()"],
@@ -134,13 +157,19 @@ def check_args(args: argparse.Namespace) -> None:
     get_reward_funcs([args.reward])
     if args.output.suffix.lower() not in _OUTPUT_SUFFIXES:
         raise ValueError(f"--output must end in one of {_OUTPUT_SUFFIXES}, got {args.output}.")
-    filtering = args.pass_rate_band is not None or args.correct_range is not None
+    filtering = any(value is not None for value in (args.pass_rate_band, args.correct_range, args.band_mix))
     if args.num_samples < 1:
         raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}.")
     if filtering:
         band_of(args)  # validates the band
+    if args.band_mix is not None:
+        mix_counts(parse_band_mix(args.band_mix), args.mix_total, args.num_samples)  # validates the mix
+    elif args.mix_total is not None:
+        raise ValueError("--mix_total only applies to --band_mix.")
     if (filtering or args.max_prompt_length is not None) and not args.model_name_or_path:
-        raise ValueError("--pass_rate_band/--correct_range and --max_prompt_length need --model_name_or_path.")
+        raise ValueError(
+            "--pass_rate_band/--correct_range/--band_mix and --max_prompt_length need --model_name_or_path."
+        )
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}.")
 
@@ -153,7 +182,111 @@ def band_of(args: argparse.Namespace) -> Any:
         return PassRateBand.from_correct_range(*args.correct_range, args.num_samples)
     if args.pass_rate_band is not None:
         return PassRateBand.from_ends(*args.pass_rate_band, ends=args.band_ends)
+    if getattr(args, "band_mix", None) is not None:
+        # Score every prompt; the mix selection (stage 5) then picks by band.
+        return PassRateBand.from_ends(0, 1, ends="[]")
     return None
+
+
+_BAND_SPEC = re.compile(r"^\s*([\[(])\s*([0-9.]+)\s*,\s*([0-9.]+)\s*([\])])\s*:\s*([0-9.]+)\s*$")
+
+
+def parse_band_mix(specs: Sequence[str]) -> list[tuple[Any, float]]:
+    """Parses ``--band_mix`` entries (``"(0,0.2]:3082"``) into ``(PassRateBand, count)`` pairs, in order."""
+    from trl_ada.metrics import PassRateBand
+
+    mix = []
+    for spec in specs:
+        match = _BAND_SPEC.match(spec)
+        if match is None:
+            raise ValueError(
+                f"--band_mix entry {spec!r} is not BAND:COUNT with BAND an interval such as '(0,0.2]' or '[0,0]'."
+            )
+        opening, low, high, closing, count = match.groups()
+        band = PassRateBand.from_ends(float(low), float(high), ends=opening + closing)
+        if float(count) < 0:
+            raise ValueError(f"--band_mix counts must be >= 0, got {spec!r}.")
+        mix.append((band, float(count)))
+    return mix
+
+
+def mix_counts(mix: Sequence[tuple[Any, float]], total: int | None, num_samples: int) -> list[int]:
+    """The number of prompts to select from each band of ``mix``.
+
+    Without ``total`` the counts must be whole numbers and are taken as they are. With ``total`` they are weights,
+    scaled to sum to ``total`` by largest remainder (ties to the earlier band), so e.g. the paper's 984/3082/870/63
+    of 4,999 becomes 197/616/174/13 of 1,000.
+
+    Raises:
+        ValueError: on an empty mix, counts that are not whole (without ``total``), weights summing to 0, or bands
+            that overlap on a pass rate ``c / num_samples`` (a prompt must belong to at most one band).
+    """
+    if not mix:
+        raise ValueError("--band_mix needs at least one BAND:COUNT.")
+    for first in range(len(mix)):
+        for second in range(first + 1, len(mix)):
+            shared = [
+                c
+                for c in range(num_samples + 1)
+                if mix[first][0].contains(c, num_samples) and mix[second][0].contains(c, num_samples)
+            ]
+            if shared:
+                raise ValueError(
+                    f"--band_mix bands {mix[first][0]} and {mix[second][0]} overlap at {shared[0]} of {num_samples} "
+                    "correct; make them disjoint (mind the brackets)."
+                )
+    weights = [count for _, count in mix]
+    if total is None:
+        if any(weight != int(weight) for weight in weights):
+            raise ValueError(f"--band_mix counts must be whole numbers without --mix_total, got {weights}.")
+        return [int(weight) for weight in weights]
+    if total < 0 or sum(weights) <= 0:
+        raise ValueError(f"--mix_total must be >= 0 and the --band_mix weights must not all be 0, got {total}.")
+    exact = [total * weight / sum(weights) for weight in weights]
+    counts = [int(value) for value in exact]
+    # Hand the rounding remainder to the largest fractional parts (stable: ties go to the earlier band).
+    order = sorted(range(len(mix)), key=lambda i: -(exact[i] - counts[i]))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def select_band_mix(
+    dataset: Any, mix: Sequence[tuple[Any, float]], counts: Sequence[int], num_samples: int, seed: int
+) -> tuple[Any, dict[str, dict[str, int]]]:
+    """Stage 5: picks ``counts[i]`` rows of ``dataset`` (scored: a ``num_correct`` column) from band ``mix[i]``,
+    uniformly at random (``random.Random(seed)``), keeps them in dataset order and adds a ``band`` column.
+
+    Returns:
+        The selected rows, and ``{band: {"requested", "available"}}`` per band.
+
+    Raises:
+        ValueError: when a band holds fewer scored prompts than requested (score a larger pool).
+    """
+    rng = random.Random(f"band-mix-{seed}")
+    members: list[list[int]] = [[] for _ in mix]
+    for index, correct in enumerate(dataset["num_correct"]):
+        for position, (band, _) in enumerate(mix):
+            if band.contains(correct, num_samples):
+                members[position].append(index)
+                break
+    stats = {
+        str(band): {"requested": count, "available": len(rows)}
+        for (band, _), count, rows in zip(mix, counts, members, strict=True)
+    }
+    short = {name: value for name, value in stats.items() if value["available"] < value["requested"]}
+    if short:
+        raise ValueError(
+            f"Too few scored prompts for --band_mix: {short}. Score a larger pool (more input rows) or lower the "
+            "counts."
+        )
+    labels: dict[int, str] = {}
+    for (band, _), count, rows in zip(mix, counts, members, strict=True):
+        for index in rng.sample(rows, count):
+            labels[index] = str(band)
+    keep = sorted(labels)
+    selected = dataset.select(keep)
+    return selected.add_column("band", [labels[index] for index in keep]), stats
 
 
 def reference_aliases(reward_func: Any, answer_column: str, output_columns: Sequence[str]) -> list[str]:
@@ -377,6 +510,16 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
             len(dataset),
         )
         counts["after_difficulty_filter"] = len(dataset)
+
+    # 5. Band mix: counts per band from the scored prompts.
+    mix_stats = None
+    if args.band_mix is not None:
+        mix = parse_band_mix(args.band_mix)
+        dataset, mix_stats = select_band_mix(
+            dataset, mix, mix_counts(mix, args.mix_total, args.num_samples), args.num_samples, args.seed
+        )
+        logger.info("Band mix: %s; %d selected.", json.dumps(mix_stats), len(dataset))
+        counts["after_band_mix"] = len(dataset)
     counts["output"] = len(dataset)
 
     write_dataset(dataset, args.output)
@@ -395,6 +538,7 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
         "counts": counts,
         "removed": removed,
         "pass_rate_histogram": {str(k): v for k, v in histogram.items()} if histogram is not None else None,
+        "band_mix": mix_stats,
         "examples": examples,
         "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
     }
