@@ -457,7 +457,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         n = self.num_generations
         start = self.accelerator.process_index * len(inputs)
         groups = gather_object([row for i, row in enumerate(inputs) if (start + i) % n == 0])
-        misplaced = sum(_prompt_key(row) != _prompt_key(groups[(start + i) // n]) for i, row in enumerate(inputs))
+        # Each group's key once (it hashes the prompt and any images), not once per row.
+        group_keys = {g: _prompt_key(groups[g]) for g in {(start + i) // n for i in range(len(inputs))}}
+        misplaced = sum(_prompt_key(row) != group_keys[(start + i) // n] for i, row in enumerate(inputs))
         if self.accelerator.gather(torch.tensor([misplaced], device=self.accelerator.device)).sum().item():
             raise RuntimeError(
                 "AdaGRPOTrainer expects each prompt's num_generations rows to be contiguous (TRL's RepeatSampler "
