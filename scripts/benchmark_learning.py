@@ -179,20 +179,9 @@ def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: i
     class HeldOut(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
             if state.global_step % eval_every == 0 or state.global_step == steps:
-                history = [e for e in state.log_history if "step_time" in e]
-                curve.append(
-                    {
-                        "step": state.global_step,
-                        "heldout": evaluate(model),
-                        "samples": sum(
-                            e.get("ada/samples_per_prompt/mean", n)
-                            * PROMPTS_PER_STEP
-                            * (1 + e.get("ada/dapo/extra_batches", 0.0))
-                            for e in history
-                        ),
-                        "train_seconds": sum(e["step_time"] for e in history),
-                    }
-                )
+                # samples and train_seconds are filled in after training: on_step_end runs before the step's own
+                # log entry is written, so the history here would miss the step the point is taken at.
+                curve.append({"step": state.global_step, "heldout": evaluate(model)})
 
     dataset = make_dataset(max(steps * PROMPTS_PER_STEP * 2, 4000), seed=seed)
     trainer = AdaGRPOTrainer(
@@ -206,6 +195,13 @@ def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: i
     start_accuracy = evaluate(trainer.model)
     trainer.train()
     entries = [e for e in trainer.state.log_history if "step_time" in e]
+    for point in curve:
+        done = [e for e in entries if e["step"] <= point["step"]]
+        point["samples"] = sum(
+            e.get("ada/samples_per_prompt/mean", n) * PROMPTS_PER_STEP * (1 + e.get("ada/dapo/extra_batches", 0.0))
+            for e in done
+        )
+        point["train_seconds"] = sum(e["step_time"] for e in done)
     return {
         "method": method,
         "label": label,

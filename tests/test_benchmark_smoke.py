@@ -62,6 +62,9 @@ def test_learning_benchmark_summary_and_ratios(tmp_path):
         assert steps == [0, 1, 2]
         samples = [point["samples"] for point in method["curve"]]
         assert samples == sorted(samples) and samples[-1] > 0
+        # every point counts the step it is taken at (16 prompts x 4 per GRPO step)
+        assert all(point["train_seconds"] > 0 for point in method["curve"][1:])
+    assert [point["samples"] for point in summary["methods"]["grpo_n4"]["curve"]] == [0, 64, 128]
     # seq_balance draws more completions per step than GRPO n=4 (16 prompts x 4)
     assert (
         summary["methods"]["seq_balance"]["samples_total_mean"] >= summary["methods"]["grpo_n4"]["samples_total_mean"]
