@@ -213,6 +213,11 @@ def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: i
     }
 
 
+def reusable(path: Path, settings: dict[str, Any]) -> bool:
+    """Whether the run at ``path`` finished with exactly ``settings`` (a run without recorded settings is not)."""
+    return path.exists() and json.loads(path.read_text()).get("settings") == settings
+
+
 def first_reach(curve: list[dict], key: str, target: float) -> float:
     """The `key` value (step or samples) at which a curve's held-out reward first reaches `target`, interpolated."""
     previous = curve[0]
@@ -811,6 +816,11 @@ def main(argv: list[str] | None = None) -> int:
     finite.add_argument("--epochs", type=int, default=None, help="passes over --train_data (instead of --steps)")
     finite.add_argument("--prompts_per_step", type=int, default=None, help=f"default {PROMPTS_PER_STEP}")
     finite.add_argument("--eval_samples", type=int, default=None, help="held-out completions per prompt (default 1)")
+    parser.add_argument(
+        "--reuse_runs",
+        action="store_true",
+        help="keep the runs already in OUT/runs whose recorded settings match these (e.g. to add seeds to a table)",
+    )
     parser.add_argument("--run", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -831,6 +841,22 @@ def main(argv: list[str] | None = None) -> int:
     prompts_per_step = args.prompts_per_step or PROMPTS_PER_STEP
     eval_samples = args.eval_samples or 1
     args.out.mkdir(parents=True, exist_ok=True)
+    steps = args.steps
+    if is_finite and args.epochs is not None:
+        steps = args.epochs * steps_per_epoch(len(load_rows(args.train_data)), prompts_per_step)
+        if steps < 1:
+            parser.error(f"{args.train_data} holds fewer prompts than one step ({prompts_per_step}).")
+    # What a run's result depends on besides its method and seed: --reuse_runs keeps a run only when these match.
+    settings: dict[str, Any] = {"steps": steps, "eval_every": args.eval_every, "learning_rate": args.learning_rate}
+    if is_finite:
+        settings |= {
+            "train_data": str(args.train_data),
+            "heldout_data": str(args.heldout_data),
+            "prompts_per_step": prompts_per_step,
+            "eval_samples": eval_samples,
+        }
+    else:
+        settings["heldout_size"] = args.heldout_size
 
     if args.run:  # child process: one run, written as JSON
         method, seed = args.run[0], int(args.run[1])
@@ -852,16 +878,14 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_one(
                     method, seed, args.steps, args.eval_every, args.heldout_size, args.learning_rate, Path(scratch)
                 )
-        (args.out / "runs" / f"{method}-seed{seed}.json").write_text(json.dumps(result))
+        (args.out / "runs" / f"{method}-seed{seed}.json").write_text(json.dumps({**result, "settings": settings}))
         return 0
 
-    steps = args.steps
-    if is_finite and args.epochs is not None:
-        steps = args.epochs * steps_per_epoch(len(load_rows(args.train_data)), prompts_per_step)
-        if steps < 1:
-            parser.error(f"{args.train_data} holds fewer prompts than one step ({prompts_per_step}).")
     (args.out / "runs").mkdir(exist_ok=True)
     pending = [(m, s) for s in args.seeds for m in args.methods]
+    if args.reuse_runs:
+        pending = [(m, s) for m, s in pending if not reusable(args.out / "runs" / f"{m}-seed{s}.json", settings)]
+        logger.info("Reusing %d finished runs.", len(args.seeds) * len(args.methods) - len(pending))
     running: list[tuple[subprocess.Popen, str, int, float]] = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     common = [

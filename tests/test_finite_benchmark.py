@@ -235,7 +235,7 @@ def test_epoch_visits(bench):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_finite_smoke_run(bench, tmp_path):
+def test_finite_smoke_run(bench, tmp_path, monkeypatch):
     from trl_ada.tasks.arithmetic import held_out_problems, make_problems
 
     bands = ["[0, 0]", "(0, 0.5]"]
@@ -301,3 +301,29 @@ def test_finite_smoke_run(bench, tmp_path):
     for name in ("learning_curves.png", "band_curves.png"):
         assert (out / name).stat().st_size > 1000
     assert not math.isnan(summary["methods"]["grpo_n4"]["samples_total"]["mean"])
+
+    # --reuse_runs keeps the finished runs whose settings match (adding a seed starts only that seed's runs) ...
+    started: list[list[str]] = []
+    real_popen = bench.subprocess.Popen
+
+    def recording_popen(command, **kwargs):
+        started.append(command[command.index("--run") + 1 :])
+        return real_popen(command, **kwargs)
+
+    monkeypatch.setattr(bench.subprocess, "Popen", recording_popen)
+    seeds_at = argv.index("--seeds")
+    assert (
+        bench.main(
+            [*argv[: seeds_at + 1], "0", "1", "2", *argv[seeds_at + 3 :], "--reuse_runs", "--methods", "grpo_n4"]
+        )
+        == 0
+    )
+    assert started == [["grpo_n4", "2"]]
+    assert json.loads((out / "runs" / "grpo_n4-seed0.json").read_text()) == runs[("grpo_n4", 0)]
+    assert json.loads((out / "summary.json").read_text())["methods"]["grpo_n4"]["seeds"] == [0, 1, 2]
+    # ... and reruns any whose settings differ (here the learning rate).
+    started.clear()
+    lr_at = argv.index("--learning_rate")
+    changed = [*argv[:lr_at], "--learning_rate", "2e-4", "--reuse_runs", "--methods", "grpo_n4", "--seeds", "0"]
+    assert bench.main(changed) == 0
+    assert started == [["grpo_n4", "0"]]
