@@ -305,7 +305,14 @@ def decompose(report: dict, schedule: str) -> dict[str, float]:
     timed = [step for step in range(len(report["sampling_seconds"])) if step > 0]
     out: dict[str, list[float]] = {"sampling_s": [], "server_calls_s": [], "rounds_outside_calls_s": [], "other_s": []}
     if schedule == "continuous":
-        out = {"sampling_s": [], "driver_loop_s": [], "scoring_batches_s": [], "scoring_batches": [], "other_s": []}
+        out = {
+            "sampling_s": [],
+            "driver_loop_s": [],
+            "scoring_batches_s": [],
+            "scoring_batches": [],
+            "scoring_batch_median_s": [],
+            "other_s": [],
+        }
     for step in timed:
         sampling = report["sampling_seconds"][step]
         rounds = [r for r in report["rounds"] if r["step"] == step]
@@ -315,6 +322,7 @@ def decompose(report: dict, schedule: str) -> dict[str, float]:
             out["driver_loop_s"].append(loop)
             out["scoring_batches_s"].append(sum(r["seconds"] for r in rounds))
             out["scoring_batches"].append(len(rounds))
+            out["scoring_batch_median_s"].append(statistics.median(r["seconds"] for r in rounds) if rounds else 0.0)
             out["other_s"].append(sampling - loop)
         else:
             calls = sum(c["seconds"] for c in report["vllm_calls"] if c["step"] == step)
@@ -416,6 +424,8 @@ def trainer_costs(rounds_report: dict, continuous_report: dict, reward_s: float)
             "round_server_call_s": [c["seconds"] for c in calls],
             "scoring_batch_mean_s": statistics.fmean(b["seconds"] for b in batches),
             "scoring_batch_mean_rows": statistics.fmean(len(b["requests"]) for b in batches),
+            # every scoring batch as [step, rows, seconds]: the mean above hides warm-up and contention outliers
+            "scoring_batches_step_rows_seconds": [[b["step"], len(b["requests"]), b["seconds"]] for b in batches],
             "rounds_sampling_outside_rounds_s": per_step,
             "continuous_sampling_outside_drive_s": continuous_outside,
         },
