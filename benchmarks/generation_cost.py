@@ -289,6 +289,9 @@ class StepCosts:
     scoring_batch_s: float = 0.0
     """Serial driver: trainer-side cost of one scoring batch (its round code on replayed completions), rewards apart."""
     scoring_batch_s_per_row: float = 0.0
+    continuous_max_in_flight: int = 0
+    """Serial driver: draws holding a connection at most (trl-ada's `continuous_max_in_flight`); later ones wait on the
+    training side, in submission order, until a draw finishes or is aborted. 0: no cap."""
     continuous_engine_scale: float = 1.0
     """Serial driver: the engine's iteration time is multiplied by this (on a CPU server the driver process, which
     scores or handles a request per draw while the engine decodes, competes with it for cores; a synchronous round's
@@ -414,10 +417,13 @@ class Engine:
         self.aborted_tokens = 0
         self.preemptions = 0
         self.iterations = 0
+        self.in_transit = 0  # routed here, still on their way (a serial driver's request queue)
 
     @property
     def load(self) -> int:
-        return len(self.waiting) + len(self.running)
+        # Requests on their way count: a router that sends a burst to the engine that looks idle would put all of it
+        # on one engine (vLLM's data-parallel balancer counts the requests it has sent, not only those arrived).
+        return len(self.waiting) + len(self.running) + self.in_transit
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -949,8 +955,8 @@ def run_continuous_serial(
 ) -> StepResult:
     """
     One round-free step driven as trl-ada's `continuous_schedule._drive` drives a vLLM server: one loop that submits
-    what the scheduler asks for (each draw its own request), waits until at least one draw has come back, takes every
-    draw back by then, scores a "scoring batch" (each prompt whose next draw in submission order is back, one draw
+    what the scheduler asks for (each draw its own request), waits until at least one draw has come back (unless a
+    draw already back is next in its prompt's order), takes every draw back by then, scores a "scoring batch" (each prompt whose next draw in submission order is back, one draw
     each), and only then completes those draws in the scheduler, aborts the in-flight draws of exited prompts and
     submits again. The engine keeps decoding while a batch is scored. Request overhead: each draw queues for
     `draw_request_s` (one request at a time, FIFO) and then reaches the engine after `draw_latency_s`. A draw back but
@@ -963,25 +969,38 @@ def run_continuous_serial(
     )
     cluster = Cluster(cost, setup.limits, setup.engines)
     step, impl = make_continuous_step(sampler, len(prompts), list(range(len(prompts))))
-    live: dict[tuple[int, int], tuple[Engine, Request]] = {}
+    live: dict[tuple[int, int], tuple[Engine | None, Request]] = {}  # engine None: waiting for a connection
     arrivals: list[tuple[float, int, Engine, Request]] = []  # sent, not yet at the engine
     cancelled: set[int] = set()
     back: list[Request] = []  # finished on the engine, not yet taken back by the driver
+    waiting: deque[Request] = deque()  # submitted, waiting for a connection (`continuous_max_in_flight`)
+    cap = costs.continuous_max_in_flight
+    connections = {"held": 0}
     returned: list[dict[int, Request]] = [{} for _ in prompts]  # taken back, not yet scored
     next_draw = [0] * len(prompts)
     clock = {"now": 0.0, "queue_free": 0.0}
     completions = finished_tokens = aborted_in_flight = dropped = batches = 0
     scoring_total = 0.0
 
+    def send_waiting() -> None:
+        # A draw takes a connection as soon as one is free (trl-ada's client thread, whatever the loop is doing).
+        while waiting and (not cap or connections["held"] < cap):
+            request = waiting.popleft()
+            engine = cluster.least_loaded()
+            clock["queue_free"] = max(clock["queue_free"], clock["now"]) + costs.draw_request_s
+            heapq.heappush(arrivals, (clock["queue_free"] + costs.draw_latency_s, request.rid, engine, request))
+            engine.in_transit += 1
+            connections["held"] += 1
+            live[(request.prompt, request.draw)] = (engine, request)
+
     def submit_new() -> None:
         for index, draw in step.to_submit():
             prompt = prompts[index]
             reward, length = draw_completion(prompt, setup.workload, rng)
-            engine = cluster.least_loaded()
             request = cluster.new_request(index, draw, prompt.prompt_tokens, length, reward)
-            clock["queue_free"] = max(clock["queue_free"], clock["now"]) + costs.draw_request_s
-            heapq.heappush(arrivals, (clock["queue_free"] + costs.draw_latency_s, request.rid, engine, request))
-            live[(index, draw)] = (engine, request)
+            live[(index, draw)] = (None, request)
+            waiting.append(request)
+        send_waiting()
 
     def advance(until: float | None) -> None:
         """Run arrivals and engine iterations in time order, up to `until` or (`None`) until a draw finished."""
@@ -1002,6 +1021,7 @@ def run_continuous_serial(
             if next_arrival <= next_end:
                 _, rid, engine, request = heapq.heappop(arrivals)
                 clock["now"] = next_arrival
+                engine.in_transit -= 1
                 if rid not in cancelled:
                     engine.submit(request)
                 continue
@@ -1009,13 +1029,16 @@ def run_continuous_serial(
             finished = engine.finish_iteration()
             clock["now"] = engine.clock
             back.extend(finished)
+            connections["held"] -= len(finished)  # a finished draw's response is read: its connection is free
+            send_waiting()
             if until is None and finished:
                 return
 
     while not step.done:
         submit_new()
-        if not back and live:
-            advance(None)  # the driver's wait blocks while anything is in flight
+        ready = any(next_draw[g] in returned[g] for g in range(len(prompts)))
+        if not back and live and not ready:
+            advance(None)  # the driver's wait blocks only when nothing already back can be scored
         for request in back:
             completions += 1
             finished_tokens += request.length
@@ -1029,12 +1052,9 @@ def run_continuous_serial(
             continue
         batches += 1
         rows = len(batch)
-        scoring = (
-            costs.scoring_batch_s
-            + rows * costs.scoring_batch_s_per_row
-            + costs.reward_call_s
-            + rows * costs.reward_s_per_completion
-        )
+        # trl-ada's scoring batch calls the reward functions itself: no per-call pool start (`reward_call_s` is the
+        # authors' verl reward manager's), its fixed cost is `scoring_batch_s`.
+        scoring = costs.scoring_batch_s + rows * (costs.scoring_batch_s_per_row + costs.reward_s_per_completion)
         scoring_total += scoring
         advance(clock["now"] + scoring)
         for g in batch:
@@ -1049,15 +1069,20 @@ def run_continuous_serial(
                     continue
                 owner, victim = live.pop((prompt, draw))
                 aborted_in_flight += 1
-                if victim in back:
+                if owner is None:
+                    waiting.remove(victim)  # never sent
+                elif victim in back:
                     # Finished, not yet taken back: its connection is closed all the same (its tokens finished).
                     back.remove(victim)
                     finished_tokens += victim.length
                 elif any(r is victim for _, _, _, r in arrivals):
                     cancelled.add(victim.rid)  # still on its way to the engine
+                    connections["held"] -= 1
                 else:
                     owner.abort(victim)
-    if step.in_flight or live:
+                    connections["held"] -= 1
+            send_waiting()
+    if step.in_flight or live or waiting or connections["held"]:
         raise RuntimeError("draws left in flight after every prompt exited")
     selection = step.finish()
     result = _result(
@@ -1365,6 +1390,70 @@ def format_sensitivity(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+# trl-ada's own driver loop (`run_continuous_serial`, `trl_ada.continuous_schedule._drive`) on the GPU setup, against
+# the overlapped ideal of the main table: scoring on the loop's path, every draw its own HTTP request, at most
+# `continuous_max_in_flight` draws (trl-ada's default, 2,048) holding a connection. The loop's costs are not published
+# for a GPU host; these are this repository's CPU measurements (`calibrate_cpu_vllm.py`): scoring batches took 1.4 ms
+# + 0.08 ms a row in the quietest calibration and 26 ms + 0.09 ms a row in the slowest quiet one, and the server's
+# front end queued each one-draw request for 1.8-6.8 ms on 2 shared cores.
+_QUIET_BATCHES = {"scoring_batch_s": 1.4e-3, "scoring_batch_s_per_row": 0.08e-3}
+DRIVER_VARIANTS: dict[str, dict[str, float]] = {
+    "trl-ada loop, no loop costs": {},
+    "scoring batch 1.4 ms + 0.08 ms/row": _QUIET_BATCHES,
+    "scoring batch 26 ms + 0.09 ms/row": {"scoring_batch_s": 26e-3, "scoring_batch_s_per_row": 0.09e-3},
+    "1.4 ms batches, 0.5 ms/request": {**_QUIET_BATCHES, "draw_request_s": 0.5e-3},
+    "1.4 ms batches, 1 ms/request": {**_QUIET_BATCHES, "draw_request_s": 1e-3},
+    "1.4 ms batches, 2 ms/request": {**_QUIET_BATCHES, "draw_request_s": 2e-3},
+    "1.4 ms batches, at most 512 in flight": {**_QUIET_BATCHES, "continuous_max_in_flight": 512},
+    "1.4 ms batches, no cap on draws in flight": {**_QUIET_BATCHES, "continuous_max_in_flight": 0},
+}
+TRL_ADA_MAX_IN_FLIGHT = 2048  # AdaGRPOConfig.continuous_max_in_flight's default
+DRIVER_SCHEDULES = ("seq_balance/continuous_k8", "seq_balance/continuous_predictive")
+
+
+def run_driver_table(
+    setup: Setup, table: dict[str, dict[str, dict[str, float]]], seed: int, steps: int
+) -> dict[str, dict[str, dict[str, float]]]:
+    """`{variant: {schedule: ratios}}`: the continuous schedules under trl-ada's loop, same prompts and seed as `table`
+    (whose GRPO-n4 and seq_balance rounds rows the loop's costs do not touch)."""
+    chosen = [s for s in schedules() if s.name in DRIVER_SCHEDULES]
+    n4 = table["grpo_n4"]["mean"]["step_s"]
+    rounds = table["seq_balance/fixed"]["mean"]["step_s"]
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for label, costs in DRIVER_VARIANTS.items():
+        loop = {"continuous_driver": "serial", "continuous_max_in_flight": TRL_ADA_MAX_IN_FLIGHT, **costs}
+        variant = replace(setup, step_costs=replace(setup.step_costs, **loop))
+        rows = evaluate(variant, chosen, seed, steps)
+        out[label] = {
+            name: {
+                "step_s": rows[name]["mean"]["step_s"],
+                "x_grpo_n4": rows[name]["mean"]["step_s"] / n4,
+                "x_seq_balance_rounds": rows[name]["mean"]["step_s"] / rounds,
+                "generation_s": rows[name]["mean"]["generation_s"],
+                "aborted_pct": 100
+                * rows[name]["mean"]["tokens_aborted"]
+                / max(rows[name]["mean"]["tokens_decoded"], 1),
+                "draws_sent": rows[name]["mean"]["completions"] + rows[name]["mean"]["aborted_draws"],
+            }
+            for name in DRIVER_SCHEDULES
+        }
+    return out
+
+
+def format_driver_table(rows: dict[str, dict[str, dict[str, float]]]) -> str:
+    header = f"{'trl-ada loop':<36} " + " ".join(
+        f"{name.split('/')[-1] + ' x n4 / x rounds':>36}" for name in DRIVER_SCHEDULES
+    )
+    lines = [header, "-" * len(header)]
+    for label, by_schedule in rows.items():
+        cells = [
+            f"{r['x_grpo_n4']:.2f} / {r['x_seq_balance_rounds']:.2f} (abort {r['aborted_pct']:.1f}%)"
+            for r in (by_schedule[name] for name in DRIVER_SCHEDULES)
+        ]
+        lines.append(f"{label:<36} " + " ".join(f"{cell:>36}" for cell in cells))
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Plan:
     prompts: int
@@ -1390,7 +1479,10 @@ def describe_setup(setup: Setup) -> dict[str, Any]:
 
 
 def summary(
-    table: dict[str, dict[str, dict[str, float]]], sensitivity: dict[str, dict[str, float]], setup: Setup
+    table: dict[str, dict[str, dict[str, float]]],
+    sensitivity: dict[str, dict[str, float]],
+    setup: Setup,
+    driver: dict[str, dict[str, dict[str, float]]] | None = None,
 ) -> str:
     lines = [
         f"One training step, {setup.batch_prompts} prompts on {setup.engines} engines "
@@ -1433,6 +1525,14 @@ def summary(
         (rows["mean"].get("continuous_impl") for rows in table.values() if "continuous_impl" in rows["mean"]), ""
     )
     lines.append(f"  continuous scheduler used: {impl}")
+    if driver:
+        draws = next(iter(driver.values()))["seq_balance/continuous_predictive"]["draws_sent"]
+        lines += [
+            "",
+            "The same, driven by trl-ada's loop (scoring on the loop's path, one HTTP request per draw; "
+            f"predictive sends {draws:.0f} draws per step), ratio to GRPO-n4 / to seq_balance rounds:",
+            format_driver_table(driver),
+        ]
     if sensitivity:
         lines += [
             "",
@@ -1466,10 +1566,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     table = evaluate(setup, schedules(), args.seed, plan.steps)
     sensitivity = {}
+    driver = {}
     if plan.sensitivity_steps and not args.no_sensitivity:
         sensitivity = run_sensitivity(setup, args.seed, plan.sensitivity_steps)
+        if setup.step_costs.continuous_driver == "overlapped":  # the GPU setup (a CPU calibration is the loop already)
+            driver = run_driver_table(setup, table, args.seed, plan.steps)
     elapsed = time.perf_counter() - started
-    text = summary(table, sensitivity, setup)
+    text = summary(table, sensitivity, setup, driver)
     print(text)
     print(f"\n(ran in {elapsed:.0f} s on one core, seed {args.seed}, {plan.steps} timed step(s) per schedule)")
     if args.json is not None:
@@ -1484,6 +1587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "generation_scale_diagnostic": generation_scale_diagnostic(table),
             "paper_table3_s": PAPER_TABLE3,
             "sensitivity": sensitivity,
+            "trl_ada_loop": driver,
             "sources": SOURCES,
             "elapsed_s": elapsed,
         }

@@ -411,6 +411,48 @@ def test_serial_driver_aborts_never_reach_the_sampler(monkeypatch, policy):
     )
 
 
+@pytest.mark.parametrize("engines", [1, 4])
+@pytest.mark.parametrize("policy", ["fixed", "predictive"])
+def test_serial_driver_without_costs_is_as_fast_as_the_overlapped_schedule(engines, policy):
+    # With no request, scoring or reward cost, trl-ada's loop differs from the overlapped schedule only in when a
+    # result reaches the scheduler (its prompt's turn), not in what the engines run: the step takes as long, within
+    # the spread of the draws each sees. Two model bugs broke this: the loop waited for a new completion while a draw
+    # already back was next in its prompt's order (x1.15 on one engine), and a burst of draws went to the engine that
+    # looked idle before any of them arrived (x1.6-1.7 on four).
+    settings = SamplerSettings(
+        sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4, round_policy=policy
+    )
+    prompts = bench.measured_population([(p, 8) for p in (0.0, 0.1, 0.3, 0.5, 0.5, 0.7, 0.9, 1.0)] * 4)
+    seconds = {}
+    for driver in ("serial", "overlapped"):
+        setup = bench.replace(_serial_setup(), engines=engines)
+        setup = bench.replace(setup, step_costs=bench.replace(setup.step_costs, continuous_driver=driver))
+        results = bench.run_schedule(bench.Schedule(driver, settings, mode="continuous"), prompts, setup, 3, 3)
+        seconds[driver] = sum(r.generation_s for r in results) / len(results)
+    assert seconds["serial"] == pytest.approx(seconds["overlapped"], rel=0.1)
+
+
+@pytest.mark.parametrize("cap", [3, 0])
+def test_serial_driver_keeps_at_most_max_in_flight_draws_on_the_engines(monkeypatch, cap):
+    # trl-ada's client holds one connection per draw, at most `continuous_max_in_flight`: later draws wait on the
+    # training side, so the engines never run more than that many sequences (0: no cap).
+    running = []
+    real = bench.Engine.start_iteration
+
+    def spying(engine, now):
+        end = real(engine, now)
+        running.append(len(engine.running) + len(engine.waiting))
+        return end
+
+    monkeypatch.setattr(bench.Engine, "start_iteration", spying)
+    setup = _serial_setup(continuous_max_in_flight=cap, draw_latency_s=1e-3, scoring_batch_s=2e-3)
+    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4)
+    prompts = bench.measured_population([(p, 8) for p in (0.0, 0.3, 0.5, 0.9)] * 2)
+    (result,) = bench.run_schedule(bench.Schedule("cap", settings, mode="continuous"), prompts, setup, 3, 1)
+    assert result.rows_trained == 8 * 4
+    assert (max(running) <= 3) if cap else (max(running) > 3)
+
+
 def test_without_prefix_caching_every_draw_prefills_its_prompt():
     cluster = bench.Cluster(LINEAR, ROOMY, 1)
     no_cache = bench.replace(ROOMY, prefix_caching=False)
@@ -419,3 +461,9 @@ def test_without_prefix_caching_every_draw_prefills_its_prompt():
     cached.generate([bench.replace(r) for r in requests])
     uncached.generate([bench.replace(r) for r in requests])
     assert cached.prefill_tokens == 10 and uncached.prefill_tokens == 40
+
+
+def test_the_modelled_loop_uses_trl_adas_default_cap():
+    from trl_ada import AdaGRPOConfig
+
+    assert bench.TRL_ADA_MAX_IN_FLIGHT == AdaGRPOConfig.__dataclass_fields__["continuous_max_in_flight"].default

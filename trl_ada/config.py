@@ -92,9 +92,13 @@ class AdaGRPOConfig(GRPOConfig):
             and enters its prompt's pool in submission order (so a pool is not biased toward short completions), the
             prompt's next draws go out at once, and its draws still in flight when it exits are aborted. Caps, quotas,
             downsampling, baselines and weights are those of rounds; the weights are synced once per step.
-        continuous_max_in_flight (`int`, *optional*, defaults to `512`):
+        continuous_max_in_flight (`int`, *optional*, defaults to `2048`):
             `"continuous"` only: draws in flight on the server at most (one HTTP connection each); further draws
-            wait on the training side, in submission order.
+            wait on the training side, in submission order. Each running draw is a sequence the engines decode, so
+            this caps their batch: 2,048 is what one GRPO generate call of the paper's batch runs (512 prompts x 4)
+            and uvicorn's listen backlog (vLLM's server), and 512 made the paper-scale projection of
+            `benchmarks/generation_cost.py` 1.94x GRPO-n4 instead of 1.27x. The process's soft open-file limit is
+            raised to fit it (up to the hard limit; training fails at start, naming the fix, when it cannot).
 
         > Parameters of `sampler="est"` (Reinforce-Ada-Est; `est_decay` and `est_prior_*` also serve
         > `round_policy="tracked"`)
@@ -217,7 +221,7 @@ class AdaGRPOConfig(GRPOConfig):
         },
     )
     continuous_max_in_flight: int = field(
-        default=512, metadata={"help": "continuous schedule: draws in flight on the server at most."}
+        default=2048, metadata={"help": "continuous schedule: draws in flight on the server at most."}
     )
     est_decay: float = field(default=0.9, metadata={"help": "Discount of a prompt's tracked counts, in (0, 1]."})
     est_prior_alpha: float = field(default=1.0, metadata={"help": "Alpha of the Beta prior on pass rates."})

@@ -104,7 +104,10 @@ def _drive(
         while not step.done:
             for prompt, draw in step.to_submit():
                 draws.submit((prompt, draw), prompt_ids[prompt])
-            for (prompt, draw), choice in draws.wait(timeout=None):
+            # Block for a new completion only when nothing already back can be scored: a prompt's later draw that
+            # came back with the one just scored is scored now, not after some other draw finishes.
+            ready = any(next_draw[g] in returned[g] for g in range(len(group_inputs)))
+            for (prompt, draw), choice in draws.wait(timeout=0 if ready else None):
                 returned[prompt][draw] = choice
             batch = [g for g in range(len(group_inputs)) if next_draw[g] in returned[g]]
             if not batch:

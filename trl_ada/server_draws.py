@@ -15,10 +15,44 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
+import logging
+import queue
 import threading
+import time
 import urllib.parse
 from collections.abc import Hashable, Sequence
 from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+# Descriptors left for everything else the training process opens (checkpoints, datasets, collectives' sockets).
+SPARE_OPEN_FILES = 256
+
+
+def ensure_open_files(connections: int) -> None:
+    """
+    Make sure this process may hold `connections` draws in flight (one socket each) besides `SPARE_OPEN_FILES`: raise
+    the soft open-file limit up to the hard one if needed (vLLM's server does the same for itself), or fail with the
+    fix. On platforms without POSIX resource limits there is nothing to check.
+    """
+    try:
+        import resource
+    except ImportError:
+        return
+    needed = connections + SPARE_OPEN_FILES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    if hard == resource.RLIM_INFINITY or hard >= needed:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+        logger.info("Raised the open-file limit from %d to %d for %d draws in flight.", soft, needed, connections)
+        return
+    raise ValueError(
+        f"continuous_max_in_flight={connections} keeps that many HTTP connections open, and this process may open "
+        f"{hard} files at most (`ulimit -Hn`), {SPARE_OPEN_FILES} of which trl-ada leaves to everything else. Lower "
+        f"continuous_max_in_flight to {max(hard - SPARE_OPEN_FILES, 1)} or less, or raise the hard limit."
+    )
 
 
 class ServerDrawError(RuntimeError):
@@ -37,7 +71,7 @@ class ServerDraws:
             holds one connection, and the process's file descriptors are limited).
     """
 
-    def __init__(self, base_url: str, payload: dict[str, Any], max_connections: int = 512) -> None:
+    def __init__(self, base_url: str, payload: dict[str, Any], max_connections: int = 2048) -> None:
         url = urllib.parse.urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"Not an http(s) server URL: {base_url!r}")
@@ -52,6 +86,9 @@ class ServerDraws:
         self._thread.start()
         self._slots = asyncio.run_coroutine_threadsafe(self._make_semaphore(max_connections), self._loop).result()
         self._futures: dict[Hashable, concurrent.futures.Future] = {}
+        # Finished draws, as their requests end (aborted ones too: `wait` skips them). `wait` then costs O(draws
+        # finished), not O(draws in flight): thousands can be in flight.
+        self._finished: queue.SimpleQueue[tuple[Hashable, concurrent.futures.Future]] = queue.SimpleQueue()
         self.submitted = 0
         self.aborted = 0
 
@@ -67,7 +104,9 @@ class ServerDraws:
         if key in self._futures:
             raise ValueError(f"draw {key!r} is already in flight")
         body = json.dumps({**self._payload, "prompt": [list(prompt_ids)]}).encode()
-        self._futures[key] = asyncio.run_coroutine_threadsafe(self._post(body), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._post(body), self._loop)
+        self._futures[key] = future
+        future.add_done_callback(lambda done, key=key: self._finished.put((key, done)))
         self.submitted += 1
 
     def wait(self, timeout: float | None = None) -> list[tuple[Hashable, dict[str, Any]]]:
@@ -75,13 +114,20 @@ class ServerDraws:
         Block until at least one draw finished (or `timeout` seconds passed), then return every finished draw as
         `(key, choice)`, `choice` being the server's completion choice. A failed draw raises `ServerDrawError`.
         """
-        if not self._futures:
-            return []
-        by_future = {future: key for key, future in self._futures.items()}
-        done, _ = concurrent.futures.wait(by_future, timeout=timeout, return_when=concurrent.futures.FIRST_COMPLETED)
-        finished = []
-        for future in done:
-            key = by_future[future]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        finished: list[tuple[Hashable, dict[str, Any]]] = []
+        while self._futures:
+            try:
+                if finished:
+                    key, future = self._finished.get_nowait()
+                elif deadline is None:
+                    key, future = self._finished.get()
+                else:
+                    key, future = self._finished.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                break
+            if self._futures.get(key) is not future:
+                continue  # aborted: no longer ours
             del self._futures[key]
             finished.append((key, future.result()))
         return finished

@@ -39,6 +39,7 @@ from .pools import (
     row_extra_fields,
 )
 from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
+from .server_draws import ensure_open_files
 from .trl_seam import (
     RepeatSampler,
     add_pending_extra_logs,
@@ -183,6 +184,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                     f"so {', '.join(agentic)} (multi-turn or custom rollouts, run by TRL's generation) cannot take "
                     "part. Use generation_schedule='rounds'."
                 )
+            ensure_open_files(args.continuous_max_in_flight)
         settings = args.sampler_settings()
         if settings.refills and isinstance(train_dataset, IterableDataset):
             raise ValueError(
