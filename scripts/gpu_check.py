@@ -12,6 +12,10 @@ its own timeout inside a global budget (`--budget-s`, default 480 s), highest pr
    `seq_balance` with `generation_schedule="continuous"` (draws in flight per prompt, aborted at exit), one training
    process each, against the server; the table adds the sampling seconds per step, rounds against continuous. The NCCL weight push is skipped here (`--no-weight-push`): vLLM's server
    workers and the trainer share the one GPU, and NCCL refuses two ranks on one device ("Duplicate GPU detected").
+4b. server front end: K one-draw requests at once (the continuous schedule's requests, `max_tokens=1`) against one
+   batched request of K, K up to 1,024; the seconds per extra request decide the continuous schedule at scale (see
+   BENCHMARKS.md, "trl-ada's loop on the same setup": at most about 1 ms per request keeps `predictive` near 1.3x
+   GRPO-n4 in the projection). A few seconds.
 5. server-mode REAL weight sync (`seq_balance`, 2 steps, NCCL push as in production). Expected to fail on a single
    GPU for the reason above; the outcome is classified from the log ("ok", "nccl-duplicate-gpu", "timeout", ...). It
    runs after phase 4 because a failed rendezvous can leave the server stuck.
@@ -106,7 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--skip",
         default="",
-        help="Comma-separated phases to skip: server-timing, server-sync, colocate.",
+        help="Comma-separated phases to skip: server-timing, server-requests, server-sync, colocate.",
     )
     return parser.parse_args(argv)
 
@@ -405,6 +409,58 @@ def preflight() -> dict[str, Any]:
     return info
 
 
+def request_costs(url: str, timeout_s: float, reps: int = 3) -> dict[str, Any]:
+    """
+    The server's cost per request: K one-draw requests sent at once through trl-ada's `ServerDraws` (the continuous
+    schedule's path) against one TRL `VLLMClient.generate` call of K completions, `max_tokens=1`, median of `reps`.
+    The slope of the first over K is what the front end spends per request (`draw_request_s` in
+    `benchmarks/generation_cost.py`); the second is the rounds' path.
+    """
+    from trl.generation.vllm_client import VLLMClient
+
+    from trl_ada.server_draws import ServerDraws
+    from trl_ada.tiny import build_char_tokenizer
+    from trl_ada.trl_seam import completions_payload
+
+    deadline = time.monotonic() + timeout_s
+    tokenizer = build_char_tokenizer()  # the model's (build_model)
+    prompts = [tokenizer(f" {i}+ {i % 7}=", add_special_tokens=False)["input_ids"] for i in range(64)]
+    client = VLLMClient(base_url=url, connection_timeout=30)
+    client.generate(prompts=prompts[:4], n=1, max_tokens=1, logprobs=0)  # warm-up
+    payload = completions_payload(client, {"max_tokens": 1, "logprobs": 0, "temperature": 1.0}, prompts[0])
+    rows = []
+    with ServerDraws(url, payload, max_connections=1024) as draws:
+        for count in (1, 16, 64, 256, 1024):
+            if time.monotonic() > deadline:
+                break
+            one_each, batched = [], []
+            for rep in range(reps):
+                start = time.perf_counter()
+                for k in range(count):
+                    draws.submit((count, rep, k), prompts[k % len(prompts)])
+                back = 0
+                while back < count:
+                    back += len(draws.wait(timeout=60))
+                one_each.append(time.perf_counter() - start)
+                chosen = [prompts[k % len(prompts)] for k in range(count)]
+                start = time.perf_counter()
+                client.generate(prompts=chosen, n=1, max_tokens=1, logprobs=0)
+                batched.append(time.perf_counter() - start)
+            rows.append(
+                {
+                    "requests": count,
+                    "one_draw_requests_s": round(statistics.median(one_each), 5),
+                    "one_batched_request_s": round(statistics.median(batched), 5),
+                }
+            )
+    first, last = rows[0], rows[-1]
+    span = last["requests"] - first["requests"]
+    slope = (last["one_draw_requests_s"] - first["one_draw_requests_s"]) / span if span else None
+    batched_slope = (last["one_batched_request_s"] - first["one_batched_request_s"]) / span if span else None
+    log(f"server front end: {rows}; {slope} s per extra one-draw request ({batched_slope} s per completion batched)")
+    return {"points": rows, "s_per_one_draw_request": slope, "s_per_batched_completion": batched_slope}
+
+
 def format_table(results: dict[str, dict[str, Any]], colocate_sync: bool = True) -> str:
     columns = [
         ("server (no push)", "server"),
@@ -493,6 +549,12 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 summary["results"][name] = run_training(args, work, slug(name), script_args, budget.timeout(120))
 
+        if server is not None and "server-requests" not in skip:
+            try:
+                summary["front_end"] = request_costs(server.url, budget.timeout(60))
+            except Exception as exc:  # a measurement, not a check: record it and go on
+                summary["front_end"] = {"error": f"{type(exc).__name__}: {exc}"}
+
         if server is not None and "server-sync" not in skip:
             config = CONFIGS[1]
             name = f"server-sync:{config[0]}"
@@ -516,6 +578,13 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
         summary["elapsed_s"] = round(budget.elapsed(), 1)
         table = format_table(summary["results"], colocate_sync=not args.cpu_smoke)
+        front_end = summary.get("front_end") or {}
+        if front_end.get("points"):
+            table += (
+                f"\nserver front end: {front_end['s_per_one_draw_request']} s per extra one-draw request, "
+                f"{front_end['s_per_batched_completion']} s per extra completion in one batched request "
+                f"({front_end['points']})"
+            )
         print("\n" + table + "\n", flush=True)
         (out_dir / "table.txt").write_text(table + "\n")
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -571,6 +640,7 @@ def dry_run(args: argparse.Namespace, work: Path, summary: dict[str, Any]) -> in
             f"{config.per_device_train_batch_size} bf16={config.bf16} vllm_mode={config.vllm_mode} "
             f"weight push={'skipped' if parsed.no_weight_push else 'real'}"
         )
+    log("[plan] server front end (timeout 60 s): K one-draw requests against one batched request, K = 1 ... 1,024")
     summary["model"] = info
     log(f"dry run OK: {info['parameters'] / 1e6:.1f}M-parameter model, {len(plans)} phases validated")
     return 0

@@ -526,6 +526,19 @@ def test_server_generates(vllm_server, model_dir):
     assert info["weight_transfer_config"] is not None
 
 
+def test_gpu_check_measures_the_front_end_cost_per_request(vllm_server):
+    """`scripts/gpu_check.py`'s front-end phase on the CPU server: every burst of K one-draw requests comes back, and
+    the reported cost is per extra request (the constant that decides the continuous schedule at scale)."""
+    result = _load_gpu_check().request_costs(vllm_server.url, timeout_s=180, reps=1)
+    points = result["points"]
+    _log(f"front end: {points}")
+    assert [p["requests"] for p in points] == [1, 16, 64, 256, 1024]
+    assert all(p["one_draw_requests_s"] > 0 and p["one_batched_request_s"] > 0 for p in points)
+    span = points[-1]["one_draw_requests_s"] - points[0]["one_draw_requests_s"]
+    assert result["s_per_one_draw_request"] == pytest.approx(span / 1023)
+    assert result["s_per_one_draw_request"] > 0  # 1,024 requests cost more than one
+
+
 def test_seq_balance_server_one_process(vllm_server, workdir, model_dir):
     reports, _ = _run_training(
         workdir, "server-1proc", model_dir, processes=1, mode="server", extra=["--base-url", vllm_server.url]
