@@ -126,9 +126,12 @@ def test_continuous_pools_are_first_draws_in_submission_order(
     assert len(batches) == STEPS == len(RecordingDraws.log)
     expected_scored: list[list[int]] = []
     arrived_out_of_order = 0
+    grew = 0  # steps in which some pool outgrew n: not a plain GRPO batch
     for (pools, selection, stats), record in zip(batches, RecordingDraws.log, strict=True):
         returned = record["returned"]
-        assert any(len(pool) > 4 for pool in pools)  # not a plain GRPO batch
+        # One step can end with every pool at 4 (each of the 4 prompts drew 2 right and 2 wrong first: 0.375^4 ~ 2%
+        # at p = 0.5), so the run as a whole must grow pools, not each step.
+        grew += any(len(pool) > 4 for pool in pools)
         for g, pool in enumerate(pools):
             # The pool is draws 0..k-1 of the prompt, in submission order, each with its own completion and log-probs.
             assert len(pool) == len(selection.pools[g]) >= 4
@@ -151,6 +154,7 @@ def test_continuous_pools_are_first_draws_in_submission_order(
             assert all(i < len(pool) for i in kept)
         arrived_out_of_order += stats.dropped_finished
         assert stats.submitted == len(record["submitted"])
+    assert grew > 0
     # Every completion scored is a pool draw (no aborted or dropped draw reached the reward function), and all were.
     assert Counter(map(tuple, scored)) == Counter(map(tuple, expected_scored))
     # The server saw aborted requests; some later draws had finished before an earlier one and were dropped unscored.
