@@ -99,6 +99,7 @@ def _drive(
     payload = completions_payload(client, server_sampling_params(trainer.vllm_generation), prompt_ids[0])
     returned: list[dict[int, dict]] = [{} for _ in group_inputs]  # finished, not yet scored
     next_draw = [0] * len(group_inputs)  # the draw each prompt scores next (submission order)
+    ready: set[int] = set()  # prompts whose next draw is back: kept up to date, so no loop rescans every prompt
     masked = trainer.mask_truncated_completions
     with ServerDraws(client.base_url, payload, trainer.args.continuous_max_in_flight) as draws:
         while not step.done:
@@ -106,10 +107,11 @@ def _drive(
                 draws.submit((prompt, draw), prompt_ids[prompt])
             # Block for a new completion only when nothing already back can be scored: a prompt's later draw that
             # came back with the one just scored is scored now, not after some other draw finishes.
-            ready = any(next_draw[g] in returned[g] for g in range(len(group_inputs)))
             for (prompt, draw), choice in draws.wait(timeout=0 if ready else None):
                 returned[prompt][draw] = choice
-            batch = [g for g in range(len(group_inputs)) if next_draw[g] in returned[g]]
+                if draw == next_draw[prompt]:
+                    ready.add(prompt)
+            batch = sorted(ready)
             if not batch:
                 if draws.in_flight == 0:
                     raise RuntimeError("continuous schedule: nothing in flight and nothing to score, yet not done")
@@ -134,6 +136,8 @@ def _drive(
                         stats.dropped_finished += 1
                     step.discard(prompt, draw)
                 stats.aborted_in_flight += draws.abort(aborts)
+            # A prompt whose following draw came back early stays ready (an exited prompt's were dropped above).
+            ready = {g for g in batch if next_draw[g] in returned[g]}
         stats.submitted = draws.submitted
     stats.seconds = time.perf_counter() - started
     return step.finish()
