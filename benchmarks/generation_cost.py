@@ -24,8 +24,8 @@ The model (every constant and where it comes from is in `SOURCES` and printed wi
 
 Schedules: `uniform` n = 4 (GRPO; also 8 and 16), `seq_pos` / `seq_balance` in synchronous rounds (round policies
 `fixed`, `predictive`, `tracked`), `est` (one call with per-prompt budgets), and `seq_balance` continuous (round-free:
-each prompt keeps draws in flight, a prompt's pool is its first draws in submission order, its in-flight draws are
-aborted when it exits). Table 3 of the paper is an average over 600 training steps during which pass rates rise, so
+each prompt draws its rounds as blocks without waiting for the other prompts, so its pool is the rounds' pool with the
+same settings; `rounds_k*` are those rounds). Table 3 of the paper is an average over 600 training steps during which pass rates rise, so
 every schedule runs on two populations, the base model's mix (start) and that mix raised by Table 5's per-band GRPO
 gains (end), and the reported step time is their mean. No constant is fitted to Table 3.
 
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from trl_ada.samplers import Sampler, SamplerSettings, SamplingStep, Selection, build_sampler, rules
+from trl_ada.samplers import Sampler, SamplerSettings, Selection, build_sampler, rules
 
 logger = logging.getLogger("generation_cost")
 
@@ -645,122 +645,9 @@ def draw_completion(prompt: Prompt, workload: Workload, rng: random.Random) -> t
 # --------------------------------------------------------------------------------------------------------------------
 
 
-class StandInContinuousStep:
-    """
-    Private stand-in for `trl_ada.samplers.continuous.ContinuousStep` (same interface), used only when that module
-    cannot be imported. Each active prompt keeps `round_size` draws outstanding (`round_policy="fixed"`), or, with
-    `"predictive"`, `round_size` until a draw is admitted and then as many as a Beta posterior says meet the remaining
-    quotas with probability `round_confidence` (`rules.predictive_request`). A prompt's pool is the longest prefix of
-    its draws, in submission order, that has come back; the real sampler's exit rule (`has_exited`) and cap are
-    checked after each admission, and on exit the prompt's in-flight draws are returned for abortion and its finished
-    draws beyond the prefix are dropped. `finish()` hands the pools to the real `SamplingStep.finish`.
-    """
-
-    def __init__(self, sampler: Sampler, num_prompts: int, keys: Sequence[Hashable] | None = None) -> None:
-        if not hasattr(sampler, "has_exited"):
-            raise ValueError("the continuous schedule needs a sequential sampler (seq_pos or seq_balance)")
-        self.sampler, self.settings = sampler, sampler.settings
-        if self.settings.round_policy not in ("fixed", "predictive"):
-            raise ValueError("the stand-in supports round_policy 'fixed' and 'predictive'")
-        self.num_prompts, self.keys = num_prompts, keys
-        self.cap = self.settings.max_pool_size
-        self.results: list[dict[int, tuple[float, bool]]] = [{} for _ in range(num_prompts)]
-        self.next_draw = [0] * num_prompts
-        self.flying: list[set[int]] = [set() for _ in range(num_prompts)]
-        self.aborted: list[set[int]] = [set() for _ in range(num_prompts)]
-        self.prefix = [0] * num_prompts
-        self.outcomes = [(0, 0)] * num_prompts
-        self.exited = [False] * num_prompts
-
-    @property
-    def done(self) -> bool:
-        return all(self.exited)
-
-    @property
-    def in_flight(self) -> int:
-        return sum(len(f) for f in self.flying)
-
-    def _wanted(self, index: int) -> int:
-        """Draws prompt `index` wants outstanding (in flight or back beyond its prefix)."""
-        settings, pool = self.settings, self.prefix[index]
-        if settings.round_policy == "fixed" or pool == 0:
-            return min(settings.round_size, self.cap - pool)
-        positives, negatives = self.outcomes[index]
-        return rules.predictive_request(
-            positives_needed=max(settings.positive_quota - positives, 0),
-            negatives_needed=max(settings.negative_quota - negatives, 0),
-            alpha=settings.est_prior_alpha + positives,
-            beta=settings.est_prior_beta + negatives,
-            confidence=settings.round_confidence,
-            min_request=max(settings.num_generations - pool, 1),
-            max_request=self.cap - pool,
-        )
-
-    def to_submit(self) -> list[tuple[int, int]]:
-        """New `(prompt, draw)` pairs to submit, in submission order (prompt by prompt, draws ascending)."""
-        out = []
-        for index in range(self.num_prompts):
-            if self.exited[index]:
-                continue
-            outstanding = self.next_draw[index] - self.prefix[index]
-            count = min(self._wanted(index) - outstanding, self.cap - self.next_draw[index])
-            for _ in range(max(count, 0)):
-                draw = self.next_draw[index]
-                self.next_draw[index] += 1
-                self.flying[index].add(draw)
-                out.append((index, draw))
-        return out
-
-    def complete(self, prompt: int, draw: int, reward: float, masked: bool = False) -> list[tuple[int, int]]:
-        """Record a returned draw; return the `(prompt, draw)` pairs to abort (the prompt's in-flight draws on exit)."""
-        if draw not in self.flying[prompt]:
-            raise ValueError(f"draw {draw} of prompt {prompt} is not in flight (aborted or unknown)")
-        self.flying[prompt].discard(draw)
-        self.results[prompt][draw] = (float(reward), masked)
-        threshold = self.settings.positive_threshold
-        while not self.exited[prompt] and self.prefix[prompt] in self.results[prompt]:
-            value, is_masked = self.results[prompt][self.prefix[prompt]]
-            self.prefix[prompt] += 1
-            if not is_masked:
-                positives, negatives = self.outcomes[prompt]
-                self.outcomes[prompt] = (positives + 1, negatives) if value > threshold else (positives, negatives + 1)
-            pool = self.prefix[prompt]
-            self.exited[prompt] = self.sampler.has_exited(pool, *self.outcomes[prompt]) or pool >= self.cap
-        if not self.exited[prompt]:
-            return []
-        aborts = sorted(self.flying[prompt])
-        self.aborted[prompt].update(aborts)
-        self.flying[prompt].clear()
-        return [(prompt, d) for d in aborts]
-
-    def is_aborted(self, prompt: int, draw: int) -> bool:
-        return draw in self.aborted[prompt]
-
-    def discard(self, prompt: int, draw: int) -> None:
-        """An aborted draw's result arrived anyway: forget it."""
-        if draw not in self.aborted[prompt]:
-            raise ValueError(f"draw {draw} of prompt {prompt} was not aborted; complete() it instead")
-
-    def finish(self) -> Selection:
-        if not self.done or self.in_flight:
-            raise RuntimeError("finish() needs every prompt exited and nothing in flight")
-        step = SamplingStep(self.sampler, self.num_prompts)
-        step.keys = list(self.keys) if self.keys is not None else None
-        for index in range(self.num_prompts):
-            pool = [self.results[index][d] for d in range(self.prefix[index])]
-            step.pools[index] = [r for r, _ in pool]
-            step.masked[index] = {i for i, (_, m) in enumerate(pool) if m}
-            step.outcomes[index] = self.outcomes[index]
-            step.rounds_per_prompt[index] = len(pool)
-        step.rounds, step.active_after_round = max(self.prefix), [0]
-        return step.finish()
-
-
 def make_continuous_step(sampler: Sampler, num_prompts: int, keys: Sequence[Hashable]) -> tuple[Any, str]:
-    """`sampler.begin_continuous` (the real `ContinuousStep`) when the sampler has it, else the stand-in."""
-    if hasattr(sampler, "begin_continuous"):
-        return sampler.begin_continuous(num_prompts, keys), "trl_ada.samplers.continuous.ContinuousStep"
-    return StandInContinuousStep(sampler, num_prompts, keys), "stand-in (benchmarks/generation_cost.py)"
+    """The real round-free step (`sampler.begin_continuous`, `trl_ada.samplers.continuous.ContinuousStep`), named."""
+    return sampler.begin_continuous(num_prompts, keys), "trl_ada.samplers.continuous.ContinuousStep"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -775,8 +662,8 @@ class Schedule:
     name: str
     settings: SamplerSettings
     mode: str = "rounds"
-    """`"rounds"` (synchronous generate calls) or `"continuous"` (round-free; draws kept outstanding per prompt:
-    `round_size` with the `fixed` policy, the predictive request with `predictive`/`tracked`)."""
+    """`"rounds"` (synchronous generate calls) or `"continuous"` (round-free: each prompt's current round, a block of
+    its round policy's request, outstanding; the same pools as rounds with the same settings)."""
     warmup_steps: int = 0
     """Untimed steps first, so stateful samplers (est, tracked) have seen their prompts before."""
 
@@ -878,26 +765,22 @@ def run_continuous(
     schedule: Schedule, sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: random.Random
 ) -> StepResult:
     """
-    One round-free step: a single generate call that lasts until every prompt has exited. Draws go to the least
-    loaded engine as soon as the scheduler asks for them; engines admit them in submission order; when a prompt
-    exits its in-flight draws are aborted (their partial tokens are wasted work). Events are processed in time order:
-    the engine whose current iteration ends first commits it. A draw aborted in the very iteration it finished comes
-    back anyway and goes to `discard`, never to `complete`.
+    One round-free step: a single generate call that lasts until every prompt has exited. Each prompt draws its
+    rounds as blocks without waiting for the others (`ContinuousStep`); a block's draws go to the least loaded engine
+    as soon as the scheduler asks for them, engines admit them in submission order, and each result is scored the
+    moment it arrives (every draw submitted enters its pool: nothing is aborted). Events are processed in time order:
+    the engine whose current iteration ends first commits it.
     """
     cluster = Cluster(setup.cost, setup.limits, setup.engines)
     step, impl = make_continuous_step(sampler, len(prompts), list(range(len(prompts))))
-    live: dict[tuple[int, int], tuple[Engine, Request]] = {}
-    completions = finished_tokens = aborted_draws = dropped = 0
+    completions = finished_tokens = 0
     now = 0.0
 
     def submit_new() -> None:
         for index, draw in step.to_submit():
             prompt = prompts[index]
             reward, length = draw_completion(prompt, setup.workload, rng)
-            engine = cluster.least_loaded()
-            request = cluster.new_request(index, draw, prompt.prompt_tokens, length, reward)
-            engine.submit(request)
-            live[(index, draw)] = (engine, request)
+            cluster.least_loaded().submit(cluster.new_request(index, draw, prompt.prompt_tokens, length, reward))
 
     submit_new()
     while not step.done:
@@ -913,24 +796,12 @@ def run_continuous(
         for request in finished:
             completions += 1
             finished_tokens += request.length
-            key = (request.prompt, request.draw)
-            if step.is_aborted(*key):
-                step.discard(*key)  # aborted by an earlier result of this same iteration
-                continue
-            del live[key]
-            for abort in step.complete(request.prompt, request.draw, request.reward, False):
-                owner, victim = live.pop(abort)
-                aborted_draws += 1
-                if victim.state == RUNNING or victim.state == WAITING:
-                    owner.abort(victim)
-                else:
-                    dropped += 1  # finished in this iteration, delivered (to `discard`) below
+            step.complete(request.prompt, request.draw, request.reward, False)
         if finished:
             submit_new()
-    if step.in_flight or live:
+    if step.in_flight:
         raise RuntimeError("draws left in flight after every prompt exited")
     selection = step.finish()
-    stats = getattr(step, "stats", None)
     result = _result(
         schedule.name,
         sampler,
@@ -944,8 +815,6 @@ def run_continuous(
         completions=completions,
         finished_tokens=finished_tokens,
     )
-    result.aborted_draws = aborted_draws - dropped
-    result.dropped_draws = dropped + (stats.finished_but_discarded if stats is not None else 0)
     result.continuous_impl = impl
     return result
 
@@ -955,13 +824,12 @@ def run_continuous_serial(
 ) -> StepResult:
     """
     One round-free step driven as trl-ada's `continuous_schedule._drive` drives a vLLM server: one loop that submits
-    what the scheduler asks for (each draw its own request), waits until at least one draw has come back (unless a
-    draw already back is next in its prompt's order), takes every draw back by then, scores a "scoring batch" (each prompt whose next draw in submission order is back, one draw
-    each), and only then completes those draws in the scheduler, aborts the in-flight draws of exited prompts and
-    submits again. The engine keeps decoding while a batch is scored. Request overhead: each draw queues for
-    `draw_request_s` (one request at a time, FIFO) and then reaches the engine after `draw_latency_s`. A draw back but
-    not yet scored when its prompt exits is dropped (`dropped_draws`); one that finished but was not yet taken back is
-    aborted like a running one. The step's generation time is the whole loop, its scoring batches included.
+    what the scheduler asks for (each draw its own request), waits until at least one draw has come back (unless some
+    already are), takes every draw back by then, scores them as one "scoring batch" (every draw submitted enters its
+    pool, so all of them, in any order), and only then completes those draws in the scheduler and submits again. The
+    engine keeps decoding while a batch is scored. Request overhead: each draw queues for `draw_request_s` (one
+    request at a time, FIFO) and then reaches the engine after `draw_latency_s`. The step's generation time is the
+    whole loop, its scoring batches included.
     """
     costs = setup.step_costs
     cost = (
@@ -969,17 +837,13 @@ def run_continuous_serial(
     )
     cluster = Cluster(cost, setup.limits, setup.engines)
     step, impl = make_continuous_step(sampler, len(prompts), list(range(len(prompts))))
-    live: dict[tuple[int, int], tuple[Engine | None, Request]] = {}  # engine None: waiting for a connection
     arrivals: list[tuple[float, int, Engine, Request]] = []  # sent, not yet at the engine
-    cancelled: set[int] = set()
     back: list[Request] = []  # finished on the engine, not yet taken back by the driver
     waiting: deque[Request] = deque()  # submitted, waiting for a connection (`continuous_max_in_flight`)
     cap = costs.continuous_max_in_flight
     connections = {"held": 0}
-    returned: list[dict[int, Request]] = [{} for _ in prompts]  # taken back, not yet scored
-    next_draw = [0] * len(prompts)
     clock = {"now": 0.0, "queue_free": 0.0}
-    completions = finished_tokens = aborted_in_flight = dropped = batches = 0
+    completions = finished_tokens = batches = 0
     scoring_total = 0.0
 
     def send_waiting() -> None:
@@ -991,15 +855,12 @@ def run_continuous_serial(
             heapq.heappush(arrivals, (clock["queue_free"] + costs.draw_latency_s, request.rid, engine, request))
             engine.in_transit += 1
             connections["held"] += 1
-            live[(request.prompt, request.draw)] = (engine, request)
 
     def submit_new() -> None:
         for index, draw in step.to_submit():
             prompt = prompts[index]
             reward, length = draw_completion(prompt, setup.workload, rng)
-            request = cluster.new_request(index, draw, prompt.prompt_tokens, length, reward)
-            live[(index, draw)] = (None, request)
-            waiting.append(request)
+            waiting.append(cluster.new_request(index, draw, prompt.prompt_tokens, length, reward))
         send_waiting()
 
     def advance(until: float | None) -> None:
@@ -1019,11 +880,10 @@ def run_continuous_serial(
             if upcoming == math.inf:
                 raise RuntimeError("the continuous scheduler stalled: prompts active, nothing in flight")
             if next_arrival <= next_end:
-                _, rid, engine, request = heapq.heappop(arrivals)
+                _, _, engine, request = heapq.heappop(arrivals)
                 clock["now"] = next_arrival
                 engine.in_transit -= 1
-                if rid not in cancelled:
-                    engine.submit(request)
+                engine.submit(request)
                 continue
             engine = min(busy, key=lambda e: (e.pending_end, e.index))
             finished = engine.finish_iteration()
@@ -1036,53 +896,21 @@ def run_continuous_serial(
 
     while not step.done:
         submit_new()
-        ready = any(next_draw[g] in returned[g] for g in range(len(prompts)))
-        if not back and live and not ready:
-            advance(None)  # the driver's wait blocks only when nothing already back can be scored
-        for request in back:
-            completions += 1
-            finished_tokens += request.length
-            del live[(request.prompt, request.draw)]
-            returned[request.prompt][request.draw] = request
+        if not back:
+            advance(None)  # the driver's wait blocks only when nothing is back to score
+        batch = sorted(back, key=lambda r: (r.prompt, r.draw))
         back.clear()
-        batch = [g for g in range(len(prompts)) if next_draw[g] in returned[g]]
-        if not batch:
-            if not live:
-                raise RuntimeError("continuous schedule: nothing in flight and nothing to score, yet not done")
-            continue
         batches += 1
-        rows = len(batch)
+        completions += len(batch)
+        finished_tokens += sum(request.length for request in batch)
         # trl-ada's scoring batch calls the reward functions itself: no per-call pool start (`reward_call_s` is the
         # authors' verl reward manager's), its fixed cost is `scoring_batch_s`.
-        scoring = costs.scoring_batch_s + rows * (costs.scoring_batch_s_per_row + costs.reward_s_per_completion)
+        scoring = costs.scoring_batch_s + len(batch) * (costs.scoring_batch_s_per_row + costs.reward_s_per_completion)
         scoring_total += scoring
         advance(clock["now"] + scoring)
-        for g in batch:
-            request = returned[g].pop(next_draw[g])
-            aborts = step.complete(g, next_draw[g], request.reward, False)
-            next_draw[g] += 1
-            for prompt, draw in aborts:
-                if returned[prompt].pop(draw, None) is not None:
-                    dropped += 1
-                step.discard(prompt, draw)
-                if (prompt, draw) not in live:
-                    continue
-                owner, victim = live.pop((prompt, draw))
-                aborted_in_flight += 1
-                if owner is None:
-                    waiting.remove(victim)  # never sent
-                elif victim in back:
-                    # Finished, not yet taken back: its connection is closed all the same (its tokens finished).
-                    back.remove(victim)
-                    finished_tokens += victim.length
-                elif any(r is victim for _, _, _, r in arrivals):
-                    cancelled.add(victim.rid)  # still on its way to the engine
-                    connections["held"] -= 1
-                else:
-                    owner.abort(victim)
-                    connections["held"] -= 1
-            send_waiting()
-    if step.in_flight or live or waiting or connections["held"]:
+        for request in batch:
+            step.complete(request.prompt, request.draw, request.reward, False)
+    if step.in_flight or waiting or connections["held"] or back:
         raise RuntimeError("draws left in flight after every prompt exited")
     selection = step.finish()
     result = _result(
@@ -1097,8 +925,6 @@ def run_continuous_serial(
         completions=completions,
         finished_tokens=finished_tokens,
     )
-    result.aborted_draws = aborted_in_flight
-    result.dropped_draws = dropped
     result.continuous_impl = impl + " (serial driver)"
     result.scoring_batches, result.scoring_s = batches, scoring_total
     return result
@@ -1185,14 +1011,18 @@ def schedules(seq_pos_quota: int = SEQ_POS_QUOTA) -> list[Schedule]:
     out.append(
         Schedule("est", SamplerSettings(sampler="est", num_generations=8, est_train_on="all"), warmup_steps=WARMUP)
     )
-    # Round-free: the in-flight level is `round_size` (cap 32 = round_size * max_rounds kept).
+    # Round-free, and rounds with the same settings (the same estimator: blocks of k, cap 32 = k * max_rounds kept;
+    # k = 8 is `seq_balance/fixed`).
     for k in (1, 2, 4, 8):
         settings = _seq("seq_balance", round_size=k, max_rounds=32 // k)
+        if k != 8:
+            out.append(Schedule(f"seq_balance/rounds_k{k}", settings))
         out.append(Schedule(f"seq_balance/continuous_k{k}", settings, mode="continuous"))
     for policy in ("predictive", "tracked"):
         settings = _seq("seq_balance", policy, round_confidence=0.7)
         warmup = WARMUP if policy == "tracked" else 0
         out.append(Schedule(f"seq_balance/continuous_{policy}", settings, mode="continuous", warmup_steps=warmup))
+    out.append(Schedule("seq_pos/rounds_k4", _seq("seq_pos", quota=seq_pos_quota, round_size=4, max_rounds=8)))
     out.append(
         Schedule(
             "seq_pos/continuous_k4",
@@ -1510,16 +1340,23 @@ def summary(
         f"step {diagnostic['grpo_n4_step_s']:.0f} s) is the single factor closest to Table 3; model/paper then: "
         + ", ".join(f"{k} {v:.2f}" for k, v in diagnostic["model_over_paper"].items())
         + ". Continuous seq_balance at that factor: "
-        + ", ".join(f"{k.split('/')[-1]} {v:.2f}x" for k, v in diagnostic["continuous_ratios"].items()),
+        + ", ".join(f"{k} {v:.2f}x" for k, v in diagnostic["continuous_ratios"].items()),
     ]
     continuous = {k: v for k, v in ratios(table).items() if "continuous" in k}
     balance_mixed = table["seq_balance/fixed"]["mean"]["mixed_share"]
-    lines += ["", "Continuous seq_balance (goal: <= 1.5x GRPO-n4 with the mixed share of seq_balance/fixed):"]
+    lines += [
+        "",
+        "Continuous schedules (goal: seq_balance <= 1.5x GRPO-n4 with the mixed share of seq_balance/fixed), against",
+        "rounds with the same settings (the same estimator: the same pools on the same draws):",
+    ]
+    by_name = {s.name: s for s in schedules()}
     for name, ratio in continuous.items():
         mean = table[name]["mean"]
+        same = next(s.name for s in by_name.values() if s.mode == "rounds" and s.settings == by_name[name].settings)
         lines.append(
-            f"  {name:<28} {ratio:5.2f}x  mixed {mean['mixed_share']:.3f} (fixed rounds {balance_mixed:.3f})  "
-            f"aborted {100 * mean['tokens_aborted'] / max(mean['tokens_decoded'], 1):.1f}% of decoded tokens"
+            f"  {name:<34} {ratio:5.2f}x GRPO-n4, {mean['step_s'] / table[same]['mean']['step_s']:4.2f}x {same:<24} "
+            f"mixed {mean['mixed_share']:.3f} (rounds {table[same]['mean']['mixed_share']:.3f}; seq_balance/fixed "
+            f"{balance_mixed:.3f})  aborted {100 * mean['tokens_aborted'] / max(mean['tokens_decoded'], 1):.1f}%"
         )
     impl = next(
         (rows["mean"].get("continuous_impl") for rows in table.values() if "continuous_impl" in rows["mean"]), ""

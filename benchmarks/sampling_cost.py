@@ -406,9 +406,9 @@ def policy_point(policy: str, confidence: float | None, selection: Selection, pl
 def oracle_sampler(settings: SamplerSettings, population: Sequence[float]) -> Sampler:
     """
     The `tracked` policy with its tracker pre-loaded with ORACLE_PSEUDO_COUNT observations at each prompt's true pass
-    rate (est_decay=1): every request, the first included, is sized from (essentially) the true p.
+    rate (pass_rate_decay=1): every request, the first included, is sized from (essentially) the true p.
     """
-    sampler = build_sampler(replace(settings, round_policy="tracked", est_decay=1.0))
+    sampler = build_sampler(replace(settings, round_policy="tracked", pass_rate_decay=1.0))
     counts = {str(i): [ORACLE_PSEUDO_COUNT, ORACLE_PSEUDO_COUNT * p] for i, p in enumerate(population)}
     sampler.tracker.load_state_dict({"counts": counts})
     return sampler

@@ -144,8 +144,12 @@ def build_config(args: argparse.Namespace, *, world_size: int, use_cuda: bool):
         output_dir=args.output_dir or str(report_path.with_name(report_path.stem + "-out")),
         sampler=args.sampler,
         num_generations=args.num_generations,
-        round_size=args.round_size,
-        max_rounds=args.max_rounds,
+        # Only rounds read these; AdaGRPOConfig rejects a knob the sampler ignores (uniform has no rounds).
+        **(
+            {"round_size": args.round_size, "max_rounds": args.max_rounds}
+            if args.sampler in ("seq_pos", "seq_balance")
+            else {}
+        ),
         per_device_train_batch_size=rows_per_step // world_size,
         gradient_accumulation_steps=1,
         max_steps=args.steps,

@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -156,6 +157,55 @@ def launch_two_processes(script: Path, out_dir: Path, timeout: float = 420) -> l
         str(script), str(out_dir),
     ]  # fmt: skip
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    # A session of its own, so a timeout ends the workers too (killing only the launcher would leave them running).
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"two-process run timed out after {timeout} s\n{stdout[-3000:]}{stderr[-6000:]}"
+        ) from None
+    assert process.returncode == 0, stdout[-3000:] + stderr[-6000:]
     return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
+
+
+@pytest.fixture
+def wall_clock_guard(request):
+    """Fail a test that runs past its `wall_clock_limit` marker's seconds (default 60), whatever a sandbox does."""
+    marker = request.node.get_closest_marker("wall_clock_limit")
+    seconds = marker.args[0] if marker else 60
+
+    def expire(signum, frame):
+        raise TimeoutError(f"test exceeded its {seconds} s wall-clock guard")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def child_bwraps() -> list[int]:
+    """PIDs of live bubblewrap processes this test process started."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+        except OSError:
+            continue
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        state, ppid = rest.split()[:2]
+        if name == "bwrap" and int(ppid) == os.getpid() and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+@pytest.fixture(scope="module")
+def no_sandbox_outlives_the_tests():
+    """Fail a module that leaves a bubblewrap process running after its `Sandbox.run` calls."""
+    yield
+    assert child_bwraps() == [], "a bubblewrap process outlived its Sandbox.run call"

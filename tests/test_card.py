@@ -203,3 +203,44 @@ def test_quick_start_of_a_trained_card_runs_from_the_output_directory(trained):
     snippet = text.split("## Quick start", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     assert QUICK_START.findall(snippet) == [out.resolve().as_posix()]
     exec(compile(snippet, "quick_start", "exec"), {})  # the snippet as a reader would paste it
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the card links, and a run that logged no step
+# ---------------------------------------------------------------------------------------------------------------------
+
+LINK = re.compile(r"\]\((https?://[^)\s]+)\)")
+
+
+def test_card_links_only_addresses_that_exist(tmp_path, monkeypatch):
+    from trl_ada import card as card_module
+
+    # trl-ada's metadata names no home page: the card names the package and its version, and links nothing for it.
+    monkeypatch.setattr(card_module, "package_url", lambda distribution="trl-ada": None)
+    text = render(tmp_path).text
+    assert "github.com/trl-ada" not in text
+    assert {url.split("/")[2] for url in LINK.findall(text)} <= {"github.com", "huggingface.co"}
+    assert [url for url in LINK.findall(text) if "github.com" in url] == ["https://github.com/huggingface/trl"]
+    assert "using [TRL](https://github.com/huggingface/trl) and trl-ada 0.1.0, with" in text
+    # A home page the package's metadata declares is linked.
+    monkeypatch.setattr(card_module, "package_url", lambda distribution="trl-ada": "https://example.org/trl-ada")
+    assert "and [trl-ada](https://example.org/trl-ada), with" in render(tmp_path).text
+
+
+def test_package_url_reads_the_distribution_metadata():
+    from importlib.metadata import metadata
+
+    from trl_ada.card import package_url
+
+    assert package_url("trl") == "https://github.com/huggingface/trl"  # TRL's Project-URL
+    assert package_url("no-such-distribution-here") is None
+    declared = metadata("trl-ada").get("Home-page") or metadata("trl-ada").get_all("Project-URL")
+    assert (package_url("trl-ada") is None) == (not declared)
+
+
+def test_card_of_a_run_that_logged_no_step_says_so(tmp_path):
+    text = render(tmp_path, []).text
+    assert "No training step was logged" in text
+    assert "statistic over 0 training steps" not in text and "completions drawn per prompt" not in text
+    one = [{"step": 3, "loss": 0.1, "ada/samples_per_prompt/mean": 6.0}]
+    assert "statistic over 3 training steps (mean of 1 logged value) |" in render(tmp_path, one).text

@@ -23,18 +23,19 @@ from trl_ada.samplers import SamplerSettings, build_sampler
 class ScriptedDraws:
     """
     Stands in for `ServerDraws`: a draw submitted at simulated time t finishes at t + its scripted duration. `wait`
-    advances the clock to the next finish only when it may block; every call is logged with what the driver could
-    have scored at that moment, so a test can tell a needless block from a necessary one.
+    advances the clock to the next finish; every call is logged with what the driver could have scored at that
+    moment, so a test can tell a needless block from a necessary one.
     """
 
-    def __init__(self, duration: Any, scored: dict[int, int], exited: Any) -> None:
-        self.duration, self.scored, self.exited = duration, scored, exited
+    def __init__(self, duration: Any, scored: set[tuple[int, int]]) -> None:
+        self.duration, self.scored = duration, scored
         self.now = 0.0
         self.finish_at: dict[tuple[int, int], float] = {}
         self.returned: set[tuple[int, int]] = set()
         self.blocking_waits_with_work_ready = 0
         self.blocking_waits = 0
         self.submitted = 0
+        self.most_in_flight: dict[int, int] = {}
 
     @property
     def in_flight(self) -> int:
@@ -43,15 +44,14 @@ class ScriptedDraws:
     def submit(self, key: tuple[int, int], prompt_ids: Any) -> None:
         self.finish_at[key] = self.now + self.duration(*key)
         self.submitted += 1
-
-    def _ready(self) -> bool:
-        # A returned draw that is next in its (still active) prompt's submission order can be scored right now.
-        return any(d == self.scored.get(g, 0) and not self.exited.watch(g) for g, d in self.returned)
+        flying = sum(g == key[0] for g, _ in self.finish_at)
+        self.most_in_flight[key[0]] = max(self.most_in_flight.get(key[0], 0), flying)
 
     def wait(self, timeout: float | None = None) -> list[tuple[tuple[int, int], dict]]:
         if timeout is None:
             self.blocking_waits += 1
-            self.blocking_waits_with_work_ready += self._ready()
+            # Every draw back is in its prompt's pool: one back and not yet scored could have been scored instead.
+            self.blocking_waits_with_work_ready += bool(self.returned - self.scored)
             if self.finish_at and not any(t <= self.now for t in self.finish_at.values()):
                 self.now = min(self.finish_at.values())
         done = sorted(key for key, t in self.finish_at.items() if t <= self.now)
@@ -61,10 +61,7 @@ class ScriptedDraws:
         return [(key, {"draw": key}) for key in done]
 
     def abort(self, keys: Any) -> int:
-        count = 0
-        for key in keys:
-            count += self.finish_at.pop(key, None) is not None
-        return count
+        return sum(self.finish_at.pop(key, None) is not None for key in keys)
 
     def __enter__(self) -> ScriptedDraws:
         return self
@@ -77,37 +74,40 @@ def scripted_run(monkeypatch: pytest.MonkeyPatch, settings: SamplerSettings, num
     rng = random.Random(seed)
     # Two draws of a prompt often finish at the same moment (equal lengths), as short completions do on a server.
     durations = {}
-    rewards = {}
 
     def duration(g: int, d: int) -> float:
         return durations.setdefault((g, d), float(rng.choice([1, 1, 2, 3])))
 
     def reward(g: int, d: int) -> float:
-        return rewards.setdefault((g, d), float(random.Random(f"{seed}/{g}/{d}").random() < 0.3 + 0.1 * (g % 5)))
+        return float(random.Random(f"{seed}/{g}/{d}").random() < 0.3 + 0.1 * (g % 5))
 
-    scored: dict[int, int] = {}
-    exited = SimpleNamespace(watch=lambda g: False)  # set once the step exists: has prompt g exited?
+    scored: set[tuple[int, int]] = set()
+    announced: list[list[tuple[int, int]]] = []
     sampler = build_sampler(settings)
     holder: dict[str, ScriptedDraws] = {}
 
     def make_draws(*args: Any, **kwargs: Any) -> ScriptedDraws:
-        holder["draws"] = ScriptedDraws(duration, scored, exited)
+        holder["draws"] = ScriptedDraws(duration, scored)
         return holder["draws"]
 
+    def broadcast(objects):
+        kind, content = objects[0]
+        if kind == "score":
+            announced.append(list(content))
+        return objects
+
     def run_round(requests, group_inputs, batch_number):
-        order = [g for g, _ in requests]
-        rewards_out = []
-        for g in order:
-            d = scored.get(g, 0)
-            scored[g] = d + 1
-            rewards_out.append(reward(g, d))
-        return order, [SimpleNamespace(truncated=False, key=(g, scored[g] - 1)) for g in order], rewards_out
+        rows = announced[batch_number - 1]  # the (prompt, draw) pairs the driver announced for this batch
+        assert [g for g, _ in rows] == [g for g, count in requests for _ in range(count)]
+        scored.update(rows)
+        entries = [SimpleNamespace(truncated=False, key=key) for key in rows]
+        return [g for g, _ in rows], entries, [reward(*key) for key in rows]
 
     trainer = SimpleNamespace(
         ada_sampler=sampler,
         vllm_generation=SimpleNamespace(vllm_client=SimpleNamespace(base_url="http://scripted")),
         mask_truncated_completions=False,
-        args=SimpleNamespace(continuous_max_in_flight=512),
+        args=SimpleNamespace(continuous_max_in_flight=512, vllm_server_timeout=240.0),
         accelerator=SimpleNamespace(num_processes=1),
         _run_round=run_round,
     )
@@ -115,38 +115,48 @@ def scripted_run(monkeypatch: pytest.MonkeyPatch, settings: SamplerSettings, num
     monkeypatch.setattr(schedule_module, "tokenize_prompts", lambda trainer, prompts: [[1, 2]] * len(prompts))
     monkeypatch.setattr(schedule_module, "server_sampling_params", lambda generation: {})
     monkeypatch.setattr(schedule_module, "completions_payload", lambda client, params, prompt: {})
-    monkeypatch.setattr(schedule_module, "replayed_completions", lambda *args: contextlib.nullcontext())
-    monkeypatch.setattr(schedule_module, "broadcast_object_list", lambda objects: objects)
+    monkeypatch.setattr(schedule_module, "replayed_completions", lambda *args, **kwargs: contextlib.nullcontext())
+    monkeypatch.setattr(schedule_module, "_contained_rewards", lambda *args: contextlib.nullcontext())
+    monkeypatch.setattr(schedule_module, "broadcast_object_list", broadcast)
 
-    begin = sampler.begin_continuous
-
-    def begin_and_watch(*args: Any, **kwargs: Any):
-        step = begin(*args, **kwargs)
-        exited.watch = lambda g: step.in_flight_target(g) == 0
-        return step
-
-    monkeypatch.setattr(sampler, "begin_continuous", begin_and_watch)
-    pools: list[list[Any]] = [[] for _ in range(num_prompts)]
+    entries: list[dict[int, Any]] = [{} for _ in range(num_prompts)]
     stats = ScheduleStats()
-    selection = _drive(trainer, [{"prompt": "x"}] * num_prompts, [str(g) for g in range(num_prompts)], pools, stats)
-    return selection, pools, stats, holder["draws"], reward
+    selection = _drive(trainer, [{"prompt": "x"}] * num_prompts, [str(g) for g in range(num_prompts)], entries, stats)
+    return selection, entries, stats, holder["draws"], reward, announced
 
 
 @pytest.mark.parametrize("policy", ["fixed", "predictive"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_driver_scores_a_ready_draw_without_waiting_for_another(monkeypatch, policy, seed):
+def test_driver_scores_every_draw_back_and_fills_the_pools_of_rounds(monkeypatch, policy, seed):
     settings = SamplerSettings(
         sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4, round_policy=policy
     )
-    selection, pools, stats, draws, reward = scripted_run(monkeypatch, settings, num_prompts=8, seed=seed)
-    # The loop blocked for a new completion only when nothing already back could be scored.
+    selection, entries, stats, draws, reward, announced = scripted_run(monkeypatch, settings, 8, seed)
+    # The loop blocked for a new completion only when nothing already back was left to score.
     assert draws.blocking_waits > 0
     assert draws.blocking_waits_with_work_ready == 0
-    # And the pools are still each prompt's first draws, in submission order, with their own rewards.
-    for g, pool in enumerate(pools):
-        assert [entry.key for entry in pool] == [(g, d) for d in range(len(pool))]
-        assert list(selection.pools[g]) == [reward(g, d) for d in range(len(pool))]
-    assert stats.scored == sum(len(pool) for pool in pools)
+    # Each draw was scored once, and a scoring batch may hold several draws of one prompt (all are in its pool).
+    rows = [key for batch in announced for key in batch]
+    assert sorted(rows) == sorted(set(rows)) == sorted(draws.returned)
+    assert any(len({g for g, _ in batch}) < len(batch) for batch in announced)
+    # The pools are the rounds-with-the-same-settings pools on the same draws, each entry at its draw index.
+    step = build_sampler(settings).begin(8, [str(g) for g in range(8)])
+    while requests := step.requests():
+        step.observe(requests, [reward(g, len(step.pools[g]) + j) for g, count in requests for j in range(count)])
+    assert selection.pools == step.finish().pools
+    for g, by_draw in enumerate(entries):
+        assert sorted(by_draw) == list(range(len(selection.pools[g])))
+        assert all(entry.key == (g, d) for d, entry in by_draw.items())
+        # In flight: at most the prompt's current block (a round's request), never past its next exit check.
+        assert draws.most_in_flight[g] <= settings.max_pool_size
+        if policy == "fixed":
+            assert draws.most_in_flight[g] == settings.round_size
+    assert stats.submitted == draws.submitted == sum(len(pool) for pool in selection.pools)
+    assert stats.metrics() == {
+        "continuous/scoring_batches": float(len(announced)),
+        "continuous/draws_per_scoring_batch": len(rows) / len(announced),
+        "continuous/seconds": stats.seconds,
+    }
 
 
 def test_server_draws_wait_returns_each_finished_draw_once_and_never_an_aborted_one():
@@ -230,3 +240,27 @@ def test_continuous_trainer_checks_the_open_file_limit_at_construction(
             processing_class=tokenizer,
         )
     assert loaded == []  # failed before GRPOTrainer set anything up
+
+
+def test_a_replay_mismatch_is_recorded_and_answered_in_the_requests_shape_when_asked():
+    # On the main process inside a scoring batch, the other processes wait in the completions broadcast: a mismatch
+    # must not raise there (it is raised after the batch), and the answer must have the request's shape.
+    from trl_ada.trl_seam import replayed_completions
+
+    class Client:  # `_post` is a method, as on TRL's VLLMClient: the replay shadows it on the instance
+        def _post(self, url, **kwargs):
+            return {"sent": True}
+
+    client = Client()
+    payload = {"model": "m", "n": 1, "max_tokens": 8}
+    choices = [{"token_ids": [1]}, {"token_ids": [2]}]
+    mismatches: list = []
+    with replayed_completions(client, payload, [[5], [6]], choices, mismatches=mismatches):
+        answer = client._post(
+            "http://x/v1/completions", json={"model": "m", "n": 1, "max_tokens": 8, "prompt": [[5]] * 3}
+        )
+    assert answer == {"choices": [choices[0], choices[1], choices[0]]}
+    assert len(mismatches) == 1 and "other prompts" in str(mismatches[0])
+    with pytest.raises(RuntimeError, match="differs from the continuous draws' in \\['max_tokens'\\]"):
+        with replayed_completions(client, payload, [[5], [6]], choices):
+            client._post("http://x/v1/completions", json={"model": "m", "n": 1, "max_tokens": 9, "prompt": [[5], [6]]})

@@ -11,11 +11,12 @@ weights were pushed once per step. `tests/test_vllm_server.py` runs the same sch
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TINY_MODEL_KWARGS, tiny_args
+from conftest import TINY_MODEL_KWARGS, launch_two_processes, tiny_args
 from fake_vllm_server import FakeVLLMServer
 from trl.generation import vllm_client as vllm_client_module
 from trl.generation.vllm_client import VLLMClient
@@ -41,7 +42,7 @@ class RecordingDraws(ServerDraws):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.record: dict[str, Any] = {"submitted": {}, "returned": {}, "aborted": set()}
+        self.record: dict[str, Any] = {"submitted": {}, "returned": {}, "arrival": [], "aborted": set()}
         RecordingDraws.log.append(self.record)
 
     def submit(self, key, prompt_ids):
@@ -52,6 +53,7 @@ class RecordingDraws(ServerDraws):
         finished = super().wait(timeout)
         for key, choice in finished:
             self.record["returned"][key] = choice
+            self.record["arrival"].append(key)
         return finished
 
     def abort(self, keys):
@@ -147,23 +149,38 @@ def test_continuous_pools_are_first_draws_in_submission_order(
                     == starts_low_digit([trainer.processing_class.decode(choice["token_ids"])])[0]
                 )
                 expected_scored.append(choice["token_ids"])
-            # Nothing past the pool was kept: its later draws were aborted or dropped.
-            later = [d for (p, d) in record["submitted"] if p == g and d >= len(pool)]
-            assert set(later) <= {d for (p, d) in record["aborted"] if p == g}
+            # Nothing is drawn past an exit check: every draw submitted is in the pool.
+            assert sorted(d for (p, d) in record["submitted"] if p == g) == list(range(len(pool)))
             kept = selection.prompts[g].kept
             assert all(i < len(pool) for i in kept)
-        arrived_out_of_order += stats.dropped_finished
-        assert stats.submitted == len(record["submitted"])
+        # Some prompt's draws came back out of submission order (short, correct completions first).
+        for g in range(len(pools)):
+            order = [d for (p, d) in record["arrival"] if p == g]
+            arrived_out_of_order += order != sorted(order)
+        assert stats.submitted == len(record["submitted"]) == sum(len(pool) for pool in pools)
     assert grew > 0
     # Every completion scored is a pool draw (no aborted or dropped draw reached the reward function), and all were.
     assert Counter(map(tuple, scored)) == Counter(map(tuple, expected_scored))
-    # The server saw aborted requests; some later draws had finished before an earlier one and were dropped unscored.
-    assert any(request.aborted for request in server.requests)
+    # Nothing was aborted (an exited prompt has nothing in flight), and draws did come back out of order.
+    assert not any(request.aborted for request in server.requests) and not any(
+        r["aborted"] for r in RecordingDraws.log
+    )
     assert arrived_out_of_order > 0
     # One weight push per optimizer step, before its first draw.
     assert len(pushes) == STEPS
+    # The schedule's own metrics, each logged once per step (item 3 of issue 21: no metric defined twice).
     logs = [entry for entry in trainer.state.log_history if "ada/continuous/scoring_batches" in entry]
-    assert len(logs) == STEPS and all(entry["ada/continuous/aborted_in_flight"] >= 0 for entry in logs)
+    assert len(logs) == STEPS
+    for entry, (_, _, stats) in zip(logs, batches, strict=True):
+        assert {key for key in entry if key.startswith("ada/continuous/")} == {
+            "ada/continuous/scoring_batches",
+            "ada/continuous/draws_per_scoring_batch",
+            "ada/continuous/seconds",
+        }
+        assert entry["ada/continuous/scoring_batches"] == stats.scoring_batches
+        assert entry["ada/continuous/draws_per_scoring_batch"] == pytest.approx(
+            stats.submitted / stats.scoring_batches
+        )
 
 
 @pytest.mark.parametrize(
@@ -187,3 +204,25 @@ def test_continuous_schedule_rejects_agent_rollouts_before_loading(tmp_path, ari
     config.generation_schedule = "continuous"
     with pytest.raises(ValueError, match="tools .* cannot take part"):
         AdaGRPOTrainer("no/such-model", [starts_low_digit], args=config, train_dataset=arithmetic_dataset, tools=[len])
+
+
+def test_a_reward_failing_on_the_main_process_ends_the_step_on_every_process(tmp_path, tokenizer):
+    # Issue 21, item 4: the main process's reward raises inside a scoring batch while the other process sits in that
+    # batch's reward gather. Both must raise the error; a hang fails the launch's timeout instead of hanging CI.
+    digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    fake = FakeVLLMServer(digit_ids=digit_ids, eos_id=tokenizer.eos_token_id, seconds_per_token=0.005)
+    try:
+        (tmp_path / "server_url").write_text(fake.base_url)
+        reports = launch_two_processes(Path(__file__).parent / "continuous_failure_run.py", tmp_path, timeout=300)
+    finally:
+        fake.close()
+    main, follower = reports
+    expected = (
+        "Reward function 'fails_on_the_main_process' raised during scoring batch 1 of training step 1: ValueError: "
+        "the main process's verifier is down"
+    )
+    assert main["error"] is not None and main["error"].startswith(f"RuntimeError: {expected}"), main
+    assert follower["error"] is not None, follower
+    assert follower["error"].startswith(
+        f"RuntimeError: The main process's continuous sampling failed: RuntimeError: {expected}"
+    ), follower

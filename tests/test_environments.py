@@ -138,12 +138,16 @@ def test_seq_balance_gives_every_draw_its_own_episode_and_keeps_it_with_its_row(
     assert f"Each completion was an agent rollout: environment episodes ({names}), one fresh `reset`" in card
 
 
-def test_an_environment_factory_without_a_train_dataset_is_rejected_before_loading(tmp_path):
-    with pytest.raises(ValueError, match="needs a train_dataset with environment_factory"):
+def test_an_environment_factory_without_a_train_dataset_is_rejected_for_pooling_samplers(tmp_path):
+    # GRPOTrainer accepts environment-owned data (its own checks run first, see tests/test_trl_drop_in.py); a sampler
+    # that pools the draws of one row cannot, and says so while the trainer is built, before anything trains.
+    tokenizer = chat_tokenizer()
+    with pytest.raises(ValueError, match="sampler='seq_balance' needs a train_dataset with environment_factory"):
         AdaGRPOTrainer(
-            "no/such-model",
+            build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS),
             [envs.target_reward],
             args=AdaGRPOConfig(**tiny_args(tmp_path)),
+            processing_class=tokenizer,
             environment_factory=envs.Low,
         )
 

@@ -177,7 +177,7 @@ def expected_budgets(pass_rates, n, low, high, power):
 
 def test_simulate_est_learns_the_allocation_over_steps():
     rates = [0.05, 0.2, 0.5, 0.8]
-    settings = SamplerSettings(sampler="est", num_generations=4, est_decay=1.0)
+    settings = SamplerSettings(sampler="est", num_generations=4, pass_rate_decay=1.0)
     first = simulate(settings, rates, trials=300, steps=1, seed=3)
     last = simulate(settings, rates, trials=300, steps=40, seed=3)
     # step 1: nothing tracked yet, every prompt reads the prior 0.5 and gets the mean budget
@@ -211,9 +211,9 @@ def test_est_metrics_report_budget_and_tracked_quantiles():
         ({"est_min_samples": 10, "est_max_samples": 8}, "must not exceed"),
         ({"est_min_samples": 6}, "cannot meet"),
         ({"est_max_samples": 3}, "cannot meet"),
-        ({"est_decay": 0.0}, "est_decay must lie in"),
-        ({"est_decay": 1.5}, "est_decay must lie in"),
-        ({"est_prior_alpha": 0.0}, "must be positive"),
+        ({"pass_rate_decay": 0.0}, "pass_rate_decay must lie in"),
+        ({"pass_rate_decay": 1.5}, "pass_rate_decay must lie in"),
+        ({"pass_rate_prior_alpha": 0.0}, "must be a positive finite"),
         ({"est_sample_power": 1.5}, "est_sample_power"),
         ({"est_train_on": "downsample", "est_min_samples": 2}, "at least 4"),
         ({"est_mean_samples": 6}, "est_mean_samples must be 4"),
@@ -259,6 +259,17 @@ def test_batch_filler_drops_zero_variance_groups_and_refills():
     assert filler.take(keep_partial=False) == [(0, 0), (1, 1), (1, 2)]
     metrics = filler.metrics()
     assert metrics["dapo/dropped_groups"] == 3 and metrics["dapo/extra_batches"] == 1
+    # The kept share describes the update's groups (all informative here), not the 3 of 6 sampled ones dropped.
+    assert metrics["zero_variance_share/kept"] == 0.0 and metrics["dapo/dropped_share"] == 0.5
+    # With refills the batch's own selection leaves that share to the filler: logged once, over the update.
+    assert "zero_variance_share/kept" not in selection_for([[1.0, 0.0], [1.0, 1.0]]).metrics
+
+
+def test_batch_filler_kept_share_counts_padding():
+    filler = BatchFiller(num_prompts=2)
+    filler.add(selection_for([[1.0, 1.0], [1.0, 0.0]]))
+    filler.take(keep_partial=True)
+    assert filler.metrics()["zero_variance_share/kept"] == 0.5  # one informative group, one constant padding group
 
 
 def test_batch_filler_at_the_cap_raises_or_pads_with_dropped_groups():

@@ -33,12 +33,17 @@ TINY = TINY_MODEL_KWARGS
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
-@pytest.fixture(scope="module")
-def evaluate_script():
+def load_script():
     spec = importlib.util.spec_from_file_location("evaluate_script", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def evaluate_script():
+    # The code of `trl-ada evaluate`; scripts/evaluate.py is a thin entry over it (tested below).
+    return importlib.import_module("trl_ada.evaluate")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -237,3 +242,24 @@ def test_evaluate_shipped_arithmetic_model(evaluate_script, tmp_path):
     check_consistent(results, 8)
     metrics = next(iter(results["datasets"].values()))["metrics"]
     assert metrics["pass@8"] >= metrics["pass@1"]
+
+
+def test_trl_ada_evaluate_is_the_script_with_the_same_flags(tmp_path, tiny_model_dir, capsys):
+    from trl_ada.cli import main as trl_ada_main
+    from trl_ada.evaluate import build_parser
+
+    def option_strings(parser):
+        return [action.option_strings for action in parser._actions]
+
+    assert option_strings(load_script().build_parser()) == option_strings(build_parser())
+    data = write_jsonl(tmp_path / "arith.jsonl", held_out_problems(3, seed=0))
+    output = tmp_path / "eval.json"
+    argv = [
+        "--model_name_or_path", str(tiny_model_dir), "--dataset_name", str(data), "--reward", "exact_match",
+        "--num_samples", "2", "--max_new_tokens", "4", "--output", str(output),
+    ]  # fmt: skip
+    assert trl_ada_main(["evaluate", *argv]) == 0
+    assert "| dataset | problems | ave@2 | pass@1 | pass@2 |" in capsys.readouterr().out
+    results = json.loads(output.read_text())
+    assert results["datasets"][str(data)]["num_problems"] == 3
+    check_consistent(results, 2)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import socket
 import threading
 import time
 from types import SimpleNamespace
@@ -10,7 +12,13 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from trl_ada.faults import VLLMServerError, VLLMServerUnresponsive, call_watching_health, vllm_server_errors
+from trl_ada.faults import (
+    HealthWatch,
+    VLLMServerError,
+    VLLMServerUnresponsive,
+    call_watching_health,
+    vllm_server_errors,
+)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -99,3 +107,130 @@ def test_other_errors_pass_through(tmp_path, mode):
         with pytest.raises(requests.exceptions.ConnectionError):
             with vllm_server_errors(_trainer(tmp_path, mode), round_index=1):
                 raise requests.exceptions.ConnectionError("colocate mode has no server")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The continuous schedule: its draws are its own requests, watched the same way (issue 21, item 1)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class FrozenServer:
+    """A socket that accepts every connection (requests and `/health` alike) and never answers any."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.connections: list[socket.socket] = []
+        self.base_url = f"http://127.0.0.1:{self.socket.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.connections.append(self.socket.accept()[0])
+
+    def close(self) -> None:
+        for connection in self.connections:
+            connection.close()
+        self.socket.close()
+
+
+@pytest.fixture
+def frozen_server():
+    server = FrozenServer()
+    yield server
+    server.close()
+
+
+def in_thread(call, seconds: float):
+    """Run `call` in a thread; return what it raised (or returned) within `seconds`, so a hang fails the test."""
+    outcome: dict = {}
+
+    def run():
+        try:
+            outcome["value"] = call()
+        except BaseException as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s: the call hangs"
+    return outcome
+
+
+def test_server_draws_give_up_on_a_server_that_accepts_and_never_answers(frozen_server):
+    from trl_ada.server_draws import ServerDraws
+
+    with ServerDraws(frozen_server.base_url, {"model": "m"}, health_timeout=1.0) as draws:
+        draws.submit(("p", 0), [1, 2])
+        start = time.monotonic()
+        outcome = in_thread(draws.wait, 20)
+    assert isinstance(outcome.get("error"), VLLMServerUnresponsive), outcome
+    assert "/health has not answered" in str(outcome["error"])
+    assert 1.0 <= time.monotonic() - start < 10
+
+
+def _continuous_trainer(tmp_path, base_url, main: bool):
+    from trl_ada.samplers import SamplerSettings, build_sampler
+
+    return SimpleNamespace(
+        ada_sampler=build_sampler(SamplerSettings(sampler="seq_balance")),
+        vllm_generation=SimpleNamespace(vllm_client=SimpleNamespace(base_url=base_url)),
+        mask_truncated_completions=False,
+        args=SimpleNamespace(
+            continuous_max_in_flight=64, vllm_server_timeout=1.0, output_dir=str(tmp_path), vllm_server_base_url=None
+        ),
+        state=SimpleNamespace(global_step=2),
+        accelerator=SimpleNamespace(is_main_process=main, num_processes=2),
+    )
+
+
+def test_a_frozen_server_on_the_continuous_schedule_is_a_vllm_server_error_on_every_process(
+    tmp_path, frozen_server, monkeypatch
+):
+    import trl_ada.continuous_schedule as schedule
+
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    (checkpoint / "trainer_state.json").write_text("{}")
+    announced: list = []
+    monkeypatch.setattr(schedule, "sync_server_weights_for_step", lambda trainer: None)
+    monkeypatch.setattr(schedule, "tokenize_prompts", lambda trainer, prompts: [[1, 2]] * len(prompts))
+    monkeypatch.setattr(schedule, "server_sampling_params", lambda generation: {})
+    monkeypatch.setattr(schedule, "completions_payload", lambda client, params, prompt: {"model": "m"})
+    monkeypatch.setattr(schedule, "broadcast_object_list", lambda objects: announced.extend(objects) or objects)
+    main = _continuous_trainer(tmp_path, frozen_server.base_url, main=True)
+    rows = [{"prompt": "x"}] * 2
+    outcome = in_thread(lambda: schedule.sample_continuously(main, rows, ["a", "b"], [[], []]), 30)
+    error = outcome.get("error")
+    assert isinstance(error, VLLMServerError), outcome
+    message = str(error)
+    assert message.startswith(
+        f"The vLLM server at {frozen_server.base_url} stopped answering during continuous sampling (the draws of "
+        "scoring batch 1) of training step 3"
+    )
+    assert str(checkpoint) in message and "resume_from_checkpoint=True" in message
+    assert isinstance(error.__cause__, VLLMServerUnresponsive)
+    # The other processes, waiting for the main process's next announcement, raise the same error.
+    assert announced == [("failed", ("server", message))]
+    monkeypatch.setattr(schedule, "broadcast_object_list", lambda objects: announced)
+    follower = _continuous_trainer(tmp_path, frozen_server.base_url, main=False)
+    with pytest.raises(VLLMServerError) as on_follower:
+        schedule._follow(follower, rows, [{}, {}])
+    assert str(on_follower.value) == message
+
+
+def test_health_watch_counts_failures_in_a_row_since_the_server_last_answered(health_server):
+    watch = HealthWatch(_url(health_server), timeout=1.0)
+    health_server.RequestHandlerClass.healthy = False
+    watch.check()  # the first failure starts the clock
+    time.sleep(1.1)
+    watch.reset()  # a draw came back: the server answers, whatever /health said
+    watch.check()  # failing again, counted from here
+    time.sleep(1.1)
+    with pytest.raises(VLLMServerUnresponsive, match="has not answered for 1 s"):
+        watch.check()
+    health_server.RequestHandlerClass.healthy = True
+    watch.check()  # healthy: the clock stops
+    health_server.RequestHandlerClass.healthy = False
+    watch.check()

@@ -186,13 +186,13 @@ def test_sampler_state_is_in_the_checkpoint_before_the_hub_push(tmp_path, tokeni
 
 def test_a_checkpoint_inside_a_generation_block_is_not_counted_twice(tmp_path, tokenizer, arithmetic_dataset, caplog):
     # est with steps_per_generation=2: one generation feeds two optimizer steps, so checkpoint-1 falls inside a block.
-    # est draws exactly B x n completions per generation, and with est_decay=1 its tracker's total count is the number
+    # est draws exactly B x n completions per generation, and with pass_rate_decay=1 its tracker's total count is the number
     # of completions it has seen: after a resume from checkpoint-1, an uninterrupted count is 2 blocks x 32.
     dataset = arithmetic_dataset.select(range(16))
     common = tiny_args(
         tmp_path, max_steps=4, per_device_train_batch_size=16, steps_per_generation=2, save_strategy="steps"
     )
-    config = AdaGRPOConfig(**common, save_steps=1, sampler="est", est_decay=1.0, est_max_samples=12)
+    config = AdaGRPOConfig(**common, save_steps=1, sampler="est", pass_rate_decay=1.0, est_max_samples=12)
     with caplog.at_level(logging.WARNING, logger="trl_ada.trainer"):
         make_trainer(config, tokenizer, dataset).train()
     assert len([r for r in caplog.records if "inside a generation block" in r.getMessage()]) == 1
@@ -201,7 +201,7 @@ def test_a_checkpoint_inside_a_generation_block_is_not_counted_twice(tmp_path, t
     assert inside["sampler"]["estimator"]["counts"] == {}  # the state from before the block
     assert sum(n for n, _ in boundary["sampler"]["estimator"]["counts"].values()) == pytest.approx(32)
 
-    resumed = make_trainer(AdaGRPOConfig(**common, save_steps=100, sampler="est", est_decay=1.0, est_max_samples=12),
+    resumed = make_trainer(AdaGRPOConfig(**common, save_steps=100, sampler="est", pass_rate_decay=1.0, est_max_samples=12),
                            tokenizer, dataset)  # fmt: skip
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"))
     generations = len(resumed.selections)

@@ -104,6 +104,7 @@ def wheel_metadata(wheel: Path):
 def test_wheel_ships_the_card_template_the_tiny_model_and_the_recipes(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "trl_ada/train.py" in names and "trl_ada/cli.py" in names
+    assert "trl_ada/prepare_data.py" in names and "trl_ada/evaluate.py" in names  # trl-ada prepare-data / evaluate
     assert "trl_ada/hub_cards/reinforce_ada_model_card.md" in names
     for asset in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         assert f"trl_ada/assets/tiny-arith/{asset}" in names, asset
@@ -147,6 +148,11 @@ def test_trl_ada_train_runs_from_the_installed_wheel_outside_the_checkout(instal
     card = (out / "README.md").read_text()
     assert "reinforce-ada" in card and "| `sampler` | seq_balance |" in card  # trl-ada's template, filled in
     assert "held-out pass rate (8 problems" in result.stderr  # the run summary
+    assert "FutureWarning" not in result.stderr  # transformers' deprecations of what TRL itself sets
+    # The data preparation and evaluation the recipes need ship as commands of the installed package.
+    for command in ("prepare-data", "evaluate"):
+        result = run([str(installed / "trl-ada"), command, "--help"], cwd=tmp_path)
+        assert result.returncode == 0 and result.stdout.startswith(f"usage: trl-ada {command} "), result.stderr
 
 
 @pytest.mark.slow
@@ -263,3 +269,90 @@ def test_trl_ada_cli_imports_neither_torch_nor_trl():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Python floor and the GPU constraints (fast, offline; `.ci/gpu_resolve_check.sh` runs pip's resolver on the GPU file)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def constraint_pins(path: Path) -> dict[str, str]:
+    import re
+
+    pins = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = re.fullmatch(r"([A-Za-z0-9_.\-]+)==(\S+)", line).groups()
+            pins[canonical(name)] = version
+    return pins
+
+
+def setup_py_arguments(monkeypatch) -> dict:
+    """setup.py's keyword arguments to `setup()`, captured without building anything."""
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
+    return captured
+
+
+def test_python_floor_is_one_every_tested_package_installed_here_accepts(monkeypatch):
+    # setup.py's python_requires (and the README's "Python 3.11+") must not promise a Python the tested stacks cannot
+    # install on: every package pinned in constraints/ and installed here must accept the floor. With ">=3.10" this
+    # fails in the main environment (trl 1.16, transformers 5.24, numpy 2.4.6, matplotlib 3.11.2 need >=3.11) and in
+    # `.ci/trl_stage.sh 1.14` (numpy 2.4.6).
+    import importlib.metadata
+    import re
+
+    from packaging.specifiers import SpecifierSet
+
+    (floor,) = re.findall(r">=\s*(\d+\.\d+)", setup_py_arguments(monkeypatch)["python_requires"])
+    pinned = set().union(*(constraint_pins(path) for path in (ROOT / "constraints").glob("*.txt")))
+    refused, checked = {}, 0
+    for name in sorted(pinned):
+        try:
+            requires = importlib.metadata.metadata(name).get("Requires-Python")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        checked += 1
+        if requires and not SpecifierSet(requires).contains(floor, prereleases=True):
+            refused[name] = requires
+    assert checked >= 10  # trl, torch, transformers, numpy, ... are installed wherever this runs
+    assert not refused, f"python_requires floor {floor} is refused by {refused}"
+
+
+def test_gpu_constraints_are_the_main_stack_within_setup_pys_ranges_and_trls_extras(monkeypatch):
+    # constraints/trl-1.16-gpu.txt (README, "GPU install") is constraints/trl-1.16.txt with what vLLM needs; every pin
+    # lies inside setup.py's ranges and inside the installed TRL's `vllm` and `deepspeed` extras.
+    import importlib.metadata
+
+    gpu = constraint_pins(ROOT / "constraints" / "trl-1.16-gpu.txt")
+    main = constraint_pins(ROOT / "constraints" / "trl-1.16.txt")
+    changed = {name for name in gpu.keys() & main.keys() if gpu[name] != main[name]}
+    assert changed == {"transformers", "huggingface-hub", "numpy"}, changed  # the file's header says why each
+    assert gpu.keys() - main.keys() == {"vllm", "deepspeed"}
+    assert main.keys() - gpu.keys() <= {"pytest", "ruff", "hypothesis", "sortedcontainers"}  # the `dev` tools
+
+    arguments = setup_py_arguments(monkeypatch)
+    requirements = [Requirement(r) for r in arguments["install_requires"]]
+    requirements += [Requirement(r) for extra in ("vllm", "deepspeed") for r in arguments["extras_require"][extra]]
+    for requirement in requirements:
+        if canonical(requirement.name) in gpu:
+            assert requirement.specifier.contains(gpu[canonical(requirement.name)]), (str(requirement), gpu)
+
+    if importlib.metadata.version("trl") != gpu["trl"]:
+        pytest.skip(f"the installed TRL is {importlib.metadata.version('trl')}, the GPU stack's is {gpu['trl']}")
+    extras = [Requirement(r) for r in importlib.metadata.requires("trl")]
+    for extra in ("vllm", "deepspeed"):
+        names = set()
+        for requirement in extras:
+            if requirement.marker is not None and requirement.marker.evaluate({"extra": extra}):
+                if canonical(requirement.name) in gpu:
+                    names.add(canonical(requirement.name))
+                    assert requirement.specifier.contains(gpu[canonical(requirement.name)]), (extra, str(requirement))
+        assert extra in names, (extra, names)  # the extra's own package is pinned

@@ -45,7 +45,8 @@ def load_script():
 
 @pytest.fixture(scope="module")
 def prepare_data():
-    return load_script()
+    # The code of `trl-ada prepare-data`; scripts/prepare_data.py is a thin entry over it (tested below).
+    return importlib.import_module("trl_ada.prepare_data")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -412,3 +413,35 @@ def test_prepare_exact_match_end_to_end_on_the_shipped_tiny_model(prepare_data, 
     assert all(row["answer"] == row["solution"] for row in rows)
     assert sorted(row["answer"] for row in rows) == sorted(str(p["answer"]) for p in problems)
     assert sum(row["num_correct"] for row in rows) > 0  # the shipped model solves most 1-digit sums
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# `trl-ada prepare-data`: the script's command in the installed package; the missing-file error names it
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def option_strings(parser):
+    return [action.option_strings for action in parser._actions]
+
+
+def test_trl_ada_prepare_data_is_the_script_with_the_same_flags(tmp_path, capsys):
+    from trl_ada.cli import main as trl_ada_main
+    from trl_ada.prepare_data import build_parser
+
+    assert option_strings(load_script().build_parser()) == option_strings(build_parser())
+    source = write_jsonl(tmp_path / "in.jsonl", [*ROWS, ROWS[0]])  # one duplicate
+    output = tmp_path / "out.jsonl"
+    argv = ["--dataset_name", str(source), "--output", str(output), "--answer_column", "answer"]
+    assert trl_ada_main(["prepare-data", *argv]) == 0
+    assert f"Wrote {output}" in capsys.readouterr().out
+    rows = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [row["solution"] for row in rows] == ["2", "5", "\\frac{1}{2}"]  # deduplicated, reference as solution
+    with pytest.raises(SystemExit):
+        trl_ada_main(["prepare-data", "--help"])
+    assert capsys.readouterr().out.startswith("usage: trl-ada prepare-data ")
+
+
+def test_a_missing_dataset_file_names_trl_ada_prepare_data(tmp_path):
+    missing = tmp_path / "data" / "openr1_qwen2.5-math-1.5b.parquet"
+    with pytest.raises(FileNotFoundError, match=rf"No such dataset file.*trl-ada prepare-data.*--output {missing}`"):
+        load_prompt_dataset(missing)

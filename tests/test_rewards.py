@@ -91,7 +91,7 @@ def test_unparsable_reference_gives_none_and_warns_once(caplog, monkeypatch):
     assert result == [None, None, None, 1.0]
     warnings = [r for r in caplog.records if "cannot parse the reference" in r.getMessage()]
     assert len(warnings) == 1
-    assert "scripts/prepare_data.py" in warnings[0].getMessage()
+    assert "trl-ada prepare-data" in warnings[0].getMessage()
 
 
 def test_reference_verification_rejects_garbage():
@@ -277,3 +277,13 @@ def test_recipe_method_flags_on_a_base_file_match_the_full_recipe(method, tmp_pa
     assert dataclasses.asdict(switched.sampler_settings()) == dataclasses.asdict(full.sampler_settings())
     rows = switched.per_device_train_batch_size * switched.gradient_accumulation_steps * 8
     assert rows // switched.num_generations == 512
+
+
+def test_score_completions_awaits_an_async_reward():
+    """An async reward (TRL awaits those; `code_execution` is one) is awaited, not returned as a coroutine."""
+    from trl_ada.rewards import score_completions
+
+    async def length_reward(completions, **kwargs):
+        return [float(len(text)) for text in completions]
+
+    assert score_completions(length_reward, ["p", "q"], [["a", "bb"], ["ccc"]]) == [[1.0, 2.0], [3.0]]

@@ -109,3 +109,50 @@ def test_masked_completions_stay_in_the_pool_baseline():
     (result,) = step.finish().prompts
     assert result.baseline == pytest.approx(0.25)  # every draw of the policy, as TRL's group mean
     assert result.pass_rate == pytest.approx(1 / 3)  # outcomes count complete completions only
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Unscorable prompts (every reward function returned None): they fill their group and exit, never draw to the cap
+# ---------------------------------------------------------------------------------------------------------------------
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("policy", ["fixed", "predictive", "tracked"])
+def test_a_prompt_with_only_unscorable_draws_exits_after_its_first_round(policy):
+    sampler = build_sampler(
+        SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4, round_policy=policy)
+    )
+    step = sampler.begin(2, ["unscorable", "scored"])
+    requests = step.requests()
+    sizes = dict(requests)
+    step.observe(requests, [NAN] * sizes[0] + [0.0] * sizes[1])
+    assert [index for index, _ in step.requests()] == [1]  # the all-None prompt is done; the all-wrong one goes on
+
+
+def test_an_unscorable_prompt_still_fills_its_update_group():
+    # round_size 2 < n = 4: it draws exactly the 2 its group still lacks, then stops (not the cap of 8)
+    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=2, max_rounds=4))
+    step = sampler.begin(1)
+    while requests := step.requests():
+        step.observe(requests, [NAN] * sum(count for _, count in requests))
+    selection = step.finish()
+    assert len(selection.pools[0]) == 4 and selection.rounds == 2
+    assert selection.prompts[0].advantages == (0.0,) * 4
+    assert selection.metrics["unscorable_share"] == 1.0
+
+
+def test_a_partly_scored_prompt_keeps_drawing():
+    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4))
+    step = sampler.begin(1)
+    step.observe(step.requests(), [NAN, NAN, NAN, 0.0])
+    assert step.requests() == [(0, 4)]  # one scored negative: it still looks for positives
+
+
+def test_the_continuous_schedule_stops_an_unscorable_prompt_too():
+    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4))
+    step = sampler.begin_continuous(1)
+    for prompt, draw in step.to_submit():
+        step.complete(prompt, draw, NAN)
+    assert step.done and step.to_submit() == []
+    assert len(step.finish().pools[0]) == 8

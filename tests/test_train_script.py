@@ -34,8 +34,7 @@ def load_script():
 
 def run_main(argv):
     script = load_script()
-    script_args, training_args, model_args = script.make_parser(argv).parse_args_and_config(argv)
-    return script.main(script_args, training_args, model_args)
+    return script.main(*script.make_parser(argv).parse_args_and_config(argv))
 
 
 @pytest.fixture
@@ -194,9 +193,8 @@ def test_bad_input_fails_before_training(tmp_path, local_model, rows, extra, mes
         *FAST,
         *extra,
     ]
-    script_args, training_args, model_args = script.make_parser(argv).parse_args_and_config(argv)
     with pytest.raises(ValueError, match=message):
-        script.main(script_args, training_args, model_args)
+        script.main(*script.make_parser(argv).parse_args_and_config(argv))
 
 
 @pytest.mark.slow
@@ -250,15 +248,15 @@ def parse(argv):
 
 
 def test_save_steps_implies_saving_on_the_embedded_run(tmp_path):
-    _, training_args, _ = parse(["--save_steps", "3"])
+    _, training_args, _, _ = parse(["--save_steps", "3"])
     assert training_args.save_strategy == "steps" and training_args.save_steps == 3
-    _, training_args, _ = parse(["--save_steps", "3", "--save_strategy", "no"])  # an explicit strategy wins
+    _, training_args, _, _ = parse(["--save_steps", "3", "--save_strategy", "no"])  # an explicit strategy wins
     assert training_args.save_strategy == "no"
-    _, training_args, _ = parse([])
+    _, training_args, _, _ = parse([])
     assert training_args.save_strategy == "no"  # the embedded default still saves nothing
     config = tmp_path / "embedded.yaml"
     config.write_text("save_steps: 4\nmax_steps: 8\n")
-    _, training_args, _ = parse(["--config", str(config)])
+    _, training_args, _, _ = parse(["--config", str(config)])
     assert training_args.save_strategy == "steps" and training_args.save_steps == 4
     assert training_args.num_generations == 4 and training_args.sampler == "seq_balance"  # embedded defaults
 
@@ -377,3 +375,215 @@ def test_embedded_run_skips_the_heldout_check_when_parameters_are_sharded(
     assert trainer.state.global_step == 1
     assert any("Skipping the held-out accuracy check" in r.getMessage() for r in caplog.records)
     assert not any("eval_heldout_accuracy" in entry for entry in trainer.state.log_history)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The command line: reward modules of the working directory, --help, short errors, warnings, a run too short to log
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_dotted_reward_funcs_import_from_the_working_directory(tmp_path, monkeypatch):
+    # `trl-ada train` is a console script: sys.path[0] is its bin/ folder, not the working directory. `trl grpo` puts
+    # the working directory on sys.path for a dotted reward path; so does trl-ada.
+    (tmp_path / "myrewards_cwd.py").write_text(
+        "def my_reward(completions, **kwargs):\n    return [1.0] * len(completions)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "myrewards_cwd", raising=False)
+    script_args, *_ = parse(["--reward_funcs", "myrewards_cwd.my_reward", "exact_match"])
+    first, second = load_script().resolve_reward_funcs(script_args, "exact_match")
+    assert first.__module__ == "myrewards_cwd" and first.__name__ == "my_reward"
+    assert second.__name__ == "exact_match_reward"
+    monkeypatch.delitem(sys.modules, "myrewards_cwd", raising=False)
+
+
+def test_train_help_lists_config_and_a_bad_value_is_reported_in_a_few_lines(capsys):
+    from trl_ada.cli import main as trl_ada_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        trl_ada_main(["train", "--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "--config FILE_OR_RECIPE" in help_text and "qwen2.5-math-1.5b/seq_balance" in help_text
+    assert "--reward_model_name_or_path" in help_text and "--test_split_size" in help_text
+
+    with pytest.raises(SystemExit) as exit_info:
+        trl_ada_main(["train", "--sampler", "seq_balence"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) <= 3, error  # was ~240 lines of usage before the message
+    assert "trl-ada train: error: argument --sampler: invalid choice: 'seq_balence'" in error[1]
+
+    # A knob AdaGRPOConfig rejects: one line with its fix, no traceback.
+    assert trl_ada_main(["train", "--num_generations", "3", "--per_device_train_batch_size", "8"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == ["trl-ada train: error: generation_batch_size (8) must be divisible by num_generations (3)."]
+
+
+def test_missing_prepared_data_names_trl_ada_prepare_data_before_loading_anything(tmp_path, capsys, monkeypatch):
+    from trl_ada.cli import main as trl_ada_main
+
+    monkeypatch.chdir(tmp_path)
+    script = load_script()
+    monkeypatch.setattr(script, "AdaGRPOTrainer", None)  # no training may start
+    # On CPU: the recipe's bf16 would stop the run first here (a GPU run gets straight to the data).
+    code = trl_ada_main(["train", "--config", "qwen2.5-math-1.5b/seq_balance", "--bf16", "false", "--use_cpu", "true"])
+    error = capsys.readouterr().err
+    assert code == 2
+    assert error.startswith("trl-ada train: error: No such dataset file or directory: data/openr1_qwen2.5-math-1.5b")
+    assert "trl-ada prepare-data" in error and "--output data/openr1_qwen2.5-math-1.5b.parquet" in error
+    assert "Traceback" not in error
+
+
+def _gradient_checkpointing_warnings(records) -> list[str]:
+    return [
+        str(r.message) for r in records if issubclass(r.category, FutureWarning) and "checkpointing" in str(r.message)
+    ]
+
+
+def test_cli_silences_the_gradient_checkpointing_deprecations_the_user_cannot_act_on(tmp_path, restore_torch_threads):
+    import warnings
+
+    script = load_script()
+    argv = [*EMBEDDED_FAST, "--max_steps", "1", "--output_dir", str(tmp_path / "quiet")]
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        assert script.cli_main(argv, prog="trl-ada train") == 0
+    assert (tmp_path / "quiet" / "README.md").is_file()
+    assert _gradient_checkpointing_warnings(records) == []
+    # Outside the command line, nothing is filtered: the library keeps transformers' warnings.
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        parse(argv)
+    assert _gradient_checkpointing_warnings(records)
+    # A user who set `gradient_checkpointing` can rename it: that warning stays.
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        script.silence_unactionable_warnings(["--gradient_checkpointing", "true"])
+        parse(["--gradient_checkpointing", "true"])
+    assert any("`gradient_checkpointing` is deprecated" in m for m in _gradient_checkpointing_warnings(records))
+
+
+def test_a_run_shorter_than_logging_steps_logs_its_last_step(tmp_path, caplog, restore_torch_threads):
+    # The embedded default logs every 5 steps; a 3-step run used to log nothing, and its card said "statistic over 0
+    # training steps" with every value n/a, no plots, and a summary of n/a.
+    caplog.set_level(logging.INFO, logger="train_ada")
+    out = tmp_path / "short"
+    argv = ["--max_steps", "3", "--heldout_size", "0", "--arithmetic_train_size", "64"]
+    trainer = run_main([*argv, "--per_device_train_batch_size", "16", "--output_dir", str(out)])
+    assert trainer.args.logging_steps == 5
+    (logged,) = [e for e in trainer.state.log_history if "loss" in e]
+    assert logged["step"] == 3 and logged["ada/samples_per_prompt/mean"] >= 4
+    card = (out / "README.md").read_text()
+    assert "statistic over 3 training steps" in card
+    assert f"| completions drawn per prompt (mean) | {logged['ada/samples_per_prompt/mean']:.4g} |" in card
+    for plot in ("reward", "samples_per_prompt", "zero_variance_share"):
+        assert (out / "plots" / f"{plot}.png").is_file()
+    summary = "\n".join(r.getMessage() for r in caplog.records if r.name == "train_ada")
+    assert f"completions drawn per prompt: {logged['ada/samples_per_prompt/mean']:.1f} on average" in summary
+
+
+def test_run_summary_says_when_nothing_was_logged(caplog):
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(
+        num_generations=4, temperature=1.0, output_dir="out", push_to_hub=False, logging_strategy="no"
+    )
+    trainer = SimpleNamespace(args=args, state=SimpleNamespace(log_history=[], global_step=3))
+    caplog.set_level(logging.INFO, logger="train_ada")
+    load_script().log_run_summary(trainer, 1.0, None)
+    summary = "\n".join(r.getMessage() for r in caplog.records)
+    assert "no training step was logged (logging_strategy=no)" in summary and "n/a" not in summary
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Every flag of `trl grpo`: reward models, dataset mixtures, streaming, test splits
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_every_flag_of_trl_grpo_is_a_flag_of_trl_ada_train():
+    from trl.scripts.grpo import make_parser as trl_grpo_parser
+
+    def dests(parser):
+        return {action.dest for action in parser._actions}
+
+    missing = dests(trl_grpo_parser()) - dests(load_script().make_parser([]))
+    assert not missing
+
+
+def test_dataset_mixture_with_a_seeded_test_split_trains_and_evaluates(tmp_path, local_model):
+    rows = [{"problem": f"compute {i}+1", "solution": f"${i + 1}$"} for i in range(12)]
+    write = lambda name, part: (tmp_path / name).write_text("\n".join(json.dumps(r) for r in part))  # noqa: E731
+    write("a.jsonl", rows[:8])
+    write("b.jsonl", rows[8:])
+    config = tmp_path / "mixture.yaml"
+    config.write_text(
+        f"model_name_or_path: {local_model}\n"
+        f"datasets:\n  - path: json\n    data_files: {tmp_path / 'a.jsonl'}\n"
+        f"  - path: json\n    data_files: {tmp_path / 'b.jsonl'}\n"
+        "test_split_size: 0.25\neval_strategy: steps\neval_steps: 1\nper_device_eval_batch_size: 4\n"
+        f"output_dir: {tmp_path / 'mix'}\nuse_cpu: true\nbf16: false\nreport_to: none\n"
+    )
+    argv = ["--config", str(config), *FAST, "--max_steps", "1"]
+    trainer = run_main(argv)
+    assert len(trainer.train_dataset) == 9 and len(trainer.eval_dataset) == 3  # both files, split 0.25
+    assert {row["prompt"] for row in trainer.train_dataset} | {row["prompt"] for row in trainer.eval_dataset} == {
+        row["problem"] for row in rows
+    }
+    assert any("eval_loss" in entry for entry in trainer.state.log_history)
+    again = load_script().prepare_run(*parse(argv))  # seeded: the same split on every process and every run
+    assert again.eval_dataset["prompt"] == trainer.eval_dataset["prompt"]
+
+
+def test_streamed_dataset_trains(tmp_path, local_model, math_jsonl):
+    from datasets import IterableDataset
+
+    argv = ["--model_name_or_path", local_model, "--dataset_name", math_jsonl, "--output_dir", str(tmp_path / "s")]
+    argv += ["--use_cpu", "--bf16", "false", *FAST, "--max_steps", "1", "--report_to", "none"]
+    trainer = run_main([*argv, "--streaming"])
+    assert isinstance(trainer.train_dataset, IterableDataset) and trainer.state.global_step == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--streaming", "--max_steps", "-1"], "pass --max_steps N with --streaming"),
+        (["--dataset_streaming", "--test_split_size", "0.2"], "drop --streaming/--dataset_streaming, or"),
+        (["--eval_strategy", "steps"], "Hold part of it out with --test_split_size"),
+        (["--reward_model_name_or_path", "./no-such-reward-model"], "is not a directory"),
+    ],
+    ids=["stream-without-max-steps", "split-a-stream", "eval-without-split", "missing-reward-model"],
+)
+def test_mixture_and_reward_model_mistakes_fail_before_loading(tmp_path, local_model, math_jsonl, extra, message):
+    script = load_script()
+    argv = ["--model_name_or_path", local_model, "--dataset_name", math_jsonl, "--output_dir", str(tmp_path / "o")]
+    argv += ["--use_cpu", "--bf16", "false", *FAST, *extra]
+    with pytest.raises(ValueError, match=message):
+        script.prepare_run(*parse(argv))
+
+
+@pytest.fixture
+def local_reward_model(tmp_path, local_model):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = tmp_path / "reward-model"
+    AutoModelForSequenceClassification.from_pretrained(local_model, num_labels=1).save_pretrained(path)
+    AutoTokenizer.from_pretrained(local_model).save_pretrained(path)
+    return str(path)
+
+
+def test_reward_model_from_a_local_directory(tmp_path, local_model, math_jsonl, local_reward_model):
+    from transformers import PreTrainedModel
+
+    argv = ["--model_name_or_path", local_model, "--dataset_name", math_jsonl, "--output_dir", str(tmp_path / "rm")]
+    argv += ["--use_cpu", "--bf16", "false", *FAST, "--max_steps", "1", "--report_to", "none"]
+    trainer = run_main([*argv, "--reward_model_name_or_path", local_reward_model])
+    # As in `trl grpo`: the reward model alone when no --reward_funcs is given, loaded by TRL.
+    (reward_model,) = trainer.reward_funcs
+    assert isinstance(reward_model, PreTrainedModel) and trainer.state.global_step == 1
+    script_args, *_ = parse(
+        [*argv, "--reward_model_name_or_path", local_reward_model, "--reward_funcs", "math_verify"]
+    )
+    funcs = load_script().resolve_reward_funcs(script_args, "math_verify")
+    assert funcs[0] == local_reward_model and funcs[1].__name__ == "math_verify_reward"

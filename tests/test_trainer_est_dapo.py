@@ -1,6 +1,7 @@
 """est and dapo inside AdaGRPOTrainer, and sampler state across checkpoints (tiny model, CPU, one process)."""
 
 import json
+import logging
 
 import pytest
 import torch
@@ -144,3 +145,51 @@ def test_predictive_round_policy_trains_with_uneven_requests(tmp_path, tokenizer
     assert any(
         len(pool) > 4 * rounds for s in trainer.selections for pool, rounds in zip(s.pools, s.rounds_per_prompt)
     )
+
+
+def never_scores(completions, **kwargs):
+    return [None] * len(completions)
+
+
+def test_dapo_kept_share_agrees_with_trl_frac_reward_zero_std(tmp_path, tokenizer, arithmetic_dataset):
+    # Both describe the groups the update trains on (after DAPO dropped and refilled), with 0/1 rewards.
+    config = AdaGRPOConfig(**tiny_args(tmp_path, max_steps=3), sampler="dapo", dapo_max_refills=20)
+    trainer = make_trainer(config, tokenizer, arithmetic_dataset)
+    trainer.train()
+    logged = [e for e in trainer.state.log_history if "loss" in e]
+    assert len(logged) == 3 and sum(e["ada/dapo/dropped_groups"] for e in logged) > 0  # DAPO did drop groups
+    for entry in logged:
+        assert entry["ada/zero_variance_share/kept"] == entry["frac_reward_zero_std"] == 0.0
+        # dropped_share describes every group sampled (first batch and refills), first_n the same groups' n draws
+        assert entry["ada/dapo/dropped_share"] == pytest.approx(entry["ada/zero_variance_share/first_n"])
+
+
+def test_dapo_padding_counts_in_the_kept_share(tmp_path, tokenizer, arithmetic_dataset):
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=1), sampler="dapo", dapo_max_refills=1, dapo_on_exhausted="keep_partial"
+    )
+    trainer = make_trainer(config, tokenizer, arithmetic_dataset, rewards=[always_right])
+    trainer.train()
+    (entry,) = [e for e in trainer.state.log_history if "loss" in e]
+    assert entry["ada/zero_variance_share/kept"] == entry["frac_reward_zero_std"] == 1.0
+
+
+def test_seq_balance_kept_share_agrees_with_trl_frac_reward_zero_std(tmp_path, tokenizer, arithmetic_dataset):
+    config = AdaGRPOConfig(**tiny_args(tmp_path, max_steps=2), sampler="seq_balance", round_size=4, max_rounds=2)
+    trainer = make_trainer(config, tokenizer, arithmetic_dataset)
+    trainer.train()
+    for entry in [e for e in trainer.state.log_history if "loss" in e]:
+        assert entry["ada/zero_variance_share/kept"] == pytest.approx(entry["frac_reward_zero_std"])
+
+
+def test_unscorable_prompts_exit_at_once_and_are_warned_about_once(tmp_path, tokenizer, arithmetic_dataset, caplog):
+    config = AdaGRPOConfig(**tiny_args(tmp_path, max_steps=2), sampler="seq_balance", round_size=8, max_rounds=4)
+    with caplog.at_level(logging.WARNING, logger="trl_ada.trainer"):
+        trainer = make_trainer(config, tokenizer, arithmetic_dataset, rewards=[never_scores])
+        trainer.train()
+    for selection in trainer.selections:
+        assert [len(pool) for pool in selection.pools] == [8, 8]  # one round, not the cap of 32
+        assert all(a == 0.0 for result in selection.prompts for a in result.advantages)
+    warned = [r.getMessage() for r in caplog.records if "returned None for all draws" in r.getMessage()]
+    assert len(warned) == 1 and "never_scores" in warned[0]
+    assert all(e["ada/unscorable_share"] == 1.0 for e in trainer.state.log_history if "loss" in e)

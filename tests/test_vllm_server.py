@@ -444,7 +444,6 @@ def _check_continuous(reports: list[dict], processes: int, name: str) -> None:
     local_rows = PROMPTS_PER_STEP * NUM_GENERATIONS // processes
     main = reports[0]
     assert len(main["continuous"]) == STEPS, f"{name}: {len(main['continuous'])} continuous batches"
-    wasted = 0
     for rank, report in enumerate(reports):
         assert report["ok"] and report["global_step"] == STEPS, (name, rank)
         assert [b["rows"] for b in report["batches"]] == [local_rows] * STEPS, (name, rank, report["batches"])
@@ -486,12 +485,10 @@ def _check_continuous(reports: list[dict], processes: int, name: str) -> None:
             assert len(kept) == local_rows
             for ids, logprobs in kept:
                 assert any(ids == s_ids and close(logprobs, s_lps) for s_ids, s_lps in pool_rows), (name, step)
-        wasted += batch["stats"]["aborted_in_flight"] + batch["stats"]["dropped_finished"]
-    assert wasted > 0, f"{name}: no draw was aborted or dropped: the schedule never cut a prompt short"
+        # Every draw submitted entered a pool (the rounds' pools: nothing is drawn past an exit check).
+        assert batch["stats"]["submitted"] == sum(sizes) and not later, (name, step)
     _log(
-        f"{name}: draws per step {[b['stats']['submitted'] for b in main['continuous']]}, aborted in flight "
-        f"{[b['stats']['aborted_in_flight'] for b in main['continuous']]}, dropped finished "
-        f"{[b['stats']['dropped_finished'] for b in main['continuous']]}, scoring batches "
+        f"{name}: draws per step {[b['stats']['submitted'] for b in main['continuous']]}, scoring batches "
         f"{[b['stats']['scoring_batches'] for b in main['continuous']]}, seconds "
         f"{[round(b['seconds'], 2) for b in main['continuous']]}"
     )
@@ -716,11 +713,11 @@ def test_continuous_benchmark_quick_run(workdir):
         "seq_balance, rounds",
         "seq_balance, continuous",
         "seq_balance, continuous, predictive",
+        "seq_balance, rounds, predictive",
     }
     assert results["GRPO n=4"]["completions_drawn"] == 4 * 4  # --quick: 4 prompts, n=4
     for name, r in results.items():
         assert r["sampling_seconds"] > 0 and r["tokens_returned"] > 0, name
-        # The server decoded at least what came back; the continuous runs also decoded draws they aborted.
+        # The server decoded at least what came back.
         assert r["tokens_not_returned_per_step_all_steps"] >= 0, name
-        if "continuous" not in name:
-            assert r["aborted_in_flight"] == r["dropped_finished"] == 0, name
+        assert r["completions_drawn"] >= 4 * 4, name  # at least n per prompt

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from importlib import resources
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, metadata, version
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,16 @@ def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
     if settings.sampler in ("seq_pos", "seq_balance"):
         names += ["round_size", "max_rounds", "positive_quota", "negative_quota", "downsample", "objective"]
         names += ["round_policy"] + (["round_confidence"] if settings.round_policy != "fixed" else [])
+        names += ["pass_rate_decay"] if settings.round_policy == "tracked" else []
+        names += ["pass_rate_prior_alpha", "pass_rate_prior_beta"] if settings.round_policy != "fixed" else []
     if settings.sampler == "est":
-        names += ["est_sample_power", "est_min_samples", "est_max_samples", "est_decay", "est_prior_alpha"]
-        names += ["est_prior_beta", "est_train_on", "est_mean_samples"]
+        names += ["est_sample_power", "est_min_samples", "est_max_samples", "pass_rate_decay", "pass_rate_prior_alpha"]
+        names += ["pass_rate_prior_beta", "est_train_on", "est_mean_samples"]
+    if settings.sampler == "est" or (
+        settings.sampler in ("seq_pos", "seq_balance") and settings.round_policy != "fixed"
+    ):
+        names += ["pass_rate_predictor"]
+        names += ["pass_rate_predictor_learning_rate"] if settings.pass_rate_predictor != "tracker" else []
     if settings.objective != "linear" or settings.sampler == "est":
         names += ["max_weight", "normalize_weights"]
     if settings.refills:
@@ -68,6 +75,7 @@ def run_statistics(log_history: Sequence[dict[str, Any]]) -> dict[str, str]:
 
     return {
         "ada_steps": str(entries[-1]["step"] if entries else 0),
+        "ada_logged_steps": len(entries),
         "ada_samples_mean": _fmt(_mean(series("ada/samples_per_prompt/mean"))),
         "ada_samples_max": _fmt(max(series("ada/samples_per_prompt/max"), default=math.nan)),
         "ada_rounds_mean": _fmt(_mean(series("ada/rounds"))),
@@ -86,6 +94,23 @@ def final_metrics(log_history: Sequence[dict[str, Any]]) -> list[tuple[str, str]
     if evaluations:
         rows += [(k, _fmt(v)) for k, v in evaluations[-1].items() if k.startswith("eval_")]
     return rows
+
+
+def package_url(distribution: str = "trl-ada") -> str | None:
+    """The home page an installed distribution declares in its metadata (`Home-page`, else its first `Project-URL`),
+    or `None`: the card links only an address the package itself names."""
+    try:
+        fields = metadata(distribution)
+    except PackageNotFoundError:
+        return None
+    home_page = fields.get("Home-page")
+    if home_page and home_page.strip().upper() != "UNKNOWN":
+        return home_page.strip()
+    for entry in fields.get_all("Project-URL") or []:  # "Label, https://..."
+        url = entry.split(",", 1)[-1].strip()
+        if url:
+            return url
+    return None
 
 
 def describe_base_model(card_data: ModelCardData, base_model_name_or_path: str | None) -> dict[str, str | None]:
@@ -181,6 +206,7 @@ def render_model_card(
         final_metrics=final_metrics(log_history),
         plots=[(title, Path(path).relative_to(output_dir).as_posix()) for title, path in plots],
         trl_ada_version=version("trl-ada"),
+        trl_ada_url=package_url(),
         trl_version=version("trl"),
         transformers_version=version("transformers"),
         pytorch_version=version("torch"),

@@ -1,8 +1,9 @@
 """
 The `trl-ada` command line. `trl-ada simulate` plans a sampling budget with no model and no GPU; `trl-ada train` runs
-the main job (`trl_ada.train`, the code of `scripts/train_ada.py`).
+the main job (`trl_ada.train`, the code of `scripts/train_ada.py`); `trl-ada prepare-data` and `trl-ada evaluate` are
+`scripts/prepare_data.py` and `scripts/evaluate.py` (`trl_ada.prepare_data`, `trl_ada.evaluate`), with the same flags.
 
-Import-light: only `trl-ada train` imports torch, transformers and TRL.
+Import-light: only `trl-ada train`, `prepare-data` and `evaluate` import torch, transformers or TRL.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 
 from .samplers import SAMPLER_NAMES, SamplerSettings, simulate
 from .samplers.settings import DOWNSAMPLES, EST_TRAIN_ON, ROUND_POLICIES
+from .samplers.simulate import ARRIVALS, GENERATION_SCHEDULES
 
 
 def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
@@ -59,7 +62,25 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
         help="Target probability of finishing a prompt in its next round (predictive and tracked policies).",
     )
     parser.add_argument("--est-sample-power", type=float, default=0.5)
-    parser.add_argument("--est-decay", type=float, default=0.9)
+    parser.add_argument(
+        "--pass-rate-decay",
+        type=float,
+        default=0.9,
+        help="Discount of a prompt's tracked counts, in (0, 1] (est, --round-policy tracked).",
+    )
+    parser.add_argument(
+        "--pass-rate-prior-alpha",
+        type=float,
+        default=1.0,
+        help="Alpha of the Beta prior on pass rates (est, --round-policy predictive or tracked).",
+    )
+    parser.add_argument(
+        "--pass-rate-prior-beta",
+        type=float,
+        default=1.0,
+        help="Beta of the Beta prior on pass rates (est, --round-policy predictive or tracked).",
+    )
+    parser.add_argument("--est-decay", type=float, default=None, help="Deprecated: use --pass-rate-decay.")
     parser.add_argument("--est-min-samples", type=int, default=None)
     parser.add_argument("--est-max-samples", type=int, default=None)
     parser.add_argument(
@@ -69,9 +90,31 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
         help="est: completions drawn per prompt on average. Default: n with --est-train-on all, 2n with downsample.",
     )
     parser.add_argument("--est-train-on", choices=EST_TRAIN_ON, default="all")
+    parser.add_argument(
+        "--generation-schedule",
+        choices=GENERATION_SCHEDULES,
+        default="rounds",
+        help="rounds, or the round-free continuous schedule of vLLM server mode (seq_pos, seq_balance): the same "
+        "pools as rounds with the same settings, whatever the order completions come back in.",
+    )
+    parser.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        default="in_order",
+        help="continuous schedule: completions come back in submission order, or length_correlated (right ones "
+        "faster, so out of order).",
+    )
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    if args.est_decay is not None:
+        if args.pass_rate_decay not in (0.9, args.est_decay):
+            raise ValueError(
+                f"--est-decay {args.est_decay} and --pass-rate-decay {args.pass_rate_decay} disagree: --est-decay is "
+                "the deprecated name of --pass-rate-decay. Pass only --pass-rate-decay."
+            )
+        warnings.warn("--est-decay is deprecated: use --pass-rate-decay.", FutureWarning, stacklevel=2)
+        args.pass_rate_decay = args.est_decay
     settings = SamplerSettings(
         sampler=args.sampler,
         num_generations=args.num_generations,
@@ -82,7 +125,9 @@ def _run_simulate(args: argparse.Namespace) -> int:
         downsample=args.downsample,
         seed=args.seed,
         est_sample_power=args.est_sample_power,
-        est_decay=args.est_decay,
+        pass_rate_decay=args.pass_rate_decay,
+        pass_rate_prior_alpha=args.pass_rate_prior_alpha,
+        pass_rate_prior_beta=args.pass_rate_prior_beta,
         est_min_samples=args.est_min_samples,
         est_max_samples=args.est_max_samples,
         est_mean_samples=args.est_mean_samples,
@@ -90,7 +135,16 @@ def _run_simulate(args: argparse.Namespace) -> int:
         round_policy=args.round_policy,
         round_confidence=args.round_confidence,
     )
-    for result in simulate(settings, args.pass_rates, trials=args.trials, seed=args.seed, steps=args.steps):
+    results = simulate(
+        settings,
+        args.pass_rates,
+        trials=args.trials,
+        seed=args.seed,
+        steps=args.steps,
+        schedule=args.generation_schedule,
+        arrival=args.arrival,
+    )
+    for result in results:
         print(json.dumps(result.to_dict()))
     return 0
 
@@ -107,16 +161,42 @@ def _add_train(subparsers: argparse._SubParsersAction) -> None:
     )
 
 
+def _add_data_commands(subparsers: argparse._SubParsersAction) -> None:
+    # Listed for `trl-ada --help` only: `main` hands them to their own parsers (`trl-ada prepare-data --help`).
+    subparsers.add_parser(
+        "prepare-data",
+        add_help=False,
+        help="Prepare an OpenR1-Math-style training set as the paper does (deduplicate, drop unverifiable "
+        "references, difficulty band from base-model samples); what the shipped recipes read. Same flags as "
+        "scripts/prepare_data.py.",
+    )
+    subparsers.add_parser(
+        "evaluate",
+        add_help=False,
+        help="Evaluate a checkpoint: Ave@k and pass@k on math datasets, scored by a verifier. Same flags as "
+        "scripts/evaluate.py.",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
         from .train import cli_main  # torch, transformers and TRL: only here
 
         return cli_main(argv[1:], prog="trl-ada train")
+    if argv[:1] == ["prepare-data"]:
+        from .prepare_data import main as prepare_data_main
+
+        return prepare_data_main(argv[1:], prog="trl-ada prepare-data")
+    if argv[:1] == ["evaluate"]:
+        from .evaluate import main as evaluate_main
+
+        return evaluate_main(argv[1:], prog="trl-ada evaluate")
     parser = argparse.ArgumentParser(prog="trl-ada", description="Reinforce-Ada adaptive sampling for TRL.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_simulate(subparsers)
     _add_train(subparsers)
+    _add_data_commands(subparsers)
     args = parser.parse_args(argv)
     try:
         return _run_simulate(args)

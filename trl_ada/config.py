@@ -4,11 +4,30 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 from trl import GRPOConfig
 
 from .samplers import SAMPLER_NAMES, SamplerSettings
+from .samplers.settings import KnobUse, check_knobs_read
+
+DEPRECATED_NAMES: dict[str, str] = {
+    "est_decay": "pass_rate_decay",
+    "est_prior_alpha": "pass_rate_prior_alpha",
+    "est_prior_beta": "pass_rate_prior_beta",
+}
+"""Old knob names still accepted (with a `FutureWarning`), and the names that replaced them."""
+
+CONFIG_KNOB_USES: dict[str, KnobUse] = {
+    "continuous_max_in_flight": KnobUse(
+        lambda config: config.generation_schedule == "continuous",
+        "generation_schedule='continuous'",
+        ("generation_schedule",),
+    ),
+}
+"""The config-level knobs under the rule of `trl_ada.samplers.settings.KNOB_USES` (the sampler knobs' table)."""
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +41,13 @@ class AdaGRPOConfig(GRPOConfig):
     *update group*, i.e. how many completions of each prompt enter the loss. Adaptive samplers may draw more than `n`
     completions for a prompt (in rounds of `round_size`), then downsample the pool to exactly `n`, so the training step
     keeps TRL's static shapes.
+
+    Knobs that only some samplers read: a knob that the chosen `sampler` (or `round_policy`, `objective`,
+    `est_train_on`, `generation_schedule`, DAPO refills) does not read must keep its default; any other value raises
+    at construction, naming the setting that reads it, instead of being silently ignored. The table is
+    `trl_ada.samplers.settings.KNOB_USES` (plus `CONFIG_KNOB_USES` here); the knobs every sampler reads are
+    `num_generations`, `positive_threshold`, `baseline`, `scale_rewards`, `max_weight`, `normalize_weights`,
+    `zero_variance_tolerance` and `seed`.
 
     Parameters:
         > Parameters that control the adaptive sampling
@@ -79,37 +105,66 @@ class AdaGRPOConfig(GRPOConfig):
             How many completions an active prompt asks for in each round of `seq_*`. `"fixed"`: `round_size` (the
             paper). `"predictive"`: `round_size` first, then the smallest request that meets the remaining quotas
             with probability `round_confidence` under a Beta posterior from the prompt's pool. `"tracked"`: the same
-            from the first round on, with the prior from a pass-rate tracker (`est_decay`, `est_prior_*`) that
-            remembers prompts across epochs. Each round waits for its longest completion, so fewer rounds means
+            from the first round on, with the prior from a pass-rate tracker (`pass_rate_decay`, `pass_rate_prior_*`)
+            that remembers prompts across epochs. Each round waits for its longest completion, so fewer rounds means
             less wall time; see BENCHMARKS.md for the samples-rounds trade-off.
         round_confidence (`float`, *optional*, defaults to `0.7`):
             Target probability of finishing a prompt in its next round, for the predictive policies.
         generation_schedule (`str`, *optional*, defaults to `"rounds"`):
             How `seq_pos`/`seq_balance` generate their draws. `"rounds"`: synchronous rounds, each one generate call
             that waits for its slowest completion (every backend). `"continuous"` (vLLM server mode only, single-turn
-            completions): no rounds. Each prompt keeps the draws its round policy asks for in flight on the server
-            (`fixed`: `round_size`; `predictive`/`tracked`: the predicted need), a completion is scored as it returns
-            and enters its prompt's pool in submission order (so a pool is not biased toward short completions), the
-            prompt's next draws go out at once, and its draws still in flight when it exits are aborted. Caps, quotas,
-            downsampling, baselines and weights are those of rounds; the weights are synced once per step.
+            completions): no barrier across prompts. Each prompt draws its own rounds, one after another, without
+            waiting for the other prompts: the request its round policy makes (`fixed`: `round_size`;
+            `predictive`/`tracked`: the predicted need) goes out as one-draw requests, each completion is scored as it
+            returns, and the exit rule and the cap are checked when the prompt's round is complete, where rounds check
+            them. So with the same settings a prompt's pool is exactly the rounds' pool on the same draws (in
+            submission order, never biased toward short completions), and caps, quotas, downsampling, baselines and
+            weights are those of rounds; exits after every draw are `round_size=1`, in both schedules. Nothing is
+            drawn past an exit check, so nothing is aborted. The weights are synced once per step.
+
+            With vLLM, a `seed` in `generation_kwargs` makes every request for one prompt return the same completions
+            (vLLM varies the seed only between the `n` completions of one request). It is therefore rejected wherever
+            trl-ada sends one prompt in more than one request per step: `seq_pos`/`seq_balance` with `max_rounds > 1`,
+            the continuous schedule or `vllm_mode="colocate"`, and `est` (its budgets differ per prompt, so its draws
+            go one per request). `uniform` and `dapo` make `GRPOTrainer`'s own requests and accept it.
         continuous_max_in_flight (`int`, *optional*, defaults to `2048`):
             `"continuous"` only: draws in flight on the server at most (one HTTP connection each); further draws
             wait on the training side, in submission order. Each running draw is a sequence the engines decode, so
             this caps their batch: 2,048 is what one GRPO generate call of the paper's batch runs (512 prompts x 4)
             and uvicorn's listen backlog (vLLM's server), and 512 made the paper-scale projection of
-            `benchmarks/generation_cost.py` 1.94x GRPO-n4 instead of 1.27x. The process's soft open-file limit is
+            `benchmarks/generation_cost.py` 2.07x GRPO-n4 instead of 1.37x. The process's soft open-file limit is
             raised to fit it (up to the hard limit; training fails at start, naming the fix, when it cannot).
 
-        > Parameters of `sampler="est"` (Reinforce-Ada-Est; `est_decay` and `est_prior_*` also serve
-        > `round_policy="tracked"`)
+        > Parameters of the pass-rate estimates (read by `sampler="est"` and by `round_policy="predictive"` /
+        > `"tracked"`)
 
-        est_decay (`float`, *optional*, defaults to `0.9`):
+        pass_rate_decay (`float`, *optional*, defaults to `0.9`):
             Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n_t`, `K <- λK + k_t`. In (0, 1];
-            1 keeps the whole history.
-        est_prior_alpha (`float`, *optional*, defaults to `1.0`):
-            `α` of the Beta prior; `p̂ = (K + α) / (N + α + β)`, so an unseen prompt reads `α / (α + β)`.
-        est_prior_beta (`float`, *optional*, defaults to `1.0`):
-            `β` of the Beta prior.
+            1 keeps the whole history. Read by `sampler="est"` and `round_policy="tracked"`.
+        pass_rate_prior_alpha (`float`, *optional*, defaults to `1.0`):
+            `α` of the Beta prior, positive and finite; `p̂ = (K + α) / (N + α + β)`, so an unseen prompt reads
+            `α / (α + β)`. Read by `sampler="est"` and `round_policy="predictive"`/`"tracked"`.
+        pass_rate_prior_beta (`float`, *optional*, defaults to `1.0`):
+            `β` of the Beta prior, positive and finite.
+        pass_rate_predictor (`str`, *optional*, defaults to `"tracker"`):
+            Where the pass-rate estimates come from. `"tracker"`: the decayed Beta counts above (an unseen prompt
+            reads `α / (α + β)`). `"learned"`: the paper's value network, an online logistic regression on hashed
+            character n-grams of the prompt text, trained on every scored draw; it predicts a prompt on its first
+            visit, and its prediction `m` is the mean of a Beta prior of strength `α + β` that the prompt's decayed
+            counts update: `p̂ = (K + (α + β) m) / (N + α + β)`. A local directory or a Hub repo id: a predictor saved
+            by an earlier run (`<output_dir>/pass_rate_predictor/`), warm-started (weights and optimizer state; counts
+            start empty). Read by `sampler="est"` (budgets), `round_policy="tracked"` (first-round prior with counts)
+            and `round_policy="predictive"` (with a learned predictor, the prediction is its prior from the first
+            round on). The learned predictor is saved with every checkpoint and in `pass_rate_predictor/` of every
+            saved model (so `push_to_hub` uploads it).
+        pass_rate_predictor_learning_rate (`float`, *optional*, defaults to `0.1`):
+            Adagrad step size of the learned predictor. Read only with a learned predictor.
+        est_decay, est_prior_alpha, est_prior_beta (`float` or `None`, *optional*, defaults to `None`):
+            Deprecated names of `pass_rate_decay`, `pass_rate_prior_alpha` and `pass_rate_prior_beta`: a value given
+            is carried over to the new name with a `FutureWarning`; giving both names different values raises.
+
+        > Parameters of `sampler="est"` (Reinforce-Ada-Est)
+
         est_sample_power (`float`, *optional*, defaults to `0.5`):
             Budgets follow `N_x ∝ p̂_x^-s`; the residual gradient weight is `(p̂_x + est_epsilon)^-(1-s)`, so their
             product is the log objective's `1/p`. 0.5 is the paper's hybrid, 1.0 pure implicit weighting.
@@ -216,16 +271,40 @@ class AdaGRPOConfig(GRPOConfig):
     generation_schedule: str = field(
         default="rounds",
         metadata={
-            "help": "seq_* draws in synchronous rounds, or continuously on a vLLM server (aborting what is not needed).",
+            "help": "seq_* draws in synchronous rounds, or continuously on a vLLM server (each prompt's rounds without "
+            "waiting for the other prompts: the same pools as rounds).",
             "choices": ["rounds", "continuous"],
         },
     )
     continuous_max_in_flight: int = field(
         default=2048, metadata={"help": "continuous schedule: draws in flight on the server at most."}
     )
-    est_decay: float = field(default=0.9, metadata={"help": "Discount of a prompt's tracked counts, in (0, 1]."})
-    est_prior_alpha: float = field(default=1.0, metadata={"help": "Alpha of the Beta prior on pass rates."})
-    est_prior_beta: float = field(default=1.0, metadata={"help": "Beta of the Beta prior on pass rates."})
+    pass_rate_decay: float = field(
+        default=0.9,
+        metadata={"help": "Discount of a prompt's tracked counts, in (0, 1] (est, round_policy='tracked')."},
+    )
+    pass_rate_prior_alpha: float = field(
+        default=1.0,
+        metadata={"help": "Alpha of the Beta prior on pass rates (est, round_policy='predictive'/'tracked')."},
+    )
+    pass_rate_prior_beta: float = field(
+        default=1.0,
+        metadata={"help": "Beta of the Beta prior on pass rates (est, round_policy='predictive'/'tracked')."},
+    )
+    pass_rate_predictor: str = field(
+        default="tracker",
+        metadata={
+            "help": "Pass-rate estimates: 'tracker' (decayed Beta counts), 'learned' (online logistic regression on "
+            "the prompt text, predicts first visits), or a local directory / Hub id of a saved predictor to "
+            "warm-start from (est, round_policy='predictive'/'tracked')."
+        },
+    )
+    pass_rate_predictor_learning_rate: float = field(
+        default=0.1, metadata={"help": "Adagrad step size of the learned pass-rate predictor."}
+    )
+    est_decay: float | None = field(default=None, metadata={"help": "Deprecated: use pass_rate_decay."})
+    est_prior_alpha: float | None = field(default=None, metadata={"help": "Deprecated: use pass_rate_prior_alpha."})
+    est_prior_beta: float | None = field(default=None, metadata={"help": "Deprecated: use pass_rate_prior_beta."})
     est_sample_power: float = field(
         default=0.5,
         metadata={"help": "Budgets follow p̂^-s; the residual weight is p̂^-(1-s). 0.5: the paper's hybrid."},
@@ -277,9 +356,10 @@ class AdaGRPOConfig(GRPOConfig):
         An `AdaGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults.
 
         Never rejects a config that `GRPOTrainer` accepts: the Ada knobs `args` leaves unset are adapted to the
-        values it did set. `round_size` grows to `ceil(num_generations / max_rounds)` when the default cap
-        `round_size * max_rounds` is below `num_generations`, and a `multi_objective_aggregation` other than
-        `"sum_then_normalize"` falls back to `sampler="uniform"` (plain GRPO) with a warning.
+        values it did set. A `multi_objective_aggregation` other than `"sum_then_normalize"`, or a `seed` in
+        `generation_kwargs` with vLLM, falls back to `sampler="uniform"` (plain GRPO) with a warning; for
+        `seq_*`, `round_size` grows to `ceil(num_generations / max_rounds)` when the default cap
+        `round_size * max_rounds` is below `num_generations`.
         """
         upgraded = cls.__new__(cls)
         upgraded.__dict__.update(args.__dict__)
@@ -287,9 +367,6 @@ class AdaGRPOConfig(GRPOConfig):
         for f in unset:
             setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
         unset_names = {f.name for f in unset}
-        if "round_size" in unset_names:
-            needed = math.ceil(upgraded.num_generations / upgraded.max_rounds)
-            upgraded.round_size = max(upgraded.round_size, needed)
         if "sampler" in unset_names and upgraded.multi_objective_aggregation != "sum_then_normalize":
             logger.warning(
                 "multi_objective_aggregation=%r normalises each reward function inside the group, and a pool "
@@ -298,10 +375,23 @@ class AdaGRPOConfig(GRPOConfig):
                 upgraded.multi_objective_aggregation,
             )
             upgraded.sampler = "uniform"
+        if "sampler" in unset_names and upgraded.use_vllm and upgraded._generation_seed() is not None:
+            logger.warning(
+                "generation_kwargs sets seed=%r, so vLLM returns the same completions for every request of one prompt, "
+                "and adaptive sampling sends a prompt in several requests; training with sampler='uniform' (plain "
+                "GRPO). Remove the seed from generation_kwargs for adaptive sampling.",
+                upgraded._generation_seed(),
+            )
+            upgraded.sampler = "uniform"
+        # Only rounds read round_size (the knob rule rejects it elsewhere), so it grows only for them.
+        if "round_size" in unset_names and upgraded.sampler in ("seq_pos", "seq_balance"):
+            needed = math.ceil(upgraded.num_generations / upgraded.max_rounds)
+            upgraded.round_size = max(upgraded.round_size, needed)
         upgraded._validate_adaptive_sampling()
         return upgraded
 
     def _validate_adaptive_sampling(self) -> None:
+        self._carry_deprecated_names()
         if self.multi_objective_aggregation != "sum_then_normalize" and self.sampler != "uniform":
             raise ValueError(
                 f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalises each reward function "
@@ -311,11 +401,70 @@ class AdaGRPOConfig(GRPOConfig):
         # Validates every sampler knob (and fills the quota defaults) before any model is loaded.
         settings = self.sampler_settings()
         self._validate_generation_schedule(settings)
+        check_knobs_read(
+            self, CONFIG_KNOB_USES, {f.name: f.default for f in fields(self) if f.name in CONFIG_KNOB_USES}
+        )
+        self._validate_generation_seed(settings)
         self.positive_quota = settings.positive_quota
         self.negative_quota = settings.negative_quota
         self.est_min_samples = settings.est_min_samples
         self.est_max_samples = settings.est_max_samples
         self.est_mean_samples = settings.est_mean_samples
+
+    def _carry_deprecated_names(self) -> None:
+        """Move a value given under a deprecated name to its new name (`FutureWarning`); both names differing raises."""
+        for old, new in DEPRECATED_NAMES.items():
+            value = getattr(self, old)
+            if value is None:
+                continue
+            current, default = getattr(self, new), self.__dataclass_fields__[new].default
+            if current != default and current != value:
+                raise ValueError(
+                    f"{old}={value!r} and {new}={current!r} disagree: {old} is the deprecated name of {new}. Set "
+                    f"only {new}."
+                )
+            warnings.warn(
+                f"{old} is deprecated and will be removed: it is now {new} (it also serves round_policy='predictive' "
+                f"and 'tracked', not only sampler='est'). Using {new}={value!r}; rename it in your config.",
+                FutureWarning,
+                stacklevel=4,
+            )
+            setattr(self, new, value)
+            setattr(self, old, None)
+
+    def _generation_seed(self) -> Any:
+        generation_kwargs = self.generation_kwargs
+        return generation_kwargs.get("seed") if isinstance(generation_kwargs, dict) else None
+
+    def _validate_generation_seed(self, settings: SamplerSettings) -> None:
+        # vLLM draws the n completions of one request from seeds seed, seed + 1, ...; two requests for one prompt with
+        # the same seed return the same completions, so a pool would be one completion (or one round) repeated.
+        seed = self._generation_seed()
+        if seed is None or not self.use_vllm:
+            return  # transformers generation does not read a seed from generation_kwargs
+        sequential = settings.sampler in ("seq_pos", "seq_balance")
+        one_request_per_prompt = settings.sampler in ("uniform", "dapo") or (
+            sequential
+            and settings.max_rounds == 1
+            and self.generation_schedule == "rounds"
+            and self.vllm_mode == "server"
+        )
+        if one_request_per_prompt:
+            return
+        if settings.sampler == "est":
+            how = "sampler='est' gives prompts different budgets, so vLLM receives its draws one per request"
+        elif self.generation_schedule == "continuous":
+            how = "generation_schedule='continuous' sends every draw as its own request"
+        elif self.vllm_mode != "server":
+            how = f"vllm_mode={self.vllm_mode!r} sends every completion as its own request"
+        else:
+            how = f"sampler={settings.sampler!r} sends each prompt again in every round (max_rounds={self.max_rounds})"
+        raise ValueError(
+            f"generation_kwargs sets seed={seed!r}: vLLM then returns the same completions for every request of one "
+            f"prompt with that seed, and {how}, so a prompt's pool would repeat the same completions. Remove 'seed' "
+            "from generation_kwargs (the training seed, `seed`, still makes the sampler's choices reproducible), or "
+            "use sampler='uniform' or 'dapo'."
+        )
 
     def _validate_generation_schedule(self, settings: SamplerSettings) -> None:
         if self.generation_schedule not in ("rounds", "continuous"):
@@ -335,7 +484,8 @@ class AdaGRPOConfig(GRPOConfig):
         if not self.use_vllm or self.vllm_mode != "server":
             backend = f"vLLM in {self.vllm_mode!r} mode" if self.use_vllm else "transformers generation"
             raise ValueError(
-                f"generation_schedule='continuous' keeps draws in flight on a vLLM server and aborts them there; "
+                f"generation_schedule='continuous' keeps each prompt's draws in flight on a vLLM server as separate "
+                "requests; "
                 f"{backend} generates in synchronous calls. Set use_vllm=True, vllm_mode='server' (start the server "
                 "with `trl vllm-serve`), or use generation_schedule='rounds'."
             )
@@ -359,9 +509,11 @@ class AdaGRPOConfig(GRPOConfig):
             downsample=self.downsample,
             zero_variance_tolerance=self.zero_variance_tolerance,
             seed=self.seed,
-            est_decay=self.est_decay,
-            est_prior_alpha=self.est_prior_alpha,
-            est_prior_beta=self.est_prior_beta,
+            pass_rate_decay=self.pass_rate_decay,
+            pass_rate_prior_alpha=self.pass_rate_prior_alpha,
+            pass_rate_prior_beta=self.pass_rate_prior_beta,
+            pass_rate_predictor=self.pass_rate_predictor,
+            pass_rate_predictor_learning_rate=self.pass_rate_predictor_learning_rate,
             est_sample_power=self.est_sample_power,
             est_min_samples=self.est_min_samples,
             est_max_samples=self.est_max_samples,

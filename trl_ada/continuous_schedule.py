@@ -2,57 +2,63 @@
 The continuous schedule (`generation_schedule="continuous"`): a generation batch's draws without rounds, on a vLLM
 server.
 
-The main process drives the sampling: it keeps each active prompt's draws in flight on the server (how many is the
-round policy's, `trl_ada.samplers.continuous.ContinuousStep`), collects completions as they return, and aborts the
-draws of a prompt that exited. A returned draw is scored when it is next in its prompt's submission order (so a draw
-that is aborted, or that finished but waited behind an earlier one when its prompt exited, never reaches a reward
-function). Scoring runs on every process, in small batches ("scoring batches", at most one draw per prompt each):
-the main process broadcasts which prompts a batch holds, and every process runs the trainer's round code on it
-(`AdaGRPOTrainer._run_round`), whose `_generate` is TRL's own, with the server's request replaced by the completions
-already generated (`trl_seam.replayed_completions`). So a scoring batch is decoded, scored, gathered and held exactly
-like a round, the rows stay on the process that scored them, and the step ends as rounds end: downsampling, baselines,
-weights and the routing of kept rows are unchanged. The weights are pushed once, before the first draw.
+The main process drives the sampling: each prompt draws its rounds as blocks of separate one-draw requests, without
+waiting for the other prompts (`trl_ada.samplers.continuous.ContinuousStep` decides the blocks, and its pools are
+those of rounds with the same settings). Every submitted draw enters its prompt's pool, so a draw is scored as soon
+as it is back, in whatever order. Scoring runs on every process, in "scoring batches" (every draw back since the last
+one): the main process broadcasts which (prompt, draw) pairs a batch holds, and every process runs the trainer's round
+code on it (`AdaGRPOTrainer._run_round`), whose `_generate` is TRL's own, with the server's request replaced by the
+completions already generated (`trl_seam.replayed_completions`). So a scoring batch is decoded, scored, gathered and
+held exactly like a round, the rows stay on the process that scored them (placed in their pool by draw index), and the
+step ends as rounds end: downsampling, baselines, weights and the routing of kept rows are unchanged. The weights are
+pushed once, before the first draw.
+
+Failures end the step on every process. While the main process waits for draws it watches the server's `/health`
+(`vllm_server_timeout`, as rounds do), so a dead or frozen server becomes a `VLLMServerError` everywhere. A reward
+function or replay that fails on the main process inside a scoring batch cannot raise there at once: the other
+processes sit in that batch's collectives (the completions broadcast, the reward gather). The failure is recorded,
+the batch's collectives complete (the replayed completions are answered anyway, the failed rewards are NaN), and the
+error is raised after the batch, when every process waits for the main process's next announcement.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
-from accelerate.utils import broadcast_object_list
+import torch
+from accelerate.utils import broadcast_object_list, gather
 
+from .faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
 from .pools import PoolEntry, RoundLayout
 from .samplers import Selection
-from .server_draws import ServerDraws
+from .server_draws import ServerDrawError, ServerDraws
 from .trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
 from .weight_sync import sync_server_weights_for_step
 
 logger = logging.getLogger(__name__)
 
 _SCORE, _DONE, _FAILED = "score", "done", "failed"
+_SERVER, _OTHER = "server", "other"
 
 
 @dataclasses.dataclass
 class ScheduleStats:
-    """Where one generation batch's draws went, and its generation wall time (main process)."""
+    """One generation batch on the continuous schedule: its draws, its scoring batches and its wall time."""
 
     submitted: int = 0
-    scored: int = 0
-    aborted_in_flight: int = 0
-    """Draws still running on the server when their prompt exited: aborted there."""
-    dropped_finished: int = 0
-    """Draws that had finished but waited behind an earlier draw of their prompt when it exited: never scored."""
     scoring_batches: int = 0
     seconds: float = 0.0
 
-    def metrics(self, num_prompts: int) -> dict[str, float]:
+    def metrics(self) -> dict[str, float]:
+        """The continuous schedule's own metrics (the pools' are the rounds' `Selection.metrics`), each defined here."""
         return {
-            "continuous/submitted_per_prompt": self.submitted / num_prompts,
-            "continuous/aborted_in_flight": float(self.aborted_in_flight),
-            "continuous/dropped_finished": float(self.dropped_finished),
             "continuous/scoring_batches": float(self.scoring_batches),
+            "continuous/draws_per_scoring_batch": self.submitted / max(self.scoring_batches, 1),
             "continuous/seconds": self.seconds,
         }
 
@@ -67,21 +73,29 @@ def sample_continuously(
     """
     sync_server_weights_for_step(trainer)
     stats = ScheduleStats()
+    entries: list[dict[int, PoolEntry]] = [{} for _ in group_inputs]  # per prompt: pool entry by draw index
     if trainer.accelerator.is_main_process:
         try:
-            selection = _drive(trainer, group_inputs, keys, pools, stats)
+            selection = _drive(trainer, group_inputs, keys, entries, stats)
         except BaseException as error:
-            broadcast_object_list([(_FAILED, f"{type(error).__name__}: {error}")])
+            # A lost server is the same error, word for word, on every process; anything else names its type.
+            if isinstance(error, VLLMServerError):
+                broadcast_object_list([(_FAILED, (_SERVER, str(error)))])
+            else:
+                broadcast_object_list([(_FAILED, (_OTHER, f"{type(error).__name__}: {error}"))])
             raise
         broadcast_object_list([(_DONE, None)])
         shared = [selection, trainer.ada_sampler.state_dict()]
     else:
-        _follow(trainer, group_inputs, pools)
+        _follow(trainer, group_inputs, entries)
         shared = [None, None]
     # The sampler's generator (downsampling) and tracker advanced on the main process only.
     selection, state = broadcast_object_list(shared)
     if not trainer.accelerator.is_main_process:
         trainer.ada_sampler.load_state_dict(state)
+    for pool, by_draw, rewards in zip(pools, entries, selection.pools, strict=True):
+        # Every submitted draw entered the pool: draws 0..k-1, k the pool's size.
+        pool.extend(by_draw[draw] for draw in range(len(rewards)))
     return selection, stats
 
 
@@ -89,7 +103,7 @@ def _drive(
     trainer: Any,
     group_inputs: list[dict[str, Any]],
     keys: list[str],
-    pools: list[list[PoolEntry]],
+    entries: list[dict[int, PoolEntry]],
     stats: ScheduleStats,
 ) -> Selection:
     started = time.perf_counter()
@@ -97,53 +111,38 @@ def _drive(
     prompt_ids = tokenize_prompts(trainer, [row["prompt"] for row in group_inputs])
     client = trainer.vllm_generation.vllm_client
     payload = completions_payload(client, server_sampling_params(trainer.vllm_generation), prompt_ids[0])
-    returned: list[dict[int, dict]] = [{} for _ in group_inputs]  # finished, not yet scored
-    next_draw = [0] * len(group_inputs)  # the draw each prompt scores next (submission order)
-    ready: set[int] = set()  # prompts whose next draw is back: kept up to date, so no loop rescans every prompt
     masked = trainer.mask_truncated_completions
-    with ServerDraws(client.base_url, payload, trainer.args.continuous_max_in_flight) as draws:
-        while not step.done:
-            for prompt, draw in step.to_submit():
-                draws.submit((prompt, draw), prompt_ids[prompt])
-            # Block for a new completion only when nothing already back can be scored: a prompt's later draw that
-            # came back with the one just scored is scored now, not after some other draw finishes.
-            for (prompt, draw), choice in draws.wait(timeout=0 if ready else None):
-                returned[prompt][draw] = choice
-                if draw == next_draw[prompt]:
-                    ready.add(prompt)
-            batch = sorted(ready)
-            if not batch:
-                if draws.in_flight == 0:
-                    raise RuntimeError("continuous schedule: nothing in flight and nothing to score, yet not done")
-                continue
-            requests = [(g, 1) for g in batch]
-            broadcast_object_list([(_SCORE, requests)])
-            layout = RoundLayout.plan(requests, trainer.accelerator.num_processes)
-            # Every requested row is one prompt's next draw; the padding rows repeat the first one's.
-            choices = {g: returned[g].pop(next_draw[g]) for g in batch}
-            with replayed_completions(
-                client, payload, [prompt_ids[g] for g in layout.padded], [choices[g] for g in layout.padded]
-            ):
-                order, entries, rewards = trainer._run_round(requests, group_inputs, stats.scoring_batches + 1)
-            stats.scoring_batches += 1
-            for g, entry, reward in zip(order, entries, rewards, strict=True):
-                pools[g].append(entry)
-                aborts = step.complete(g, next_draw[g], reward, masked=masked and entry.truncated)
-                next_draw[g] += 1
-                stats.scored += 1
-                for prompt, draw in aborts:
-                    if returned[prompt].pop(draw, None) is not None:
-                        stats.dropped_finished += 1
-                    step.discard(prompt, draw)
-                stats.aborted_in_flight += draws.abort(aborts)
-            # A prompt whose following draw came back early stays ready (an exited prompt's were dropped above).
-            ready = {g for g in batch if next_draw[g] in returned[g]}
-        stats.submitted = draws.submitted
+    timeout = float(trainer.args.vllm_server_timeout)
+    try:
+        with ServerDraws(client.base_url, payload, trainer.args.continuous_max_in_flight, timeout) as draws:
+            while not step.done:
+                for prompt, draw in step.to_submit():
+                    draws.submit((prompt, draw), prompt_ids[prompt])
+                # Every draw back is in its prompt's pool (ContinuousStep submits nothing past an exit check): score
+                # all of them now, whatever their order.
+                back = sorted(draws.wait())
+                if not back:  # wait() returns nothing only when nothing is in flight
+                    raise RuntimeError("continuous schedule: nothing in flight, yet some prompt is not done")
+                rows = [key for key, _ in back]
+                broadcast_object_list([(_SCORE, rows)])
+                stats.scoring_batches += 1
+                # TRL asks for the padded layout's rows (the padding repeats the first row: see `RoundLayout`).
+                layout = RoundLayout.plan([(g, 1) for g, _ in rows], trainer.accelerator.num_processes)
+                padded = [i if i < len(rows) else 0 for i in range(len(layout.padded))]
+                replay = (client, payload, [prompt_ids[rows[i][0]] for i in padded], [back[i][1] for i in padded])
+                scored = _score_batch(trainer, group_inputs, rows, stats.scoring_batches, replay)
+                for (g, draw), (entry, reward) in zip(rows, scored, strict=True):
+                    entries[g][draw] = entry
+                    step.complete(g, draw, reward, masked=masked and entry.truncated)
+            stats.submitted = draws.submitted
+    except (ServerDrawError, VLLMServerUnresponsive) as error:
+        during = f"continuous sampling (the draws of scoring batch {stats.scoring_batches + 1})"
+        raise VLLMServerError(vllm_server_message(trainer, None, error, during=during)) from error
     stats.seconds = time.perf_counter() - started
     return step.finish()
 
 
-def _follow(trainer: Any, group_inputs: list[dict[str, Any]], pools: list[list[PoolEntry]]) -> None:
+def _follow(trainer: Any, group_inputs: list[dict[str, Any]], entries: list[dict[int, PoolEntry]]) -> None:
     """A process other than the main one: score the batches the main process announces, until it says done."""
     batches = 0
     while True:
@@ -151,8 +150,71 @@ def _follow(trainer: Any, group_inputs: list[dict[str, Any]], pools: list[list[P
         if kind == _DONE:
             return
         if kind == _FAILED:
-            raise RuntimeError(f"The main process's continuous sampling failed: {content}")
+            failure, message = content
+            if failure == _SERVER:
+                raise VLLMServerError(message)
+            raise RuntimeError(f"The main process's continuous sampling failed: {message}")
         batches += 1
-        order, entries, _ = trainer._run_round(content, group_inputs, batches)
-        for g, entry in zip(order, entries, strict=True):
-            pools[g].append(entry)
+        for (g, draw), (entry, _) in zip(content, _score_batch(trainer, group_inputs, content, batches), strict=True):
+            entries[g][draw] = entry
+
+
+def _score_batch(
+    trainer: Any,
+    group_inputs: list[dict[str, Any]],
+    rows: list[tuple[int, int]],
+    batch_index: int,
+    replay: tuple[Any, dict[str, Any], list[list[int]], list[dict]] | None = None,
+) -> list[tuple[PoolEntry, float]]:
+    """
+    Score one batch of (prompt, draw) rows on every process (the main process passes `replay`: the client, payload,
+    prompt ids and choices its completions are answered with); return each row's pool entry and reward. A failure of
+    the replay or of a reward function on this process is raised after the batch's collectives have completed.
+    """
+    requests = [(g, 1) for g, _ in rows]  # one row per draw: TRL then asks for each prompt with n=1
+    mismatches: list[BaseException] = []
+    reward_failures: list[BaseException] = []
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_contained_rewards(trainer, reward_failures))
+        if replay is not None:
+            client, payload, prompt_ids, choices = replay
+            stack.enter_context(replayed_completions(client, payload, prompt_ids, choices, mismatches=mismatches))
+        order, entries, rewards = trainer._run_round(requests, group_inputs, batch_index)
+    if mismatches or reward_failures:
+        where = f"scoring batch {batch_index} of training step {trainer.state.global_step + 1}"
+    if mismatches:
+        raise RuntimeError(f"The continuous schedule's replay failed during {where}: {mismatches[0]}")
+    if reward_failures:
+        from .trainer import _failing_reward_name  # the trainer imports this module
+
+        error = reward_failures[0]
+        raise RuntimeError(
+            f"{_failing_reward_name(error, trainer.reward_funcs, trainer.reward_func_names)} raised during {where}: "
+            f"{type(error).__name__}: {error}. Checkpoints saved so far are intact; fix the reward function and "
+            "resume with resume_from_checkpoint."
+        ) from error
+    assert order == [g for g, _ in rows]
+    return list(zip(entries, rewards, strict=True))
+
+
+@contextlib.contextmanager
+def _contained_rewards(trainer: Any, failures: list[BaseException]) -> Iterator[None]:
+    """
+    While scoring a batch, a reward computation that raises on this process is recorded in `failures` and answered
+    with NaN rewards, gathered as TRL's `_calculate_rewards` ends (the other processes wait in that gather).
+    """
+    calculate = trainer._calculate_rewards
+
+    def contained(inputs: Any, prompts: list, completions: list, completion_ids_list: list) -> torch.Tensor:
+        try:
+            return calculate(inputs, prompts, completions, completion_ids_list)
+        except Exception as error:
+            failures.append(error)
+            shape = (len(prompts), len(trainer.reward_funcs))
+            return gather(torch.full(shape, torch.nan, device=trainer.accelerator.device))
+
+    trainer._calculate_rewards = contained  # an instance attribute shadows the method for this batch only
+    try:
+        yield
+    finally:
+        del trainer._calculate_rewards

@@ -1,8 +1,8 @@
 """Prompt datasets for math RL: loading (hub or local files), checks that fail before training, TRL's prompt-only
 format, and batched sampling of completions from a model (transformers, or vLLM when installed).
 
-The sampling part serves the difficulty filter of ``scripts/prepare_data.py`` and the evaluation of
-``scripts/evaluate.py``; prompts are tokenised exactly as TRL's ``GRPOTrainer`` does (chat template with a
+The sampling part serves the difficulty filter of ``trl-ada prepare-data`` (``scripts/prepare_data.py``) and the
+evaluation of ``trl-ada evaluate`` (``scripts/evaluate.py``); prompts are tokenised exactly as TRL's ``GRPOTrainer`` does (chat template with a
 generation prompt for conversational prompts, plain tokenisation for text prompts), so a pass rate measured here is the
 one training sees.
 """
@@ -53,7 +53,9 @@ def _select_split(dataset: Any, split: str, source: str) -> Any:
     return dataset
 
 
-def load_prompt_dataset(name_or_path: str | os.PathLike[str], split: str = "train", config: str | None = None) -> Any:
+def load_prompt_dataset(
+    name_or_path: str | os.PathLike[str], split: str = "train", config: str | None = None, *, streaming: bool = False
+) -> Any:
     """Loads one split of a prompt dataset from the hub or from local files.
 
     Args:
@@ -65,9 +67,15 @@ def load_prompt_dataset(name_or_path: str | os.PathLike[str], split: str = "trai
             - a hub dataset id such as ``open-r1/OpenR1-Math-220k`` (needs network or a warm cache).
         split: The split to return.
         config: The dataset configuration (subset) name, for hub datasets or directories that have several.
+        streaming: Stream the rows (`datasets.IterableDataset`) instead of loading them, as ``load_dataset(...,
+            streaming=True)`` does.
 
     Returns:
-        A `datasets.Dataset`.
+        A `datasets.Dataset` (a `datasets.IterableDataset` when streaming).
+
+    Raises:
+        FileNotFoundError: for a path that does not exist, naming ``trl-ada prepare-data``, which makes the prepared
+            files the shipped recipes read.
     """
     import datasets
 
@@ -76,7 +84,8 @@ def load_prompt_dataset(name_or_path: str | os.PathLike[str], split: str = "trai
     if path.is_dir():
         if _is_saved_to_disk(path):
             logger.info("Loading the dataset saved with save_to_disk at %s.", path)
-            return _select_split(datasets.load_from_disk(str(path)), split, source)
+            dataset = _select_split(datasets.load_from_disk(str(path)), split, source)
+            return dataset.to_iterable_dataset() if streaming else dataset
         builders = {_FILE_BUILDERS[p.suffix.lower()] for p in path.rglob("*") if p.suffix.lower() in _FILE_BUILDERS}
         if not builders:
             raise ValueError(
@@ -85,7 +94,7 @@ def load_prompt_dataset(name_or_path: str | os.PathLike[str], split: str = "trai
                 "dataset.save_to_disk(path)."
             )
         logger.info("Loading the %s files under %s.", "/".join(sorted(builders)), path)
-        return datasets.load_dataset(str(path), name=config, split=split)
+        return datasets.load_dataset(str(path), name=config, split=split, streaming=streaming)
     if path.is_file():
         builder = _FILE_BUILDERS.get(path.suffix.lower())
         if builder is None:
@@ -97,7 +106,7 @@ def load_prompt_dataset(name_or_path: str | os.PathLike[str], split: str = "trai
         if path.stat().st_size == 0:
             raise ValueError(f"The dataset file {source} is empty (0 rows). Point --dataset_name to a file with rows.")
         try:
-            return datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+            return datasets.load_dataset(builder, data_files={split: str(path)}, split=split, streaming=streaming)
         except ValueError as error:
             if "corresponds to no data" in str(error):  # `datasets`' wording for a file without rows
                 raise ValueError(
@@ -105,14 +114,29 @@ def load_prompt_dataset(name_or_path: str | os.PathLike[str], split: str = "trai
                 ) from error
             raise
     if path.suffix.lower() in _FILE_BUILDERS or source.startswith((".", "/", "~")):
-        raise FileNotFoundError(f"No such dataset file or directory: {source}.")
+        raise FileNotFoundError(
+            f"No such dataset file or directory: {source}. If it is a prepared training set (the shipped recipes read "
+            "data/openr1_<model>.parquet), make it with `trl-ada prepare-data` (e.g. `trl-ada prepare-data "
+            "--dataset_name open-r1/OpenR1-Math-220k --dataset_config default --model_name_or_path <base model> "
+            f"--use_vllm --num_samples 16 --pass_rate_band 0 0.375 --output {source}`; `trl-ada prepare-data --help` "
+            "lists the flags), or point --dataset_name to an existing file, directory or hub dataset."
+        )
     logger.info("Loading %s (config %r, split %r) from the hub.", source, config, split)
-    return datasets.load_dataset(source, name=config, split=split)
+    return datasets.load_dataset(source, name=config, split=split, streaming=streaming)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Prompt format
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def dataset_columns(dataset: Any) -> list[str]:
+    """The column names of a `datasets.Dataset` or `datasets.IterableDataset` (a stream whose features are not
+    declared, e.g. JSON lines, is read for its first row)."""
+    if dataset.column_names is not None:
+        return list(dataset.column_names)
+    first = next(iter(dataset.take(1)), None)
+    return list(first) if first is not None else []
 
 
 def is_conversational_prompt(prompt: Any) -> bool:
@@ -169,14 +193,17 @@ def to_prompt_format(
     Returns:
         The mapped dataset.
     """
-    missing = [column for column in (problem_column, solution_column) if column not in dataset.column_names]
+    from datasets import IterableDataset
+
+    columns = dataset_columns(dataset)
+    missing = [column for column in (problem_column, solution_column) if column not in columns]
     if missing:
         raise ValueError(
-            f"to_prompt_format needs column(s) {missing}, but the dataset has {dataset.column_names}. Pass "
+            f"to_prompt_format needs column(s) {missing}, but the dataset has {columns}. Pass "
             "problem_column=/solution_column= (scripts: --problem_column/--answer_column) naming the right ones."
         )
     if solution_column != "solution":
-        if "solution" in dataset.column_names:
+        if "solution" in columns:
             logger.info("Replacing the existing 'solution' column with %r (the reference answer).", solution_column)
             dataset = dataset.remove_columns("solution")
         dataset = dataset.rename_column(solution_column, "solution")
@@ -191,10 +218,13 @@ def to_prompt_format(
             )
         }
 
-    dataset = dataset.map(convert, num_proc=num_proc, desc="Formatting prompts")
+    if isinstance(dataset, IterableDataset):  # mapped lazily, row by row: no processes, no progress bar
+        dataset = dataset.map(convert)
+    else:
+        dataset = dataset.map(convert, num_proc=num_proc, desc="Formatting prompts")
     if keep_columns is not None:
         keep = {"prompt", "solution", *keep_columns}
-        dataset = dataset.remove_columns([column for column in dataset.column_names if column not in keep])
+        dataset = dataset.remove_columns([column for column in dataset_columns(dataset) if column not in keep])
     return dataset
 
 
@@ -205,10 +235,7 @@ def to_prompt_format(
 
 def _column_hint(missing: str, existing: Sequence[str]) -> str:
     if missing == "prompt" and "problem" in existing:
-        return (
-            "build 'prompt' from 'problem' with trl_ada.data.to_prompt_format(dataset) or "
-            "`python scripts/prepare_data.py`"
-        )
+        return "build 'prompt' from 'problem' with trl_ada.data.to_prompt_format(dataset) or `trl-ada prepare-data`"
     close = difflib.get_close_matches(missing, existing, n=1, cutoff=0.5)
     if missing == "solution" and "answer" in existing:
         close = ["answer"]
@@ -284,7 +311,7 @@ def validate_prompt_dataset(
     if len(dataset) == 0:
         raise ValueError(
             "The dataset is empty (0 rows). Check --dataset_name and --dataset_train_split, and, for data from "
-            "scripts/prepare_data.py, its report: a pass-rate band or filter that removes every prompt leaves nothing "
+            "`trl-ada prepare-data`, its report: a pass-rate band or filter that removes every prompt leaves nothing "
             "to train on (widen --pass_rate_band / --correct_range)."
         )
     if max_prompt_length is None or tokenizer is None:
@@ -300,7 +327,7 @@ def validate_prompt_dataset(
             f"{len(too_long)} of {len(lengths)} prompts are longer than {length_flag.lstrip('-')}="
             f"{max_prompt_length} tokens (the first is row {too_long[0]} with {lengths[too_long[0]]} tokens; the "
             f"longest is row {longest} with {lengths[longest]} tokens). Raise {length_flag} to at least "
-            f"{lengths[longest]}, or drop the long prompts (scripts/prepare_data.py --max_prompt_length "
+            f"{lengths[longest]}, or drop the long prompts (trl-ada prepare-data --max_prompt_length "
             f"{max_prompt_length})."
         )
 
@@ -533,6 +560,7 @@ __all__ = [
     "CompletionGenerator",
     "TransformersGenerator",
     "VLLMGenerator",
+    "dataset_columns",
     "is_conversational_prompt",
     "is_vllm_available",
     "load_generator",
@@ -545,7 +573,7 @@ __all__ = [
 
 
 def generator_from_args(args: Any) -> Any:
-    """`load_generator` configured from the sampling flags shared by `scripts/prepare_data.py` and `evaluate.py`."""
+    """`load_generator` configured from the sampling flags shared by `trl-ada prepare-data` and `trl-ada evaluate`."""
     return load_generator(
         args.model_name_or_path,
         max_new_tokens=args.max_new_tokens,

@@ -60,8 +60,8 @@ def _server_url(trainer: Any) -> str:
     return args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
 
 
-def vllm_server_message(trainer: Any, round_index: int, error: BaseException) -> str:
-    """What happened (server, round, step, the client's error) and how to continue."""
+def vllm_server_message(trainer: Any, round_index: int | None, error: BaseException, during: str | None = None) -> str:
+    """What happened (server, round or `during`, step, the client's error) and how to continue."""
     output_dir = trainer.args.output_dir
     checkpoint = latest_complete_checkpoint(output_dir)
     if checkpoint is not None:
@@ -74,8 +74,9 @@ def vllm_server_message(trainer: Any, round_index: int, error: BaseException) ->
             f"then start the run again: {output_dir!r} holds no complete checkpoint yet (set `save_steps` to make "
             "runs resumable)."
         )
+    during = during or f"sampling round {round_index}"
     return (
-        f"The vLLM server at {_server_url(trainer)} stopped answering during sampling round {round_index} of "
+        f"The vLLM server at {_server_url(trainer)} stopped answering during {during} of "
         f"training step {trainer.state.global_step + 1} ({type(error).__name__}: {error}). Training cannot continue "
         f"without it. Restart the server with the same model on the same host and port, {resume}"
     )
@@ -90,6 +91,41 @@ def _health_failure(url: str, timeout: float) -> str | None:
         return f"HTTP {error.code}"
     except (urllib.error.URLError, OSError) as error:  # refused, reset, timed out
         return str(getattr(error, "reason", error))
+
+
+def health_interval(timeout: float) -> float:
+    """Seconds between two `/health` checks while waiting on a server: a tenth of the timeout, within [0.5, 5]."""
+    return min(5.0, max(0.5, timeout / 10))
+
+
+class HealthWatch:
+    """
+    Tells when `GET health_url` has failed for `timeout` seconds in a row. `check()` once per `interval` (or more
+    rarely) while waiting on the server: it returns nothing while the server is healthy or has failed for less, and
+    raises [`VLLMServerUnresponsive`] once it has failed for the whole timeout.
+    """
+
+    def __init__(self, health_url: str, timeout: float, waiting_for: str = "a generation request") -> None:
+        self.health_url, self.timeout, self.waiting_for = health_url, timeout, waiting_for
+        self.interval = health_interval(timeout)
+        self._failing_since: float | None = None
+
+    def reset(self) -> None:
+        """The server answered (a request came back): whatever failed before does not count toward the timeout."""
+        self._failing_since = None
+
+    def check(self) -> None:
+        failure = _health_failure(self.health_url, timeout=self.interval)
+        if failure is None:
+            self._failing_since = None
+            return
+        now = time.monotonic()
+        self._failing_since = now if self._failing_since is None else self._failing_since
+        if now - self._failing_since >= self.timeout:
+            raise VLLMServerUnresponsive(
+                f"{self.health_url} has not answered for {now - self._failing_since:.0f} s (vllm_server_timeout="
+                f"{self.timeout:g}; last: {failure}) while {self.waiting_for} was waiting for its answer"
+            )
 
 
 def call_watching_health(call: Callable[[], T], health_url: str, timeout: float) -> T:
@@ -111,20 +147,13 @@ def call_watching_health(call: Callable[[], T], health_url: str, timeout: float)
             done.set()
 
     threading.Thread(target=run, name="trl-ada-vllm-request", daemon=True).start()
-    interval = min(5.0, max(0.5, timeout / 10))
-    failing_since: float | None = None
-    while not done.wait(interval):
-        failure = _health_failure(health_url, timeout=interval)
-        if failure is None:
-            failing_since = None
-            continue
-        now = time.monotonic()
-        failing_since = now if failing_since is None else failing_since
-        if now - failing_since >= timeout and not done.is_set():
-            raise VLLMServerUnresponsive(
-                f"{health_url} has not answered for {now - failing_since:.0f} s (vllm_server_timeout={timeout:g}; last: "
-                f"{failure}) while a generation request was waiting for its answer"
-            )
+    watch = HealthWatch(health_url, timeout)
+    while not done.wait(watch.interval):
+        try:
+            watch.check()
+        except VLLMServerUnresponsive:
+            if not done.is_set():
+                raise
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

@@ -38,6 +38,16 @@ PLOT_SPECS: tuple[tuple[str, str, str, tuple[tuple[str, str], ...]], ...] = (
             ("ada/zero_variance_share/kept", "kept update groups (Reinforce-Ada)"),
         ),
     ),
+    (
+        "pass_rate_predictor",
+        "Pass-rate estimates made at each step's start, scored on its draws",
+        "per-draw loss (lower is better)",
+        (
+            ("ada/pass_rate_predictor/log_loss", "log-loss of the estimates used"),
+            ("ada/pass_rate_predictor/brier", "Brier score of the estimates used"),
+            ("ada/pass_rate_predictor/model_log_loss", "log-loss of the learned model alone"),
+        ),
+    ),
 )
 
 

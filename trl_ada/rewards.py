@@ -14,6 +14,7 @@ plain-string completions are accepted, and an unparsable reference is reported o
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import inspect
@@ -22,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .code_reward import code_execution_reward
 from .tasks.arithmetic import exact_match_reward
 
 logger = logging.getLogger(__name__)
@@ -168,7 +170,7 @@ def _warn_unparsable_reference(reference: Any) -> None:
     logger.warning(
         "Math-Verify cannot parse the reference answer %s; math_verify_reward returns None (not applicable) for its "
         "completions, so the prompt teaches nothing. Drop such prompts before training with "
-        "`python scripts/prepare_data.py` (stage 'unverifiable_reference'). This warning is shown once.",
+        "`trl-ada prepare-data` (stage 'unverifiable_reference'). This warning is shown once.",
         shown,
     )
 
@@ -269,6 +271,7 @@ def _trl_reward_funcs() -> dict[str, RewardFunc]:
 REWARD_FUNCS: dict[str, RewardFunc] = {
     "math_verify": math_verify_reward,
     "exact_match": exact_match_reward,
+    "code_execution": code_execution_reward,
     **_trl_reward_funcs(),
 }
 """Reward functions by the name a config or the command line uses (``reward_funcs: [math_verify]``)."""
@@ -374,6 +377,8 @@ def score_completions(
         kwargs = {name: [values[i] for i, _ in chunk] for name, values in columns.items()}
         kwargs["prompts"] = [prompts[i] for i, _ in chunk]
         rewards = reward_func(completions=batch_completions, **kwargs)
+        if inspect.isawaitable(rewards):  # an async reward (e.g. code_execution), as TRL's trainer awaits it
+            rewards = asyncio.run(rewards)
         if len(rewards) != len(chunk):
             raise ValueError(f"The reward function returned {len(rewards)} rewards for {len(chunk)} completions.")
         flat.extend(None if reward is None else float(reward) for reward in rewards)

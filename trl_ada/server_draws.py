@@ -23,6 +23,8 @@ import urllib.parse
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from .faults import HealthWatch
+
 logger = logging.getLogger(__name__)
 
 
@@ -69,9 +71,18 @@ class ServerDraws:
             sends it with its own `prompt` and `n=1`.
         max_connections: Draws in flight on the server at most; later ones wait here, in submission order (each draw
             holds one connection, and the process's file descriptors are limited).
+        health_timeout: While `wait` blocks, the server's `GET /health` is checked (`trl_ada.faults.HealthWatch`);
+            once it has failed for this many seconds (`vllm_server_timeout`), `wait` raises `VLLMServerUnresponsive`.
+            A draw's own request has no read timeout: a long generation is not a dead server. None: no watch.
     """
 
-    def __init__(self, base_url: str, payload: dict[str, Any], max_connections: int = 2048) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        payload: dict[str, Any],
+        max_connections: int = 2048,
+        health_timeout: float | None = None,
+    ) -> None:
         url = urllib.parse.urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"Not an http(s) server URL: {base_url!r}")
@@ -81,6 +92,8 @@ class ServerDraws:
         self._path = (url.path.rstrip("/") or "") + "/v1/completions"
         self._payload = {key: value for key, value in payload.items() if key != "prompt"}
         self._payload["n"] = 1
+        health_url = urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/") + "/health", "", ""))
+        self._health = None if health_timeout is None else HealthWatch(health_url, health_timeout, "a draw")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trl-ada-server-draws", daemon=True)
         self._thread.start()
@@ -112,7 +125,8 @@ class ServerDraws:
     def wait(self, timeout: float | None = None) -> list[tuple[Hashable, dict[str, Any]]]:
         """
         Block until at least one draw finished (or `timeout` seconds passed), then return every finished draw as
-        `(key, choice)`, `choice` being the server's completion choice. A failed draw raises `ServerDrawError`.
+        `(key, choice)`, `choice` being the server's completion choice. A failed draw raises `ServerDrawError`; a
+        server whose `/health` fails for `health_timeout` seconds while this waits raises `VLLMServerUnresponsive`.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         finished: list[tuple[Hashable, dict[str, Any]]] = []
@@ -120,17 +134,31 @@ class ServerDraws:
             try:
                 if finished:
                     key, future = self._finished.get_nowait()
-                elif deadline is None:
-                    key, future = self._finished.get()
                 else:
-                    key, future = self._finished.get(timeout=max(deadline - time.monotonic(), 0.0))
+                    key, future = self._next_finished(deadline)
             except queue.Empty:
                 break
             if self._futures.get(key) is not future:
                 continue  # aborted: no longer ours
             del self._futures[key]
             finished.append((key, future.result()))
+            if self._health is not None:
+                self._health.reset()  # the server answered
         return finished
+
+    def _next_finished(self, deadline: float | None) -> tuple[Hashable, concurrent.futures.Future]:
+        """The next finished draw, waiting at most until `deadline` (queue.Empty then), watching the server's health."""
+        while True:
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            if self._health is None:
+                return self._finished.get(timeout=remaining)
+            step = self._health.interval if remaining is None else min(remaining, self._health.interval)
+            try:
+                return self._finished.get(timeout=step)
+            except queue.Empty:
+                if remaining is not None and remaining <= step:
+                    raise
+            self._health.check()
 
     def abort(self, keys: Sequence[Hashable]) -> int:
         """Abort these draws (closing a draw's connection makes vLLM abort its request); returns how many were in

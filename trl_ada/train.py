@@ -10,8 +10,11 @@ arithmetic model shipped with trl-ada learns a verifiable arithmetic task of gra
 minutes, and writes the model, its card, plots and metrics to `--output_dir` (default `outputs/trl-ada-arithmetic`).
 It saves no checkpoint unless `--save_steps` asks for them.
 
-Per-step metrics go to `log_history`, `metrics.json`/`metrics.csv` and `report_to`; the console shows the progress
-bar, not each metrics dict (`--log_level debug` logs those), and the run ends with a short summary.
+Per-step metrics go to `log_history`, `metrics.json`/`metrics.csv` and `report_to` (every `logging_steps`, and the last
+step, so a run shorter than `logging_steps` still has metrics, a card and plots); the console shows the progress bar,
+not each metrics dict (`--log_level debug` logs those), and the run ends with a short summary. A mistake in the input
+(a flag's value, the config, the data, a reward name) stops the command with one line naming the fix, before any
+model is loaded.
 
 The real path takes any causal LM (`--model_name_or_path`: hub id or local directory) and any prompt dataset
 (`--dataset_name`: hub id, or a local parquet/JSONL/JSON/CSV file or saved dataset directory), with reward
@@ -27,26 +30,44 @@ wins over a shipped recipe of the same name.
     # ... with a checkpoint every 50 steps, then continued from the latest one in --output_dir
     trl-ada train --save_steps 50
     trl-ada train --save_steps 50 --max_steps 800 --resume_from_checkpoint true
-    # the paper's setting on 8 GPUs (configs/accelerate/zero2.yaml in the repository)
-    accelerate launch --config_file zero2.yaml -m trl_ada.train --config qwen2.5-math-1.5b/seq_balance
+    # the paper's setting on 8 GPUs, with the ZeRO-2 accelerate config TRL ships inside its package (the same file as
+    # configs/accelerate/zero2.yaml of the repository); the recipe reads data that `trl-ada prepare-data` makes
+    TRL_CONFIGS="$(python -c "import os, trl; print(os.path.dirname(trl.__file__))")/accelerate_configs"
+    accelerate launch --config_file "$TRL_CONFIGS/zero2.yaml" -m trl_ada.train --config qwen2.5-math-1.5b/seq_balance
+
+A dataset mixture (TRL's `--datasets`, `--streaming`, `--test_split_size`, loaded by TRL's own `get_dataset`) and a
+reward model (`--reward_model_name_or_path`, loaded by TRL's `GRPOTrainer`) work as in `trl grpo`. A dotted
+`--reward_funcs` path is imported with the working directory on `sys.path`, as `trl grpo` does.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import logging
 import os
 import statistics
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import yaml
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
-from trl import ModelConfig, ScriptArguments, TrlParser, get_peft_config, get_quantization_config
+from transformers.trainer_utils import IntervalStrategy
+from trl import (
+    DatasetMixtureConfig,
+    ModelConfig,
+    ScriptArguments,
+    TrlParser,
+    get_dataset,
+    get_peft_config,
+    get_quantization_config,
+)
 
 from .checkpoints import latest_complete_checkpoint
 from .config import AdaGRPOConfig
@@ -63,11 +84,18 @@ class AdaScriptArguments(ScriptArguments):
     """
     Script arguments of `trl-ada train` (and `scripts/train_ada.py`).
 
+    The fields of TRL's `trl grpo` script arguments (`GRPOScriptArguments`) plus trl-ada's own; with
+    `DatasetMixtureConfig`, `AdaGRPOConfig` and `ModelConfig` they make every flag of `trl grpo`.
+
     Args:
+        reward_model_name_or_path (`str`, *optional*):
+            A reward model (Hub id or local directory saved with `save_pretrained`), loaded by TRL's `GRPOTrainer` as
+            it does for `trl grpo`, and put before the `reward_funcs`.
         reward_funcs (`list[str]`, *optional*):
             Reward functions by name (`math_verify`, `exact_match`, TRL's own such as `accuracy_reward`) or dotted
-            import path (`my_lib.rewards.custom_reward`). Default: `exact_match` for the embedded arithmetic task,
-            `math_verify` otherwise.
+            import path (`my_lib.rewards.custom_reward`; the working directory is on `sys.path`, as in `trl grpo`).
+            Default: `exact_match` for the embedded arithmetic task, `math_verify` otherwise; none when a
+            `reward_model_name_or_path` is given, as in `trl grpo`.
         prompt_column (`str`, *optional*, defaults to `"problem"`):
             Column holding the question when the dataset has no `prompt` column (OpenR1-Math style); it is turned
             into TRL's prompt format (conversational when the tokenizer has a chat template, plain text otherwise).
@@ -87,6 +115,10 @@ class AdaScriptArguments(ScriptArguments):
 
     dataset_name: str | None = field(
         default=None, metadata={"help": "Hub id or local file/directory; empty for the embedded arithmetic task."}
+    )
+    reward_model_name_or_path: str | None = field(
+        default=None,
+        metadata={"help": "Reward model: Hub id or local directory saved with `PreTrainedModel.save_pretrained`."},
     )
     reward_funcs: list[str] | None = field(
         default=None, metadata={"help": "Reward functions by name or dotted import path."}
@@ -141,12 +173,35 @@ def explicit_settings(argv: Sequence[str]) -> set[str]:
 
 def is_embedded_run(argv: Sequence[str]) -> bool:
     """No model and no dataset named on the command line or in the config file: run the embedded default."""
-    return not explicit_settings(argv) & {"model_name_or_path", "dataset_name"}
+    return not explicit_settings(argv) & {"model_name_or_path", "dataset_name", "datasets"}
+
+
+USAGE = "%(prog)s [--config FILE_OR_RECIPE] [--FLAG VALUE ...]"
+
+
+class TrainParser(TrlParser):
+    """`TrlParser` with a one-line usage: a mistyped value is reported in two lines, not after ~240 lines of flags."""
+
+    def __init__(self, dataclass_types: Sequence[type], **kwargs: Any) -> None:
+        super().__init__(dataclass_types, usage=USAGE, **kwargs)
+        # `TrlParser` reads `--config` itself, before argparse runs; listed here so that `--help` shows it.
+        self.add_argument(
+            "--config",
+            metavar="FILE_OR_RECIPE",
+            default=argparse.SUPPRESS,
+            help="YAML file of settings, or the name of a recipe shipped with trl-ada (e.g. "
+            "qwen2.5-math-1.5b/seq_balance); flags on the command line override its values.",
+        )
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every flag.)\n")
 
 
 def make_parser(argv: Sequence[str]) -> TrlParser:
-    """The script's parser; on the embedded run its defaults are [`embedded_defaults`]."""
-    parser = TrlParser((AdaScriptArguments, AdaGRPOConfig, ModelConfig))
+    """The script's parser: TRL's `trl grpo` dataclasses with trl-ada's; on the embedded run its defaults are
+    [`embedded_defaults`]."""
+    parser = TrainParser((AdaScriptArguments, AdaGRPOConfig, ModelConfig, DatasetMixtureConfig))
     if is_embedded_run(argv):
         # Defaults only: any flag or config value the user passes (e.g. --max_steps 5) still wins.
         defaults = embedded_defaults()
@@ -196,14 +251,181 @@ def resolve_resume_from_checkpoint(value: str | bool | None, output_dir: str) ->
     )
 
 
-def load_model_and_data(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_args: ModelConfig):
-    """Resolve model, tokenizer, datasets and reward functions, validating everything before any training."""
+STREAMED_ROWS_CHECKED = 256
+"""Rows of a streamed dataset whose columns and prompt lengths are checked before training (it has no length)."""
+
+
+def resolve_reward_funcs(script_args: AdaScriptArguments, default: str) -> list[Any]:
+    """
+    The run's reward functions, as `trl grpo` builds them: the reward model first (its path or Hub id, which TRL's
+    `GRPOTrainer` loads), then `--reward_funcs`; `default` only when neither is given.
+
+    A dotted `--reward_funcs` path is imported with the working directory on `sys.path`, as `trl grpo` does: a
+    console script (`trl-ada train`) does not put it there by itself, `python -m` does.
+
+    Raises:
+        ValueError: on an unknown reward name, or a reward model that is neither a directory nor a Hub id.
+    """
     from .rewards import get_reward_funcs
 
-    if model_args.model_name_or_path is None and script_args.dataset_name is None:
+    names = script_args.reward_funcs
+    reward_model = script_args.reward_model_name_or_path
+    if names is None:
+        names = [] if reward_model else [default]
+    if any("." in name for name in names) and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    funcs: list[Any] = get_reward_funcs(names) if names else []
+    if reward_model:
+        looks_local = reward_model.startswith((".", "/", "~")) or reward_model.count("/") != 1
+        if looks_local and not os.path.isdir(os.path.expanduser(reward_model)):
+            raise ValueError(
+                f"--reward_model_name_or_path {reward_model!r} is not a directory. Pass a reward model saved with "
+                "save_pretrained (a sequence-classification model), or a Hub id of the form 'org/model'."
+            )
+        funcs.insert(0, os.path.expanduser(reward_model))
+    return funcs
+
+
+def load_train_and_eval(
+    script_args: AdaScriptArguments, dataset_args: DatasetMixtureConfig, training_args: AdaGRPOConfig
+) -> tuple[Any, Any]:
+    """
+    The training and evaluation datasets, as `trl grpo` picks them: a `--datasets` mixture (loaded by TRL's
+    `get_dataset`) wins over `--dataset_name` (with a warning, as TRL's); the evaluation split is used only when
+    `eval_strategy` is not `no`.
+
+    Unlike `trl grpo`, `--streaming` and `--dataset_streaming` both stream whichever source is used, and
+    `--test_split_size` also holds part of a `--dataset_name` dataset out; the split is seeded with `--seed`, so every
+    process holds the same one.
+
+    Raises:
+        ValueError: before anything is loaded, for a combination that cannot work (streaming without `max_steps`,
+            splitting a stream, evaluating without an evaluation split).
+    """
+    from .data import load_prompt_dataset
+
+    streaming = script_args.dataset_streaming or dataset_args.streaming
+    evaluating = training_args.eval_strategy != IntervalStrategy.NO
+    split_size = dataset_args.test_split_size
+    name = script_args.dataset_name
+    if streaming and training_args.max_steps <= 0:
+        raise ValueError(
+            "A streamed dataset has no length, so the number of steps cannot be derived from epochs: pass "
+            "--max_steps N with --streaming/--dataset_streaming."
+        )
+    if streaming and split_size is not None:
+        raise ValueError(
+            "--test_split_size holds out part of a dataset in memory, which a streamed dataset is not: drop "
+            "--streaming/--dataset_streaming, or --test_split_size."
+        )
+    single_file = not dataset_args.datasets and name is not None and Path(name).expanduser().is_file()
+    if evaluating and split_size is None and (dataset_args.datasets or single_file):
+        source = "a --datasets mixture" if dataset_args.datasets else f"the single file {name}"
+        raise ValueError(
+            f"--eval_strategy {training_args.eval_strategy.value} needs an evaluation split, and {source} has only "
+            "the training one. Hold part of it out with --test_split_size (e.g. 0.1), or pass --eval_strategy no."
+        )
+
+    evaluation = None
+    if dataset_args.datasets:
+        if name:
+            logger.warning(
+                "Both `datasets` and `dataset_name` are provided. The `datasets` argument will be used to load the "
+                "dataset and `dataset_name` will be ignored."
+            )
+        # TRL's own mixture loader; its train/test split is left to the seeded one below.
+        mixture = dataclasses.replace(dataset_args, streaming=streaming, test_split_size=None)
+        train = get_dataset(mixture)["train"]
+    else:
+        config = script_args.dataset_config
+        train = load_prompt_dataset(name, split=script_args.dataset_train_split, config=config, streaming=streaming)
+        if evaluating and split_size is None:
+            evaluation = load_prompt_dataset(
+                name, split=script_args.dataset_test_split, config=config, streaming=streaming
+            )
+    if split_size is not None:
+        parts = train.train_test_split(test_size=split_size, seed=training_args.seed)
+        train = parts["train"]
+        if evaluating:
+            evaluation = parts["test"]
+        else:
+            logger.warning(
+                "--test_split_size %s holds %d rows out of training, and eval_strategy is 'no', so nothing evaluates "
+                "them. Set --eval_strategy steps (with --eval_steps N) to evaluate them, or drop --test_split_size to "
+                "train on every row.",
+                split_size,
+                len(parts["test"]),
+            )
+    return train, evaluation
+
+
+def prepare_prompt_dataset(
+    dataset: Any,
+    script_args: AdaScriptArguments,
+    tokenizer: Any,
+    reward_funcs: Sequence[Any],
+    max_prompt_length: int | None,
+) -> Any:
+    """
+    `dataset` in TRL's prompt format, checked before training: a `prompt` column is used as it is, otherwise prompts
+    are built from `--prompt_column` (answers from `--solution_column`); then the columns the rewards read and every
+    prompt's length are checked. A streamed dataset is checked on its first [`STREAMED_ROWS_CHECKED`] rows.
+
+    Raises:
+        ValueError: naming the fix, for a missing column, no rows or a prompt that is too long.
+    """
+    from datasets import Dataset, IterableDataset
+
+    from .data import dataset_columns, to_prompt_format, validate_prompt_dataset
+    from .rewards import required_reward_columns
+
+    streamed = isinstance(dataset, IterableDataset)
+    has_rows = True if streamed else len(dataset) > 0
+    if "prompt" not in dataset_columns(dataset) and has_rows:
+        conversational = getattr(tokenizer, "chat_template", None) is not None
+        logger.info(
+            "No `prompt` column: building %s prompts from %r (answers from %r).",
+            "conversational" if conversational else "plain-text",
+            script_args.prompt_column,
+            script_args.solution_column,
+        )
+        columns = [script_args.prompt_column, script_args.solution_column]
+        head = Dataset.from_list(list(dataset.take(STREAMED_ROWS_CHECKED))) if streamed else dataset
+        validate_prompt_dataset(head, columns, prompt_column=script_args.prompt_column)
+        dataset = to_prompt_format(
+            dataset,
+            problem_column=script_args.prompt_column,
+            solution_column=script_args.solution_column,
+            system_prompt=script_args.system_prompt,
+            conversational=conversational,
+        )
+    checked = dataset
+    if streamed:
+        logger.info("Streamed dataset: checking its first %d rows before training.", STREAMED_ROWS_CHECKED)
+        checked = Dataset.from_list(list(dataset.take(STREAMED_ROWS_CHECKED)))
+    validate_prompt_dataset(
+        checked,
+        ["prompt", *required_reward_columns(reward_funcs)],
+        tokenizer=tokenizer,
+        max_prompt_length=max_prompt_length,
+    )
+    return dataset
+
+
+def load_model_and_data(
+    script_args: AdaScriptArguments,
+    training_args: AdaGRPOConfig,
+    model_args: ModelConfig,
+    dataset_args: DatasetMixtureConfig | None = None,
+):
+    """Resolve model, tokenizer, datasets and reward functions, validating everything before any training."""
+    dataset_args = dataset_args if dataset_args is not None else DatasetMixtureConfig()
+    has_data = script_args.dataset_name is not None or bool(dataset_args.datasets)
+    if model_args.model_name_or_path is None and not has_data:
         from .tasks.arithmetic import held_out_problems, make_dataset
         from .tiny import load_tiny_arith_model
 
+        reward_funcs = resolve_reward_funcs(script_args, "exact_match")
         if not torch.cuda.is_available():
             # A 0.6M-parameter model gains nothing from more threads, and extra threads slow it badly when the cores
             # are shared.
@@ -214,45 +436,22 @@ def load_model_and_data(script_args: AdaScriptArguments, training_args: AdaGRPOC
         heldout = (
             held_out_problems(script_args.heldout_size, seed=training_args.seed) if script_args.heldout_size else []
         )
-        reward_funcs = get_reward_funcs(script_args.reward_funcs or ["exact_match"])
         return model, tokenizer, train, None, reward_funcs, heldout
 
-    if model_args.model_name_or_path is None or script_args.dataset_name is None:
+    if model_args.model_name_or_path is None or not has_data:
         raise ValueError(
-            "Pass both --model_name_or_path and --dataset_name (or neither, for the embedded arithmetic run)."
+            "Pass both --model_name_or_path and a dataset (--dataset_name, or a --datasets mixture), or neither, for "
+            "the embedded arithmetic run."
         )
     from transformers import AutoTokenizer
 
-    from .data import load_prompt_dataset, to_prompt_format, validate_prompt_dataset
-    from .rewards import required_reward_columns
-
-    reward_funcs = get_reward_funcs(script_args.reward_funcs or ["math_verify"])
-    train = load_prompt_dataset(
-        script_args.dataset_name, split=script_args.dataset_train_split, config=script_args.dataset_config
-    )
+    reward_funcs = resolve_reward_funcs(script_args, "math_verify")
+    train, evaluation = load_train_and_eval(script_args, dataset_args, training_args)
     tokenizer = AutoTokenizer.from_pretrained(
         model_args.model_name_or_path,
         revision=model_args.model_revision,
         trust_remote_code=training_args.trust_remote_code,
     )
-    if "prompt" not in train.column_names and len(train) > 0:
-        conversational = getattr(tokenizer, "chat_template", None) is not None
-        logger.info(
-            "No `prompt` column: building %s prompts from %r (answers from %r).",
-            "conversational" if conversational else "plain-text",
-            script_args.prompt_column,
-            script_args.solution_column,
-        )
-        validate_prompt_dataset(
-            train, [script_args.prompt_column, script_args.solution_column], prompt_column=script_args.prompt_column
-        )
-        train = to_prompt_format(
-            train,
-            problem_column=script_args.prompt_column,
-            solution_column=script_args.solution_column,
-            system_prompt=script_args.system_prompt,
-            conversational=conversational,
-        )
     max_prompt_length = script_args.max_prompt_length
     if max_prompt_length is None and tokenizer.model_max_length < 1e9:
         max_prompt_length = tokenizer.model_max_length - (training_args.max_completion_length or 0)
@@ -261,12 +460,12 @@ def load_model_and_data(script_args: AdaScriptArguments, training_args: AdaGRPOC
                 f"max_completion_length={training_args.max_completion_length} leaves no room for a prompt within the "
                 f"tokenizer's model_max_length={tokenizer.model_max_length}. Lower --max_completion_length."
             )
-    validate_prompt_dataset(
-        train,
-        ["prompt", *required_reward_columns(reward_funcs)],
-        tokenizer=tokenizer,
-        max_prompt_length=max_prompt_length,
-    )
+    train = prepare_prompt_dataset(train, script_args, tokenizer, reward_funcs, max_prompt_length)
+    if evaluation is not None:
+        try:
+            evaluation = prepare_prompt_dataset(evaluation, script_args, tokenizer, reward_funcs, max_prompt_length)
+        except ValueError as error:
+            raise ValueError(f"The evaluation split: {error}") from error
     model_init_kwargs = dict(
         revision=model_args.model_revision,
         trust_remote_code=training_args.trust_remote_code,
@@ -276,7 +475,7 @@ def load_model_and_data(script_args: AdaScriptArguments, training_args: AdaGRPOC
     if training_args.model_init_kwargs is not None:
         model_init_kwargs.update(training_args.model_init_kwargs)
     training_args.model_init_kwargs = model_init_kwargs
-    return model_args.model_name_or_path, tokenizer, train, None, reward_funcs, []
+    return model_args.model_name_or_path, tokenizer, train, evaluation, reward_funcs, []
 
 
 def sharded_parameters(trainer: AdaGRPOTrainer) -> bool:
@@ -329,6 +528,19 @@ class BarOnlyProgressCallback(ProgressCallback):
     on_log = LoggingPrinterCallback.on_log
 
 
+class LogFinalStepCallback(TrainerCallback):
+    """Logs the last optimizer step when `logging_steps` does not land on it (`--max_steps 3` with the default
+    `logging_steps=5` would log nothing): the run's card, plots and summary then cover every step. TRL averages the
+    metrics of the steps since the previous log into it. With `logging_strategy` other than `steps` nothing changes."""
+
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> TrainerControl:
+        if args.logging_strategy == IntervalStrategy.STEPS and state.global_step >= state.max_steps:
+            control.should_log = True
+        return control
+
+
 def keep_metric_dicts_off_stdout(trainer: AdaGRPOTrainer) -> None:
     """Swap the callbacks that print every `logs` dict for [`BarOnlyProgressCallback`] / [`LoggingPrinterCallback`].
 
@@ -368,17 +580,24 @@ def log_run_summary(
             heldout["before"],
             heldout["after"],
         )
-    logger.info(
-        "  completions drawn per prompt: %s on average (plain GRPO: %d)",
-        "n/a" if samples is None else f"{samples:.1f}",
-        args.num_generations,
-    )
-    logger.info(
-        "  zero-variance groups: %s of the first %d draws (what GRPO would train on), %s of the kept update groups",
-        _share(_logged_mean(entries, "ada/zero_variance_share/first_n")),
-        args.num_generations,
-        _share(_logged_mean(entries, "ada/zero_variance_share/kept")),
-    )
+    if not entries:
+        logger.info(
+            "  no training step was logged (logging_strategy=%s), so there are no sampling statistics",
+            IntervalStrategy(args.logging_strategy).value,
+        )
+    else:
+        logger.info(
+            "  completions drawn per prompt: %s on average (plain GRPO: %d)",
+            "n/a" if samples is None else f"{samples:.1f}",
+            args.num_generations,
+        )
+        logger.info(
+            "  zero-variance groups: %s of the first %d draws (what GRPO would train on), %s of the kept update "
+            "groups",
+            _share(_logged_mean(entries, "ada/zero_variance_share/first_n")),
+            args.num_generations,
+            _share(_logged_mean(entries, "ada/zero_variance_share/kept")),
+        )
     if train_runtime is not None:
         logger.info("  training wall time: %.1f s", train_runtime)
     logger.info(
@@ -391,22 +610,63 @@ def log_run_summary(
         logger.info("  pushed to the Hub as %s", trainer.hub_model_id)
 
 
-def main(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_args: ModelConfig) -> AdaGRPOTrainer:
-    """Train, evaluate the embedded task before and after, save the model and its card, log a short summary."""
+@dataclass
+class PreparedRun:
+    """What [`prepare_run`] checked and loaded: the arguments of [`AdaGRPOTrainer`] (`model` is the embedded run's tiny
+    model, or the name the trainer loads), the embedded run's held-out problems, and the checkpoint to resume from."""
+
+    model: Any
+    tokenizer: Any
+    train_dataset: Any
+    eval_dataset: Any
+    reward_funcs: list[Any]
+    heldout: list[dict]
+    resume_from_checkpoint: str | bool | None
+
+
+def prepare_run(
+    script_args: AdaScriptArguments,
+    training_args: AdaGRPOConfig,
+    model_args: ModelConfig,
+    dataset_args: DatasetMixtureConfig | None = None,
+) -> PreparedRun:
+    """The checks of the run's input, and its data and tokenizer: everything that can fail on a user's mistake before
+    any compute is spent (the command line reports those errors without a traceback).
+
+    Raises:
+        ValueError, FileNotFoundError: naming the fix.
+    """
     # Checked before the model loads: a missing checkpoint should not cost a model download.
     resume_from_checkpoint = resolve_resume_from_checkpoint(
         training_args.resume_from_checkpoint, training_args.output_dir
     )
     model, tokenizer, train, evaluation, reward_funcs, heldout = load_model_and_data(
-        script_args, training_args, model_args
+        script_args, training_args, model_args, dataset_args
     )
+    return PreparedRun(model, tokenizer, train, evaluation, reward_funcs, heldout, resume_from_checkpoint)
+
+
+def main(
+    script_args: AdaScriptArguments,
+    training_args: AdaGRPOConfig,
+    model_args: ModelConfig,
+    dataset_args: DatasetMixtureConfig | None = None,
+    prepared: PreparedRun | None = None,
+) -> AdaGRPOTrainer:
+    """Train, evaluate the embedded task before and after, save the model and its card, log a short summary.
+
+    `prepared` is [`prepare_run`]'s result when the caller already has it (the command line); computed otherwise.
+    """
+    if prepared is None:
+        prepared = prepare_run(script_args, training_args, model_args, dataset_args)
+    heldout = prepared.heldout
     trainer = AdaGRPOTrainer(
-        model=model,
-        reward_funcs=reward_funcs,
+        model=prepared.model,
+        reward_funcs=prepared.reward_funcs,
         args=training_args,
-        train_dataset=train,
-        eval_dataset=evaluation,
-        processing_class=tokenizer,
+        train_dataset=prepared.train_dataset,
+        eval_dataset=prepared.eval_dataset,
+        processing_class=prepared.tokenizer,
         peft_config=get_peft_config(model_args),
         **(
             {"quantization_config": get_quantization_config(model_args)}
@@ -415,19 +675,20 @@ def main(script_args: AdaScriptArguments, training_args: AdaGRPOConfig, model_ar
         ),
     )
     keep_metric_dicts_off_stdout(trainer)
+    trainer.add_callback(LogFinalStepCallback())
     heldout_summary = None
     if heldout and sharded_parameters(trainer):
         # The held-out check generates on the main process alone; with sharded parameters every forward is a
         # collective that the other processes would never join.
         logger.warning(
             "Skipping the held-out accuracy check: the model's parameters are sharded (FSDP / ZeRO-3) and it "
-            "generates on the main process only. Evaluate the saved model with scripts/evaluate.py instead."
+            "generates on the main process only. Evaluate the saved model with `trl-ada evaluate` instead."
         )
         heldout = []
     if heldout and trainer.accelerator.is_main_process:
         before = heldout_accuracy(trainer, heldout, training_args.temperature)
         logger.info("held-out accuracy before training: %.3f", before["eval_heldout_accuracy"])
-    train_output = trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=prepared.resume_from_checkpoint)
     if heldout and trainer.accelerator.is_main_process:
         after = heldout_accuracy(trainer, heldout, training_args.temperature)
         logger.info("held-out accuracy after training: %.3f", after["eval_heldout_accuracy"])
@@ -503,22 +764,58 @@ def with_config_resolved(argv: Sequence[str]) -> list[str]:
     return argv
 
 
+# transformers' deprecation warnings for TRL's own use of `gradient_checkpointing` (GRPOConfig turns it on by default,
+# and TRL calls the model's `gradient_checkpointing_*` methods): nothing a user of the command line can act on.
+_TRL_INTERNAL_DEPRECATIONS = (
+    r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)` is deprecated"
+)
+_ARGUMENT_DEPRECATION = r"`(gradient_checkpointing|gradient_checkpointing_kwargs)` is deprecated"
+
+
+def silence_unactionable_warnings(argv: Sequence[str]) -> None:
+    """Ignore the deprecation warnings the user cannot act on, in the current `warnings.catch_warnings()` scope.
+
+    The one about the `gradient_checkpointing` argument stays when the user set that argument (then renaming it to
+    `activation_checkpointing` is theirs to do).
+    """
+    warnings.filterwarnings("ignore", message=_TRL_INTERNAL_DEPRECATIONS, category=FutureWarning)
+    if not explicit_settings(argv) & {"gradient_checkpointing", "gradient_checkpointing_kwargs"}:
+        warnings.filterwarnings("ignore", message=_ARGUMENT_DEPRECATION, category=FutureWarning)
+
+
 def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Parse `argv` (default: `sys.argv[1:]`) and train: `trl-ada train`, `python -m trl_ada.train` and the script."""
+    """Parse `argv` (default: `sys.argv[1:]`) and train: `trl-ada train`, `python -m trl_ada.train` and the script.
+
+    A mistake in the input (a flag's value, the config, the data, a reward name) is reported in one line with its fix
+    and exit status 2, before any model is loaded.
+    """
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        argv = with_config_resolved(argv)
-    except ValueError as error:  # a mistyped recipe name: say which exist, no traceback
-        print(f"{prog or os.path.basename(sys.argv[0])}: error: {error}", file=sys.stderr)
+    prog = prog or os.path.basename(sys.argv[0])
+
+    def fail(error: Exception) -> int:
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    parser = make_parser(argv)
-    if prog is not None:
+
+    with warnings.catch_warnings():
+        try:
+            argv = with_config_resolved(argv)
+        except ValueError as error:  # a mistyped recipe name: say which exist, no traceback
+            return fail(error)
+        silence_unactionable_warnings(argv)
+        parser = make_parser(argv)
         parser.prog = prog
-    script_args, training_args, model_args = parser.parse_args_and_config(argv)
-    if training_args.log_level == "debug":
-        logger.setLevel(logging.DEBUG)  # also shows each logging step's metrics dict
-    main(script_args, training_args, model_args)
+        try:
+            script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(argv)
+        except ValueError as error:  # a knob AdaGRPOConfig rejects, an unknown key of the config file
+            return fail(error)
+        if training_args.log_level == "debug":
+            logger.setLevel(logging.DEBUG)  # also shows each logging step's metrics dict
+        try:
+            prepared = prepare_run(script_args, training_args, model_args, dataset_args)
+        except (ValueError, FileNotFoundError) as error:
+            return fail(error)
+        main(script_args, training_args, model_args, dataset_args, prepared=prepared)
     return 0
 
 

@@ -24,7 +24,15 @@ from huggingface_hub import ModelCard
 from trl import GRPOConfig, GRPOTrainer
 
 from .card import describe_rollouts, render_model_card
-from .checkpoints import SAMPLER_STATE_NAME, is_complete_checkpoint, latest_complete_checkpoint
+from .checkpoints import (
+    SAMPLER_STATE_NAME,
+    CheckpointError,
+    checkpoint_problem,
+    describe_checkpoints,
+    latest_complete_checkpoint,
+    read_sampler_state,
+)
+from .code_reward import CodeExecutionReward
 from .config import AdaGRPOConfig
 from .continuous_schedule import sample_continuously
 from .faults import vllm_server_errors
@@ -38,7 +46,8 @@ from .pools import (
     route_kept_rows,
     row_extra_fields,
 )
-from .samplers import BatchFiller, PassRateEstimator, Selection, build_sampler, rules
+from .samplers import BatchFiller, PassRateEstimator, SamplerSettings, Selection, build_sampler, rules
+from .samplers.predictor import PREDICTOR_CHOICES, PREDICTOR_DIR, PREDICTOR_FILE, PromptKey, prompt_text
 from .server_draws import ensure_open_files
 from .trl_seam import (
     RepeatSampler,
@@ -106,15 +115,20 @@ class AdaGRPOTrainer(GRPOTrainer):
     round's share), `_calculate_rewards` (returns the rewards already computed during the rounds for the kept
     completions), `_generate_single_turn` (the round's block size for vLLM server mode) and
     `_generate_and_score_completions` (swaps in the Reinforce-Ada advantages); the sampler's state rides in every
-    checkpoint (`_save_optimizer_and_scheduler` / `_load_optimizer_and_scheduler`). Every process makes the same
-    decisions from gathered rewards.
+    checkpoint (`_save_optimizer_and_scheduler` / `_load_optimizer_and_scheduler`), and transformers'
+    `create_accelerator_and_postprocess` rejects environment-owned data (no `train_dataset`) for a pooling sampler
+    right after GRPOTrainer's own checks. Every process makes the same decisions from gathered rewards.
 
     Args:
         model, reward_funcs, args, train_dataset, ...: as for [`~trl.GRPOTrainer`], in the same positions. A reward
             function may also be named by a key of `trl_ada.rewards.REWARD_FUNCS` (e.g. `"math_verify"`) or a dotted
             import path. A plain `GRPOConfig` is upgraded to an `AdaGRPOConfig` with the default Reinforce-Ada settings.
         pass_rate_estimator ([`~trl_ada.samplers.PassRateEstimator`], *optional*, keyword-only):
-            A learned pass-rate predictor for `sampler="est"` (default: a decayed Beta tracker).
+            A pass-rate estimator object for `sampler="est"` and the predictive/tracked round policies, in place of
+            the one `pass_rate_predictor` names (default: a decayed Beta tracker). Its keys are
+            [`~trl_ada.samplers.PromptKey`]s (the prompt id, with the prompt's text as `key.text`); its `state_dict`
+            must be JSON-serialisable (checked here). One with `save_pretrained(directory)` is also written to
+            `pass_rate_predictor/` whenever the model is saved.
     """
 
     _tag_names = ["trl", "grpo", "reinforce-ada"]
@@ -141,6 +155,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     _ada_generating_round: bool = False
     _ada_state_before_block: dict[str, Any] | None = None
     _ada_warned: frozenset[str] = frozenset()
+    _ada_environment_owns_data: bool = False
 
     def __init__(
         self,
@@ -158,20 +173,16 @@ class AdaGRPOTrainer(GRPOTrainer):
             raise TypeError(
                 f"AdaGRPOTrainer takes GRPOTrainer's arguments plus pass_rate_estimator=: {error}"
             ) from None
+        train_dataset = named.get("train_dataset")
+        environment_factory = named.get("environment_factory")
+        # GRPOTrainer lets an environment own the data (no train_dataset; reset() returns the prompt). Only plain GRPO
+        # can take that: see `create_accelerator_and_postprocess`.
+        self._ada_environment_owns_data = environment_factory is not None and train_dataset is None
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
         elif not isinstance(args, AdaGRPOConfig):
-            args = _upgrade_config(args)
-        train_dataset = named.get("train_dataset")
-        environment_factory = named.get("environment_factory")
-        if environment_factory is not None and train_dataset is None:
-            raise ValueError(
-                "AdaGRPOTrainer needs a train_dataset with environment_factory: it draws a varying number of episodes "
-                "per prompt and pools them as draws of one task, so each dataset row must name the task its "
-                "environment's reset(**row) sets up (e.g. a `seed` column), where GRPOTrainer can let reset() invent "
-                "one per episode. Pass a train_dataset, or train with trl.GRPOTrainer."
-            )
+            args = _upgrade_config(args, environment_owns_data=self._ada_environment_owns_data)
         if environment_factory is None:
             _check_prompt_column(train_dataset)  # with environments, GRPOTrainer lets reset() supply the prompt
         if args.generation_schedule == "continuous":
@@ -192,7 +203,7 @@ class AdaGRPOTrainer(GRPOTrainer):
                 "map-style datasets.Dataset, or use sampler='seq_balance'."
             )
         reward_funcs = _resolve_reward_names(reward_funcs)
-        self.ada_sampler = build_sampler(settings, pass_rate_estimator)
+        self.ada_sampler = build_sampler(settings, pass_rate_estimator, resolve_pass_rate_predictor(settings))
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         if args.generation_schedule == "continuous" and is_vlm(self):
             raise ValueError(
@@ -204,31 +215,81 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         """
-        [`~transformers.Trainer.train`], except that `resume_from_checkpoint=True` picks the newest *complete*
-        checkpoint in `output_dir` (one whose save was interrupted is skipped) and fails before any step when there is
-        none. The main process picks it for all processes, and every process must see the checkpoint (the Trainer saves
-        the model on the main process only, so `output_dir` must be shared by every machine); otherwise all processes
-        fail together with that message, instead of one failing and the others hanging in a collective.
+        [`~transformers.Trainer.train`], except that `resume_from_checkpoint=True` picks the newest *loadable*
+        checkpoint in `output_dir` (one whose save was interrupted, or whose model, optimizer or sampler state is
+        corrupt, is skipped with a warning saying why) and fails before any step when there is none. A checkpoint path
+        that does not exist or cannot be loaded fails before any step too, naming the file and listing the checkpoints
+        there are. The main process picks the checkpoint for all processes, and every process must see it (the Trainer
+        saves the model on the main process only, so `output_dir` must be shared by every machine); otherwise all
+        processes fail together with that message, instead of one failing and the others hanging in a collective.
         """
         if resume_from_checkpoint is True:
-            picked = latest_complete_checkpoint(self.args.output_dir) if self.accelerator.is_main_process else None
+            picked = None
+            if self.accelerator.is_main_process:
+                picked = latest_complete_checkpoint(self.args.output_dir, warn=True)
             [resume_from_checkpoint] = broadcast_object_list([picked])
             if resume_from_checkpoint is None:
                 raise ValueError(
                     f"resume_from_checkpoint=True, but {self.args.output_dir!r} holds no complete checkpoint-N "
-                    "directory. Pass a checkpoint path, or start without resume_from_checkpoint."
+                    f"directory that can be loaded: {describe_checkpoints(self.args.output_dir)} Pass a checkpoint "
+                    "path, or start without resume_from_checkpoint."
                 )
         if isinstance(resume_from_checkpoint, str | os.PathLike):
-            visible = gather_object([is_complete_checkpoint(resume_from_checkpoint)])
-            if not all(visible):
-                blind = [rank for rank, seen in enumerate(visible) if not seen]
-                raise ValueError(
-                    f"Process(es) {blind} of {len(visible)} cannot read the complete checkpoint "
-                    f"{str(resume_from_checkpoint)!r}. The Trainer writes the model on the main process only, so "
-                    "resuming needs output_dir on a filesystem every machine shares (or copy the checkpoint to each "
-                    "machine at the same path)."
-                )
+            self._check_resumable(os.fspath(resume_from_checkpoint))
         return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        # `Trainer.__init__` calls this first, so here GRPOTrainer has validated its own arguments (its errors about
+        # environment-owned data come first, exactly as from GRPOTrainer) and nothing is set up yet: no accelerator,
+        # no reference model, no vLLM.
+        self._reject_environment_owned_data()
+        super().create_accelerator_and_postprocess()
+
+    def _reject_environment_owned_data(self) -> None:
+        sampler = self.ada_sampler.settings.sampler
+        if self._ada_environment_owns_data and sampler != "uniform":
+            raise ValueError(
+                f"sampler={sampler!r} needs a train_dataset with environment_factory: it draws a varying number of "
+                "episodes per dataset row and pools them as draws of one task, so each row must name the task its "
+                "environment's reset(**row) sets up (e.g. a `seed` column), where GRPOTrainer lets an environment "
+                "own the data and invent a task per episode. Pass such a train_dataset, or use sampler='uniform' "
+                "(plain GRPO, which trains on environment-owned data as GRPOTrainer does)."
+            )
+
+    def _check_resumable(self, checkpoint: str) -> None:
+        """
+        Fail on every process, before anything loads, when `checkpoint` cannot be resumed from: the main process's
+        copy decides whether it exists and loads (its message lists the checkpoints there are); otherwise every process
+        must see a loadable copy.
+        """
+        problem = checkpoint_problem(checkpoint)
+        listing = None
+        if problem is not None and self.accelerator.is_main_process:
+            directories = [os.path.dirname(os.path.normpath(checkpoint)) or ".", self.args.output_dir]
+            listing = " ".join(
+                describe_checkpoints(directory)
+                for i, directory in enumerate(directories)
+                if os.path.realpath(directory) not in {os.path.realpath(d) for d in directories[:i]}
+            )
+        statuses = gather_object([(os.path.exists(checkpoint), problem, listing)])
+        main_exists, main_problem, main_listing = statuses[0]
+        if not main_exists:
+            raise ValueError(
+                f"resume_from_checkpoint={checkpoint!r} does not exist. {main_listing} Pass one of those checkpoints, "
+                "resume_from_checkpoint=True for the newest loadable one, or start without resume_from_checkpoint."
+            )
+        if main_problem is not None:
+            raise ValueError(
+                f"Cannot resume from {checkpoint!r}: {main_problem}. {main_listing} Pass another checkpoint, "
+                "resume_from_checkpoint=True for the newest loadable one, or start without resume_from_checkpoint."
+            )
+        blind = [rank for rank, (_, rank_problem, _) in enumerate(statuses) if rank_problem is not None]
+        if blind:
+            raise ValueError(
+                f"Process(es) {blind} of {len(statuses)} cannot read the complete checkpoint {checkpoint!r}. The "
+                "Trainer writes the model on the main process only, so resuming needs output_dir on a filesystem every "
+                "machine shares (or copy the checkpoint to each machine at the same path)."
+            )
 
     # ------------------------------------------------------------------------------------------------------------
     # Overrides (each calls its parent)
@@ -331,6 +392,17 @@ class AdaGRPOTrainer(GRPOTrainer):
             vision=is_vlm(self),
         )
 
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """
+        [`~transformers.Trainer.save_model`], plus the learned pass-rate predictor (an estimator with
+        `save_pretrained`) in `pass_rate_predictor/` of the model directory, written first so that a push of the
+        model directory uploads it too; `pass_rate_predictor=<that directory or Hub id>` warm-starts another run.
+        """
+        save = getattr(self.ada_sampler.pass_rate_estimator, "save_pretrained", None)
+        if save is not None and self.args.should_save:
+            save(os.path.join(output_dir if output_dir is not None else self.args.output_dir, PREDICTOR_DIR))
+        super().save_model(output_dir, _internal_call)
+
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         super()._save_optimizer_and_scheduler(output_dir)
         # The sampler's generator, trackers and refill position are training state, like TRL's RNG. Written here, inside
@@ -358,13 +430,20 @@ class AdaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        # Every process must make the same decisions: the main process reads the state and sends it to all.
-        path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
-        state = None
-        if self.accelerator.is_main_process and os.path.exists(path):
-            with open(path) as f:
-                state = json.load(f)
-        [state] = broadcast_object_list([state])
+        # Every process must make the same decisions: the main process reads the state and sends it to all (or the
+        # reason it cannot, so that every process fails rather than the others waiting in the broadcast).
+        state = error = None
+        if self.accelerator.is_main_process:
+            try:
+                state = read_sampler_state(checkpoint)
+            except CheckpointError as unreadable:
+                error = str(unreadable)
+        [state, error] = broadcast_object_list([state, error])
+        if error is not None:
+            raise CheckpointError(
+                f"Cannot resume the sampler from {checkpoint}: {error}. Resume from another checkpoint "
+                "(resume_from_checkpoint=True takes the newest loadable one)."
+            )
         if state is None:
             logger.warning("%s has no %s; the sampler starts fresh.", checkpoint, SAMPLER_STATE_NAME)
             return
@@ -471,13 +550,18 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def _sample_batch(self, group_inputs: list[dict[str, Any]]) -> _SampledBatch:
         """All rounds for one batch of prompts: every process runs the same control on gathered rewards."""
+        # The keys also carry the prompt's text, for a learned pass-rate predictor (trl_ada.samplers.PromptKey).
         keys = [_prompt_key(row) for row in group_inputs]
+        keys = [
+            PromptKey(key, prompt_text(row["prompt"]) if "prompt" in row else key)
+            for key, row in zip(keys, group_inputs, strict=True)
+        ]
         if self.args.generation_schedule == "continuous":
             continuous_pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
             selection, stats = sample_continuously(self, group_inputs, keys, continuous_pools)
             self._log_selection(selection)
             metrics = train_metrics(self)
-            for name, value in stats.metrics(len(group_inputs)).items():
+            for name, value in stats.metrics().items():
                 metrics[f"ada/{name}"].append(value)
             return _SampledBatch(group_inputs, keys, continuous_pools, selection)
         step = self.ada_sampler.begin(len(group_inputs), keys)
@@ -653,6 +737,27 @@ class AdaGRPOTrainer(GRPOTrainer):
         for name, value in selection.metrics.items():
             metrics[f"ada/{name}"].append(value)
         self._check_threshold(selection)
+        self._check_unscorable(selection)
+
+    def _check_unscorable(self, selection: Selection) -> None:
+        """
+        Warn once when no reward function scored any draw of a prompt (all returned None): the sampler stops such a
+        prompt at `num_generations` draws, and it trains with zero advantages.
+        """
+        pools = [pool for pool in selection.pools if pool and not any(rules.is_scorable(r) for r in pool)]
+        if pools:
+            self._warn_once(
+                "unscorable",
+                "Every reward function (%s) returned None for all draws of %d of %d prompts (%d completions), so they "
+                "carry no signal: trl-ada stops drawing for such a prompt once its update group of num_generations=%d "
+                "is filled, and it trains with zero advantages (ada/unscorable_share logs their share). Make a reward "
+                "function score these prompts, or remove them from the dataset.",
+                ", ".join(self.reward_func_names),
+                len(pools),
+                len(selection.pools),
+                sum(len(pool) for pool in pools),
+                self.num_generations,
+            )
 
     def _check_threshold(self, selection: Selection) -> None:
         """
@@ -679,6 +784,27 @@ class AdaGRPOTrainer(GRPOTrainer):
                 side,
                 threshold,
             )
+
+
+def resolve_pass_rate_predictor(settings: SamplerSettings) -> str | None:
+    """
+    The local snapshot (`huggingface_hub.snapshot_download` of `pass_rate_predictor/`) of the Hub repo id that
+    `settings.pass_rate_predictor` names; `None` for "tracker", "learned" and a local directory, which need no
+    download. Raises `ValueError` naming the repo when it cannot be downloaded.
+    """
+    source = settings.pass_rate_predictor
+    if source in PREDICTOR_CHOICES or os.path.exists(source):
+        return None
+    from huggingface_hub import snapshot_download
+
+    try:
+        local = snapshot_download(source, allow_patterns=[f"{PREDICTOR_DIR}/*", PREDICTOR_FILE])
+    except Exception as error:
+        raise ValueError(
+            f"pass_rate_predictor={source!r} is not a local directory, and downloading it as a Hub repo failed "
+            f"({type(error).__name__}: {error}). Fix the path or repo id, or use pass_rate_predictor='learned'."
+        ) from error
+    return local
 
 
 def _prompt_key(row: dict[str, Any]) -> str:
@@ -708,10 +834,22 @@ def _with_extra_fields(inputs: list[dict[str, Any]], extra_fields: dict[str, Any
     return [{**row, **row_extra_fields(extra_fields, i)} for i, row in enumerate(inputs)]
 
 
-def _upgrade_config(args: GRPOConfig) -> AdaGRPOConfig:
-    """Turn a plain `GRPOConfig` into an `AdaGRPOConfig`, keeping every value the user set."""
+def _upgrade_config(args: GRPOConfig, environment_owns_data: bool = False) -> AdaGRPOConfig:
+    """
+    Turn a plain `GRPOConfig` into an `AdaGRPOConfig`, keeping every value the user set. When an environment owns the
+    data (no train_dataset), which only plain GRPO can train on, the sampler is `uniform` (with a warning), so every
+    config GRPOTrainer accepts is accepted.
+    """
     if not isinstance(args, GRPOConfig):
         raise TypeError(f"args must be an AdaGRPOConfig or a trl.GRPOConfig, got {type(args).__name__}.")
+    if environment_owns_data and "sampler" not in args.__dict__:
+        logger.warning(
+            "No train_dataset with environment_factory: the environment owns the data, and its reset() may set up a "
+            "new task for every episode, which adaptive sampling cannot pool; training with sampler='uniform' (plain "
+            "GRPO). Pass a train_dataset whose rows name each task for adaptive sampling."
+        )
+        args = copy.copy(args)
+        args.sampler = "uniform"  # set, so `from_grpo_config` keeps it and fills the other Ada knobs to match
     upgraded = AdaGRPOConfig.from_grpo_config(args)
     logger.info("Got a GRPOConfig; using AdaGRPOConfig's Reinforce-Ada defaults (sampler=%r).", upgraded.sampler)
     return upgraded
@@ -753,6 +891,9 @@ def _resolve_reward_names(reward_funcs: Any) -> Any:
                 "import path, a local reward-model directory, or a Hub id of the form 'org/model'. Pass a callable, "
                 "or one of those."
             )
+    for func in resolved:
+        if isinstance(func, CodeExecutionReward):
+            func.sandbox  # noqa: B018 - builds the sandbox now: a missing bubblewrap fails before the model loads
     return resolved if isinstance(reward_funcs, list) else resolved[0]
 
 

@@ -16,6 +16,7 @@ from .base import (
 from .continuous import ContinuousStats, ContinuousStep
 from .dapo import BatchExhaustedError, BatchFiller
 from .est import EstSampler
+from .predictor import LearnedPassRatePredictor, PromptKey
 from .settings import SAMPLER_NAMES, SamplerSettings
 from .simulate import SimulationResult, simulate
 from .tracker import DecayedBetaTracker, PassRateEstimator
@@ -29,8 +30,10 @@ __all__ = [
     "DapoSampler",
     "DecayedBetaTracker",
     "EstSampler",
+    "LearnedPassRatePredictor",
     "PassRateEstimator",
     "SAMPLER_NAMES",
+    "PromptKey",
     "PromptResult",
     "Sampler",
     "SamplerSettings",

@@ -13,13 +13,14 @@ selection = step.finish()                   # kept indices, baseline, scale, wei
 
 Sequential samplers also run round-free, for engines that batch continuously and can abort requests:
 `sampler.begin_continuous(num_prompts, keys)` returns a [`ContinuousStep`] (see `trl_ada.samplers.continuous`) whose
-pools, and hence whose selection, are those of rounds of one draw with the same cap.
+pools, and hence whose selection, are those of rounds with the same settings.
 
 Pure Python: no torch and no TRL, so every rule can be checked with Bernoulli rewards (see `trl-ada simulate`).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from collections.abc import Hashable, Sequence
@@ -27,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import rules
-from .settings import SamplerSettings
-from .tracker import DecayedBetaTracker
+from .predictor import build_pass_rate_estimator, calibration
+from .settings import SEQUENTIAL_SAMPLERS, SamplerSettings
+from .tracker import PassRateEstimator
 
 if TYPE_CHECKING:
     from .continuous import ContinuousStep
@@ -69,6 +71,9 @@ class Selection:
     rounds_per_prompt: tuple[int, ...]
     group_size: int
     metrics: dict[str, float] = field(default_factory=dict)
+    kept_constant: tuple[bool, ...] = ()
+    """Per prompt: whether its kept group's rewards are constant (std at most `zero_variance_tolerance`, or fewer than
+    two scorable). What `zero_variance_share/kept` averages over the update's groups."""
 
     @property
     def is_plain_grpo(self) -> bool:
@@ -93,6 +98,8 @@ class SamplingStep:
         self.rounds_per_prompt: list[int] = [0] * num_prompts
         # (positives, negatives) per pool, kept up to date so exit rules never rescan a pool.
         self.outcomes: list[tuple[int, int]] = [(0, 0)] * num_prompts
+        # Completions per pool with a reward (not NaN: some reward function returned a value).
+        self.scorable: list[int] = [0] * num_prompts
         # Pool indices of completions the loss will mask (see `observe`).
         self.masked: list[set[int]] = [set() for _ in range(num_prompts)]
         # Filled by stateful samplers (est): stable prompt keys, prior pass-rate estimates, per-prompt budgets.
@@ -162,6 +169,7 @@ class SamplingStep:
             start = len(self.pools[index])
             self.masked[index].update(start + i for i, flag in enumerate(masked) if flag)
         self.pools[index].extend(new)
+        self.scorable[index] += sum(1 for r in new if rules.is_scorable(r))
         positives, negatives = rules.count_outcomes(
             new if masked is None else [r for r, flag in zip(new, masked) if not flag],
             self.settings.positive_threshold,
@@ -202,6 +210,7 @@ class SamplingStep:
                 mean_weight = math.fsum(signal) / len(signal)
                 weights = [w / mean_weight for w in weights]
 
+        kept_constant = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
         results = []
         for idx, rewards, (baseline, _), scale, weight, pass_rate, useful in zip(
             kept, kept_rewards, stats, scales, weights, pass_rates, has_signal, strict=True
@@ -217,7 +226,8 @@ class SamplingStep:
             active_after_round=tuple(self.active_after_round),
             rounds_per_prompt=tuple(self.rounds_per_prompt),
             group_size=settings.num_generations,
-            metrics=self._metrics(results, kept_rewards, pool_stats),
+            metrics=self._metrics(results, kept_constant, pool_stats),
+            kept_constant=tuple(kept_constant),
         )
         self.sampler.end_step(self, selection)
         return selection
@@ -225,7 +235,7 @@ class SamplingStep:
     def _metrics(
         self,
         results: list[PromptResult],
-        kept_rewards: list[list[float]],
+        kept_constant: list[bool],
         pool_stats: list[tuple[float, float]],
     ) -> dict[str, float]:
         settings = self.settings
@@ -233,9 +243,6 @@ class SamplingStep:
         sizes = [len(pool) for pool in self.pools]
         # What plain GRPO with the same n would have seen: the first n draws of each prompt.
         zero_first = [rules.has_zero_variance(pool[:n], tolerance) for pool in self.pools]
-        # Describes the kept groups' rewards, as TRL's frac_reward_zero_std would. With a pool baseline a constant kept
-        # group can still have a signal (PromptResult.has_signal), so this is not the share of prompts without one.
-        zero_kept = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
         pass_rates = [r.pass_rate for r in results if not math.isnan(r.pass_rate)]
         metrics = {
             "samples_per_prompt/mean": sum(sizes) / len(sizes),
@@ -244,11 +251,17 @@ class SamplingStep:
             "rounds": float(self.rounds),
             "rounds_per_prompt/mean": sum(self.rounds_per_prompt) / len(self.rounds_per_prompt),
             "zero_variance_share/first_n": sum(zero_first) / len(zero_first),
-            "zero_variance_share/kept": sum(zero_kept) / len(zero_kept),
             "pass_rate/mean": sum(pass_rates) / len(pass_rates) if pass_rates else math.nan,
             "weight/mean": _nanmean([r.weight if r.has_signal else math.nan for r in results]),
             "pool_reward/mean": _nanmean([mean for mean, _ in pool_stats]),
         }
+        if not settings.refills:
+            # The kept groups' rewards, as TRL's frac_reward_zero_std describes them: these groups are the update's.
+            # With DAPO refills the update is chosen across batches, and `BatchFiller.metrics` reports this share for
+            # the groups it keeps. With a pool baseline a constant kept group can still have a signal
+            # (PromptResult.has_signal), so this is not the share of prompts without one.
+            metrics["zero_variance_share/kept"] = sum(kept_constant) / len(kept_constant)
+        metrics["unscorable_share"] = sum(count == 0 for count in self.scorable) / len(self.scorable)
         for round_index, active in enumerate(self.active_after_round, start=1):
             metrics[f"active_prompts/after_round_{round_index}"] = float(active)
         return metrics
@@ -284,12 +297,11 @@ class Sampler:
 
     def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> ContinuousStep:
         """
-        Start a generation batch on the round-free schedule ([`ContinuousStep`]): draws are submitted per prompt as
-        results return, and the draws of exited prompts are aborted. Only sequential samplers have an exit rule to
-        run draw by draw.
+        Start a generation batch on the round-free schedule ([`ContinuousStep`]): each prompt draws its rounds
+        without waiting for the other prompts. Only sequential samplers have an exit rule to run prompt by prompt.
         """
         raise ValueError(
-            f"the round-free (continuous) schedule runs an exit rule draw by draw, and sampler={self.name!r} has "
+            f"the round-free (continuous) schedule runs an exit rule prompt by prompt, and sampler={self.name!r} has "
             "none. Use sampler='seq_pos' or sampler='seq_balance', or sample in rounds with begin()."
         )
 
@@ -316,6 +328,11 @@ class Sampler:
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
         """Called once the step is finished; stateful samplers update themselves here."""
+
+    @property
+    def pass_rate_estimator(self) -> PassRateEstimator | None:
+        """The pass-rate estimator this sampler reads (est, the predictive and tracked round policies), if any."""
+        return None
 
     def state_dict(self) -> dict[str, Any]:
         """Training state to save in a checkpoint."""
@@ -348,17 +365,29 @@ class SequentialSampler(Sampler):
     paper); `"predictive"` `round_size` first, then the smallest request that meets the remaining quotas with
     probability `round_confidence` under a Beta posterior from the pool; `"tracked"` the same from the first round
     on, with the prior taken from a pass-rate tracker that remembers the prompt from earlier epochs. Fewer rounds
-    matter because each round waits for its longest completion.
+    matter because each round waits for its longest completion. With a learned predictor (`pass_rate_predictor`, or
+    an `estimator` object) both predictive policies take their prior from it from the first round on: `"tracked"` its
+    `beta_parameters` (prediction and the prompt's decayed counts), `"predictive"` its `prior_parameters` (the
+    prediction alone).
     """
 
-    def __init__(self, settings: SamplerSettings) -> None:
+    def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)
         settings = self.settings
-        self.tracker = (
-            DecayedBetaTracker(settings.est_decay, settings.est_prior_alpha, settings.est_prior_beta)
-            if settings.round_policy == "tracked"
-            else None
-        )
+        policy = settings.round_policy
+        if estimator is None and (
+            policy == "tracked" or (policy == "predictive" and settings.pass_rate_predictor != "tracker")
+        ):
+            estimator = build_pass_rate_estimator(settings)
+        if estimator is not None:
+            method = "beta_parameters" if policy == "tracked" else "prior_parameters"
+            if policy not in ("tracked", "predictive") or not callable(getattr(estimator, method, None)):
+                raise ValueError(
+                    f"round_policy={policy!r} takes a first-round prior from a pass-rate estimator's {method}(keys) "
+                    f"(a list of (alpha, beta)); {type(estimator).__name__} has none. Use round_policy='tracked' or "
+                    "'predictive' with trl_ada.samplers.LearnedPassRatePredictor or an estimator with that method."
+                )
+        self.tracker = estimator
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         step = SamplingStep(self, num_prompts)
@@ -366,7 +395,10 @@ class SequentialSampler(Sampler):
             if prompt_keys is None or len(prompt_keys) != num_prompts:
                 raise ValueError("round_policy='tracked' needs one stable key per prompt")
             step.keys = list(prompt_keys)
-            step.priors = self.tracker.beta_parameters(step.keys)
+            if self.settings.round_policy == "tracked":
+                step.priors = self.tracker.beta_parameters(step.keys)
+            else:
+                step.priors = self.tracker.prior_parameters(step.keys)
         return step
 
     def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> ContinuousStep:
@@ -375,17 +407,25 @@ class SequentialSampler(Sampler):
         return ContinuousStep(self, num_prompts, prompt_keys)
 
     def request_size(self, step: SamplingStep, index: int) -> int:
-        if step.rounds >= self.settings.max_rounds:
+        return self.block_request(step, index, step.rounds)
+
+    def block_request(self, step: SamplingStep, index: int, rounds_drawn: int) -> int:
+        """
+        The request of prompt `index`'s next round, after `rounds_drawn` rounds of it (0: it exited, reached the cap or
+        has had `max_rounds`). One definition for both schedules: rounds ask it for every prompt once per round; the
+        round-free schedule (`ContinuousStep`) asks it of each prompt when its previous block is complete.
+        """
+        if rounds_drawn >= self.settings.max_rounds:
             return 0
         # The last round must ask for whatever the cap still allows: no later round can make up a shortfall.
-        return self.demand(step, index, last_round=step.rounds == self.settings.max_rounds - 1)
+        return self.demand(step, index, last_round=rounds_drawn == self.settings.max_rounds - 1)
 
     def demand(self, step: SamplingStep, index: int, last_round: bool = False) -> int:
         """
         The round policy, in one place for both schedules: how many more completions prompt `index` needs given its
         pool so far (0: exited, or the pool is at the cap). In rounds (`request_size`) it is the next round's
-        request; on the round-free schedule (`ContinuousStep`) it is how many draws the prompt keeps outstanding,
-        recomputed each time a draw is admitted.
+        request, and on the round-free schedule (`ContinuousStep`) the size of the prompt's next block (see
+        `block_request`).
 
         `"fixed"` asks for `round_size`; `"predictive"` for `round_size` while the pool is empty (nothing to predict
         from), then for the smallest request that meets the remaining quotas with probability `round_confidence`;
@@ -397,13 +437,21 @@ class SequentialSampler(Sampler):
         if pool_size >= settings.max_pool_size or self.has_exited(pool_size, positives, negatives):
             return 0
         room = settings.max_pool_size - pool_size
+        if pool_size and step.scorable[index] == 0:
+            # No reward function scored any draw (all None): further draws are no more likely to be scored, so the
+            # prompt only fills its update group (zero advantages) instead of drawing to the cap.
+            return min(max(settings.num_generations - pool_size, 0), room)
         # In rounds the pool is empty exactly in the first round (every prompt draws at least once in it).
-        if settings.round_policy == "fixed" or (settings.round_policy == "predictive" and pool_size == 0):
+        if settings.round_policy == "fixed" or (
+            settings.round_policy == "predictive" and pool_size == 0 and step.priors is None
+        ):
             return min(settings.round_size, room)
         if last_round:
             return room
         alpha, beta = (
-            step.priors[index] if step.priors is not None else (settings.est_prior_alpha, settings.est_prior_beta)
+            step.priors[index]
+            if step.priors is not None
+            else (settings.pass_rate_prior_alpha, settings.pass_rate_prior_beta)
         )
         return rules.predictive_request(
             positives_needed=max(settings.positive_quota - positives, 0),
@@ -417,7 +465,18 @@ class SequentialSampler(Sampler):
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
         if self.tracker is not None:
-            self.tracker.update(step.keys, [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes])
+            totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
+            priors = [alpha / (alpha + beta) for alpha, beta in step.priors or ()]
+            selection.metrics.update(
+                {f"pass_rate_predictor/{name}": v for name, v in calibration(priors, totals, positives).items()}
+            )
+            self.tracker.update(step.keys, totals, positives)
+            for name, value in getattr(self.tracker, "last_metrics", {}).items():
+                selection.metrics[f"pass_rate_predictor/{name}"] = value
+
+    @property
+    def pass_rate_estimator(self) -> PassRateEstimator | None:
+        return self.tracker
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -457,16 +516,52 @@ class DapoSampler(UniformSampler):
     name = "dapo"
 
 
-def build_sampler(settings: SamplerSettings, estimator: Any = None) -> Sampler:
-    """The sampler that `settings.sampler` names (`estimator`: an optional pass-rate estimator for `est`)."""
+def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_source: str | None = None) -> Sampler:
+    """
+    The sampler that `settings.sampler` names. `estimator`: a pass-rate estimator object for `est` and the predictive
+    and tracked round policies of `seq_*`, in place of the one `settings.pass_rate_predictor` names. Its state must be
+    JSON-serialisable (it is saved in every checkpoint): checked here, before any compute. `predictor_source`: a local
+    directory holding the saved predictor that `settings.pass_rate_predictor` names (the snapshot of a Hub id).
+    """
     from .est import EstSampler
 
     settings = settings.validated()
-    if settings.sampler == "est":
-        return EstSampler(settings, estimator)
+    reads_estimator = settings.sampler == "est" or (
+        settings.sampler in SEQUENTIAL_SAMPLERS and settings.round_policy in ("predictive", "tracked")
+    )
     if estimator is not None:
-        raise ValueError(f"a pass_rate_estimator is only used by sampler='est', not {settings.sampler!r}.")
-    return SAMPLERS[settings.sampler](settings)
+        if not reads_estimator:
+            raise ValueError(
+                f"a pass_rate_estimator is read by sampler='est' and by round_policy='predictive' or 'tracked' of "
+                f"seq_pos/seq_balance, not by sampler={settings.sampler!r} with round_policy={settings.round_policy!r}."
+            )
+        if settings.pass_rate_predictor != "tracker":
+            raise ValueError(
+                f"pass_rate_predictor={settings.pass_rate_predictor!r} and a pass_rate_estimator object both choose the "
+                "pass-rate estimator. Give one: remove pass_rate_predictor, or the pass_rate_estimator argument."
+            )
+        if not isinstance(estimator, PassRateEstimator):
+            raise TypeError(
+                f"pass_rate_estimator must implement estimate, update, state_dict and load_state_dict "
+                f"(trl_ada.samplers.PassRateEstimator); {type(estimator).__name__} does not."
+            )
+    if predictor_source is not None:
+        estimator = build_pass_rate_estimator(settings, predictor_source)
+    if settings.sampler == "est":
+        sampler: Sampler = EstSampler(settings, estimator)
+    elif settings.sampler in SEQUENTIAL_SAMPLERS:
+        sampler = SAMPLERS[settings.sampler](settings, estimator)
+    else:
+        sampler = SAMPLERS[settings.sampler](settings)
+    try:
+        json.dumps(sampler.state_dict())
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"The sampler's state (with its pass-rate estimator, {type(sampler.pass_rate_estimator).__name__}) is saved "
+            f"as JSON in every checkpoint (ada_sampler_state.json), and it is not JSON-serialisable: {error}. Make the "
+            "estimator's state_dict() return only dicts, lists, strings, numbers, booleans and None."
+        ) from error
+    return sampler
 
 
 SAMPLERS: dict[str, type[Sampler]] = {

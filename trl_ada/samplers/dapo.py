@@ -25,10 +25,15 @@ class BatchFiller:
     dropped: list[tuple[int, int]] = field(default_factory=list)
     """`(batch, prompt)` of prompts without a signal, whose advantages are all zero."""
     batches: int = 0
+    kept_constant: list[tuple[bool, ...]] = field(default_factory=list)
+    """Per batch, per prompt: whether the kept group's rewards are constant ([`Selection.kept_constant`])."""
+    taken: list[tuple[int, int]] = field(default_factory=list)
+    """`(batch, prompt)` of the update's prompts, once `take` chose them."""
 
     def add(self, selection: Selection) -> None:
         """File every prompt of one generation batch as informative or dropped."""
         batch = self.batches
+        self.kept_constant.append(selection.kept_constant)
         for index, result in enumerate(selection.prompts):
             (self.informative if result.has_signal else self.dropped).append((batch, index))
         self.batches += 1
@@ -40,7 +45,8 @@ class BatchFiller:
     def take(self, keep_partial: bool) -> list[tuple[int, int]]:
         """The `num_prompts` prompts of the update, informative first; short batches are padded or rejected."""
         if self.is_full:
-            return self.informative[: self.num_prompts]
+            self.taken = self.informative[: self.num_prompts]
+            return self.taken
         if not keep_partial:
             raise BatchExhaustedError(
                 f"DAPO refilling found only {len(self.informative)} of {self.num_prompts} prompts with a non-zero "
@@ -49,13 +55,24 @@ class BatchFiller:
                 "which spends extra samples on the same prompts instead of dropping them."
             )
         # Static shapes: pad with dropped groups; without a signal their advantages are zero, so they add no gradient.
-        return self.informative + self.dropped[: self.num_prompts - len(self.informative)]
+        self.taken = self.informative + self.dropped[: self.num_prompts - len(self.informative)]
+        return self.taken
 
     def metrics(self) -> dict[str, float]:
+        """
+        `dapo/dropped_groups` / `dropped_share`: prompts sampled this step (first batch and refills) without a signal,
+        their number and share; `dapo/extra_batches`: refill batches drawn; `dapo/filled_share`: the share of the
+        update's prompts that carry a signal; `zero_variance_share/kept`: the share of the update's groups (after
+        `take`) whose kept rewards are constant, what TRL's `frac_reward_zero_std` describes.
+        """
         seen = len(self.informative) + len(self.dropped)
-        return {
+        metrics = {
             "dapo/dropped_groups": float(len(self.dropped)),
             "dapo/dropped_share": len(self.dropped) / seen,
             "dapo/extra_batches": float(self.batches - 1),
             "dapo/filled_share": min(len(self.informative), self.num_prompts) / self.num_prompts,
         }
+        if self.taken:
+            constant = [self.kept_constant[batch][prompt] for batch, prompt in self.taken]
+            metrics["zero_variance_share/kept"] = sum(constant) / len(constant)
+        return metrics

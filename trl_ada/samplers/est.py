@@ -8,8 +8,9 @@ from typing import Any
 
 from . import rules
 from .base import Sampler, SamplingStep, Selection
+from .predictor import build_pass_rate_estimator, calibration
 from .settings import SamplerSettings
-from .tracker import DecayedBetaTracker, PassRateEstimator
+from .tracker import PassRateEstimator
 
 
 class EstSampler(Sampler):
@@ -27,9 +28,8 @@ class EstSampler(Sampler):
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)
         settings = self.settings
-        self.estimator: PassRateEstimator = estimator or DecayedBetaTracker(
-            settings.est_decay, settings.est_prior_alpha, settings.est_prior_beta
-        )
+        # `pass_rate_predictor` names the default: "tracker" (decayed Beta counts) or a learned predictor.
+        self.estimator: PassRateEstimator = estimator or build_pass_rate_estimator(settings)
 
     @property
     def max_rounds(self) -> int:
@@ -64,7 +64,13 @@ class EstSampler(Sampler):
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
         counts = step.outcomes
-        self.estimator.update(step.keys, [p + n for p, n in counts], [p for p, _ in counts])
+        totals, positives = [p + n for p, n in counts], [p for p, _ in counts]
+        # The estimates the budgets came from, against the step's draws: how well the estimator predicts.
+        for name, value in calibration(step.estimates, totals, positives).items():
+            selection.metrics[f"pass_rate_predictor/{name}"] = value
+        self.estimator.update(step.keys, totals, positives)
+        for name, value in getattr(self.estimator, "last_metrics", {}).items():
+            selection.metrics[f"pass_rate_predictor/{name}"] = value
         settings = self.settings
         budgets = step.budgets
         estimates = sorted(step.estimates)
@@ -76,9 +82,13 @@ class EstSampler(Sampler):
                 "est/tracked_pass_rate/p90": _quantile(estimates, 0.9),
                 "est/at_min_share": sum(b == settings.est_min_samples for b in budgets) / len(budgets),
                 "est/at_max_share": sum(b == settings.est_max_samples for b in budgets) / len(budgets),
-                "est/tracked_prompts": float(len(getattr(self.estimator, "counts", ()))),
+                "est/tracked_prompts": float(_tracked_prompts(self.estimator)),
             }
         )
+
+    @property
+    def pass_rate_estimator(self) -> PassRateEstimator:
+        return self.estimator
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "estimator": self.estimator.state_dict()}
@@ -86,6 +96,13 @@ class EstSampler(Sampler):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.estimator.load_state_dict(state["estimator"])
+
+
+def _tracked_prompts(estimator: Any) -> int:
+    """Prompts with counts: a tracker's `counts` dict, or the one a learned predictor keeps (`counts.counts`)."""
+    counts = getattr(estimator, "counts", None)
+    counts = getattr(counts, "counts", counts)
+    return len(counts) if counts is not None else 0
 
 
 def _quantile(sorted_values: Sequence[float], q: float) -> float:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, fields, replace
+from typing import Any
 
 SAMPLER_NAMES: tuple[str, ...] = ("uniform", "seq_pos", "seq_balance", "est", "dapo")
 SEQUENTIAL_SAMPLERS: tuple[str, ...] = ("seq_pos", "seq_balance")
@@ -14,6 +18,10 @@ BASELINES: tuple[str, ...] = ("pool", "group")
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
 OBJECTIVES: tuple[str, ...] = ("linear", "log", "power")
 DOWNSAMPLES: tuple[str, ...] = ("balanced", "random")
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
+"""What a Hub repo id looks like (`name` or `owner/name`); `pass_rate_predictor` accepts one to warm-start from."""
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
@@ -27,7 +35,8 @@ class SamplerSettings:
     Every knob a sampler reads, validated once by [`SamplerSettings.validated`].
 
     `AdaGRPOConfig` documents each field; this dataclass exists so that samplers can be built and tested without
-    TRL (for example by `trl-ada simulate`).
+    TRL (for example by `trl-ada simulate`). A knob that only some samplers or policies read ([`KNOB_USES`]) must keep
+    its default elsewhere: `validated` raises rather than ignore it.
     """
 
     sampler: str = "seq_balance"
@@ -46,9 +55,11 @@ class SamplerSettings:
     downsample: str = "balanced"
     zero_variance_tolerance: float = 1e-6
     seed: int = 0
-    est_decay: float = 0.9
-    est_prior_alpha: float = 1.0
-    est_prior_beta: float = 1.0
+    pass_rate_decay: float = 0.9
+    pass_rate_prior_alpha: float = 1.0
+    pass_rate_prior_beta: float = 1.0
+    pass_rate_predictor: str = "tracker"
+    pass_rate_predictor_learning_rate: float = 0.1
     est_sample_power: float = 0.5
     est_min_samples: int | None = None
     est_max_samples: int | None = None
@@ -82,6 +93,8 @@ class SamplerSettings:
         _choice("scale_rewards", self.scale_rewards, SCALE_REWARDS)
         _choice("objective", self.objective, OBJECTIVES)
         _choice("downsample", self.downsample, DOWNSAMPLES)
+        _choice("round_policy", self.round_policy, ROUND_POLICIES)
+        _choice("est_train_on", self.est_train_on, EST_TRAIN_ON)
         n = self.num_generations
         if n is None or n < 2:
             raise ValueError(f"num_generations must be at least 2 to form a group with a baseline, got {n}.")
@@ -99,27 +112,13 @@ class SamplerSettings:
             raise ValueError(f"zero_variance_tolerance must be non-negative, got {self.zero_variance_tolerance}.")
 
         self._validate_dapo()
-        _choice("round_policy", self.round_policy, ROUND_POLICIES)
-        if self.round_policy != "fixed" and self.sampler not in SEQUENTIAL_SAMPLERS:
-            raise ValueError(
-                f"round_policy={self.round_policy!r} sizes the rounds of a sequential sampler; sampler="
-                f"{self.sampler!r} has a single round. Use sampler='seq_pos' or 'seq_balance', or round_policy='fixed'."
-            )
+        # One rule for every knob: a value other than the default that this sampler / policy does not read raises.
+        check_knobs_read(self, KNOB_USES, SETTINGS_DEFAULTS)
+        self._validate_pass_rate_prior()
+        self._validate_pass_rate_predictor()
         if not 0.0 < self.round_confidence < 1.0:
             raise ValueError(f"round_confidence must lie in (0, 1), got {self.round_confidence}.")
-        if self.est_mean_samples is not None and self.sampler != "est":
-            raise ValueError(
-                f"est_mean_samples={self.est_mean_samples} sets the budget of sampler='est' and has no effect with "
-                f"sampler={self.sampler!r}. Remove est_mean_samples, or use sampler='est'."
-            )
-        positive_quota, negative_quota = self.positive_quota, self.negative_quota
         if self.sampler in ("uniform", "dapo", "est"):
-            for name, value in (("positive_quota", positive_quota), ("negative_quota", negative_quota)):
-                if value is not None:
-                    raise ValueError(
-                        f"{name}={value} has no effect with sampler={self.sampler!r}, which has no exit rule. "
-                        f"Remove {name}, or use sampler='seq_pos' or 'seq_balance'."
-                    )
             return self._validated_est() if self.sampler == "est" else self
 
         cap = self.max_pool_size
@@ -129,12 +128,8 @@ class SamplerSettings:
                 f"num_generations = {n}: a pool cannot be downsampled to an update group larger than itself. "
                 f"Raise round_size or max_rounds so that round_size * max_rounds >= {n}."
             )
+        positive_quota, negative_quota = self.positive_quota, self.negative_quota
         if self.sampler == "seq_pos":
-            if negative_quota not in (None, 0):  # 0 is what validation itself fills in
-                raise ValueError(
-                    f"negative_quota={negative_quota} has no effect with sampler='seq_pos', whose exit rule counts "
-                    "positives only. Remove negative_quota, or use sampler='seq_balance'."
-                )
             positive_quota = 1 if positive_quota is None else positive_quota
             negative_quota = 0
         else:
@@ -154,6 +149,44 @@ class SamplerSettings:
             )
         return replace(self, positive_quota=positive_quota, negative_quota=negative_quota)
 
+    def _validate_pass_rate_prior(self) -> None:
+        # Checked whatever the sampler: a value that no sampler reads has already been rejected above, and the ones
+        # read (est, the predictive and tracked round policies) must be valid before any compute is spent.
+        if not 0.0 < self.pass_rate_decay <= 1.0:  # also rejects NaN
+            raise ValueError(f"pass_rate_decay must lie in (0, 1] (1 keeps all history), got {self.pass_rate_decay}.")
+        for name in ("pass_rate_prior_alpha", "pass_rate_prior_beta"):
+            value = getattr(self, name)
+            if not (value > 0.0 and math.isfinite(value)):
+                raise ValueError(
+                    f"{name} must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1), got {value}."
+                )
+
+    def _validate_pass_rate_predictor(self) -> None:
+        # Checked before any compute: the name, the learning rate, and that a local directory holds a predictor (a
+        # value that is neither "tracker", "learned" nor an existing path must look like a Hub repo id).
+        value = self.pass_rate_predictor
+        rate = self.pass_rate_predictor_learning_rate
+        if not (rate > 0.0 and math.isfinite(rate)):
+            raise ValueError(f"pass_rate_predictor_learning_rate must be a positive finite number, got {rate}.")
+        if value in ("tracker", "learned"):
+            return
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"pass_rate_predictor must be 'tracker', 'learned', or a path or Hub id; got {value!r}.")
+        if os.path.exists(value):
+            from .predictor import PREDICTOR_DIR, PREDICTOR_FILE, find_predictor_file
+
+            if find_predictor_file(value) is None:
+                raise ValueError(
+                    f"pass_rate_predictor={value!r} is a local path without a learned predictor (expected "
+                    f"{PREDICTOR_DIR}/{PREDICTOR_FILE} or {PREDICTOR_FILE} inside it). Point it at the output "
+                    "directory of a run with pass_rate_predictor='learned', or use 'learned' to start from scratch."
+                )
+        elif not _HUB_ID.fullmatch(value):
+            raise ValueError(
+                f"pass_rate_predictor={value!r} is neither 'tracker', 'learned', an existing local directory nor a Hub "
+                "repo id ('owner/name'). Fix the path, or use 'learned'."
+            )
+
     def _validate_dapo(self) -> None:
         _choice("dapo_on_exhausted", self.dapo_on_exhausted, DAPO_ON_EXHAUSTED)
         if self.sampler == "dapo" and self.dapo_refill is False:
@@ -170,21 +203,7 @@ class SamplerSettings:
             raise ValueError(f"dapo_max_refills must be non-negative, got {self.dapo_max_refills}.")
 
     def _validated_est(self) -> SamplerSettings:
-        _choice("est_train_on", self.est_train_on, EST_TRAIN_ON)
         n = self.num_generations
-        if self.objective != "linear":
-            raise ValueError(
-                f"objective={self.objective!r} has no effect with sampler='est', which splits the log objective "
-                "between sampling (N ∝ p̂^-est_sample_power) and a residual weight. Remove objective, or tune "
-                "est_sample_power (0.5: the paper's hybrid; 1.0: pure implicit weighting)."
-            )
-        if not 0.0 < self.est_decay <= 1.0:
-            raise ValueError(f"est_decay must lie in (0, 1] (1 keeps all history), got {self.est_decay}.")
-        if not (self.est_prior_alpha > 0.0 and self.est_prior_beta > 0.0):
-            raise ValueError(
-                f"est_prior_alpha and est_prior_beta must be positive (a Beta prior keeps p̂ away from 0 and 1), "
-                f"got {self.est_prior_alpha} and {self.est_prior_beta}."
-            )
         if not 0.0 <= self.est_sample_power <= 1.0:
             raise ValueError(f"est_sample_power must lie in [0, 1], got {self.est_sample_power}.")
         if not self.est_epsilon > 0.0:
@@ -223,3 +242,141 @@ class SamplerSettings:
                 f"bounds with est_min_samples <= est_mean_samples <= est_max_samples."
             )
         return replace(self, est_min_samples=low, est_max_samples=high, est_mean_samples=mean)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Which configurations read which knob
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KnobUse:
+    """
+    Which configurations read a knob. `reads(settings)` says whether the current one does; `readers` names the ones
+    that do (for the error message); `depends_on` names the settings that decide it.
+    """
+
+    reads: Callable[[Any], bool]
+    readers: str
+    depends_on: tuple[str, ...] = ("sampler",)
+    hint: str = ""
+
+
+def _sequential(settings: Any) -> bool:
+    return settings.sampler in SEQUENTIAL_SAMPLERS
+
+
+def _est(settings: Any) -> bool:
+    return settings.sampler == "est"
+
+
+def _refills(settings: Any) -> bool:
+    return settings.sampler == "dapo" or bool(settings.dapo_refill)
+
+
+_SEQ = "sampler='seq_pos' or 'seq_balance'"
+_EST = "sampler='est'"
+_REFILLS = "sampler='dapo' or dapo_refill=True"
+
+KNOB_USES: dict[str, KnobUse] = {
+    "round_size": KnobUse(_sequential, _SEQ),
+    "max_rounds": KnobUse(_sequential, _SEQ),
+    "positive_quota": KnobUse(_sequential, _SEQ),
+    # 0 is what validation fills in for seq_pos, whose exit rule counts positives only.
+    "negative_quota": KnobUse(
+        lambda s: s.sampler == "seq_balance" or (s.sampler == "seq_pos" and s.negative_quota == 0),
+        "sampler='seq_balance'",
+    ),
+    "objective": KnobUse(
+        lambda s: s.sampler != "est",
+        "sampler='uniform', 'seq_pos', 'seq_balance' or 'dapo'",
+        hint="sampler='est' splits the log objective between sampling (N ∝ p̂^-est_sample_power) and a residual "
+        "weight: tune est_sample_power instead (0.5: the paper's hybrid; 1.0: pure implicit weighting).",
+    ),
+    "power_alpha": KnobUse(lambda s: s.objective == "power", "objective='power'", ("objective",)),
+    "downsample": KnobUse(
+        lambda s: _sequential(s) or (_est(s) and s.est_train_on == "downsample"),
+        f"{_SEQ}, or sampler='est' with est_train_on='downsample' (the others train on every completion drawn)",
+        ("sampler", "est_train_on"),
+    ),
+    "round_policy": KnobUse(_sequential, _SEQ),
+    "round_confidence": KnobUse(
+        lambda s: _sequential(s) and s.round_policy in ("predictive", "tracked"),
+        "round_policy='predictive' or 'tracked' (with sampler='seq_pos' or 'seq_balance')",
+        ("sampler", "round_policy"),
+    ),
+    "pass_rate_decay": KnobUse(
+        lambda s: _est(s) or (_sequential(s) and s.round_policy == "tracked"),
+        "sampler='est', or round_policy='tracked' (its pass-rate tracker)",
+        ("sampler", "round_policy"),
+    ),
+    "pass_rate_prior_alpha": KnobUse(
+        lambda s: _est(s) or (_sequential(s) and s.round_policy in ("predictive", "tracked")),
+        "sampler='est', or round_policy='predictive' or 'tracked' (their Beta prior)",
+        ("sampler", "round_policy"),
+    ),
+    "pass_rate_prior_beta": KnobUse(
+        lambda s: _est(s) or (_sequential(s) and s.round_policy in ("predictive", "tracked")),
+        "sampler='est', or round_policy='predictive' or 'tracked' (their Beta prior)",
+        ("sampler", "round_policy"),
+    ),
+    "pass_rate_predictor": KnobUse(
+        lambda s: _est(s) or (_sequential(s) and s.round_policy in ("predictive", "tracked")),
+        "sampler='est', or round_policy='predictive' or 'tracked' (their pass-rate prior)",
+        ("sampler", "round_policy"),
+    ),
+    "pass_rate_predictor_learning_rate": KnobUse(
+        lambda s: (
+            s.pass_rate_predictor != "tracker"
+            and (_est(s) or (_sequential(s) and s.round_policy in ("predictive", "tracked")))
+        ),
+        "pass_rate_predictor='learned' or a saved predictor (with sampler='est' or round_policy='predictive'/"
+        "'tracked')",
+        ("sampler", "round_policy", "pass_rate_predictor"),
+    ),
+    "est_sample_power": KnobUse(_est, _EST),
+    "est_min_samples": KnobUse(_est, _EST),
+    "est_max_samples": KnobUse(_est, _EST),
+    "est_mean_samples": KnobUse(_est, _EST),
+    "est_epsilon": KnobUse(_est, _EST),
+    "est_train_on": KnobUse(_est, _EST),
+    "dapo_refill": KnobUse(lambda s: _sequential(s) or s.sampler == "dapo", f"{_SEQ} (or sampler='dapo')"),
+    "dapo_max_refills": KnobUse(_refills, _REFILLS, ("sampler", "dapo_refill")),
+    "dapo_on_exhausted": KnobUse(_refills, _REFILLS, ("sampler", "dapo_refill")),
+}
+"""Every knob that only some samplers or policies read. A value other than its default elsewhere is an error."""
+
+UNIVERSAL_KNOBS: frozenset[str] = frozenset(
+    {
+        "sampler",
+        "num_generations",
+        "positive_threshold",
+        "baseline",
+        "scale_rewards",
+        "max_weight",
+        "normalize_weights",
+        "zero_variance_tolerance",
+        "seed",
+    }
+)
+"""The knobs every sampler reads (outcomes, baselines, weights, metrics, the downsampling generator)."""
+
+SETTINGS_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SamplerSettings) if f.default is not MISSING}
+
+
+def check_knobs_read(values: Any, uses: Mapping[str, KnobUse], defaults: Mapping[str, Any]) -> None:
+    """
+    The one rule for knobs that only some configurations read: `values` (settings or a config) may set such a knob to
+    anything but its default only where it is read; elsewhere it would be silently ignored, so this raises
+    `ValueError` naming the knob, the setting that makes it unread and what reads it.
+    """
+    for name, use in uses.items():
+        value = getattr(values, name)
+        if value == defaults[name] or use.reads(values):  # NaN is never equal to a default: it is checked too
+            continue
+        context = ", ".join(f"{key}={getattr(values, key)!r}" for key in use.depends_on)
+        raise ValueError(
+            f"{name}={value!r} has no effect with {context}: only {use.readers} read(s) it. Remove {name} (default "
+            f"{defaults[name]!r}). Use {use.readers} if you meant it to take effect."
+            + (f" {use.hint}" if use.hint else "")
+        )

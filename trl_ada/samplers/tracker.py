@@ -12,7 +12,11 @@ class PassRateEstimator(Protocol):
     What `EstSampler` needs from a pass-rate estimator. The default is [`DecayedBetaTracker`]; a learned predictor
     (the paper's value network) implements the same four methods and is passed as
     `AdaGRPOTrainer(..., pass_rate_estimator=MyEstimator())`. `estimate` must return values strictly inside (0, 1)
-    and be identical on every process (decide from the keys and the gathered statistics only).
+    and be identical on every process (decide from the keys and the gathered statistics only). The trainer's keys are
+    `PromptKey`s: the stable id (a `str`) with the prompt's text as `key.text`, for estimators that read it (see
+    `LearnedPassRatePredictor`). `state_dict` must be JSON-serialisable (checked when the sampler is built). For the
+    round policies of `seq_*`, an estimator also needs `beta_parameters(keys)` (`"tracked"`) or
+    `prior_parameters(keys)` (`"predictive"`), each a list of Beta `(alpha, beta)`.
     """
 
     def estimate(self, keys: Sequence[Hashable]) -> list[float]: ...

@@ -1,0 +1,171 @@
+"""
+Throughput of the code sandbox (`trl_ada.sandbox`), as ratios against a plain subprocess measured in the same run.
+
+For two programs, a trivial one (two asserts) and a typical reward run (the assert harness of `trl_ada.code_reward`
+loading a solution that sieves primes and answering four `f(x) == literal` tests), at 1 and 2 workers (threads
+each starting one program at a time), it measures programs per second of:
+
+- ``plain``: `subprocess.run([python, "-I", "-B", "main.py"])` in a temporary directory, the same interpreter the
+  sandbox uses: the baseline;
+- ``limits_only``: `Sandbox(isolation="none")` (the baseline plus `prlimit`, a clean environment and the output
+  plumbing; not a security boundary);
+- ``bwrap``: `Sandbox()`, the bubblewrap sandbox.
+
+Per mode: programs/s, ms per program (wall / programs, per worker), the overhead per program against ``plain``
+(ms) and the throughput ratio ``plain / mode``. Modes alternate in blocks so machine noise hits all of them.
+
+    python benchmarks/sandbox_throughput.py [--programs 60] [--blocks 3] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+logger = logging.getLogger("sandbox_throughput")
+
+TRIVIAL = "assert 1 + 1 == 2\nassert 'a' * 2 == 'aa'\n"
+SOLUTION = """
+def primes_below(n):
+    sieve = bytearray([1]) * n
+    sieve[:2] = b"\\x00\\x00"
+    for i in range(2, int(n ** 0.5) + 1):
+        if sieve[i]:
+            sieve[i * i :: i] = bytearray(len(range(i * i, n, i)))
+    return [i for i, flag in enumerate(sieve) if flag]
+"""
+TESTS = (
+    "assert len(primes_below(10)) == 4\nassert primes_below(20)[-1] == 19\n"
+    "assert len(primes_below(100000)) == 9592\nassert primes_below(3) == [2]\n"
+)
+
+
+def typical_files() -> dict[str, str]:
+    from trl_ada.code_reward import HARNESS, build_assert_plan
+
+    plan = build_assert_plan(TESTS)
+    return {"main.py": HARNESS, "solution.py": SOLUTION, "plan.json": json.dumps([list(step) for step in plan.steps])}
+
+
+def plain_runner(python: str, files: dict[str, str], channel: bool):
+    def run() -> None:
+        with tempfile.TemporaryDirectory(prefix="bench-plain-") as workdir:
+            for name, content in files.items():
+                Path(workdir, name).write_text(content)
+            env = {"PATH": "/usr/bin:/bin", "HOME": workdir}
+            read_fd = write_fd = None
+            if channel:  # the harness writes its records to a pipe, as in the sandbox
+                read_fd, write_fd = os.pipe()
+                env["SANDBOX_CHANNEL_FD"] = str(write_fd)
+            try:
+                out = subprocess.run(
+                    [python, "-I", "-B", "main.py"],
+                    cwd=workdir,
+                    env=env,
+                    capture_output=True,
+                    pass_fds=[write_fd] if write_fd is not None else [],
+                    timeout=30,
+                )
+            finally:
+                if write_fd is not None:
+                    os.close(write_fd)
+                    os.close(read_fd)
+            if out.returncode != 0:
+                raise RuntimeError(f"baseline program failed: {out.stderr.decode()[-500:]}")
+
+    return run
+
+
+def sandbox_runner(sandbox, files: dict[str, str], channel: bool):
+    def run() -> None:
+        result = sandbox.run(files=files, channel=channel)
+        if result.status != "ok":
+            raise RuntimeError(f"sandboxed program failed: {result.status} {result.stderr[-500:]}")
+
+    return run
+
+
+def throughput(run, programs: int, workers: int) -> float:
+    """Programs per second running ``programs`` programs on ``workers`` threads."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        for future in [pool.submit(run) for _ in range(programs)]:
+            future.result()
+    return programs / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--programs", type=int, default=60, help="programs per measurement")
+    parser.add_argument("--blocks", type=int, default=3, help="alternating blocks per mode (median reported)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.programs < 1 or args.blocks < 1:
+        parser.error("--programs and --blocks must be positive")
+
+    from trl_ada.sandbox import Sandbox
+
+    sandbox = Sandbox()
+    unisolated = Sandbox(isolation="none", python=sandbox.python)
+    programs = {"trivial": ({"main.py": TRIVIAL}, False), "typical": (typical_files(), True)}
+    results: dict[str, object] = {
+        "python": sandbox.python,
+        "cpus": os.cpu_count(),
+        "programs_per_measurement": args.programs,
+        "blocks": args.blocks,
+        "runs": [],
+    }
+    for program, (files, channel) in programs.items():
+        runners = {
+            "plain": plain_runner(sandbox.python, files, channel),
+            "limits_only": sandbox_runner(unisolated, files, channel),
+            "bwrap": sandbox_runner(sandbox, files, channel),
+        }
+        for run in runners.values():  # warm-up: page cache, imports
+            run()
+        for workers in (1, 2):
+            rates: dict[str, list[float]] = {mode: [] for mode in runners}
+            for _ in range(args.blocks):
+                for mode, run in runners.items():
+                    rates[mode].append(throughput(run, args.programs, workers))
+            baseline = statistics.median(rates["plain"])
+            for mode in runners:
+                rate = statistics.median(rates[mode])
+                row = {
+                    "program": program,
+                    "workers": workers,
+                    "mode": mode,
+                    "programs_per_s": round(rate, 1),
+                    "ms_per_program_per_worker": round(1000 * workers / rate, 2),
+                    "overhead_ms_per_program": round(1000 * workers * (1 / rate - 1 / baseline), 2),
+                    "throughput_ratio_plain_over_mode": round(baseline / rate, 2),
+                }
+                results["runs"].append(row)
+                logger.info(
+                    "%-8s workers=%d %-12s %7.1f programs/s  %6.2f ms/program  overhead %+6.2f ms  ratio %.2fx",
+                    program,
+                    workers,
+                    mode,
+                    row["programs_per_s"],
+                    row["ms_per_program_per_worker"],
+                    row["overhead_ms_per_program"],
+                    row["throughput_ratio_plain_over_mode"],
+                )
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2))
+    sys.stdout.write(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""Config-level hardening: seeded vLLM generation, the pass-rate prior's names and checks, and the rule for knobs that
+the chosen sampler does not read. Everything here fails at construction, before any model is loaded."""
+
+import json
+import math
+import warnings
+from dataclasses import fields
+
+import pytest
+from trl import GRPOConfig
+
+from trl_ada import AdaGRPOConfig
+from trl_ada.config import CONFIG_KNOB_USES, DEPRECATED_NAMES
+from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.samplers.settings import KNOB_USES, SETTINGS_DEFAULTS, UNIVERSAL_KNOBS
+
+
+def config(tmp_path, **kwargs):
+    return AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", bf16=False, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Item 5: a seed in generation_kwargs under vLLM
+# ---------------------------------------------------------------------------------------------------------------------
+
+SEEDED = {"use_vllm": True, "generation_kwargs": {"seed": 7}}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"vllm_mode": "server", "sampler": "seq_balance"}, "sends each prompt again in every round"),
+        ({"vllm_mode": "server", "sampler": "seq_pos", "round_policy": "predictive"}, "in every round"),
+        ({"vllm_mode": "server", "sampler": "est"}, "one per request"),
+        (
+            {"vllm_mode": "server", "sampler": "seq_balance", "max_rounds": 1, "generation_schedule": "continuous"},
+            "sends every draw as its own request",
+        ),
+        ({"vllm_mode": "colocate", "sampler": "seq_balance", "max_rounds": 1}, "vllm_mode='colocate'"),
+    ],
+)
+def test_a_generation_seed_is_rejected_where_a_prompt_is_requested_more_than_once(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message) as error:
+        config(tmp_path, **SEEDED, **kwargs)
+    assert "Remove 'seed' from generation_kwargs" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"vllm_mode": "server", "sampler": "uniform"},
+        {"vllm_mode": "colocate", "sampler": "dapo"},
+        {"vllm_mode": "server", "sampler": "seq_balance", "max_rounds": 1},  # one round: one request of n per prompt
+    ],
+)
+def test_a_generation_seed_is_kept_where_each_prompt_is_one_request(tmp_path, kwargs):
+    args = config(tmp_path, **SEEDED, **kwargs)
+    assert args.generation_kwargs == {"seed": 7}  # nothing the user gave is changed
+
+
+def test_a_generation_seed_without_vllm_is_accepted(tmp_path):
+    # transformers generation does not read a seed from generation_kwargs: nothing repeats
+    assert config(tmp_path, generation_kwargs={"seed": 7}).sampler == "seq_balance"
+
+
+def test_an_upgraded_grpo_config_with_a_generation_seed_falls_back_to_uniform(tmp_path, caplog):
+    args = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", bf16=False, **SEEDED)
+    upgraded = AdaGRPOConfig.from_grpo_config(args)  # never rejects what GRPOTrainer accepts
+    assert upgraded.sampler == "uniform" and upgraded.generation_kwargs == {"seed": 7}
+    assert "Remove the seed from generation_kwargs" in caplog.text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Item 6: the pass-rate prior and decay, validated wherever they are read, under their own names
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"round_policy": "predictive", "pass_rate_prior_alpha": 0.0}, "pass_rate_prior_alpha must be a positive"),
+        ({"round_policy": "tracked", "pass_rate_prior_beta": math.nan}, "pass_rate_prior_beta must be a positive"),
+        ({"round_policy": "tracked", "pass_rate_prior_alpha": math.inf}, "pass_rate_prior_alpha must be a positive"),
+        ({"round_policy": "tracked", "pass_rate_decay": 5.0}, "pass_rate_decay must lie in"),
+        ({"round_policy": "tracked", "pass_rate_decay": math.nan}, "pass_rate_decay must lie in"),
+        ({"sampler": "est", "pass_rate_decay": 0.0}, "pass_rate_decay must lie in"),
+        # the old name under seq_balance: the value reached step 1 as a `math domain error` before
+        ({"round_policy": "predictive", "est_prior_alpha": 0.0}, "pass_rate_prior_alpha must be a positive"),
+        # where nothing reads the prior, any other value is an error too (the knob rule)
+        ({"pass_rate_prior_alpha": 0.0}, "has no effect with sampler='seq_balance', round_policy='fixed'"),
+        ({"round_policy": "predictive", "pass_rate_decay": 5.0}, "has no effect"),
+    ],
+)
+def test_the_pass_rate_prior_is_checked_wherever_it_is_read(tmp_path, kwargs, message):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        with pytest.raises(ValueError, match=message):
+            config(tmp_path, **kwargs)
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(DEPRECATED_NAMES.items()))
+def test_an_old_name_is_carried_over_with_a_future_warning(tmp_path, old, new):
+    with pytest.warns(FutureWarning, match=f"{old} is deprecated.*now {new}"):
+        args = config(tmp_path, sampler="est", **{old: 0.5})
+    assert getattr(args, new) == 0.5 and getattr(args, old) is None
+    assert getattr(args.sampler_settings(), new) == 0.5  # and it reaches the sampler
+    with pytest.warns(FutureWarning):
+        assert getattr(config(tmp_path, sampler="est", **{old: 0.5, new: 0.5}), new) == 0.5  # agreeing: fine
+    with pytest.raises(ValueError, match=f"{old}=0.5 and {new}=0.25 disagree.*Set only {new}"):
+        config(tmp_path, sampler="est", **{old: 0.5, new: 0.25})
+
+
+def test_the_cli_keeps_the_old_decay_flag(capsys):
+    from trl_ada.cli import main
+
+    argv = ["simulate", "--sampler", "est", "--pass-rates", "0.5", "--trials", "20", "--steps", "2"]
+    with pytest.warns(FutureWarning, match="--pass-rate-decay"):
+        assert main([*argv, "--est-decay", "0.5"]) == 0
+    with pytest.raises(SystemExit):
+        main([*argv, "--est-decay", "0.5", "--pass-rate-decay", "0.25"])
+    assert "disagree" in capsys.readouterr().err
+
+
+def test_sampler_state_written_before_the_rename_still_loads():
+    # `ada_sampler_state.json` of the previous release: the tracker's counts carry no knob name.
+    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_policy="tracked")
+    old_state = json.loads(json.dumps(build_sampler(settings).state_dict()))
+    old_state["tracker"] = {"counts": {"prompt-a": [8.0, 2.0]}}
+    sampler = build_sampler(settings)
+    sampler.load_state_dict(old_state)
+    assert sampler.tracker.beta_parameters(["prompt-a"]) == [(3.0, 7.0)]
+    est = build_sampler(SamplerSettings(sampler="est", num_generations=4))
+    est.load_state_dict({**json.loads(json.dumps(est.state_dict())), "estimator": {"counts": {"p": [4.0, 1.0]}}})
+    assert est.estimator.estimate(["p"]) == [pytest.approx(2 / 6)]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Item 7: one rule for knobs the chosen sampler does not read
+# ---------------------------------------------------------------------------------------------------------------------
+
+# For every knob of the table: a configuration that does not read it, one that does, and a value other than its
+# default (valid where it is read).
+UNREAD_READ_VALUE = {
+    "round_size": ({"sampler": "uniform"}, {"sampler": "seq_balance"}, 16),
+    "max_rounds": ({"sampler": "dapo"}, {"sampler": "seq_pos"}, 2),
+    "positive_quota": ({"sampler": "est"}, {"sampler": "seq_pos"}, 1),
+    "negative_quota": ({"sampler": "seq_pos"}, {"sampler": "seq_balance"}, 2),
+    "objective": ({"sampler": "est"}, {"sampler": "seq_balance"}, "log"),
+    "power_alpha": ({"objective": "log"}, {"objective": "power"}, 0.3),
+    "downsample": ({"sampler": "est"}, {"sampler": "est", "est_train_on": "downsample"}, "random"),
+    "round_policy": ({"sampler": "uniform"}, {"sampler": "seq_pos"}, "predictive"),
+    "round_confidence": ({"sampler": "seq_balance"}, {"round_policy": "predictive"}, 0.9),
+    "pass_rate_decay": ({"round_policy": "predictive"}, {"round_policy": "tracked"}, 0.5),
+    "pass_rate_prior_alpha": ({"sampler": "seq_balance"}, {"round_policy": "predictive"}, 2.0),
+    "pass_rate_prior_beta": ({"sampler": "dapo"}, {"sampler": "est"}, 2.0),
+    "pass_rate_predictor": ({"sampler": "seq_balance"}, {"sampler": "est"}, "learned"),
+    "pass_rate_predictor_learning_rate": (
+        {"sampler": "est"},
+        {"sampler": "est", "pass_rate_predictor": "learned"},
+        0.3,
+    ),
+    "est_sample_power": ({"sampler": "seq_pos"}, {"sampler": "est"}, 1.0),
+    "est_min_samples": ({"sampler": "seq_balance"}, {"sampler": "est"}, 3),
+    "est_max_samples": ({"sampler": "uniform"}, {"sampler": "est"}, 16),
+    "est_mean_samples": ({"sampler": "seq_balance"}, {"sampler": "est", "est_train_on": "downsample"}, 9),
+    "est_epsilon": ({"sampler": "dapo"}, {"sampler": "est"}, 0.1),
+    "est_train_on": ({"sampler": "seq_balance"}, {"sampler": "est"}, "downsample"),
+    "dapo_refill": ({"sampler": "uniform"}, {"sampler": "seq_balance"}, True),
+    "dapo_max_refills": ({"sampler": "seq_balance"}, {"sampler": "dapo"}, 3),
+    "dapo_on_exhausted": ({"sampler": "uniform"}, {"sampler": "seq_pos", "dapo_refill": True}, "keep_partial"),
+    "continuous_max_in_flight": (
+        {},
+        {"use_vllm": True, "vllm_mode": "server", "generation_schedule": "continuous"},
+        64,
+    ),
+}
+
+
+def test_every_knob_is_either_read_by_every_sampler_or_in_the_table():
+    table = set(KNOB_USES) | set(CONFIG_KNOB_USES)
+    assert set(UNREAD_READ_VALUE) == table  # a knob added to the table needs a case here
+    settings_fields = {f.name for f in fields(SamplerSettings)}
+    assert settings_fields == set(KNOB_USES) | UNIVERSAL_KNOBS
+    config_fields = {f.name: f for f in fields(AdaGRPOConfig)}
+    for name in KNOB_USES:  # the rule compares the config's values with these defaults
+        assert config_fields[name].default == SETTINGS_DEFAULTS[name], name
+
+
+@pytest.mark.parametrize("name", sorted(UNREAD_READ_VALUE))
+def test_a_knob_the_sampler_does_not_read_raises_and_is_accepted_where_read(tmp_path, name):
+    unread, read, value = UNREAD_READ_VALUE[name]
+    with pytest.raises(ValueError, match=rf"\b{name}=") as error:
+        config(tmp_path, **{**unread, name: value})
+    if name != "dapo_refill":  # dapo_refill=True with uniform contradicts it, and says so with its own message
+        assert "has no effect with" in str(error.value) and f"Remove {name}" in str(error.value)
+    args = config(tmp_path, **{**read, name: value})
+    assert getattr(args, name) == value

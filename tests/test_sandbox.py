@@ -1,0 +1,600 @@
+"""The code sandbox (`trl_ada.sandbox`) against hostile programs: each attack must fail, leak nothing, return within
+its limits and leave no process behind.
+
+Every test is bounded: small limits (a fork bomb meets a process limit of 16, a memory bomb an address-space limit),
+an asserted wall time, and a SIGALRM guard per test. Without bubblewrap the tests skip naming the install command,
+except under CI=true, where they fail (CI installs it)."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from trl_ada import sandbox as sandbox_module
+from trl_ada.sandbox import INSTALL_HINT, Sandbox, SandboxLimits
+
+CI = os.environ.get("CI", "").lower() == "true"
+HAVE_BWRAP = shutil.which("bwrap") is not None
+SECRET = f"hf_secret_{random.getrandbits(64):016x}"
+
+# Under CI=true a missing bubblewrap fails these tests instead (CI installs it).
+needs_bwrap = pytest.mark.skipif(not HAVE_BWRAP and not CI, reason=f"bubblewrap is not installed: {INSTALL_HINT}")
+
+# Seconds a loaded 2-core machine may add to starting and tearing down a sandbox, on top of a limit.
+SLACK = 2.0
+FAST = SandboxLimits(wall_time_s=5, cpu_time_s=3, memory_bytes=512 << 20, max_processes=16, output_bytes=1 << 16)
+
+
+# Every test: a wall-clock guard, and no bubblewrap process left behind (fixtures of conftest.py).
+pytestmark = [
+    pytest.mark.usefixtures("wall_clock_guard", "no_sandbox_outlives_the_tests"),
+    pytest.mark.wall_clock_limit(60),
+]
+
+
+@pytest.fixture(scope="module")
+def box() -> Sandbox:
+    if not HAVE_BWRAP:  # only under CI=true
+        pytest.fail(f"CI=true but bubblewrap is not installed: {INSTALL_HINT}")
+    return Sandbox(FAST)
+
+
+def processes_with(marker: str) -> list[int]:
+    """PIDs (on this machine) of live processes whose command line contains ``marker``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def run_marked(box: Sandbox, program: str, **kwargs):
+    """Runs ``program`` with a unique marker in its command line (children forked from it carry it too); returns the
+    result, the wall time of the call and the PIDs still alive with the marker right after it returned."""
+    marker = f"marker{random.getrandbits(48):012x}"
+    start = time.monotonic()
+    result = box.run(box.python_argv("main.py", marker), files={"main.py": program}, **kwargs)
+    elapsed = time.monotonic() - start
+    return result, elapsed, processes_with(marker), marker
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Honest programs, set-up and errors
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_runs_a_program_with_stdin_files_and_a_writable_working_directory(box):
+    program = (
+        "import os, sys\n"
+        "data = open('data.txt').read()\n"
+        "open('out.txt', 'w').write(data * 2)\n"
+        "print(input()[::-1], open('out.txt').read(), os.getcwd())\n"
+        "print('err', file=sys.stderr)\n"
+    )
+    result = box.run(program=program, stdin="abc\n", files={"data.txt": "xy"})
+    assert result.status == "ok" and result.returncode == 0
+    assert result.stdout == "cba xyxy /tmp\n"
+    assert result.stderr == "err\n"
+
+
+@needs_bwrap
+def test_exit_status_and_exceptions_are_errors(box):
+    assert box.run(program="raise SystemExit(3)").returncode == 3
+    result = box.run(program="1 / 0")
+    assert result.status == "error" and "ZeroDivisionError" in result.stderr
+
+
+@needs_bwrap
+def test_channel_carries_bytes_back(box):
+    result = box.run(program="import os\nos.write(int(os.environ['SANDBOX_CHANNEL_FD']), b'data')", channel=True)
+    assert result.status == "ok" and result.channel == b"data"
+
+
+@needs_bwrap
+def test_bad_arguments_fail_before_running(box):
+    with pytest.raises(ValueError, match="program="):
+        box.run()
+    with pytest.raises(ValueError, match="plain names"):
+        box.run(program="pass", files={"../evil": "x"})
+    with pytest.raises(ValueError, match="positive"):
+        SandboxLimits(wall_time_s=0)
+    with pytest.raises(ValueError, match="64 MiB"):
+        SandboxLimits(memory_bytes=1 << 20)
+    with pytest.raises(ValueError, match="isolation"):
+        Sandbox(isolation="docker")
+
+
+def test_missing_bubblewrap_names_the_install_command(monkeypatch):
+    real_which = shutil.which
+    monkeypatch.setattr(shutil, "which", lambda name, *a, **k: None if name == "bwrap" else real_which(name, *a, **k))
+    with pytest.raises(RuntimeError, match="apt-get install bubblewrap") as error:
+        Sandbox(FAST)
+    assert "isolation='none'" in str(error.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the uid is dropped only when running as root")
+def test_refuses_to_run_programs_as_root():
+    with pytest.raises(ValueError, match="unprivileged uid"):
+        Sandbox(FAST, run_as_uid=0)
+
+
+@needs_bwrap
+def test_an_interpreter_prefix_that_would_expose_a_home_is_refused(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / "lib" / "python3.11").mkdir(parents=True)
+    (home / "lib" / "python3.11" / "os.py").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(ValueError, match="would expose"):
+        sandbox_module._check_prefix(str(home))  # e.g. python at ~/bin/python3: the whole home would be bound
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="not a Python installation prefix"):
+        sandbox_module._check_prefix(str(tmp_path / "empty"))
+    sandbox_module._check_prefix("/usr")
+    with pytest.raises(ValueError, match="not an executable interpreter"):
+        Sandbox(FAST, python=str(tmp_path / "no-python"))
+
+
+def test_no_isolation_is_an_explicit_opt_in_that_warns(caplog):
+    with caplog.at_level("WARNING", logger="trl_ada.sandbox"):
+        plain = Sandbox(FAST, isolation="none")
+    assert "NOT a security boundary" in caplog.text
+    result = plain.run(program="import os\nprint(sorted(os.environ))")
+    assert result.status == "ok"
+    names = eval(result.stdout)
+    assert set(names) == {"HOME", "LANG", "PATH", "PYTHONDONTWRITEBYTECODE", *sandbox_module._THREAD_VARIABLES}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Network
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _host_ipv4_addresses() -> list[str]:
+    addresses = {"127.0.0.1"}
+    try:
+        import psutil
+
+        for entries in psutil.net_if_addrs().values():
+            addresses.update(entry.address for entry in entries if entry.family == socket.AF_INET)
+    except ImportError:
+        pass
+    return sorted(addresses)
+
+
+@needs_bwrap
+def test_no_network_not_even_to_this_machine(box):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp_port = udp.getsockname()[1]
+    addresses = _host_ipv4_addresses()
+    program = f"""
+import socket
+for host in {addresses!r}:
+    try:
+        socket.create_connection((host, {port}), timeout=1).sendall(b"{SECRET}")
+        print("CONNECTED", host)
+    except OSError as error:
+        print("refused", host, error.errno)
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"{SECRET}", ("127.0.0.1", {udp_port}))
+    print("udp sent")
+except OSError as error:
+    print("udp failed", error.errno)
+try:
+    socket.getaddrinfo("huggingface.co", 443)
+    print("RESOLVED")
+except OSError:
+    print("no dns")
+print(open("/proc/net/dev").read())
+"""
+    try:
+        result, elapsed, left, _ = run_marked(box, program)
+        listener.settimeout(0.2)
+        with pytest.raises((TimeoutError, socket.timeout)):
+            listener.accept()
+        udp.settimeout(0.2)
+        with pytest.raises((TimeoutError, socket.timeout)):
+            udp.recvfrom(1024)
+    finally:
+        listener.close()
+        udp.close()
+    assert result.status == "ok", result.stderr
+    assert "CONNECTED" not in result.stdout and "RESOLVED" not in result.stdout
+    assert result.stdout.count("refused") == len(addresses)
+    interfaces = [line.split(":")[0].strip() for line in result.stdout.splitlines() if ":" in line and "|" not in line]
+    assert interfaces == ["lo"], result.stdout  # a network namespace of its own: loopback only (down)
+    assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_cannot_read_the_hub_token_home_or_files_outside(box, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    token = home / ".cache" / "huggingface" / "token"
+    token.parent.mkdir(parents=True)
+    token.write_text(SECRET)
+    hf_home = tmp_path / "hf_home"
+    hf_home.mkdir()
+    (hf_home / "token").write_text(SECRET)
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_ed25519").write_text(SECRET)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    targets = [
+        str(token),
+        str(hf_home / "token"),
+        str(home / ".ssh" / "id_ed25519"),
+        os.path.expanduser("~/.cache/huggingface/token"),
+        "/root/.cache/huggingface/token",
+        "/root/.ssh/id_rsa",
+        str(Path(__file__).resolve()),  # the checkout
+        "/etc/shadow",
+        "/etc/passwd",
+        "/etc/hostname",
+        "/proc/1/root/etc/shadow",
+    ]
+    program = f"""
+import os
+for path in {targets!r}:
+    try:
+        print("READ", path, open(path).read())
+    except OSError as error:
+        print("denied", path, type(error).__name__)
+print("ROOT", sorted(os.listdir("/")))
+print("HOMEVAR", os.path.expanduser("~"))
+for path in ("/root", "/home", "/work", "/run", "/var", "/mnt", "/opt", "/srv", "/sys"):
+    print("EXISTS" if os.path.exists(path) else "absent", path)
+"""
+    result, elapsed, left, _ = run_marked(box, program)
+    assert result.status == "ok", result.stderr
+    assert SECRET not in result.stdout + result.stderr
+    assert "READ" not in result.stdout, result.stdout
+    assert result.stdout.count("denied") == len(targets)
+    root = eval(result.stdout.split("ROOT ", 1)[1].splitlines()[0])
+    assert set(root) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "sbin", "tmp", "usr", "root"}
+    if "root" in root:  # only when the interpreter's prefix lives under /root (then only that prefix is bound)
+        assert box.python.startswith("/root/")
+    assert "EXISTS" not in result.stdout.replace("EXISTS /root", "") or box.python.startswith("/root/")
+    assert "HOMEVAR /tmp" in result.stdout
+    assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+@needs_bwrap
+def test_cannot_write_outside_its_scratch_directory(box, tmp_path):
+    outside = tmp_path / "pwned"
+    targets = [str(outside), "/usr/pwned", "/etc/pwned", "/pwned", "/dev/pwned", "/dev/shm/pwned", "/proc/pwned"]
+    program = f"""
+import os
+for path in {targets!r}:
+    try:
+        with open(path, "w") as handle:
+            handle.write("x")
+        print("WROTE", path)
+    except OSError as error:
+        print("denied", path, type(error).__name__)
+try:
+    os.chmod("/usr/bin", 0o777)
+    print("CHMOD")
+except OSError:
+    print("denied chmod")
+open("/tmp/mine", "w").write("{SECRET}")
+print("scratch ok")
+"""
+    result, elapsed, left, _ = run_marked(box, program)
+    assert result.status == "ok", result.stderr
+    assert "WROTE" not in result.stdout and "CHMOD" not in result.stdout
+    assert result.stdout.count("denied") == len(targets) + 1 and "scratch ok" in result.stdout
+    assert not outside.exists() and not Path("/usr/pwned").exists() and not Path("/pwned").exists()
+    # The scratch directory was the sandbox's own tmpfs: nothing of it reached the host's /tmp.
+    assert not Path("/tmp/mine").exists() or SECRET not in Path("/tmp/mine").read_text()
+    assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+@needs_bwrap
+def test_scratch_space_and_file_size_are_bounded(tmp_path):
+    small = Sandbox(SandboxLimits(wall_time_s=10, cpu_time_s=5, scratch_bytes=8 << 20, file_size_bytes=1 << 20))
+    program = """
+import os
+chunk = b"x" * (1 << 16)
+try:
+    with open("big", "wb") as handle:
+        while True:
+            handle.write(chunk)
+except OSError as error:
+    print("one file stops at", os.path.getsize("big"), error.errno)
+total = 0
+try:
+    for i in range(10000):
+        with open(f"f{i}", "wb") as handle:
+            handle.write(b"y" * ((1 << 20) - 1))
+        total += (1 << 20) - 1
+except OSError as error:
+    print("scratch stops at", total, error.errno)
+"""
+    start = time.monotonic()
+    result = small.run(program=program)
+    assert time.monotonic() - start < 10
+    assert result.status == "ok", result.stderr
+    single = int(result.stdout.split("one file stops at ")[1].split()[0])
+    total = int(result.stdout.split("scratch stops at ")[1].split()[0])
+    assert single <= 1 << 20
+    assert total <= 8 << 20
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Environment, /proc, ctypes
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_the_trainers_environment_does_not_leak(box, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    monkeypatch.setenv("TRL_ADA_TEST_SECRET", SECRET)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    program = """
+import os
+print("ENV", sorted(os.environ))
+for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    for name in ("environ", "cmdline"):
+        try:
+            print(pid, name, open(f"/proc/{pid}/{name}", "rb").read())
+        except OSError as error:
+            print(pid, name, "denied", type(error).__name__)
+"""
+    result, elapsed, left, _ = run_marked(box, program)
+    assert result.status == "ok", result.stderr
+    assert SECRET not in result.stdout + result.stderr
+    env = eval(result.stdout.split("ENV ", 1)[1].splitlines()[0])
+    allowed = {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "PWD", "LC_CTYPE", *sandbox_module._THREAD_VARIABLES}
+    assert set(env) <= allowed
+    assert "1 environ" in result.stdout  # it did look at the sandbox's init
+    assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+@needs_bwrap
+def test_proc_shows_only_the_sandbox_and_ptrace_reaches_nothing_outside(box):
+    parent = os.getpid()
+    program = f"""
+import ctypes, os
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+print("PIDS", pids)
+print("PARENT_VISIBLE", os.path.exists("/proc/{parent}/environ") and b"{SECRET}" in open("/proc/{parent}/environ", "rb").read())
+for line in open("/proc/1/status"):
+    if line.startswith(("CapPrm", "CapEff", "Uid")):
+        print("INIT", line.split(":")[0], line.split()[1])
+print("uid", os.getuid(), "euid", os.geteuid())
+try:
+    os.setuid(0)
+    print("BECAME ROOT")
+except OSError:
+    print("no setuid")
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_ATTACH = 16
+ok = libc.ptrace(PTRACE_ATTACH, {parent}, None, None)
+print("ptrace trainer", ok, ctypes.get_errno(), flush=True)
+# Attaching to the sandbox's own init stops it: the run can only end at its wall-clock limit (scored 0).
+print("ptrace init", libc.ptrace(PTRACE_ATTACH, 1, None, None), ctypes.get_errno(), flush=True)
+"""
+    os.environ["TRL_ADA_PARENT_SECRET"] = SECRET
+    limits = SandboxLimits(wall_time_s=1.5, max_processes=16)
+    try:
+        result, elapsed, left, _ = run_marked(Sandbox(limits), program)
+    finally:
+        del os.environ["TRL_ADA_PARENT_SECRET"]
+    assert result.status in ("ok", "timeout"), result.stderr
+    assert SECRET not in result.stdout + result.stderr
+    pids = eval(result.stdout.split("PIDS ", 1)[1].splitlines()[0])
+    assert max(pids) < FAST.max_processes + 8  # a PID namespace of its own
+    assert "PARENT_VISIBLE False" in result.stdout
+    assert "ptrace trainer -1 3" in result.stdout  # ESRCH: the trainer's PID does not exist inside
+    assert "INIT CapPrm 0000000000000000" in result.stdout  # ptrace into the init gains no capability
+    assert "BECAME ROOT" not in result.stdout
+    assert elapsed < limits.wall_time_s + SLACK and not left
+
+
+@needs_bwrap
+def test_signals_cannot_reach_the_trainer(box):
+    received = []
+    handlers = {sig: signal.signal(sig, lambda signum, frame: received.append(signum)) for sig in (signal.SIGUSR1,)}
+    parent = os.getpid()
+    program = f"""
+import os, signal
+for target, sig in (({parent}, signal.SIGUSR1), ({parent}, signal.SIGKILL), (os.getppid(), signal.SIGKILL),
+                    (1, signal.SIGKILL), (0, signal.SIGKILL)):
+    try:
+        os.kill(target, sig)
+        print("sent", target)
+    except OSError as error:
+        print("failed", target, error.errno, flush=True)
+os.kill(-1, signal.SIGKILL)
+"""
+    try:
+        result, elapsed, left, _ = run_marked(box, program)
+        time.sleep(0.1)
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert received == []  # and this process is alive to check it
+    assert result.status in ("ok", "error", "timeout")
+    assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Resource exhaustion
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_fork_bomb_hits_the_process_limit(box):
+    program = """
+import os, sys, time
+children = 0
+try:
+    for _ in range(10000):
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        children += 1
+except OSError as error:
+    print("limit after", children, error.errno, flush=True)
+"""
+    result, elapsed, left, _ = run_marked(box, program)
+    assert result.status == "ok", result.stderr
+    children = int(result.stdout.split("limit after ")[1].split()[0])
+    assert children < FAST.max_processes
+    assert elapsed < FAST.wall_time_s, elapsed  # the sleeping children died with the namespace, not after 30 s
+    assert not left
+
+
+@needs_bwrap
+def test_exponential_fork_bomb_is_bounded_and_killed(box):
+    program = """
+import os
+while True:
+    try:
+        os.fork()
+    except OSError:
+        pass
+"""
+    limits = SandboxLimits(wall_time_s=1.5, cpu_time_s=5, max_processes=16, memory_bytes=256 << 20)
+    bomb_box = Sandbox(limits)
+    result, elapsed, left, _ = run_marked(bomb_box, program)
+    assert result.status == "timeout"
+    assert elapsed < limits.wall_time_s + SLACK, elapsed
+    assert not left
+
+
+@needs_bwrap
+def test_fork_bomb_does_not_starve_a_concurrent_sandbox():
+    limits = SandboxLimits(wall_time_s=3, cpu_time_s=5, max_processes=12, memory_bytes=256 << 20)
+    bomb_box = Sandbox(limits)
+    bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
+    honest = "import subprocess\nprint(subprocess.run(['echo', 'hi'], capture_output=True, text=True).stdout)"
+    results = {}
+    thread = threading.Thread(target=lambda: results.setdefault("bomb", bomb_box.run(program=bomb)))
+    thread.start()
+    time.sleep(0.5)  # the bomb is at its limit now
+    results["honest"] = bomb_box.run(program=honest)
+    thread.join(10)
+    assert results["honest"].status == "ok" and results["honest"].stdout.strip() == "hi"
+    assert results["bomb"].status == "timeout"
+
+
+@needs_bwrap
+def test_memory_bomb_hits_the_address_space_limit(box):
+    for program in ("x = bytearray(8 << 30)", "x = []\nwhile True:\n    x.append(b'x' * (1 << 22))"):
+        result, elapsed, left, _ = run_marked(box, program)
+        assert result.status == "memory", (program, result)
+        assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+@needs_bwrap
+def test_infinite_loops_time_out(box):
+    result, elapsed, left, _ = run_marked(Sandbox(SandboxLimits(wall_time_s=10, cpu_time_s=1)), "while True: pass")
+    assert result.status == "timeout" and "CPU" in result.detail
+    assert elapsed < FAST.wall_time_s + SLACK and not left
+    result, elapsed, left, _ = run_marked(
+        Sandbox(SandboxLimits(wall_time_s=1, cpu_time_s=5)), "import time\ntime.sleep(100)"
+    )
+    assert result.status == "timeout" and result.detail == "wall-clock limit"
+    assert 1 <= elapsed < 1 + SLACK and not left
+
+
+@needs_bwrap
+def test_huge_output_is_cut_and_killed(box):
+    for program in (
+        "while True: print('x' * 1000)",
+        "import sys\nwhile True: sys.stderr.write('y' * 1000)",
+        "import os\nwhile True: os.write(int(os.environ['SANDBOX_CHANNEL_FD']), b'z' * 1000)",
+    ):
+        result, elapsed, left, _ = run_marked(box, program, channel=True)
+        assert result.status == "output_limit", program
+        assert max(len(result.stdout), len(result.stderr), len(result.channel)) == FAST.output_bytes
+        assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Processes that try to outlive the call
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_daemons_die_with_the_call(box):
+    program = """
+import os, subprocess, sys, time
+marker = sys.argv[1]
+# A double-forked, setsid daemon that execs into a long sleep carrying the marker.
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv("/bin/sh", ["sh", "-c", "sleep 300; echo " + marker])
+    os._exit(0)
+# A setsid'd child, and one that ignores SIGHUP/SIGTERM.
+subprocess.Popen(["setsid", "sh", "-c", "sleep 300 # " + marker], start_new_session=True)
+subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "signal.signal(signal.SIGHUP, signal.SIG_IGN); time.sleep(300)", marker])
+time.sleep(0.3)
+print("parent exits")
+"""
+    result, elapsed, left, marker = run_marked(box, program)
+    assert result.status == "ok", result.stderr
+    assert "parent exits" in result.stdout
+    assert elapsed < FAST.wall_time_s, elapsed  # ok, not timeout: it did not wait for the daemons
+    assert not left, f"processes left behind: {left}"
+
+
+@needs_bwrap
+def test_timeout_kills_every_process_of_the_sandbox():
+    program = """
+import os, subprocess, sys, time
+for _ in range(3):
+    subprocess.Popen(["sh", "-c", "sleep 300 # " + sys.argv[1]], start_new_session=True)
+time.sleep(300)
+"""
+    result, elapsed, left, _ = run_marked(Sandbox(SandboxLimits(wall_time_s=1)), program)
+    assert result.status == "timeout"
+    assert elapsed < 1 + SLACK and not left
+
+
+def test_no_isolation_still_bounds_time_but_is_not_a_boundary(tmp_path):
+    # Documented behaviour of the opt-out: it reads the host's files (here, this test file).
+    plain = Sandbox(SandboxLimits(wall_time_s=1), isolation="none")
+    result = plain.run(program=f"print(open({str(Path(__file__).resolve())!r}).read()[:20])")
+    assert result.status == "ok" and result.stdout.startswith('"""The code sandbox')
+    start = time.monotonic()
+    assert plain.run(program="while True: pass").status == "timeout"
+    assert time.monotonic() - start < 1 + SLACK
+
+
+def test_sandbox_module_has_no_heavy_imports():
+    code = "import sys, trl_ada.sandbox, trl_ada.code_reward; print(sorted({'torch', 'trl'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "[]", out.stderr
+    assert sandbox_module.Sandbox is Sandbox

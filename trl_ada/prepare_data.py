@@ -1,0 +1,962 @@
+"""Prepare an OpenR1-Math-style training set the way the Reinforce-Ada paper does (Section 4.1, "Data").
+
+Stages, each counted in a JSON report:
+
+1. deduplicate prompts (problem text with whitespace normalised; the first occurrence is kept);
+2. drop prompts whose reference answer fails verification (Math-Verify cannot parse it, or a completion stating it
+   as its boxed answer does not get reward 1);
+3. optionally drop prompts longer than --max_prompt_length tokens (as the trainer tokenises them);
+4. difficulty filter: sample --num_samples completions per prompt from a base model (temperature 1), score them
+   with the reward, keep prompts whose pass rate lies in a band.
+
+The result is TRL's prompt-only format (``prompt``, ``solution`` = the reference answer, ``problem``, plus
+``num_correct``/``pass_rate`` when stage 4 ran), ready for ``trl-ada train --dataset_name <output>``. A reward
+that reads the reference under the answer column's own name (``--reward exact_match`` reads ``answer``) finds it
+there too. Every column the reward reads is checked against the output's columns before any stage runs.
+
+The paper's moderate set (discard pass rate > 0.375 and 0 correct of 16) and its hard set (1-2 correct of 16):
+
+    trl-ada prepare-data --dataset_name open-r1/OpenR1-Math-220k --dataset_config default \\
+        --model_name_or_path Qwen/Qwen2.5-Math-1.5B --use_vllm --num_samples 16 --max_new_tokens 4096 \\
+        --pass_rate_band 0 0.375 --output data/openr1_moderate.parquet       # band (0, 0.375]: 1..6 of 16
+    trl-ada prepare-data ... --correct_range 1 2 --output data/openr1_hard.parquet
+
+Instead of one band, --band_mix selects a set with given counts per band (stage 5), e.g. 1,000 prompts in the
+paper's training mix (984/3,082/870/63 of 4,999 prompts at pass rate 0, (0, 0.2], (0.2, 0.5], above 0.5), each
+prompt's band written in a ``band`` column:
+
+    trl-ada prepare-data ... --band_mix "[0,0]:984" "(0,0.2]:3082" "(0.2,0.5]:870" "(0.5,1]:63" \\
+        --mix_total 1000 --output data/mix.jsonl
+
+Without --pass_rate_band/--correct_range/--band_mix, stages 1-3 run and no model is sampled. In a checkout,
+``python scripts/prepare_data.py`` takes the same flags.
+
+**Code datasets** (``--task code``; ``auto`` picks it for ``--reward code_execution`` or, without --reward, a dataset
+with a ``verification_info`` or ``tests`` column). The tests are those [`trl_ada.code_reward.CodeExecutionReward`]
+runs: open-r1's ``verification_info`` (stdin/stdout cases, a dict or its JSON) and/or assert-style ``tests`` (MBPP's
+list of asserts or a string; HumanEval's ``check(candidate)`` with an ``entry_point`` column). Stage 2 becomes:
+
+2a. drop rows without tests (``no_tests``: no test column value, no Python stdin/stdout case, no assert, or test code
+    that does not parse);
+2b. run each row's reference solution (--solution_column: ``solution``, ``canonical_solution``, ``code`` or
+    ``gold_standard_solution``; a completion with a fenced code block works too) against
+    its own tests in the sandbox and drop the rows where it does not pass every test (``failing_reference``; the
+    reasons, e.g. ``wrong_answer``/``timeout``, are counted in the report's ``reference_outcomes``). A HumanEval-style
+    reference that is only a function body (it does not define the entry point) runs after the problem text (the
+    stub with the signature).
+
+The output holds ``prompt``, ``solution`` (the reference solution), ``problem``, the test column(s) under the names
+the reward reads (``verification_info``, ``tests``, ``entry_point``) and the band columns; stage 4 samples and scores
+completions with ``--reward code_execution`` (default for code), in the bubblewrap sandbox:
+
+    trl-ada prepare-data --dataset_name open-r1/verifiable-coding-problems-python --task code \\
+        --model_name_or_path Qwen/Qwen2.5-Coder-1.5B-Instruct --use_vllm --num_samples 16 \\
+        --pass_rate_band 0 0.375 --output data/code_moderate.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("prepare_data")
+
+_OUTPUT_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+DEFAULT_CODE_SYSTEM_PROMPT = "You are an expert Python programmer. Reason step by step, then give your final solution."
+"""The default system prompt of code datasets (``--task code``)."""
+DEFAULT_CODE_INSTRUCTION = "Write your final solution as Python code in a single ```python code block."
+"""The default instruction appended to each problem of a code dataset: the reward runs the last Python block."""
+
+CODE_TEST_FORMATS = ("verification_info", "tests")
+"""The test formats of [`trl_ada.code_reward.CodeExecutionReward`], which are also the default column names."""
+_REFERENCE_SOLUTION_COLUMNS = ("solution", "canonical_solution", "code", "gold_standard_solution")
+_REFERENCE_CHUNK = 256  # references per reward call (one progress step)
+
+
+def _shorten(text: Any, limit: int = 200) -> Any:
+    """A report example: long problem texts cut to ``limit`` characters."""
+    return text[: limit - 3] + "..." if isinstance(text, str) and len(text) > limit else text
+
+
+__all__ = [
+    "DEFAULT_CODE_INSTRUCTION",
+    "DEFAULT_CODE_SYSTEM_PROMPT",
+    "band_of",
+    "build_parser",
+    "check_code_references",
+    "code_test_columns",
+    "filter_rows_without_tests",
+    "check_args",
+    "deduplicate",
+    "difficulty_filter",
+    "filter_long_prompts",
+    "filter_verifiable_references",
+    "main",
+    "mix_counts",
+    "normalize_whitespace",
+    "parse_band_mix",
+    "prepare",
+    "reference_aliases",
+    "resolve_task",
+    "select_band_mix",
+    "write_dataset",
+]
+
+
+def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command-line parser (`prog`: the command's name in usage and errors, e.g. ``trl-ada prepare-data``)."""
+    from trl_ada.data import DEFAULT_INSTRUCTION, DEFAULT_SYSTEM_PROMPT
+
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    data = parser.add_argument_group("data")
+    data.add_argument(
+        "--dataset_name",
+        required=True,
+        help="Hub id, or a local .parquet/.jsonl/.json/.csv file or directory (also save_to_disk directories).",
+    )
+    data.add_argument("--dataset_config", default=None, help="Dataset configuration (e.g. 'default' for OpenR1).")
+    data.add_argument(
+        "--task",
+        choices=["auto", "math", "code"],
+        default="auto",
+        help="Maths (reference answers) or code (tests run in a sandbox). 'auto': code when --reward is "
+        "code_execution, or when no --reward is given and the dataset has a 'verification_info' or 'tests' column "
+        "(or the named --test_column); else math.",
+    )
+    data.add_argument("--split", default="train")
+    data.add_argument("--problem_column", default="problem")
+    data.add_argument(
+        "--answer_column",
+        default="auto",
+        help="Column with the reference answer; 'auto' picks 'answer' if present, else 'solution'. It is written as "
+        "'solution' (what the math_verify reward reads), and also kept under its own name when --reward reads that "
+        "column (exact_match reads 'answer').",
+    )
+    data.add_argument("--keep_columns", nargs="*", default=[], help="Other input columns to carry into the output.")
+    data.add_argument("--limit", type=int, default=None, help="Use only the first N input rows (a dry run).")
+    data.add_argument(
+        "--output", required=True, type=Path, help="Output file: .parquet, .jsonl or .json (JSON lines)."
+    )
+    data.add_argument("--report", type=Path, default=None, help="JSON report path (default: <output>.report.json).")
+
+    prompts = parser.add_argument_group("prompt format")
+    prompts.add_argument(
+        "--prompt_format",
+        choices=["auto", "conversational", "text"],
+        default="auto",
+        help="Chat messages or plain text; 'auto': messages if the model's tokenizer has a chat template (or no model "
+        "is given), else text.",
+    )
+    prompts.add_argument(
+        "--system_prompt",
+        default=None,
+        help=f"'' for none. Default: the authors' for maths ({DEFAULT_SYSTEM_PROMPT!r}), for code "
+        f"{DEFAULT_CODE_SYSTEM_PROMPT!r}.",
+    )
+    prompts.add_argument(
+        "--instruction",
+        default=None,
+        help=f"Appended to each problem; '' for none. Default: the authors' for maths ({DEFAULT_INSTRUCTION!r}), for "
+        f"code {DEFAULT_CODE_INSTRUCTION!r}.",
+    )
+    prompts.add_argument(
+        "--max_prompt_length",
+        type=int,
+        default=None,
+        help="Drop prompts longer than this many tokens (needs --model_name_or_path for the tokenizer).",
+    )
+
+    code = parser.add_argument_group("code datasets (--task code)")
+    code.add_argument(
+        "--test_column",
+        default="auto",
+        help="Column holding each row's tests. 'auto': 'verification_info' and/or 'tests', whichever exist (a row "
+        "with both is tested with verification_info, as the reward does). MBPP: test_list; HumanEval: test.",
+    )
+    code.add_argument(
+        "--test_format",
+        choices=["auto", *CODE_TEST_FORMATS],
+        default="auto",
+        help="Format of --test_column: open-r1 'verification_info' (stdin/stdout cases) or assert-style 'tests'. "
+        "'auto': the column's name if it is one of these, else read from its first value.",
+    )
+    code.add_argument(
+        "--solution_column",
+        default="auto",
+        help="Column with the reference solution (code), run against its own tests; written as 'solution'. 'auto': "
+        f"the first of {list(_REFERENCE_SOLUTION_COLUMNS)} present; 'none' skips the reference check.",
+    )
+    code.add_argument(
+        "--entry_point_column",
+        default="entry_point",
+        help="Column naming the function HumanEval's check(candidate) receives (used when present).",
+    )
+
+    difficulty = parser.add_argument_group("difficulty filter (runs when a band is given)")
+    band = difficulty.add_mutually_exclusive_group()
+    band.add_argument(
+        "--pass_rate_band",
+        nargs=2,
+        type=float,
+        metavar=("LOW", "HIGH"),
+        help="Keep prompts whose pass rate lies between LOW and HIGH; ends set by --band_ends. The paper: 0 0.375.",
+    )
+    band.add_argument(
+        "--correct_range",
+        nargs=2,
+        type=int,
+        metavar=("MIN", "MAX"),
+        help="Keep prompts with MIN..MAX correct samples (both included). The paper's hard set: 1 2 (of 16).",
+    )
+    band.add_argument(
+        "--band_mix",
+        nargs="+",
+        metavar="BAND:COUNT",
+        help="Select COUNT prompts from each pass-rate BAND, written as an interval with its brackets, e.g. "
+        "'[0,0]:984' '(0,0.2]:3082'. Bands must not overlap; prompts outside every band are dropped. Counts are "
+        "exact, or weights when --mix_total is set. Adds a 'band' column (the band, as written in the report).",
+    )
+    difficulty.add_argument(
+        "--mix_total",
+        type=int,
+        default=None,
+        help="With --band_mix: scale the counts to this many prompts in all (largest remainder rounding).",
+    )
+    difficulty.add_argument(
+        "--band_ends",
+        choices=["(]", "[]", "[)", "()"],
+        default="(]",
+        help="Which ends of --pass_rate_band are included: '(]' (default, the paper's (0, 0.375]) excludes LOW and "
+        "includes HIGH.",
+    )
+    difficulty.add_argument("--model_name_or_path", default=None, help="Base model to sample from (dir or hub id).")
+    difficulty.add_argument("--num_samples", type=int, default=16, help="Completions per prompt (k).")
+    difficulty.add_argument("--max_new_tokens", type=int, default=4096)
+    difficulty.add_argument("--temperature", type=float, default=1.0)
+    difficulty.add_argument("--top_p", type=float, default=1.0)
+    difficulty.add_argument(
+        "--reward",
+        default=None,
+        help="Reward name (see trl_ada.rewards.REWARD_FUNCS) or dotted path. Default: math_verify for maths, "
+        "code_execution for code.",
+    )
+    difficulty.add_argument("--use_vllm", action="store_true", help="Sample with vLLM when it is installed.")
+    difficulty.add_argument("--batch_size", type=int, default=64, help="Rows per transformers generate call.")
+    difficulty.add_argument("--dtype", default="auto", help="Model dtype: auto, bfloat16, float16, float32.")
+    difficulty.add_argument("--gpu_memory_utilization", type=float, default=0.9, help="vLLM only.")
+    difficulty.add_argument("--tensor_parallel_size", type=int, default=1, help="vLLM only.")
+    difficulty.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--log_level", default="INFO")
+    return parser
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Argument checks that need no data (fail fast, with the fix in the message)."""
+    from trl_ada.code_reward import CodeExecutionReward
+    from trl_ada.rewards import get_reward_funcs
+
+    if args.reward is not None:
+        reward_func = get_reward_funcs([args.reward])[0]
+        if args.task == "math" and isinstance(reward_func, CodeExecutionReward):
+            raise ValueError(
+                f"--reward {args.reward} runs code against tests, but --task is math; pass --task code (or auto)."
+            )
+    if args.output.suffix.lower() not in _OUTPUT_SUFFIXES:
+        raise ValueError(f"--output must end in one of {_OUTPUT_SUFFIXES}, got {args.output}.")
+    filtering = any(value is not None for value in (args.pass_rate_band, args.correct_range, args.band_mix))
+    if args.num_samples < 1:
+        raise ValueError(f"--num_samples must be >= 1, got {args.num_samples}.")
+    if filtering:
+        band_of(args)  # validates the band
+    if args.band_mix is not None:
+        mix_counts(parse_band_mix(args.band_mix), args.mix_total, args.num_samples)  # validates the mix
+    elif args.mix_total is not None:
+        raise ValueError("--mix_total only applies to --band_mix.")
+    if (filtering or args.max_prompt_length is not None) and not args.model_name_or_path:
+        raise ValueError(
+            "--pass_rate_band/--correct_range/--band_mix and --max_prompt_length need --model_name_or_path."
+        )
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}.")
+
+
+def resolve_task(args: argparse.Namespace, columns: Sequence[str] = ()) -> str:
+    """``"math"`` or ``"code"``: ``--task``, or for ``auto`` what the reward and the dataset's ``columns`` suggest.
+
+    ``auto`` is code when --reward names a [`trl_ada.code_reward.CodeExecutionReward`], or when no --reward is given
+    and ``columns`` hold a test column (the named --test_column, else ``verification_info`` or ``tests``).
+    """
+    from trl_ada.code_reward import CodeExecutionReward
+    from trl_ada.rewards import get_reward_funcs
+
+    if args.task != "auto":
+        return args.task
+    if args.reward is not None:
+        return "code" if isinstance(get_reward_funcs([args.reward])[0], CodeExecutionReward) else "math"
+    candidates = CODE_TEST_FORMATS if args.test_column == "auto" else (args.test_column,)
+    return "code" if any(column in columns for column in candidates) else "math"
+
+
+def _detect_test_format(dataset: Any, column: str) -> str:
+    """The test format of ``column`` from its first non-empty value (a dict or JSON object: verification_info)."""
+    for value in dataset[column]:
+        if value is None or (isinstance(value, (str, list)) and not value):
+            continue
+        if isinstance(value, dict):
+            return "verification_info"
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value)
+            except (json.JSONDecodeError, RecursionError):
+                return "tests"
+            return "verification_info" if isinstance(parsed, dict) else "tests"
+        return "tests"
+    raise ValueError(
+        f"Cannot tell the test format of column {column!r}: it has no value. Pass --test_format verification_info "
+        "or --test_format tests (or drop the empty column)."
+    )
+
+
+def code_test_columns(args: argparse.Namespace, dataset: Any, reward: Any) -> dict[str, str]:
+    """``{input column: output column}`` of the test column(s) (and the entry point, when present).
+
+    The output names are the columns ``reward`` (a [`trl_ada.code_reward.CodeExecutionReward`]) reads:
+    ``reward.verification_info_column`` / ``reward.tests_column`` / ``reward.entry_point_column``.
+
+    Raises:
+        ValueError: when the named --test_column is missing, or with ``auto`` there is neither ``verification_info``
+            nor ``tests``, naming the columns there are and the flags that fix it.
+    """
+    columns = dataset.column_names
+    output_name = {"verification_info": reward.verification_info_column, "tests": reward.tests_column}
+    if args.test_column == "auto":
+        formats = {column: column for column in CODE_TEST_FORMATS if column in columns}
+        if not formats:
+            raise ValueError(
+                f"{args.dataset_name} has neither a 'verification_info' nor a 'tests' column; it has {columns}. Name "
+                "the column holding the tests with --test_column (and its format with --test_format), e.g. "
+                "--test_column test_list for MBPP or --test_column test for HumanEval."
+            )
+    else:
+        if args.test_column not in columns:
+            raise ValueError(
+                f"{args.dataset_name} has no column {args.test_column!r} (--test_column); it has {columns}."
+            )
+        test_format = args.test_format
+        if test_format == "auto":
+            if args.test_column in CODE_TEST_FORMATS:
+                test_format = args.test_column
+            else:
+                test_format = _detect_test_format(dataset, args.test_column)
+        formats = {args.test_column: test_format}
+    mapping = {column: output_name[test_format] for column, test_format in formats.items()}
+    if len(set(mapping.values())) != len(mapping):
+        raise ValueError(f"Two test columns would be written under one name: {mapping}.")
+    if args.entry_point_column in columns:
+        mapping[args.entry_point_column] = reward.entry_point_column
+    return mapping
+
+
+def _row_tests_problem(row: dict[str, Any], reward: Any) -> str | None:
+    """Why a row (output column names) has no runnable tests, or ``None`` when it has some (as ``reward`` reads)."""
+    from trl_ada.code_reward import build_assert_plan, parse_verification_info
+
+    info = row.get(reward.verification_info_column)
+    tests = row.get(reward.tests_column)
+    try:
+        if info is not None:
+            return None if parse_verification_info(info) is not None else "no Python stdin_stdout test case"
+        if tests is not None:
+            if not isinstance(tests, str):
+                tests = "\n".join(str(test) for test in tests)
+            entry_point = row.get(reward.entry_point_column)
+            plan = build_assert_plan(tests, str(entry_point) if entry_point else None)
+            return None if plan is not None else "no assert in the test code"
+    except ValueError as error:
+        return str(error)
+    return "no test column value"
+
+
+def filter_rows_without_tests(dataset: Any, reward: Any, problem_column: str) -> tuple[Any, list[dict[str, Any]]]:
+    """Stage 2a (code): drops rows the reward would score ``None`` (no tests, or tests that do not parse).
+
+    Returns:
+        The kept rows, and ``{"problem", "reason"}`` of each dropped row (in row order).
+    """
+    test_columns = [
+        column
+        for column in (reward.verification_info_column, reward.tests_column, reward.entry_point_column)
+        if column in dataset.column_names
+    ]
+    values = {column: dataset[column] for column in test_columns}
+    problems = dataset[problem_column]
+    keep, dropped = [], []
+    for index in range(len(dataset)):
+        reason = _row_tests_problem({column: values[column][index] for column in test_columns}, reward)
+        if reason is None:
+            keep.append(index)
+        else:
+            dropped.append({"problem": _shorten(problems[index]), "reason": reason})
+    return dataset.select(keep), dropped
+
+
+def _runnable_reference(reference: str, problem: Any, entry_point: Any) -> str:
+    """A HumanEval-style reference (a function body, not defining ``entry_point``) prefixed by the problem's stub."""
+    if entry_point and isinstance(problem, str):
+        definition = re.compile(rf"^\s*(async\s+)?def\s+{re.escape(str(entry_point))}\s*\(", re.MULTILINE)
+        if not definition.search(reference) and definition.search(problem):
+            return problem.rstrip("\n") + "\n" + reference
+    return reference
+
+
+def check_code_references(
+    dataset: Any, reward: Any, solution_column: str, problem_column: str
+) -> tuple[Any, list[dict[str, Any]], dict[str, int]]:
+    """Stage 2b (code): runs each reference solution against its own tests with ``reward`` (sandboxed) and keeps the
+    rows where it passes every test.
+
+    Args:
+        dataset: Rows with tests (stage 2a), test columns under ``reward``'s names.
+        reward: A [`trl_ada.code_reward.CodeExecutionReward`].
+        solution_column: Column with the reference solutions (code, or a completion with a code block).
+        problem_column: Column with the problem text (the stub a HumanEval body is appended to).
+
+    Returns:
+        The kept rows, ``{"problem", "outcome"}`` of each dropped row, and the count of each outcome (``passed``,
+        ``wrong_answer``, ``timeout``, ..., ``no_reference`` for an empty one).
+
+    Raises:
+        RuntimeError: when the sandbox failed to start for a reference (outcome ``sandbox_error``): dropping rows
+            for that would silently shrink the dataset.
+    """
+    from collections import Counter
+
+    from tqdm.auto import tqdm
+
+    test_columns = [
+        column
+        for column in (reward.verification_info_column, reward.tests_column, reward.entry_point_column)
+        if column in dataset.column_names
+    ]
+    columns = {column: dataset[column] for column in test_columns}
+    entry_points = columns.get(reward.entry_point_column, [None] * len(dataset))
+    problems = dataset[problem_column]
+    references = dataset[solution_column]
+    present = [i for i, ref in enumerate(references) if isinstance(ref, str) and ref.strip()]
+    outcomes = ["no_reference"] * len(dataset)
+    if present:
+        programs = [_runnable_reference(references[i], problems[i], entry_points[i]) for i in present]
+        logger.info("Running %d reference solutions against their tests in the sandbox.", len(programs))
+        with tqdm(total=len(programs), desc="Running references", unit="prompt") as progress:
+            for start in range(0, len(programs), _REFERENCE_CHUNK):
+                rows = present[start : start + _REFERENCE_CHUNK]
+                reward.score(
+                    programs[start : start + _REFERENCE_CHUNK],
+                    **{column: [values[i] for i in rows] for column, values in columns.items()},
+                )
+                for index, outcome in zip(rows, reward.last_row_outcomes, strict=True):
+                    outcomes[index] = outcome
+                progress.update(len(rows))
+    counts = dict(Counter(outcomes))
+    if counts.get("sandbox_error"):
+        raise RuntimeError(
+            f"The sandbox failed to start for {counts['sandbox_error']} reference solutions; fix the sandbox (see the "
+            "warnings above; `bwrap` must run unprivileged) and rerun: no row was dropped for it."
+        )
+    keep = [index for index, outcome in enumerate(outcomes) if outcome == "passed"]
+    dropped = [
+        {"problem": _shorten(problems[index]), "outcome": outcome}
+        for index, outcome in enumerate(outcomes)
+        if outcome != "passed"
+    ]
+    return dataset.select(keep), dropped, counts
+
+
+def band_of(args: argparse.Namespace) -> Any:
+    """The pass-rate band the arguments describe, or ``None`` when no difficulty filter was asked for."""
+    from trl_ada.metrics import PassRateBand
+
+    if args.correct_range is not None:
+        return PassRateBand.from_correct_range(*args.correct_range, args.num_samples)
+    if args.pass_rate_band is not None:
+        return PassRateBand.from_ends(*args.pass_rate_band, ends=args.band_ends)
+    if getattr(args, "band_mix", None) is not None:
+        # Score every prompt; the mix selection (stage 5) then picks by band.
+        return PassRateBand.from_ends(0, 1, ends="[]")
+    return None
+
+
+_BAND_SPEC = re.compile(r"^\s*([\[(])\s*([0-9.]+)\s*,\s*([0-9.]+)\s*([\])])\s*:\s*([0-9.]+)\s*$")
+
+
+def parse_band_mix(specs: Sequence[str]) -> list[tuple[Any, float]]:
+    """Parses ``--band_mix`` entries (``"(0,0.2]:3082"``) into ``(PassRateBand, count)`` pairs, in order."""
+    from trl_ada.metrics import PassRateBand
+
+    mix = []
+    for spec in specs:
+        match = _BAND_SPEC.match(spec)
+        if match is None:
+            raise ValueError(
+                f"--band_mix entry {spec!r} is not BAND:COUNT with BAND an interval such as '(0,0.2]' or '[0,0]'."
+            )
+        opening, low, high, closing, count = match.groups()
+        band = PassRateBand.from_ends(float(low), float(high), ends=opening + closing)
+        if float(count) < 0:
+            raise ValueError(f"--band_mix counts must be >= 0, got {spec!r}.")
+        mix.append((band, float(count)))
+    return mix
+
+
+def mix_counts(mix: Sequence[tuple[Any, float]], total: int | None, num_samples: int) -> list[int]:
+    """The number of prompts to select from each band of ``mix``.
+
+    Without ``total`` the counts must be whole numbers and are taken as they are. With ``total`` they are weights,
+    scaled to sum to ``total`` by largest remainder (ties to the earlier band), so e.g. the paper's 984/3082/870/63
+    of 4,999 becomes 197/616/174/13 of 1,000.
+
+    Raises:
+        ValueError: on an empty mix, counts that are not whole (without ``total``), weights summing to 0, or bands
+            that overlap on a pass rate ``c / num_samples`` (a prompt must belong to at most one band).
+    """
+    if not mix:
+        raise ValueError("--band_mix needs at least one BAND:COUNT.")
+    for first in range(len(mix)):
+        for second in range(first + 1, len(mix)):
+            shared = [
+                c
+                for c in range(num_samples + 1)
+                if mix[first][0].contains(c, num_samples) and mix[second][0].contains(c, num_samples)
+            ]
+            if shared:
+                raise ValueError(
+                    f"--band_mix bands {mix[first][0]} and {mix[second][0]} overlap at {shared[0]} of {num_samples} "
+                    "correct; make them disjoint (mind the brackets)."
+                )
+    weights = [count for _, count in mix]
+    if total is None:
+        if any(weight != int(weight) for weight in weights):
+            raise ValueError(f"--band_mix counts must be whole numbers without --mix_total, got {weights}.")
+        return [int(weight) for weight in weights]
+    if total < 0 or sum(weights) <= 0:
+        raise ValueError(f"--mix_total must be >= 0 and the --band_mix weights must not all be 0, got {total}.")
+    exact = [total * weight / sum(weights) for weight in weights]
+    counts = [int(value) for value in exact]
+    # Hand the rounding remainder to the largest fractional parts (stable: ties go to the earlier band).
+    order = sorted(range(len(mix)), key=lambda i: -(exact[i] - counts[i]))
+    for i in order[: total - sum(counts)]:
+        counts[i] += 1
+    return counts
+
+
+def select_band_mix(
+    dataset: Any, mix: Sequence[tuple[Any, float]], counts: Sequence[int], num_samples: int, seed: int
+) -> tuple[Any, dict[str, dict[str, int]]]:
+    """Stage 5: picks ``counts[i]`` rows of ``dataset`` (scored: a ``num_correct`` column) from band ``mix[i]``,
+    uniformly at random (``random.Random(seed)``), keeps them in dataset order and adds a ``band`` column.
+
+    Returns:
+        The selected rows, and ``{band: {"requested", "available"}}`` per band.
+
+    Raises:
+        ValueError: when a band holds fewer scored prompts than requested (score a larger pool).
+    """
+    rng = random.Random(f"band-mix-{seed}")
+    members: list[list[int]] = [[] for _ in mix]
+    for index, correct in enumerate(dataset["num_correct"]):
+        for position, (band, _) in enumerate(mix):
+            if band.contains(correct, num_samples):
+                members[position].append(index)
+                break
+    stats = {
+        str(band): {"requested": count, "available": len(rows)}
+        for (band, _), count, rows in zip(mix, counts, members, strict=True)
+    }
+    short = {name: value for name, value in stats.items() if value["available"] < value["requested"]}
+    if short:
+        raise ValueError(
+            f"Too few scored prompts for --band_mix: {short}. Score a larger pool (more input rows) or lower the "
+            "counts."
+        )
+    labels: dict[int, str] = {}
+    for (band, _), count, rows in zip(mix, counts, members, strict=True):
+        for index in rng.sample(rows, count):
+            labels[index] = str(band)
+    keep = sorted(labels)
+    selected = dataset.select(keep)
+    return selected.add_column("band", [labels[index] for index in keep]), stats
+
+
+def reference_aliases(reward_func: Any, answer_column: str, output_columns: Sequence[str]) -> list[str]:
+    """Names besides ``solution`` under which the output must hold the reference answer for ``reward_func``.
+
+    The reward reads the dataset columns it declares ([`trl_ada.rewards.required_reward_columns`]). The reference is
+    always written as ``solution``; when the reward reads the answer column by its input name (``exact_match`` reads
+    ``answer``), the reference stays under that name too.
+
+    Raises:
+        ValueError: when the reward reads a column the output will not have, naming it and the flags that fix it.
+            Called before any stage, so a mismatch costs no sampling.
+    """
+    from trl_ada.rewards import required_reward_columns
+
+    needed = required_reward_columns([reward_func])
+    aliases = [name for name in needed if name == answer_column and name != "solution"]
+    missing = [name for name in needed if name not in {*output_columns, *aliases}]
+    if missing:
+        raise ValueError(
+            f"The reward reads column(s) {missing}, which the output would not have: it holds {list(output_columns)} "
+            f"(the reference answer, from {answer_column!r}, is written as 'solution'). Set --answer_column to the "
+            f"column the reward reads as the reference, add the column to --keep_columns, or pick a --reward that "
+            f"reads 'solution' (math_verify)."
+        )
+    return aliases
+
+
+def normalize_whitespace(text: Any) -> str:
+    """The deduplication key of a problem: its words joined by single spaces."""
+    return " ".join(str(text).split())
+
+
+def deduplicate(dataset: Any, column: str) -> tuple[Any, int]:
+    """Keeps the first row of each problem (whitespace-normalised); returns the dataset and the number removed."""
+    seen: set[str] = set()
+    keep = []
+    for index, value in enumerate(dataset[column]):
+        key = normalize_whitespace(value)
+        if key not in seen:
+            seen.add(key)
+            keep.append(index)
+    return dataset.select(keep), len(dataset) - len(keep)
+
+
+def filter_verifiable_references(dataset: Any, column: str) -> tuple[Any, list[Any]]:
+    """Drops rows whose reference fails [`trl_ada.rewards.reference_verifies`]; returns the dataset and the failing
+    references (in row order)."""
+    from tqdm.auto import tqdm
+
+    from trl_ada.rewards import reference_verifies
+
+    references = dataset[column]
+    verdicts: dict[Any, bool] = {}
+    for reference in tqdm(references, desc="Checking references", unit="prompt"):
+        key = reference if isinstance(reference, str) else repr(reference)
+        if key not in verdicts:
+            verdicts[key] = reference_verifies(reference)
+    keep, failed = [], []
+    for index, reference in enumerate(references):
+        if verdicts[reference if isinstance(reference, str) else repr(reference)]:
+            keep.append(index)
+        else:
+            failed.append(reference)
+    return dataset.select(keep), failed
+
+
+def filter_long_prompts(dataset: Any, tokenizer: Any, max_prompt_length: int) -> tuple[Any, int]:
+    """Drops prompts longer than ``max_prompt_length`` tokens (tokenised as the trainer does)."""
+    from trl_ada.data import tokenize_prompts
+
+    lengths = [len(ids) for ids in tokenize_prompts(tokenizer, dataset["prompt"])]
+    keep = [index for index, length in enumerate(lengths) if length <= max_prompt_length]
+    return dataset.select(keep), len(dataset) - len(keep)
+
+
+def difficulty_filter(
+    dataset: Any, generator: Any, reward_func: Any, num_samples: int, band: Any
+) -> tuple[Any, dict[str, Any]]:
+    """Samples ``num_samples`` completions per prompt, scores them and keeps the prompts inside ``band``.
+
+    Adds the columns ``num_correct`` and ``pass_rate``. A completion is correct when its reward exceeds 0.5; a prompt
+    whose rewards are all ``None`` is "unscorable" and dropped.
+
+    Returns:
+        The kept rows, and ``{"too_hard", "too_easy", "unscorable", "histogram"}`` (histogram: prompts per number
+        of correct samples, over every scored prompt).
+    """
+    from trl_ada.metrics import count_correct, pass_rate_histogram
+    from trl_ada.rewards import score_completions
+
+    prompts = dataset["prompt"]
+    completions = generator(prompts, num_samples)
+    if len(completions) != len(prompts) or any(len(texts) != num_samples for texts in completions):
+        raise RuntimeError(f"The generator must return {num_samples} completions for each of {len(prompts)} prompts.")
+    columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
+    rewards = score_completions(reward_func, prompts, completions, columns)
+    counts = [count_correct(row) for row in rewards]
+    stats: dict[str, Any] = {"too_hard": 0, "too_easy": 0, "unscorable": 0}
+    keep = []
+    for index, count in enumerate(counts):
+        if count is None:
+            stats["unscorable"] += 1
+            continue
+        side = band.side(count, num_samples)
+        if side == "inside":
+            keep.append(index)
+        else:
+            stats["too_hard" if side == "below" else "too_easy"] += 1
+    stats["histogram"] = pass_rate_histogram((count for count in counts if count is not None), num_samples)
+    scored = dataset.add_column("num_correct", [-1 if count is None else count for count in counts])
+    scored = scored.add_column("pass_rate", [float("nan") if c is None else c / num_samples for c in counts])
+    return scored.select(keep), stats
+
+
+def write_dataset(dataset: Any, path: Path) -> None:
+    """Writes ``dataset`` as parquet or JSON lines, by the file suffix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".parquet":
+        dataset.to_parquet(str(path))
+    else:
+        dataset.to_json(str(path), lines=True, force_ascii=False)
+
+
+def _math_defaults() -> tuple[str, str]:
+    """The authors' system prompt and instruction for maths."""
+    from trl_ada.data import DEFAULT_INSTRUCTION, DEFAULT_SYSTEM_PROMPT
+
+    return DEFAULT_SYSTEM_PROMPT, DEFAULT_INSTRUCTION
+
+
+def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = None) -> dict[str, Any]:
+    """Runs every stage, writes the dataset and the report, and returns the report.
+
+    Args:
+        args: Parsed arguments (see [`build_parser`]).
+        generator: Optional completion generator (``generator(prompts, k) -> list[list[str]]``) used instead of
+            loading --model_name_or_path; tests inject a deterministic one.
+        tokenizer: Optional tokenizer used instead of loading the model's.
+    """
+    from trl_ada.code_reward import CodeExecutionReward, code_execution_reward
+    from trl_ada.data import generator_from_args, load_prompt_dataset, to_prompt_format
+    from trl_ada.rewards import get_reward_funcs
+
+    check_args(args)
+    band = band_of(args)
+
+    dataset = load_prompt_dataset(args.dataset_name, split=args.split, config=args.dataset_config)
+    if args.limit is not None:
+        dataset = dataset.select(range(min(args.limit, len(dataset))))
+    task = resolve_task(args, dataset.column_names)
+    reward_name = args.reward or ("code_execution" if task == "code" else "math_verify")
+    reward_func = get_reward_funcs([reward_name])[0]
+    if task == "math" and isinstance(reward_func, CodeExecutionReward):
+        raise ValueError(f"--reward {reward_name} runs code against tests; pass --task code for a code dataset.")
+    system_prompt = args.system_prompt
+    if system_prompt is None:
+        system_prompt = DEFAULT_CODE_SYSTEM_PROMPT if task == "code" else _math_defaults()[0]
+    instruction = args.instruction
+    if instruction is None:
+        instruction = DEFAULT_CODE_INSTRUCTION if task == "code" else _math_defaults()[1]
+
+    code_checker: Any = None
+    test_columns: dict[str, str] = {}
+    skip_reference_check = False
+    if task == "code":
+        # The reference check runs the reward itself when it is a code reward (same limits and column names).
+        code_checker = reward_func if isinstance(reward_func, CodeExecutionReward) else code_execution_reward
+        test_columns = code_test_columns(args, dataset, code_checker)
+        answer_column = args.solution_column
+        if answer_column == "auto":
+            answer_column = next((c for c in _REFERENCE_SOLUTION_COLUMNS if c in dataset.column_names), "none")
+            if answer_column == "none":
+                logger.warning(
+                    "No reference solution column (%s) in %s: the reference check is skipped. Name one with "
+                    "--solution_column.",
+                    "/".join(_REFERENCE_SOLUTION_COLUMNS),
+                    args.dataset_name,
+                )
+    else:
+        answer_column = args.answer_column
+        if answer_column == "auto":
+            answer_column = "answer" if "answer" in dataset.column_names else "solution"
+    needed = [args.problem_column, *([answer_column] if answer_column != "none" else []), *args.keep_columns]
+    missing = [c for c in needed if c not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"{args.dataset_name} has no column(s) {missing}; it has {dataset.column_names}. Set --problem_column, "
+            f"{'--solution_column' if task == 'code' else '--answer_column'} or --keep_columns accordingly."
+        )
+    if task == "code":
+        # Tests under the names the reward reads; a reference-less dataset gets an empty 'solution'.
+        clashes = [c for c in test_columns.values() if c in dataset.column_names and c not in test_columns]
+        if clashes:
+            logger.info("Replacing the existing column(s) %s with the test column(s) %s.", clashes, test_columns)
+            dataset = dataset.remove_columns(clashes)
+        dataset = dataset.rename_columns({old: new for old, new in test_columns.items() if old != new})
+        if answer_column == "none":
+            if "solution" in dataset.column_names:
+                dataset = dataset.remove_columns("solution")
+            dataset = dataset.add_column("solution", [None] * len(dataset))
+            answer_column = "solution"
+            skip_reference_check = True
+        extra_columns = [*test_columns.values(), *args.keep_columns]
+    else:
+        extra_columns = list(args.keep_columns)
+    keep_columns = [c for c in dict.fromkeys([args.problem_column, *extra_columns]) if c != answer_column]
+    aliases = reference_aliases(reward_func, answer_column, ["prompt", "solution", *keep_columns])
+    if code_checker is not None and len(dataset) and not (skip_reference_check and band is None):
+        code_checker.sandbox  # noqa: B018 - fails now, with the install command, when bubblewrap is missing
+    counts: dict[str, int] = {"input": len(dataset)}
+    removed: dict[str, int] = {}
+    examples: dict[str, list[Any]] = {}
+    reference_outcomes: dict[str, int] | None = None
+
+    # 1. Deduplicate.
+    dataset, removed["duplicates"] = deduplicate(dataset, args.problem_column)
+    counts["after_deduplication"] = len(dataset)
+    logger.info("Deduplication removed %d prompts; %d left.", removed["duplicates"], len(dataset))
+
+    # 2. References that fail verification (Math-Verify; other rewards check their own references).
+    if task == "code":
+        dataset, no_tests = filter_rows_without_tests(dataset, code_checker, args.problem_column)
+        removed["no_tests"] = len(no_tests)
+        examples["no_tests"] = no_tests[:10]
+        counts["after_test_check"] = len(dataset)
+        logger.info("Test check removed %d prompts without runnable tests; %d left.", len(no_tests), len(dataset))
+        if skip_reference_check:
+            removed["failing_reference"] = 0
+            logger.info("Reference check skipped: no reference solution column.")
+        else:
+            dataset, failing, reference_outcomes = check_code_references(
+                dataset, code_checker, answer_column, args.problem_column
+            )
+            removed["failing_reference"] = len(failing)
+            examples["failing_reference"] = failing[:10]
+            logger.info(
+                "Reference check removed %d prompts whose reference solution fails its tests (%s); %d left.",
+                len(failing),
+                ", ".join(f"{name} {n}" for name, n in sorted(reference_outcomes.items()) if name != "passed")
+                or "none",
+                len(dataset),
+            )
+    elif reward_name == "math_verify":
+        dataset, failed = filter_verifiable_references(dataset, answer_column)
+        removed["unverifiable_reference"] = len(failed)
+        examples["unverifiable_reference"] = failed[:10]
+        logger.info("Reference check removed %d prompts; %d left.", len(failed), len(dataset))
+    else:
+        removed["unverifiable_reference"] = 0
+        logger.info("Reference check skipped: it uses Math-Verify and --reward is %r.", reward_name)
+    counts["after_reference_check"] = len(dataset)
+
+    # Prompt format (the tokenizer decides 'auto').
+    if tokenizer is None and args.model_name_or_path:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+    if args.prompt_format == "auto":
+        conversational = tokenizer is None or bool(getattr(tokenizer, "chat_template", None))
+    else:
+        conversational = args.prompt_format == "conversational"
+    dataset = to_prompt_format(
+        dataset,
+        problem_column=args.problem_column,
+        solution_column=answer_column,
+        system_prompt=system_prompt or None,
+        conversational=conversational,
+        instruction=instruction or None,
+        keep_columns=keep_columns,
+    )
+    for alias in aliases:
+        dataset = dataset.add_column(alias, dataset["solution"])
+
+    # 3. Too-long prompts.
+    removed["too_long"] = 0
+    if args.max_prompt_length is not None:
+        dataset, removed["too_long"] = filter_long_prompts(dataset, tokenizer, args.max_prompt_length)
+        logger.info("Length filter removed %d prompts; %d left.", removed["too_long"], len(dataset))
+    counts["after_length_filter"] = len(dataset)
+
+    # 4. Difficulty filter.
+    histogram = None
+    if band is not None:
+        if len(dataset):
+            if generator is None:
+                generator = generator_from_args(args)
+            dataset, stats = difficulty_filter(dataset, generator, reward_func, args.num_samples, band)
+            histogram = stats.pop("histogram")
+            removed.update(stats)
+        else:
+            removed.update(too_hard=0, too_easy=0, unscorable=0)
+            histogram = dict.fromkeys(range(args.num_samples + 1), 0)
+        logger.info(
+            "Difficulty filter %s: %d too hard, %d too easy, %d unscorable; %d left.",
+            band,
+            removed["too_hard"],
+            removed["too_easy"],
+            removed["unscorable"],
+            len(dataset),
+        )
+        counts["after_difficulty_filter"] = len(dataset)
+
+    # 5. Band mix: counts per band from the scored prompts.
+    mix_stats = None
+    if args.band_mix is not None:
+        mix = parse_band_mix(args.band_mix)
+        dataset, mix_stats = select_band_mix(
+            dataset, mix, mix_counts(mix, args.mix_total, args.num_samples), args.num_samples, args.seed
+        )
+        logger.info("Band mix: %s; %d selected.", json.dumps(mix_stats), len(dataset))
+        counts["after_band_mix"] = len(dataset)
+    counts["output"] = len(dataset)
+
+    write_dataset(dataset, args.output)
+    report_path = args.report or args.output.with_name(args.output.stem + ".report.json")
+    report = {
+        "dataset": args.dataset_name,
+        "dataset_config": args.dataset_config,
+        "split": args.split,
+        "output": str(args.output),
+        "task": task,
+        "answer_column": answer_column,
+        "test_columns": test_columns or None,
+        "reference_outcomes": reference_outcomes,
+        "prompt_format": "conversational" if conversational else "text",
+        "model": args.model_name_or_path if band is not None else None,
+        "reward": reward_name,
+        "num_samples": args.num_samples if band is not None else None,
+        "band": str(band) if band is not None else None,
+        "counts": counts,
+        "removed": removed,
+        "pass_rate_histogram": {str(k): v for k, v in histogram.items()} if histogram is not None else None,
+        "band_mix": mix_stats,
+        "examples": examples,
+        "settings": {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()},
+    }
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    report_path.write_text(json.dumps(report, indent=2, ensure_ascii=False, default=str) + "\n")
+    report["report_path"] = str(report_path)
+    return report
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Command-line entry point: `trl-ada prepare-data` and `scripts/prepare_data.py`."""
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        report = prepare(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as error:
+        logger.error("%s", error)
+        return 2
+    stages = ", ".join(f"{name} {count}" for name, count in report["counts"].items())
+    print(f"Prompts: {stages}.")
+    print(f"Removed: {json.dumps(report['removed'])}.")
+    if report["reference_outcomes"] is not None:
+        print(f"Reference solutions against their tests: {json.dumps(report['reference_outcomes'])}.")
+    if report["pass_rate_histogram"] is not None:
+        print(f"Correct of {report['num_samples']} -> prompts: {json.dumps(report['pass_rate_histogram'])}.")
+    print(f"Wrote {report['output']} and {report['report_path']}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
