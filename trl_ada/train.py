@@ -815,7 +815,11 @@ def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             prepared = prepare_run(script_args, training_args, model_args, dataset_args)
         except (ValueError, FileNotFoundError) as error:
             return fail(error)
-        main(script_args, training_args, model_args, dataset_args, prepared=prepared)
+        trainer = main(script_args, training_args, model_args, dataset_args, prepared=prepared)
+    # The end of the script: every process waits for the main one's card and summary, then leaves the process group
+    # (accelerate's `end_training`), rather than exiting while a peer's collective threads still run.
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     return 0
 
 
