@@ -215,7 +215,21 @@ def test_a_missing_or_partial_checkpoint_says_what_is_missing(tmp_path):
     assert "trainer_state.json is missing" in checkpoint_problem(tmp_path / "checkpoint-5")
 
 
+def _transformers_resumes_optimizers_on_several_cpu_processes() -> bool:
+    # transformers 5.0.0 (the TRL 1.14 stage's) fails in its own optimizer load when several CPU processes resume
+    # ("don't know how to restore data location of torch.storage.UntypedStorage (tagged with cpu:0)"); 5.24.0 (the
+    # 1.15 and 1.16 stages') works. Releases in between are unchecked. Upstream, not trl-ada's.
+    import transformers
+    from packaging.version import Version
+
+    return Version(transformers.__version__) >= Version("5.24.0")
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not _transformers_resumes_optimizers_on_several_cpu_processes(),
+    reason="transformers 5.0.0 cannot resume an optimizer on several CPU processes (checked working: 5.24.0)",
+)
 def test_every_process_resumes_from_the_same_loadable_checkpoint(tmp_path):
     # Shared output_dir, checkpoint-2 corrupt: the main process picks checkpoint-1 for both processes.
     reports = launch_two_processes(Path(__file__).parent / "resume_run.py", tmp_path, timeout=420)
