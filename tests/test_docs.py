@@ -10,7 +10,6 @@ recipe variant gets its own output directory.
 import importlib.util
 import os
 import re
-import runpy
 import shlex
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_install import setup_py_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -52,17 +52,6 @@ def shell_commands(text: str) -> list[str]:
             if command:
                 commands.append(command)
     return commands
-
-
-def setup_py_arguments(monkeypatch) -> dict:
-    """setup.py's keyword arguments to `setup()`, captured without building anything."""
-    import setuptools
-
-    captured = {}
-    monkeypatch.setattr(setuptools, "setup", lambda **kwargs: captured.update(kwargs))
-    monkeypatch.chdir(ROOT)
-    runpy.run_path(str(ROOT / "setup.py"), run_name="__main__")
-    return captured
 
 
 def python_floor(python_requires: str) -> str:
