@@ -66,7 +66,7 @@ from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from .sandbox import Isolation, Sandbox, SandboxLimits, SandboxResult
 
@@ -83,17 +83,7 @@ Outcome = Literal[
     "sandbox_error",
     "not_applicable",
 ]
-OUTCOMES: tuple[str, ...] = (
-    "passed",
-    "wrong_answer",
-    "runtime_error",
-    "syntax_error",
-    "timeout",
-    "memory",
-    "output_limit",
-    "sandbox_error",
-    "not_applicable",
-)
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
 """Every outcome a completion can get, in the order metrics are logged."""
 
 _SANDBOX_STATUS_OUTCOME: dict[str, Outcome] = {
