@@ -351,13 +351,15 @@ class AdaGRPOConfig(GRPOConfig):
         self._validate_adaptive_sampling()
 
     @classmethod
-    def from_grpo_config(cls, args: GRPOConfig) -> AdaGRPOConfig:
+    def from_grpo_config(cls, args: GRPOConfig, environment_owns_data: bool = False) -> AdaGRPOConfig:
         """
         An `AdaGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults.
 
         Never rejects a config that `GRPOTrainer` accepts: the Ada knobs `args` leaves unset are adapted to the
         values it did set. A `multi_objective_aggregation` other than `"sum_then_normalize"`, or a `seed` in
-        `generation_kwargs` with vLLM, falls back to `sampler="uniform"` (plain GRPO) with a warning; for
+        `generation_kwargs` with vLLM, or an environment that owns the data (`environment_owns_data`: an
+        `environment_factory` without a `train_dataset`), falls back to `sampler="uniform"` (plain GRPO) with a
+        warning; for
         `seq_*`, `round_size` grows to `ceil(num_generations / max_rounds)` when the default cap
         `round_size * max_rounds` is below `num_generations`.
         """
@@ -381,6 +383,13 @@ class AdaGRPOConfig(GRPOConfig):
                 "and adaptive sampling sends a prompt in several requests; training with sampler='uniform' (plain "
                 "GRPO). Remove the seed from generation_kwargs for adaptive sampling.",
                 upgraded._generation_seed(),
+            )
+            upgraded.sampler = "uniform"
+        if "sampler" in unset_names and environment_owns_data:
+            logger.warning(
+                "No train_dataset with environment_factory: the environment owns the data, and its reset() may set up "
+                "a new task for every episode, which adaptive sampling cannot pool; training with sampler='uniform' "
+                "(plain GRPO). Pass a train_dataset whose rows name each task for adaptive sampling."
             )
             upgraded.sampler = "uniform"
         # Only rounds read round_size (the knob rule rejects it elsewhere), so it grows only for them.

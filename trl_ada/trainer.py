@@ -842,15 +842,7 @@ def _upgrade_config(args: GRPOConfig, environment_owns_data: bool = False) -> Ad
     """
     if not isinstance(args, GRPOConfig):
         raise TypeError(f"args must be an AdaGRPOConfig or a trl.GRPOConfig, got {type(args).__name__}.")
-    if environment_owns_data and "sampler" not in args.__dict__:
-        logger.warning(
-            "No train_dataset with environment_factory: the environment owns the data, and its reset() may set up a "
-            "new task for every episode, which adaptive sampling cannot pool; training with sampler='uniform' (plain "
-            "GRPO). Pass a train_dataset whose rows name each task for adaptive sampling."
-        )
-        args = copy.copy(args)
-        args.sampler = "uniform"  # set, so `from_grpo_config` keeps it and fills the other Ada knobs to match
-    upgraded = AdaGRPOConfig.from_grpo_config(args)
+    upgraded = AdaGRPOConfig.from_grpo_config(args, environment_owns_data)
     logger.info("Got a GRPOConfig; using AdaGRPOConfig's Reinforce-Ada defaults (sampler=%r).", upgraded.sampler)
     return upgraded
 
