@@ -200,7 +200,7 @@ def generate_calls(client: Any, prompt_pool: list[list[int]], reps: int) -> list
 
 def draw_requests(client: Any, prompt_pool: list[list[int]], reps: int) -> list[dict[str, float]]:
     """trl-ada's `ServerDraws` (the continuous schedule's requests, one per draw), K at once, `max_tokens=1`."""
-    from trl_ada.server_draws import ServerDraws
+    from trl_ada.schedules.server_draws import ServerDraws
     from trl_ada.trl_seam import completions_payload
 
     payload = completions_payload(client, {"max_tokens": 1, "logprobs": 0, **SAMPLING}, prompt_pool[0])
@@ -454,9 +454,12 @@ def predict(setup: Any, steps: list[list[int]], per_prompt: dict, repeats: int) 
     out = {}
     for name, (sampler, mode, policy) in CONFIG_SCHEDULES.items():
         if sampler == "uniform":
-            settings = SamplerSettings(sampler="uniform", num_generations=NUM_GENERATIONS, seed=0)
+            settings = SamplerSettings(
+                scale_rewards="none", sampler="uniform", num_generations=NUM_GENERATIONS, seed=0
+            )
         else:
             settings = SamplerSettings(
+                scale_rewards="none",
                 sampler=sampler,
                 num_generations=NUM_GENERATIONS,
                 round_size=ROUND_SIZE,

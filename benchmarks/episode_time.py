@@ -7,8 +7,8 @@ such loop over its share of draws, so a round costs as many batched `generate` c
 and a seq_balance step pays that once per round. Tool calls themselves run one after another inside TRL's loop (a
 synchronous tool is called row by row), so their time grows with the number of calls, not with the rounds.
 
-This trains the tiny tool-calling model (`trl_ada.tiny_agents`: "What is a+b?" with an `add` tool, called in about half
-of the draws) with `GRPOTrainer` (n=4, the baseline, measured in the same run) and with `AdaGRPOTrainer` under
+This trains the tiny tool-calling model (`trl_ada.testing.tiny_agents`: "What is a+b?" with an `add` tool, called in
+about half of the draws) with `GRPOTrainer` (n=4, the baseline, measured in the same run) and with `AdaGRPOTrainer` under
 `seq_balance` (fixed and predictive round policies), each with a tool that answers at once and one that takes
 `--tool-latency` seconds (a sandbox or an API), and reports per generation batch: completions drawn, rounds, generate
 calls (turns), tool calls, the sampling wall time split into tool time and the rest, and `ada/round_time/*`.
@@ -39,7 +39,7 @@ NUM_GENERATIONS = 4
 
 def timed_tool(latency: float, calls: list[float]):
     """`add` with a fixed latency; every call's wall time is appended to `calls`."""
-    from trl_ada.tiny_agents import add
+    from trl_ada.testing.tiny_agents import add
 
     @functools.wraps(add)  # TRL builds the tool's schema from the name, signature and docstring
     def tool(a: int, b: int) -> int:
@@ -59,7 +59,7 @@ def run(name: str, sampler: str | None, round_policy: str, latency: float, args,
     from trl import GRPOConfig, GRPOTrainer
 
     from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-    from trl_ada.tiny_agents import answer_reward, get_tool_model, make_tool_dataset
+    from trl_ada.testing.tiny_agents import answer_reward, get_tool_model, make_tool_dataset
 
     torch.manual_seed(0)
     tool_calls: list[float] = []

@@ -281,7 +281,7 @@ class StepCosts:
     round_s_per_row: float = 0.0
     continuous_driver: str = "overlapped"
     """`"overlapped"`: draws resubmitted as results arrive, scoring off the critical path (the GPU model).
-    `"serial"`: trl-ada's driver loop (`trl_ada.continuous_schedule._drive`), see `run_continuous_serial`."""
+    `"serial"`: trl-ada's driver loop (`trl_ada.schedules.continuous._drive`), see `run_continuous_serial`."""
     draw_request_s: float = 0.0
     """Serial driver: per one-draw request, the server/client time that requests queue for (FIFO, one at a time)."""
     draw_latency_s: float = 0.0
@@ -823,7 +823,7 @@ def run_continuous_serial(
     schedule: Schedule, sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: random.Random
 ) -> StepResult:
     """
-    One round-free step driven as trl-ada's `continuous_schedule._drive` drives a vLLM server: one loop that submits
+    One round-free step driven as trl-ada's `schedules.continuous._drive` drives a vLLM server: one loop that submits
     what the scheduler asks for (each draw its own request), waits until at least one draw has come back (unless some
     already are), takes every draw back by then, scores them as one "scoring batch" (every draw submitted enters its
     pool, so all of them, in any order), and only then completes those draws in the scheduler and submits again. The
@@ -992,7 +992,9 @@ def _seq(sampler: str, policy: str = "fixed", quota: int = SEQ_POS_QUOTA, **extr
     options = {"round_size": 8, "max_rounds": 4, **extra}
     if sampler == "seq_pos":
         options.setdefault("positive_quota", quota)
-    return SamplerSettings(sampler=sampler, num_generations=4, round_policy=policy, seed=0, **options)
+    return SamplerSettings(
+        sampler=sampler, num_generations=4, round_policy=policy, seed=0, **{"scale_rewards": "none", **options}
+    )
 
 
 WARMUP = 5
@@ -1000,7 +1002,10 @@ WARMUP = 5
 
 def schedules(seq_pos_quota: int = SEQ_POS_QUOTA) -> list[Schedule]:
     """Every schedule the benchmark times (the paper's settings; `SOURCES['sampler_settings']`)."""
-    out = [Schedule(f"grpo_n{n}", SamplerSettings(sampler="uniform", num_generations=n)) for n in (4, 8, 16)]
+    out = [
+        Schedule(f"grpo_n{n}", SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=n))
+        for n in (4, 8, 16)
+    ]
     for sampler in ("seq_pos", "seq_balance"):
         q = seq_pos_quota
         out.append(Schedule(f"{sampler}/fixed", _seq(sampler, quota=q)))
@@ -1009,7 +1014,11 @@ def schedules(seq_pos_quota: int = SEQ_POS_QUOTA) -> list[Schedule]:
             Schedule(f"{sampler}/tracked", _seq(sampler, "tracked", q, round_confidence=0.7), warmup_steps=WARMUP)
         )
     out.append(
-        Schedule("est", SamplerSettings(sampler="est", num_generations=8, est_train_on="all"), warmup_steps=WARMUP)
+        Schedule(
+            "est",
+            SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=8, est_train_on="all"),
+            warmup_steps=WARMUP,
+        )
     )
     # Round-free, and rounds with the same settings (the same estimator: blocks of k, cap 32 = k * max_rounds kept;
     # k = 8 is `seq_balance/fixed`).
@@ -1220,7 +1229,7 @@ def format_sensitivity(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-# trl-ada's own driver loop (`run_continuous_serial`, `trl_ada.continuous_schedule._drive`) on the GPU setup, against
+# trl-ada's own driver loop (`run_continuous_serial`, `trl_ada.schedules.continuous._drive`) on the GPU setup, against
 # the overlapped ideal of the main table: scoring on the loop's path, every draw its own HTTP request, at most
 # `continuous_max_in_flight` draws (trl-ada's default, 2,048) holding a connection. The loop's costs are not published
 # for a GPU host; these are this repository's CPU measurements (`calibrate_cpu_vllm.py`): scoring batches took 1.4 ms

@@ -75,7 +75,9 @@ def sampler_control_time(num_prompts: int, cap: int, pass_rates_seed: int = 0) -
 
     rng = random.Random(pass_rates_seed)
     rates = [rng.random() for _ in range(num_prompts)]
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=cap // 4, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=cap // 4, max_rounds=4
+    )
     sampler = build_sampler(settings)
     total = draw = 0.0
     repeats = 5

@@ -23,7 +23,7 @@ a float32-valued sampling log-prob per token (vLLM) unless --no-logprobs. Every 
 Measured on --processes gloo processes (each design in fresh processes): bytes each process receives through
 collectives (all_gather, all_gather_into_tensor, all_to_all_single; wrapped and counted), and peak resident memory
 above the process's memory before the step. Then a table extrapolates bytes and pool memory per process to 8, 64 and
-256 processes from the measured per-row sizes and the exact round layouts (`trl_ada.pools.RoundLayout`) of that many
+256 processes from the measured per-row sizes and the exact round layouts (`trl_ada.schedules.rounds.RoundLayout`) of that many
 processes; its row for --processes is checked against the measurement.
 
     python benchmarks/pool_memory.py                       # paper scale: 512 prompts (~3 GB, ~2 min)
@@ -47,8 +47,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trl_ada.pools import LocalRow, PoolEntry, RoundLayout, moved_fraction, pack_rows, route_kept_rows  # noqa: E402
+from trl_ada.pools import LocalRow, PoolEntry, moved_fraction, pack_rows, route_kept_rows  # noqa: E402
 from trl_ada.samplers import SamplerSettings, build_sampler  # noqa: E402
+from trl_ada.schedules.rounds import RoundLayout  # noqa: E402
 
 DESIGNS = ("grpo", "all_gather_pools", "rank_local_pools")
 PAPER_MIX = ((984, 0.0, 0.0), (3082, 0.0, 0.2), (870, 0.2, 0.5), (63, 0.5, 1.0))
@@ -71,6 +72,7 @@ class Setting:
 
     def sampler_settings(self) -> SamplerSettings:
         return SamplerSettings(
+            scale_rewards="none",
             sampler="seq_balance",
             num_generations=self.num_generations,
             round_size=self.round_size,

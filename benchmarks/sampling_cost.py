@@ -172,6 +172,7 @@ def run_fig10(plan: Plan, seed: int) -> list[dict]:
                 n = fig10_group_size(sampler, quota)
                 assert n <= max(quota + negative_quota, round_size), "the update group would delay exits"
                 settings = SamplerSettings(
+                    scale_rewards="none",
                     sampler=sampler,
                     num_generations=n,
                     round_size=round_size,
@@ -286,7 +287,7 @@ def run_fig2(plan: Plan, seed: int) -> list[dict]:
     rows = []
     for k in plan.fig2_group_sizes:
         start = time.perf_counter()
-        sampler = build_sampler(SamplerSettings(sampler="uniform", num_generations=k, seed=seed))
+        sampler = build_sampler(SamplerSettings(scale_rewards="none", sampler="uniform", num_generations=k, seed=seed))
         selection = run_population(sampler, population, seed=seed + k)
         all_correct = sum(all(r > 0.5 for r in pool) for pool in selection.pools) / count
         all_wrong = sum(all(r <= 0.5 for r in pool) for pool in selection.pools) / count
@@ -357,7 +358,14 @@ def plot_fig2(rows: list[dict], path: Path) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 ROUNDS_SETTINGS = SamplerSettings(
-    sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4, positive_quota=2, negative_quota=2
+    scale_rewards="none",
+    seed=0,
+    sampler="seq_balance",
+    num_generations=4,
+    round_size=8,
+    max_rounds=4,
+    positive_quota=2,
+    negative_quota=2,
 )
 """The authors' setting: update group 4, quotas 2/2, rounds of 8, at most 4 rounds (cap 32)."""
 

@@ -38,6 +38,7 @@ def run(mode: str, args: argparse.Namespace, model_dir: Path, out_dir: Path) -> 
     import deepspeed
     from transformers import AutoTokenizer
 
+    import trl_ada.schedules.rounds
     import trl_ada.trainer
     from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
     from trl_ada.tasks.arithmetic import make_dataset
@@ -67,14 +68,17 @@ def run(mode: str, args: argparse.Namespace, model_dir: Path, out_dir: Path) -> 
             )
             return kept
 
-        def _run_round(self, *a, **k):
-            self._rounds += 1
-            return super()._run_round(*a, **k)
-
         def _log_selection(self, selection):
             self.__dict__.setdefault("decisions", []).append([list(r.kept) for r in selection.prompts])
             super()._log_selection(selection)
 
+    original_run_round = trl_ada.schedules.rounds.run_round
+
+    def run_round(trainer_, *a, **k):
+        trainer_._rounds += 1
+        return original_run_round(trainer_, *a, **k)
+
+    trl_ada.schedules.rounds.run_round = run_round
     once_per_step = trl_ada.trainer.one_parameter_gather_per_step
     if mode == "per_round":
         trl_ada.trainer.one_parameter_gather_per_step = lambda trainer: contextlib.nullcontext()
@@ -109,6 +113,7 @@ def run(mode: str, args: argparse.Namespace, model_dir: Path, out_dir: Path) -> 
         trainer.train()
     finally:
         trl_ada.trainer.one_parameter_gather_per_step = once_per_step
+        trl_ada.schedules.rounds.run_round = original_run_round
         deepspeed.zero.GatheredParameters.__enter__ = original_enter
     return {"steps": trainer.steps, "decisions": trainer.decisions}
 

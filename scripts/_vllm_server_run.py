@@ -13,7 +13,8 @@ Each process writes `<report stem>.rank<N>.json` with:
   rows, the `num_generations` it was given (what server mode dedupes by), completions returned, global step.
 - `client_calls` (rank 0, server mode): every HTTP request `VLLMClient.generate` made to the server: unique prompts
   sent, `n`, completions received, non-empty completions.
-- `rounds` (if the trainer exposes `_run_round`): the requests of each round, `[prompt index, count]` pairs.
+- `rounds`: the requests of each round (or continuous scoring batch), `[prompt index, count]` pairs
+  (`trl_ada.schedules.rounds.run_round`).
 - `batches`: per generation batch, the rows and completion-tensor shape handed to the loss, advantages finite.
 - `rewards`: per `_calculate_rewards` call, rows and whether every value is finite.
 - `weight_sync`: `sync_weights` calls (`VLLMGeneration.sync_weights`, whoever calls it: TRL's per-step check or, in
@@ -280,8 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     vllm_generation_module.VLLMGeneration.sync_weights = sync_weights
 
     # ---- instruments of the continuous schedule -------------------------------------------------------------------
-    import trl_ada.continuous_schedule as schedule_module
-    import trl_ada.trainer as trainer_module
+    import trl_ada.schedules.continuous as schedule_module
+    import trl_ada.schedules.rounds as rounds_module
 
     class RecordingDraws(schedule_module.ServerDraws):
         """Every draw the main process sent: its completion as returned, or its abort."""
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             return super().abort(keys)
 
     schedule_module.ServerDraws = RecordingDraws
-    original_sample_continuously = trainer_module.sample_continuously
+    original_sample_continuously = schedule_module.sample_continuously
 
     def sample_continuously(trainer_, group_inputs, keys, pools):
         record["continuous"].append({"step": global_step(), "submitted": [], "draws": {}, "aborted": []})
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         return selection, stats
 
-    trainer_module.sample_continuously = sample_continuously
+    schedule_module.sample_continuously = sample_continuously
 
     # ---- instruments on the trainer -----------------------------------------------------------------------------
     class InstrumentedTrainer(AdaGRPOTrainer):
@@ -386,23 +387,23 @@ def main(argv: list[str] | None = None) -> int:
             )
             return rewards
 
-    if hasattr(AdaGRPOTrainer, "_run_round"):
+    original_run_round = rounds_module.run_round
 
-        def _run_round(self, requests, *rest, **kw):
-            start_ = time.perf_counter()
-            result = AdaGRPOTrainer._run_round(self, requests, *rest, **kw)
-            rewards = result[-1]  # the summed rewards come last
-            record["rounds"].append(
-                {
-                    "step": int(self.state.global_step),
-                    "requests": [[int(g), int(c)] for g, c in requests],
-                    "rewards_finite": _finite(rewards),
-                    "seconds": time.perf_counter() - start_,
-                }
-            )
-            return result
+    def run_round(trainer_, requests, *rest, **kw):
+        start_ = time.perf_counter()
+        result = original_run_round(trainer_, requests, *rest, **kw)
+        rewards = result[-1]  # the summed rewards come last
+        record["rounds"].append(
+            {
+                "step": int(trainer_.state.global_step),
+                "requests": [[int(g), int(c)] for g, c in requests],
+                "rewards_finite": _finite(rewards),
+                "seconds": time.perf_counter() - start_,
+            }
+        )
+        return result
 
-        InstrumentedTrainer._run_round = _run_round
+    rounds_module.run_round = run_round
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args_, state_, control, **kw):

@@ -418,7 +418,7 @@ def request_costs(url: str, timeout_s: float, reps: int = 3) -> dict[str, Any]:
     """
     from trl.generation.vllm_client import VLLMClient
 
-    from trl_ada.server_draws import ServerDraws
+    from trl_ada.schedules.server_draws import ServerDraws
     from trl_ada.tiny import build_char_tokenizer
     from trl_ada.trl_seam import completions_payload
 

@@ -84,7 +84,7 @@ def test_first_reach_interpolates():
 def test_pool_memory_benchmark_counts_what_each_design_moves(tmp_path):
     import subprocess
 
-    from trl_ada.pools import RoundLayout
+    from trl_ada.schedules.rounds import RoundLayout
 
     out = tmp_path / "pool.json"
     command = [sys.executable, str(ROOT / "benchmarks" / "pool_memory.py"), "--prompts", "16"]

@@ -119,7 +119,7 @@ def render(tmp_path, log_history=(), **overrides):
     from trl_ada.samplers import SamplerSettings
 
     kwargs = dict(
-        settings=SamplerSettings(),
+        settings=SamplerSettings(num_generations=4, scale_rewards="none", seed=0),
         log_history=list(log_history),
         plots=[],
         output_dir=tmp_path,

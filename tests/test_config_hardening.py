@@ -12,7 +12,7 @@ from trl import GRPOConfig
 from trl_ada import AdaGRPOConfig
 from trl_ada.config import CONFIG_KNOB_USES, DEPRECATED_NAMES
 from trl_ada.samplers import SamplerSettings, build_sampler
-from trl_ada.samplers.settings import KNOB_USES, SETTINGS_DEFAULTS, UNIVERSAL_KNOBS
+from trl_ada.samplers.settings import KNOB_FIELDS, SETTINGS_DEFAULTS, TRL_OWNED_KNOBS, UNIVERSAL_KNOBS
 
 
 def config(tmp_path, **kwargs):
@@ -123,13 +123,15 @@ def test_the_cli_keeps_the_old_decay_flag(capsys):
 
 def test_sampler_state_written_before_the_rename_still_loads():
     # `ada_sampler_state.json` of the previous release: the tracker's counts carry no knob name.
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_policy="tracked")
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_policy="tracked"
+    )
     old_state = json.loads(json.dumps(build_sampler(settings).state_dict()))
     old_state["tracker"] = {"counts": {"prompt-a": [8.0, 2.0]}}
     sampler = build_sampler(settings)
     sampler.load_state_dict(old_state)
     assert sampler.tracker.beta_parameters(["prompt-a"]) == [(3.0, 7.0)]
-    est = build_sampler(SamplerSettings(sampler="est", num_generations=4))
+    est = build_sampler(SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=4))
     est.load_state_dict({**json.loads(json.dumps(est.state_dict())), "estimator": {"counts": {"p": [4.0, 1.0]}}})
     assert est.estimator.estimate(["p"]) == [pytest.approx(2 / 6)]
 
@@ -177,13 +179,16 @@ UNREAD_READ_VALUE = {
 
 
 def test_every_knob_is_either_read_by_every_sampler_or_in_the_table():
-    table = set(KNOB_USES) | set(CONFIG_KNOB_USES)
-    assert set(UNREAD_READ_VALUE) == table  # a knob added to the table needs a case here
-    settings_fields = {f.name for f in fields(SamplerSettings)}
-    assert settings_fields == set(KNOB_USES) | UNIVERSAL_KNOBS
+    # The knobs only some configurations read: every declared knob but the universal ones (sampler classes say which
+    # they read), plus the trainer-level ones.
+    only_some = set(KNOB_FIELDS) - UNIVERSAL_KNOBS
+    assert set(UNREAD_READ_VALUE) == only_some | set(CONFIG_KNOB_USES)  # a knob added needs a case here
+    assert {f.name for f in fields(SamplerSettings)} == set(KNOB_FIELDS)
     config_fields = {f.name: f for f in fields(AdaGRPOConfig)}
-    for name in KNOB_USES:  # the rule compares the config's values with these defaults
-        assert config_fields[name].default == SETTINGS_DEFAULTS[name], name
+    grpo_fields = {f.name: f for f in fields(GRPOConfig)}
+    for name in KNOB_FIELDS:  # one set of defaults: the configs' (TRL's for the knobs TRL owns) are the settings'
+        declared = grpo_fields[name] if name in TRL_OWNED_KNOBS else config_fields[name]
+        assert declared.default == SETTINGS_DEFAULTS[name], name
 
 
 @pytest.mark.parametrize("name", sorted(UNREAD_READ_VALUE))
@@ -195,3 +200,22 @@ def test_a_knob_the_sampler_does_not_read_raises_and_is_accepted_where_read(tmp_
         assert "has no effect with" in str(error.value) and f"Remove {name}" in str(error.value)
     args = config(tmp_path, **{**read, name: value})
     assert getattr(args, name) == value
+
+
+def test_the_config_docstring_and_help_are_the_knob_declarations():
+    # Issue 22: each knob is declared once (samplers.settings); the docstring and --help are rendered from it.
+    from transformers import HfArgumentParser
+
+    from trl_ada.samplers import SamplerFields
+
+    doc = " ".join(AdaGRPOConfig.__doc__.split())
+    parser_help = " ".join(HfArgumentParser(AdaGRPOConfig).format_help().split())
+    for declared in fields(SamplerFields):
+        help_text = " ".join(declared.metadata["help"].split())
+        shown = f'"{declared.default}"' if isinstance(declared.default, str) else repr(declared.default)
+        assert f"{declared.name} (" in doc and f"defaults to `{shown}`" in doc, declared.name
+        assert help_text in doc, declared.name
+        assert help_text.split("`")[0][:40] in parser_help, declared.name
+    # the config's own knobs too, and nothing is documented twice
+    for name in ("generation_schedule", "continuous_max_in_flight", *DEPRECATED_NAMES):
+        assert doc.count(f" {name} (") == 1, name

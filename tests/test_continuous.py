@@ -188,7 +188,9 @@ def test_block_exits_reproduce_the_issue_21_numbers_of_rounds():
     # Issue 21: seq_pos, n=4, M=8, 4 rounds, draws in order. Exits after every draw drew 4.0 per prompt at p = 0.9
     # (34.9% mixed) where rounds draw 8.0 (57.7%): a p = 0.9 prompt meets its quota in its first round of 8, and its
     # pool is that whole round.
-    settings = SamplerSettings(sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4, seed=0)
+    settings = SamplerSettings(
+        scale_rewards="none", sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4, seed=0
+    )
     for p in (0.9, 0.1):
         outcome = table(17, lambda rng, p=p: (float(rng.random() < p), False, 1.0))
         got, _, _ = run_continuous(settings, outcome, 2000, in_order=True)
@@ -200,7 +202,13 @@ def test_block_exits_reproduce_the_issue_21_numbers_of_rounds():
 
 def test_tracked_updates_the_tracker_at_finish_and_uses_it_next_step():
     settings = SamplerSettings(
-        sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4, round_policy="tracked"
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=8,
+        max_rounds=4,
+        round_policy="tracked",
     )
     sampler = build_sampler(settings)
     keys = ["easy", "hard"]
@@ -243,7 +251,7 @@ def continuous_cases(draw):
         round_policy=policy,
         positive_threshold=draw(st.sampled_from([0.0, 0.5, 0.9])),
         seed=draw(st.integers(0, 3)),
-        **options,
+        **{"scale_rewards": "none", **options},
     )
     # One reward (and mask flag) per (prompt, draw), cycled: any reward sequence, the same in both schedules.
     rewards = draw(st.lists(st.sampled_from([0.0, 0.25, 0.5, 1.0, math.nan]), min_size=1, max_size=40))
@@ -281,8 +289,18 @@ def test_rounds_and_continuous_pools_are_equal_for_the_same_draws(case):
 # ---------------------------------------------------------------------------------------------------------------
 
 STAT_SETTINGS = {
-    "seq_balance": (SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4), 0.3),
-    "seq_pos": (SamplerSettings(sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4), 0.1),
+    "seq_balance": (
+        SamplerSettings(
+            scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4
+        ),
+        0.3,
+    ),
+    "seq_pos": (
+        SamplerSettings(
+            scale_rewards="none", seed=0, sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4
+        ),
+        0.1,
+    ),
 }
 PROMPTS = 3000
 
@@ -347,7 +365,9 @@ def test_arrival_order_would_bias_the_pools(sampler_name):
 
 
 def test_a_block_enters_the_pool_in_draw_order_once_complete_and_nothing_is_drawn_past_it():
-    settings = SamplerSettings(sampler="seq_pos", num_generations=2, round_size=4, max_rounds=2)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_pos", num_generations=2, round_size=4, max_rounds=2
+    )
     step = build_sampler(settings).begin_continuous(1)
     assert not step.done and step.current_request(0) == 4
     assert step.to_submit() == [(0, 0), (0, 1), (0, 2), (0, 3)]
@@ -368,7 +388,9 @@ def test_a_block_enters_the_pool_in_draw_order_once_complete_and_nothing_is_draw
 
 
 def test_a_prompt_without_exit_draws_its_next_block_when_the_last_is_complete():
-    settings = SamplerSettings(sampler="seq_pos", num_generations=2, round_size=2, max_rounds=3)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_pos", num_generations=2, round_size=2, max_rounds=3
+    )
     step = build_sampler(settings).begin_continuous(2)
     assert step.to_submit() == [(0, 0), (0, 1), (1, 0), (1, 1)]
     step.complete(0, 0, 0.0)
@@ -377,7 +399,9 @@ def test_a_prompt_without_exit_draws_its_next_block_when_the_last_is_complete():
 
 
 def test_unknown_draws_and_early_finish_raise():
-    step = build_sampler(SamplerSettings(sampler="seq_balance")).begin_continuous(2)
+    step = build_sampler(
+        SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_balance")
+    ).begin_continuous(2)
     with pytest.raises(RuntimeError, match="in flight"):
         step.finish()
     with pytest.raises(ValueError, match="not in flight"):
@@ -394,7 +418,7 @@ def test_unknown_draws_and_early_finish_raise():
 
 @pytest.mark.parametrize("name", ["uniform", "dapo", "est"])
 def test_samplers_without_an_exit_rule_are_rejected(name):
-    sampler = build_sampler(SamplerSettings(sampler=name))
+    sampler = build_sampler(SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler=name))
     with pytest.raises(ValueError, match="sampler='seq_pos' or sampler='seq_balance'"):
         sampler.begin_continuous(2, ["a", "b"])
     with pytest.raises(ValueError, match="sampler='seq_pos' or sampler='seq_balance'"):
@@ -407,7 +431,9 @@ def test_samplers_without_an_exit_rule_are_rejected(name):
 
 
 def test_cap_bounds_submissions_and_an_unmixed_prompt_uses_all_of_it():
-    settings = SamplerSettings(sampler="seq_pos", num_generations=4, round_size=8, max_rounds=3)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_pos", num_generations=4, round_size=8, max_rounds=3
+    )
     always_wrong = table(1, lambda rng: (0.0, False, rng.expovariate(1.0)))
     selection, step, engine = run_continuous(settings, always_wrong, 5)
     assert [len(pool) for pool in selection.pools] == [24] * 5
@@ -417,7 +443,14 @@ def test_cap_bounds_submissions_and_an_unmixed_prompt_uses_all_of_it():
 
 def test_quotas_decide_the_exit_draw_by_draw_with_blocks_of_one():
     settings = SamplerSettings(
-        sampler="seq_balance", num_generations=4, positive_quota=3, negative_quota=1, round_size=1, max_rounds=32
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        num_generations=4,
+        positive_quota=3,
+        negative_quota=1,
+        round_size=1,
+        max_rounds=32,
     )
     sequences = [[1, 1, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0]]
     outcome = table(0, lambda rng: (0.0, False, rng.random()))  # lengths only; rewards from `sequences`
@@ -436,7 +469,9 @@ def test_quotas_decide_the_exit_draw_by_draw_with_blocks_of_one():
 
 
 def test_block_sizes_follow_the_round_policy():
-    base = SamplerSettings(sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4)
+    base = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4
+    )
     fixed = build_sampler(base).begin_continuous(1)
     assert len(fixed.to_submit()) == 8
     for draw in range(8):
@@ -462,7 +497,14 @@ def test_block_sizes_follow_the_round_policy():
 
 
 def test_simulate_continuous_pools_do_not_depend_on_the_arrival_order():
-    settings = SamplerSettings(sampler="seq_balance", round_policy="predictive", round_confidence=0.8)
+    settings = SamplerSettings(
+        num_generations=4,
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        round_policy="predictive",
+        round_confidence=0.8,
+    )
     runs = [
         simulate(settings, [0.1, 0.5, 0.9], trials=300, seed=4, steps=2, schedule="continuous", arrival=arrival)
         for arrival in ARRIVALS
@@ -475,7 +517,9 @@ def test_simulate_continuous_matches_rounds_within_monte_carlo_error(sampler_nam
     # The schedules draw from different random streams (rounds: one shared stream, continuous: one per prompt), so
     # the same seed gives different draws; the pools are the same function of the draws (the property test above),
     # hence equal in law. 4 standard errors of the difference of two independent means.
-    settings = SamplerSettings(sampler=sampler_name, num_generations=4, round_size=8, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler=sampler_name, num_generations=4, round_size=8, max_rounds=4
+    )
     population = [p for p in (0.1, 0.9) for _ in range(3000)]
     stats = {}
     for schedule in GENERATION_SCHEDULES:
@@ -490,7 +534,7 @@ def test_simulate_continuous_matches_rounds_within_monte_carlo_error(sampler_nam
 def test_cli_simulate_takes_the_generation_schedule_and_arrival(capsys):
     from trl_ada.cli import main as cli_main
 
-    argv = ["simulate", "--sampler", "seq_pos", "--pass-rates", "0.9", "--trials", "500"]
+    argv = ["simulate", "--sampler", "seq_pos", "--num-generations", "4", "--pass-rates", "0.9", "--trials", "500"]
     assert cli_main([*argv, "--generation-schedule", "continuous", "--arrival", "length_correlated"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     result = json.loads(line)

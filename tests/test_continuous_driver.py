@@ -1,5 +1,5 @@
 """
-The continuous schedule's driver loop (`continuous_schedule._drive`) against a scripted server on a simulated clock.
+The continuous schedule's driver loop (`trl_ada.schedules.continuous._drive`) against a scripted server on a simulated clock.
 
 No HTTP and no model: the server's draws finish at scripted times, the trainer's round code is a stand-in that scores
 with scripted rewards, and the checks are on the loop's timing. `tests/test_continuous_schedule.py` runs the same
@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-import trl_ada.continuous_schedule as schedule_module
-from trl_ada.continuous_schedule import ScheduleStats, _drive
+import trl_ada.schedules.continuous as schedule_module
+import trl_ada.schedules.rounds as rounds_module
 from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.schedules.continuous import ScheduleStats, _drive
 
 
 class ScriptedDraws:
@@ -96,7 +97,7 @@ def scripted_run(monkeypatch: pytest.MonkeyPatch, settings: SamplerSettings, num
             announced.append(list(content))
         return objects
 
-    def run_round(requests, group_inputs, batch_number):
+    def run_round(trainer_, requests, group_inputs, batch_number):
         rows = announced[batch_number - 1]  # the (prompt, draw) pairs the driver announced for this batch
         assert [g for g, _ in rows] == [g for g, count in requests for _ in range(count)]
         scored.update(rows)
@@ -109,8 +110,8 @@ def scripted_run(monkeypatch: pytest.MonkeyPatch, settings: SamplerSettings, num
         mask_truncated_completions=False,
         args=SimpleNamespace(continuous_max_in_flight=512, vllm_server_timeout=240.0),
         accelerator=SimpleNamespace(num_processes=1),
-        _run_round=run_round,
     )
+    monkeypatch.setattr(rounds_module, "run_round", run_round)
     monkeypatch.setattr(schedule_module, "ServerDraws", make_draws)
     monkeypatch.setattr(schedule_module, "tokenize_prompts", lambda trainer, prompts: [[1, 2]] * len(prompts))
     monkeypatch.setattr(schedule_module, "server_sampling_params", lambda generation: {})
@@ -129,7 +130,13 @@ def scripted_run(monkeypatch: pytest.MonkeyPatch, settings: SamplerSettings, num
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_driver_scores_every_draw_back_and_fills_the_pools_of_rounds(monkeypatch, policy, seed):
     settings = SamplerSettings(
-        sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4, round_policy=policy
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=4,
+        max_rounds=4,
+        round_policy=policy,
     )
     selection, entries, stats, draws, reward, announced = scripted_run(monkeypatch, settings, 8, seed)
     # The loop blocked for a new completion only when nothing already back was left to score.
@@ -162,7 +169,7 @@ def test_driver_scores_every_draw_back_and_fills_the_pools_of_rounds(monkeypatch
 def test_server_draws_wait_returns_each_finished_draw_once_and_never_an_aborted_one():
     from fake_vllm_server import FakeVLLMServer
 
-    from trl_ada.server_draws import ServerDraws
+    from trl_ada.schedules.server_draws import ServerDraws
 
     # Completions of 2-10 tokens at 20 ms per token: every draw is still running right after submission.
     server = FakeVLLMServer(digit_ids=list(range(10, 20)), eos_id=2, seconds_per_token=0.02)
@@ -190,7 +197,7 @@ def test_server_draws_wait_returns_each_finished_draw_once_and_never_an_aborted_
 def test_open_file_limit_is_raised_to_fit_the_draws_in_flight(monkeypatch, caplog):
     import resource
 
-    from trl_ada.server_draws import SPARE_OPEN_FILES, ensure_open_files
+    from trl_ada.schedules.server_draws import SPARE_OPEN_FILES, ensure_open_files
 
     limits = {"soft": 1024, "hard": 4096}
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (limits["soft"], limits["hard"]))
@@ -201,7 +208,7 @@ def test_open_file_limit_is_raised_to_fit_the_draws_in_flight(monkeypatch, caplo
     monkeypatch.setattr(resource, "setrlimit", setrlimit)
     ensure_open_files(512)  # 512 + the spare fit under 1024: nothing changes
     assert limits == {"soft": 1024, "hard": 4096}
-    with caplog.at_level("INFO", logger="trl_ada.server_draws"):
+    with caplog.at_level("INFO", logger="trl_ada.schedules.server_draws"):
         ensure_open_files(2048)
     assert limits == {"soft": 2048 + SPARE_OPEN_FILES, "hard": 4096}
     assert "Raised the open-file limit from 1024" in caplog.text

@@ -22,10 +22,9 @@ from trl.generation import vllm_client as vllm_client_module
 from trl.generation.vllm_client import VLLMClient
 from trl.generation.vllm_generation import VLLMGeneration
 
-import trl_ada.continuous_schedule as schedule_module
-import trl_ada.trainer as trainer_module
+import trl_ada.schedules.continuous as schedule_module
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.server_draws import ServerDraws
+from trl_ada.schedules.server_draws import ServerDraws
 from trl_ada.tiny import build_tiny_model
 
 STEPS = 3
@@ -109,14 +108,14 @@ def continuous_trainer(tmp_path, tokenizer, dataset, server, monkeypatch, **samp
     trainer.args.generation_schedule = "continuous"
 
     batches: list[tuple[list, Any]] = []
-    original = trainer_module.sample_continuously
+    original = schedule_module.sample_continuously
 
     def recording_sample(trainer_, group_inputs, keys, pools):
         selection, stats = original(trainer_, group_inputs, keys, pools)
         batches.append((pools, selection, stats))
         return selection, stats
 
-    monkeypatch.setattr(trainer_module, "sample_continuously", recording_sample)
+    monkeypatch.setattr(schedule_module, "sample_continuously", recording_sample)
     trainer.train()
     return trainer, batches, pushes, scored
 

@@ -178,7 +178,7 @@ def readme_calculator():
 
 @pytest.mark.skipif(Version(transformers.__version__) < Version("5.13"), reason="tools need transformers>=5.13 here")
 def test_the_readme_calculator_scores_each_kept_row_by_its_own_episode(tmp_path):
-    from trl_ada.tiny_agents import answer_reward, get_tool_model, make_tool_dataset
+    from trl_ada.testing.tiny_agents import answer_reward, get_tool_model, make_tool_dataset
 
     Calculator = readme_calculator()
     model, tokenizer = get_tool_model()

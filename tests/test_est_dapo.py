@@ -117,7 +117,7 @@ def run_est(settings, keys, rate_of, steps=1, seed=0):
 
 
 def test_est_train_on_all_keeps_every_completion_with_fixed_total():
-    settings = SamplerSettings(sampler="est", num_generations=4)
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=4)
     keys = [f"p{i}" for i in range(10)]
     _, step, selection = run_est(settings, keys, [0.1 * i for i in range(10)], steps=3)
     assert sum(len(r.kept) for r in selection.prompts) == 10 * 4
@@ -132,7 +132,13 @@ def test_est_train_on_all_keeps_every_completion_with_fixed_total():
 @pytest.mark.parametrize(("mean_samples", "total"), [(None, 8 * 8), (5.2, round(8 * 5.2))])
 def test_est_downsample_draws_its_own_budget_then_keeps_n(mean_samples, total):
     settings = SamplerSettings(
-        sampler="est", num_generations=4, est_train_on="downsample", est_max_samples=12, est_mean_samples=mean_samples
+        scale_rewards="none",
+        seed=0,
+        sampler="est",
+        num_generations=4,
+        est_train_on="downsample",
+        est_max_samples=12,
+        est_mean_samples=mean_samples,
     )
     sampler, _, selection = run_est(settings, list("abcdefgh"), [0.05, 0.5, 0.95, 0.3] * 2, steps=2)
     assert sampler.settings.est_mean_samples == (8 if mean_samples is None else mean_samples)  # None: 2n
@@ -144,7 +150,9 @@ def test_est_downsample_draws_its_own_budget_then_keeps_n(mean_samples, total):
 
 
 def test_est_downsample_gives_the_hard_prompt_more_than_n():
-    settings = SamplerSettings(sampler="est", num_generations=4, est_train_on="downsample")
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="est", num_generations=4, est_train_on="downsample"
+    )
     sampler = build_sampler(settings)
     sampler.estimator.update(["hard", "easy"], [100, 100], [6, 92])  # p̂ = 7/102 ≈ 0.07 and 93/102 ≈ 0.91
     step = sampler.begin(2, ["hard", "easy"])
@@ -153,7 +161,7 @@ def test_est_downsample_gives_the_hard_prompt_more_than_n():
 
 
 def test_est_needs_keys_and_tracks_them_across_order():
-    settings = SamplerSettings(sampler="est", num_generations=4)
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=4)
     sampler = build_sampler(settings)
     with pytest.raises(ValueError, match="stable key"):
         sampler.begin(3)
@@ -177,7 +185,7 @@ def expected_budgets(pass_rates, n, low, high, power):
 
 def test_simulate_est_learns_the_allocation_over_steps():
     rates = [0.05, 0.2, 0.5, 0.8]
-    settings = SamplerSettings(sampler="est", num_generations=4, pass_rate_decay=1.0)
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=4, pass_rate_decay=1.0)
     first = simulate(settings, rates, trials=300, steps=1, seed=3)
     last = simulate(settings, rates, trials=300, steps=40, seed=3)
     # step 1: nothing tracked yet, every prompt reads the prior 0.5 and gets the mean budget
@@ -191,7 +199,7 @@ def test_simulate_est_learns_the_allocation_over_steps():
 
 
 def test_est_metrics_report_budget_and_tracked_quantiles():
-    settings = SamplerSettings(sampler="est", num_generations=4)
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=4)
     _, _, selection = run_est(settings, list("abcd"), [0.05, 0.2, 0.5, 0.9], steps=5)
     metrics = selection.metrics
     assert metrics["samples_per_prompt/mean"] == 4.0
@@ -227,7 +235,7 @@ def test_est_metrics_report_budget_and_tracked_quantiles():
 )
 def test_invalid_est_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
-        SamplerSettings(sampler="est", num_generations=4, **kwargs).validated()
+        SamplerSettings(sampler="est", num_generations=4, **{"scale_rewards": "none", "seed": 0, **kwargs}).validated()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -236,14 +244,21 @@ def test_invalid_est_settings(kwargs, message):
 
 
 def test_est_mean_samples_defaults():
-    assert SamplerSettings(sampler="est", num_generations=4).validated().est_mean_samples == 4
-    downsample = SamplerSettings(sampler="est", num_generations=4, est_train_on="downsample").validated()
+    assert (
+        SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=4).validated().est_mean_samples
+        == 4
+    )
+    downsample = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="est", num_generations=4, est_train_on="downsample"
+    ).validated()
     assert downsample.est_mean_samples == 8
     assert (downsample.est_min_samples, downsample.est_max_samples) == (4, 16)
 
 
 def selection_for(pools):
-    sampler = build_sampler(SamplerSettings(sampler="dapo", num_generations=len(pools[0])))
+    sampler = build_sampler(
+        SamplerSettings(scale_rewards="none", seed=0, sampler="dapo", num_generations=len(pools[0]))
+    )
     step = sampler.begin(len(pools))
     requests = step.requests()
     step.observe(requests, [r for pool in pools for r in pool])
@@ -291,6 +306,7 @@ def one_round(settings, pools):
 
 def test_keep_partial_pads_only_with_zero_advantage_groups():
     settings = SamplerSettings(
+        scale_rewards="none",
         sampler="seq_balance",
         num_generations=4,
         round_size=8,
@@ -320,8 +336,13 @@ def test_no_signal_follows_the_baseline_rewards():
     mixed_pool_constant_group = [1.0] + [0.0] * 7  # seed 3 keeps four zeros, as above
     constant_up_to_noise = [0.3, 0.3 + 1e-9] * 4  # non-binary, std far below the tolerance 1e-6
     pools = [mixed_pool_constant_group, constant_up_to_noise, [1.0, 0.0] * 4]
-    pool_baseline = one_round(SamplerSettings(**common, baseline="pool"), pools)
-    group_baseline = one_round(SamplerSettings(**common, baseline="group"), pools)
+    pool_baseline = one_round(
+        SamplerSettings(**{"num_generations": 4, "scale_rewards": "none", "seed": 0, **common}, baseline="pool"), pools
+    )
+    group_baseline = one_round(
+        SamplerSettings(**{"num_generations": 4, "scale_rewards": "none", "seed": 0, **common}, baseline="group"),
+        pools,
+    )
     assert [r.has_signal for r in pool_baseline.prompts] == [True, False, True]
     assert [r.has_signal for r in group_baseline.prompts] == [False, False, True]
     for selection in (pool_baseline, group_baseline):
@@ -339,6 +360,7 @@ def test_weight_normalisation_uses_the_same_signal_as_the_baseline():
     # Group baseline: the first prompt's kept group is all zeros, so it has no signal and stays out of the mean
     # weight although its pool is mixed; the second prompt is then the only one with a signal and gets weight 1.
     settings = SamplerSettings(
+        scale_rewards="none",
         sampler="seq_balance",
         num_generations=4,
         round_size=8,
@@ -355,15 +377,25 @@ def test_weight_normalisation_uses_the_same_signal_as_the_baseline():
 
 
 def test_dapo_settings():
-    assert SamplerSettings(sampler="dapo").validated().refills
-    assert SamplerSettings(sampler="seq_balance", dapo_refill=True).validated().refills
-    assert not SamplerSettings(sampler="seq_balance").validated().refills
+    assert SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="dapo").validated().refills
+    assert (
+        SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_balance", dapo_refill=True)
+        .validated()
+        .refills
+    )
+    assert (
+        not SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_balance").validated().refills
+    )
     with pytest.raises(ValueError, match="contradicts"):
-        SamplerSettings(sampler="dapo", dapo_refill=False).validated()
+        SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="dapo", dapo_refill=False).validated()
     with pytest.raises(ValueError, match="use sampler='dapo'"):
-        SamplerSettings(sampler="uniform", dapo_refill=True).validated()
+        SamplerSettings(
+            num_generations=4, scale_rewards="none", seed=0, sampler="uniform", dapo_refill=True
+        ).validated()
     with pytest.raises(ValueError, match="dapo_on_exhausted"):
-        SamplerSettings(sampler="dapo", dapo_on_exhausted="ignore").validated()
+        SamplerSettings(
+            num_generations=4, scale_rewards="none", seed=0, sampler="dapo", dapo_on_exhausted="ignore"
+        ).validated()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -402,7 +434,7 @@ def policy_settings(policy, **kwargs):
         positive_quota=2,
         negative_quota=2,
         round_policy=policy,
-        **kwargs,
+        **{"scale_rewards": "none", "seed": 0, **kwargs},
     )
 
 
@@ -430,6 +462,8 @@ def test_predictive_policy_never_exceeds_the_cap_and_keeps_n():
 
 def test_round_policy_only_for_sequential_samplers():
     with pytest.raises(ValueError, match="round_policy='tracked'"):
-        SamplerSettings(sampler="est", round_policy="tracked").validated()
+        SamplerSettings(
+            num_generations=4, scale_rewards="none", seed=0, sampler="est", round_policy="tracked"
+        ).validated()
     with pytest.raises(ValueError, match="round_confidence"):
         policy_settings("predictive", round_confidence=1.0).validated()

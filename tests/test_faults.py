@@ -159,7 +159,7 @@ def in_thread(call, seconds: float):
 
 
 def test_server_draws_give_up_on_a_server_that_accepts_and_never_answers(frozen_server):
-    from trl_ada.server_draws import ServerDraws
+    from trl_ada.schedules.server_draws import ServerDraws
 
     with ServerDraws(frozen_server.base_url, {"model": "m"}, health_timeout=1.0) as draws:
         draws.submit(("p", 0), [1, 2])
@@ -174,7 +174,9 @@ def _continuous_trainer(tmp_path, base_url, main: bool):
     from trl_ada.samplers import SamplerSettings, build_sampler
 
     return SimpleNamespace(
-        ada_sampler=build_sampler(SamplerSettings(sampler="seq_balance")),
+        ada_sampler=build_sampler(
+            SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_balance")
+        ),
         vllm_generation=SimpleNamespace(vllm_client=SimpleNamespace(base_url=base_url)),
         mask_truncated_completions=False,
         args=SimpleNamespace(
@@ -188,7 +190,7 @@ def _continuous_trainer(tmp_path, base_url, main: bool):
 def test_a_frozen_server_on_the_continuous_schedule_is_a_vllm_server_error_on_every_process(
     tmp_path, frozen_server, monkeypatch
 ):
-    import trl_ada.continuous_schedule as schedule
+    import trl_ada.schedules.continuous as schedule
 
     checkpoint = tmp_path / "checkpoint-2"
     checkpoint.mkdir()

@@ -121,7 +121,7 @@ def test_round_schedules_conserve_tokens(name):
 def test_uniform_draws_exactly_b_times_n(n):
     setup = _small_setup(prompts=16)
     prompts = bench.sample_population(16, setup.workload, seed=0)
-    sampler = build_sampler(SamplerSettings(sampler="uniform", num_generations=n))
+    sampler = build_sampler(SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=n))
     result = bench.run_rounds(sampler, prompts, setup, random.Random(0), "uniform")
     assert result.completions == 16 * n and result.rows_trained == 16 * n and result.generate_calls == 1
 
@@ -354,7 +354,9 @@ def test_serial_driver_closed_form_one_draw_at_a_time(scale):
         continuous_engine_scale=scale,
     )
     setup = bench.replace(setup, workload=bench.replace(MEASURED, lengths_correct=(6,)))
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=1, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=1, max_rounds=4
+    )
     schedule = bench.Schedule("serial", settings, mode="continuous")
     prompt = bench.measured_population([(1.0, 10)])
     (result,) = bench.run_schedule(schedule, prompt, setup, seed=0, steps=1)
@@ -371,7 +373,13 @@ def test_serial_driver_scores_every_draw_back_once(monkeypatch, policy):
     spies = _spying(monkeypatch)
     setup = _serial_setup(draw_request_s=1e-4, draw_latency_s=2e-3, scoring_batch_s=5e-3, scoring_batch_s_per_row=1e-3)
     settings = SamplerSettings(
-        sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4, round_policy=policy
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=4,
+        max_rounds=4,
+        round_policy=policy,
     )
     schedule = bench.Schedule("serial", settings, mode="continuous")
     prompts = bench.measured_population([(p, 8) for p in (0.0, 0.1, 0.3, 0.5, 0.5, 0.7, 0.9, 1.0)] * 4)
@@ -395,7 +403,13 @@ def test_serial_driver_without_costs_is_as_fast_as_the_overlapped_schedule(engin
     # be scored (x1.15 on one engine), and a burst of draws went to the engine that looked idle before any of them
     # arrived (x1.6-1.7 on four).
     settings = SamplerSettings(
-        sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4, round_policy=policy
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=4,
+        max_rounds=4,
+        round_policy=policy,
     )
     prompts = bench.measured_population([(p, 8) for p in (0.0, 0.1, 0.3, 0.5, 0.5, 0.7, 0.9, 1.0)] * 4)
     seconds = {}
@@ -421,7 +435,9 @@ def test_serial_driver_keeps_at_most_max_in_flight_draws_on_the_engines(monkeypa
 
     monkeypatch.setattr(bench.Engine, "start_iteration", spying)
     setup = _serial_setup(continuous_max_in_flight=cap, draw_latency_s=1e-3, scoring_batch_s=2e-3)
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4
+    )
     prompts = bench.measured_population([(p, 8) for p in (0.0, 0.3, 0.5, 0.9)] * 2)
     (result,) = bench.run_schedule(bench.Schedule("cap", settings, mode="continuous"), prompts, setup, 3, 1)
     assert result.rows_trained == 8 * 4

@@ -13,6 +13,8 @@ from datasets import Dataset
 from test_trainer import recording
 from trl import GRPOConfig, GRPOTrainer
 
+import trl_ada.schedules.driver as driver_module
+import trl_ada.schedules.rounds as rounds_module
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
 from trl_ada.samplers import DecayedBetaTracker
@@ -36,14 +38,13 @@ def test_dapo_refill_resumes_at_the_end_of_a_refill_epoch(tmp_path, tokenizer, a
     config = AdaGRPOConfig(**tiny_args(tmp_path, max_steps=1), sampler="dapo")
     trainer = make_trainer(config, tokenizer, dataset)
     # As after loading a checkpoint saved when the refill order was used up exactly: epoch 0, position 16 of 16.
-    trainer._refill_state = {"epoch": 0, "position": len(dataset)}
-    trainer._refill_indices = None
-    rows = trainer._next_refill_prompts(2, exclude=set())
+    trainer.ada_refills.load_state_dict({"epoch": 0, "position": len(dataset)})
+    rows = trainer.ada_refills.next_prompts(2, exclude=set())
     assert len(rows) == 2  # was empty, and the next sampling step raised "needs at least one prompt"
-    assert trainer._refill_state == {"epoch": 1, "position": 2}
+    assert trainer.ada_refills.state_dict() == {"epoch": 1, "position": 2}
 
 
-def test_dapo_refills_never_repeat_a_prompt_of_the_step(tmp_path, tokenizer, arithmetic_dataset):
+def test_dapo_refills_never_repeat_a_prompt_of_the_step(tmp_path, tokenizer, arithmetic_dataset, monkeypatch):
     # 6 distinct prompts, 2 per step, rare successes: most groups are dropped and refilled from a small dataset, so an
     # independent refill order would draw the step's own prompts again.
     dataset = arithmetic_dataset.select(range(6))
@@ -56,17 +57,18 @@ def test_dapo_refills_never_repeat_a_prompt_of_the_step(tmp_path, tokenizer, ari
     )
     trainer = make_trainer(config, tokenizer, dataset, rewards=[starts_with_one])
     sampled_per_step = []  # every prompt sampled in one step: the main batch's and the refills'
-    original_sample, original_batch = trainer._sample, trainer._sample_batch
+    original_sample, original_batch = trainer._sample, driver_module.sample_batch
 
     def sample(inputs):
         sampled_per_step.append([])
         return original_sample(inputs)
 
-    def sample_batch(group_inputs):
+    def sample_batch(trainer_, group_inputs):
         sampled_per_step[-1].extend(row["prompt"] for row in group_inputs)
-        return original_batch(group_inputs)
+        return original_batch(trainer_, group_inputs)
 
-    trainer._sample, trainer._sample_batch = sample, sample_batch
+    trainer._sample = sample
+    monkeypatch.setattr(driver_module, "sample_batch", sample_batch)
     trainer.train()
     assert sum(len(prompts) > 2 for prompts in sampled_per_step) >= 2  # refills happened
     for prompts in sampled_per_step:
@@ -322,22 +324,22 @@ def test_plain_grpo_config_with_odd_n_is_accepted(tmp_path, tokenizer, arithmeti
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def sampled_pools(trainer):
-    """Record every `_SampledBatch` (pools of `_PoolRow`s with their truncation flags, and the selection)."""
+def sampled_pools(monkeypatch):
+    """Record every `SampledBatch` (pools of `PoolEntry`s with their truncation flags, and the selection)."""
     batches = []
-    original = trainer._sample_batch
+    original = driver_module.sample_batch
 
-    def spy(group_inputs):
-        batches.append(original(group_inputs))
+    def spy(trainer_, group_inputs):
+        batches.append(original(trainer_, group_inputs))
         return batches[-1]
 
-    trainer._sample_batch = spy
+    monkeypatch.setattr(driver_module, "sample_batch", spy)
     return batches
 
 
 @pytest.mark.parametrize("mask", [True, False], ids=["masked", "unmasked"])
 def test_truncated_completions_neither_exit_nor_take_kept_slots_when_masked(
-    tmp_path, tokenizer, arithmetic_dataset, mask
+    tmp_path, tokenizer, arithmetic_dataset, mask, monkeypatch
 ):
     config = AdaGRPOConfig(
         **tiny_args(tmp_path, max_steps=3, per_device_train_batch_size=32),
@@ -349,8 +351,8 @@ def test_truncated_completions_neither_exit_nor_take_kept_slots_when_masked(
     trainer = make_trainer(config, tokenizer, arithmetic_dataset)
     # The random tiny model almost never ends early, so which rows count as cut off is set here (about half, unrelated
     # to the reward); everything downstream of the flag is the trainer's and the sampler's own code.
-    trainer._is_truncated = lambda completion_ids: sum(completion_ids) % 2 == 1
-    batches = sampled_pools(trainer)
+    monkeypatch.setattr(rounds_module, "is_truncated", lambda trainer_, completion_ids: sum(completion_ids) % 2 == 1)
+    batches = sampled_pools(monkeypatch)
     trainer.train()
     rows = [row for batch in batches for pool in batch.pools for row in pool]
     assert 0.3 < sum(row.truncated for row in rows) / len(rows) < 0.7

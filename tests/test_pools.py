@@ -13,13 +13,13 @@ import torch.multiprocessing as mp
 from trl_ada.pools import (
     LocalRow,
     PoolEntry,
-    RoundLayout,
     generate_fields,
     moved_fraction,
     pack_rows,
     route_kept_rows,
     unpack_rows,
 )
+from trl_ada.schedules.rounds import RoundLayout
 
 
 def make_row(seed: int, logprobs: bool = True) -> LocalRow:

@@ -145,7 +145,12 @@ def test_update_is_deterministic_and_order_is_the_keys_order():
 
 
 def est_settings(**overrides):
-    return SamplerSettings(sampler="est", num_generations=4, pass_rate_predictor="learned", **overrides)
+    return SamplerSettings(
+        sampler="est",
+        num_generations=4,
+        pass_rate_predictor="learned",
+        **{"scale_rewards": "none", "seed": 0, **overrides},
+    )
 
 
 def run_est_step(sampler, problems, rng):
@@ -190,7 +195,11 @@ def test_est_logs_the_calibration_of_the_estimates_its_budgets_came_from():
     assert selection.metrics["pass_rate_predictor/brier"] == pytest.approx(expected["brier"])
     assert selection.metrics["pass_rate_predictor/first_visit_share"] == 1.0
     # the default tracker is scored the same way (its unseen prompts read 0.5)
-    tracker_selection = run_est_step(build_sampler(SamplerSettings(sampler="est")), problems, random.Random(0))[2]
+    tracker_selection = run_est_step(
+        build_sampler(SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="est")),
+        problems,
+        random.Random(0),
+    )[2]
     assert tracker_selection.metrics["pass_rate_predictor/brier"] > 0.0
 
 
@@ -204,13 +213,20 @@ def test_save_pretrained_warm_starts_another_predictor(tmp_path):
         assert warm.predict(keys) == predictor.predict(keys)
         assert warm.counts.counts == {}  # per-prompt counts are training state, not the model
     # through the settings: a local path is a warm start, with this run's learning rate
-    settings = SamplerSettings(sampler="est", pass_rate_predictor=str(tmp_path), pass_rate_predictor_learning_rate=0.3)
+    settings = SamplerSettings(
+        num_generations=4,
+        scale_rewards="none",
+        seed=0,
+        sampler="est",
+        pass_rate_predictor=str(tmp_path),
+        pass_rate_predictor_learning_rate=0.3,
+    )
     estimator = build_sampler(settings).estimator
     assert estimator.predict(keys) == predictor.predict(keys) and estimator.learning_rate == 0.3
 
 
 def test_a_hub_id_is_downloaded_and_the_settings_keep_it(tmp_path, monkeypatch):
-    from trl_ada.trainer import resolve_pass_rate_predictor
+    from trl_ada.predictor_hub import resolve_pass_rate_predictor
 
     predictor = trained(num_prompts=256)
     predictor.save_pretrained(tmp_path / "snapshot" / PREDICTOR_DIR)
@@ -223,27 +239,50 @@ def test_a_hub_id_is_downloaded_and_the_settings_keep_it(tmp_path, monkeypatch):
         return str(tmp_path / "snapshot")
 
     monkeypatch.setattr("huggingface_hub.snapshot_download", snapshot_download)
-    settings = SamplerSettings(sampler="est", pass_rate_predictor="someone/tiny-ada").validated()
+    settings = SamplerSettings(
+        num_generations=4, scale_rewards="none", seed=0, sampler="est", pass_rate_predictor="someone/tiny-ada"
+    ).validated()
     sampler = build_sampler(settings, predictor_source=resolve_pass_rate_predictor(settings))
     assert calls == [("someone/tiny-ada", [f"{PREDICTOR_DIR}/*", PREDICTOR_FILE])]
     assert sampler.settings.pass_rate_predictor == "someone/tiny-ada"  # the model card shows what the user gave
     keys = keys_of(fresh_prompts(64, seed=5))
     assert sampler.estimator.predict(keys) == predictor.predict(keys)
-    assert resolve_pass_rate_predictor(SamplerSettings(sampler="est", pass_rate_predictor="learned")) is None
+    assert (
+        resolve_pass_rate_predictor(
+            SamplerSettings(
+                num_generations=4, scale_rewards="none", seed=0, sampler="est", pass_rate_predictor="learned"
+            )
+        )
+        is None
+    )
     with pytest.raises(ValueError, match="'someone/missing'.*404"):
-        resolve_pass_rate_predictor(SamplerSettings(sampler="est", pass_rate_predictor="someone/missing"))
+        resolve_pass_rate_predictor(
+            SamplerSettings(
+                num_generations=4, scale_rewards="none", seed=0, sampler="est", pass_rate_predictor="someone/missing"
+            )
+        )
 
 
 def test_bad_predictor_sources_fail_at_construction(tmp_path):
     with pytest.raises(ValueError, match="without a learned predictor"):
-        SamplerSettings(sampler="est", pass_rate_predictor=str(tmp_path)).validated()
+        SamplerSettings(
+            num_generations=4, scale_rewards="none", seed=0, sampler="est", pass_rate_predictor=str(tmp_path)
+        ).validated()
     with pytest.raises(ValueError, match="neither 'tracker', 'learned'"):
-        SamplerSettings(sampler="est", pass_rate_predictor="./no such/dir/here").validated()
+        SamplerSettings(
+            num_generations=4, scale_rewards="none", seed=0, sampler="est", pass_rate_predictor="./no such/dir/here"
+        ).validated()
     (tmp_path / PREDICTOR_FILE).write_text('{"format": "something else"}')
     with pytest.raises(ValueError, match="not a learned pass-rate predictor"):
-        build_sampler(SamplerSettings(sampler="est", pass_rate_predictor=str(tmp_path)))
+        build_sampler(
+            SamplerSettings(
+                num_generations=4, scale_rewards="none", seed=0, sampler="est", pass_rate_predictor=str(tmp_path)
+            )
+        )
     # a Hub id passes validation (it is downloaded by the trainer) but cannot be built from pure settings
-    settings = SamplerSettings(sampler="est", pass_rate_predictor="someone/a-model").validated()
+    settings = SamplerSettings(
+        num_generations=4, scale_rewards="none", seed=0, sampler="est", pass_rate_predictor="someone/a-model"
+    ).validated()
     with pytest.raises(ValueError, match="Hub repo id is downloaded by AdaGRPOTrainer"):
         build_sampler(settings)
 
@@ -260,7 +299,7 @@ def test_bad_predictor_sources_fail_at_construction(tmp_path):
 )
 def test_predictor_knobs_follow_the_knob_rules(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        SamplerSettings(**kwargs).validated()
+        SamplerSettings(**{"num_generations": 4, "scale_rewards": "none", "seed": 0, **kwargs}).validated()
 
 
 def test_an_estimator_object_is_checked_at_construction():
@@ -269,13 +308,16 @@ def test_an_estimator_object_is_checked_at_construction():
             return {"weights": {1, 2}}
 
     with pytest.raises(ValueError, match="ada_sampler_state.json.*not JSON-serialisable"):
-        build_sampler(SamplerSettings(sampler="est"), NotJson())
+        build_sampler(SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="est"), NotJson())
     with pytest.raises(TypeError, match="PassRateEstimator"):
-        build_sampler(SamplerSettings(sampler="est"), object())
+        build_sampler(SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="est"), object())
     with pytest.raises(ValueError, match="Give one"):
         build_sampler(est_settings(), LearnedPassRatePredictor())
     with pytest.raises(ValueError, match="round_policy='fixed'"):
-        build_sampler(SamplerSettings(sampler="seq_pos"), LearnedPassRatePredictor())
+        build_sampler(
+            SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_pos"),
+            LearnedPassRatePredictor(),
+        )
 
 
 # -- the round policies of seq_* ----------------------------------------------------------------------------------
@@ -289,7 +331,7 @@ def seq_settings(policy, **overrides):
         max_rounds=4,
         round_policy=policy,
         pass_rate_predictor="learned",
-        **overrides,
+        **{"scale_rewards": "none", "seed": 0, **overrides},
     )
 
 
@@ -316,7 +358,9 @@ def test_seq_round_policies_take_their_first_round_prior_from_the_predictor(poli
     else:
         assert len(sampler.tracker.counts.counts) == 128
     # the default tracker's predictive policy still asks round_size first
-    plain = build_sampler(SamplerSettings(sampler="seq_pos", round_policy="predictive"))
+    plain = build_sampler(
+        SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_pos", round_policy="predictive")
+    )
     assert dict(plain.begin(2, [new_easy, new_hard]).requests()) == {0: 8, 1: 8}
 
 
@@ -452,5 +496,14 @@ def test_the_model_card_names_the_predictor():
 
     rows = dict(sampler_rows(est_settings(pass_rate_predictor_learning_rate=0.3).validated()))
     assert rows["pass_rate_predictor"] == "learned" and rows["pass_rate_predictor_learning_rate"] == 0.3
-    assert dict(sampler_rows(SamplerSettings(sampler="est").validated()))["pass_rate_predictor"] == "tracker"
-    assert "pass_rate_predictor" not in dict(sampler_rows(SamplerSettings(sampler="seq_balance").validated()))
+    assert (
+        dict(
+            sampler_rows(SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="est").validated())
+        )["pass_rate_predictor"]
+        == "tracker"
+    )
+    assert "pass_rate_predictor" not in dict(
+        sampler_rows(
+            SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_balance").validated()
+        )
+    )

@@ -178,6 +178,7 @@ def sequential_case(draw):
             draw(st.lists(st.sampled_from([False, False, False, True]), min_size=cap, max_size=cap)) for _ in draws
         ]
     config = SamplerSettings(
+        scale_rewards="none",
         sampler=sampler,
         num_generations=n,
         round_size=round_size,
@@ -258,6 +259,8 @@ def test_quotas_beyond_the_cap_are_rejected(sampler, round_size, max_rounds, exc
     needed = round_size * max_rounds + excess
     positive_quota = needed if sampler == "seq_pos" else data.draw(st.integers(1, needed - 1))
     config = SamplerSettings(
+        scale_rewards="none",
+        seed=0,
         sampler=sampler,
         num_generations=2,
         round_size=round_size,
@@ -537,6 +540,7 @@ def est_case(draw):
     num_prompts = draw(st.integers(1, 12))
     rates = draw(st.lists(st.floats(0.001, 0.999), min_size=num_prompts, max_size=num_prompts))
     config = SamplerSettings(
+        scale_rewards="none",
         sampler="est",
         num_generations=n,
         est_train_on=train_on,
@@ -670,7 +674,12 @@ def grpo_case(draw, reward):
 
 def uniform_advantages(n, groups, scale, baseline, tolerance):
     config = SamplerSettings(
-        sampler="uniform", num_generations=n, scale_rewards=scale, baseline=baseline, zero_variance_tolerance=tolerance
+        seed=0,
+        sampler="uniform",
+        num_generations=n,
+        scale_rewards=scale,
+        baseline=baseline,
+        zero_variance_tolerance=tolerance,
     )
     selection, history = drive(build_sampler(config), groups)
     assert history == [[(index, n) for index in range(len(groups))]]  # one round of n per prompt
@@ -701,7 +710,13 @@ def test_uniform_with_the_default_tolerance_is_grpo_on_rewards_that_vary_or_not(
     zeroes.
     """
     n, groups, scale, baseline = case
-    ours = uniform_advantages(n, groups, scale, baseline, tolerance=SamplerSettings().zero_variance_tolerance)
+    ours = uniform_advantages(
+        n,
+        groups,
+        scale,
+        baseline,
+        tolerance=SamplerSettings(num_generations=4, scale_rewards="none", seed=0).zero_variance_tolerance,
+    )
     assert ours == pytest.approx(grpo_advantages(groups, scale), rel=1e-9, abs=1e-9)
 
 
@@ -754,7 +769,9 @@ def test_sampler_state_round_trips_through_the_checkpoint_json(name, rates, befo
     {"sampler": state_dict(), "refill": ...}, then `json.load`) makes exactly the decisions the original makes on the
     same later draws (requests, pools, kept groups, advantages, weights), and their states stay identical.
     """
-    config = SamplerSettings(**STATEFUL_CONFIGS[name], seed=seed % 97)
+    config = SamplerSettings(
+        **{"num_generations": 4, "scale_rewards": "none", **STATEFUL_CONFIGS[name]}, seed=seed % 97
+    )
     original = build_sampler(config)
     run_steps(original, before, rates, seed)
     written = json.dumps({"sampler": original.state_dict(), "refill": {"epoch": 0}})

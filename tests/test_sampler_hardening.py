@@ -83,7 +83,11 @@ def test_normalize_then_sum_falls_back_to_uniform_with_a_warning(tmp_path, caplo
 
 
 def test_masked_completions_do_not_satisfy_the_exit_rule():
-    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=4, max_rounds=3))
+    sampler = build_sampler(
+        SamplerSettings(
+            scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=4, max_rounds=3
+        )
+    )
     step = sampler.begin(1)
     requests = step.requests()
     # Two positives and two negatives, but both negatives were cut off: only the positives count.
@@ -103,7 +107,7 @@ def test_masked_completions_are_kept_only_when_nothing_else_fills_the_group(mode
 
 
 def test_masked_completions_stay_in_the_pool_baseline():
-    sampler = build_sampler(SamplerSettings(sampler="uniform", num_generations=4))
+    sampler = build_sampler(SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=4))
     step = sampler.begin(1)
     step.observe(step.requests(), [1.0, 0.0, 0.0, 0.0], masked=[False, False, False, True])
     (result,) = step.finish().prompts
@@ -121,7 +125,15 @@ NAN = float("nan")
 @pytest.mark.parametrize("policy", ["fixed", "predictive", "tracked"])
 def test_a_prompt_with_only_unscorable_draws_exits_after_its_first_round(policy):
     sampler = build_sampler(
-        SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4, round_policy=policy)
+        SamplerSettings(
+            scale_rewards="none",
+            seed=0,
+            sampler="seq_balance",
+            num_generations=4,
+            round_size=8,
+            max_rounds=4,
+            round_policy=policy,
+        )
     )
     step = sampler.begin(2, ["unscorable", "scored"])
     requests = step.requests()
@@ -132,7 +144,11 @@ def test_a_prompt_with_only_unscorable_draws_exits_after_its_first_round(policy)
 
 def test_an_unscorable_prompt_still_fills_its_update_group():
     # round_size 2 < n = 4: it draws exactly the 2 its group still lacks, then stops (not the cap of 8)
-    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=2, max_rounds=4))
+    sampler = build_sampler(
+        SamplerSettings(
+            scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=2, max_rounds=4
+        )
+    )
     step = sampler.begin(1)
     while requests := step.requests():
         step.observe(requests, [NAN] * sum(count for _, count in requests))
@@ -143,14 +159,22 @@ def test_an_unscorable_prompt_still_fills_its_update_group():
 
 
 def test_a_partly_scored_prompt_keeps_drawing():
-    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4))
+    sampler = build_sampler(
+        SamplerSettings(
+            scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=4, max_rounds=4
+        )
+    )
     step = sampler.begin(1)
     step.observe(step.requests(), [NAN, NAN, NAN, 0.0])
     assert step.requests() == [(0, 4)]  # one scored negative: it still looks for positives
 
 
 def test_the_continuous_schedule_stops_an_unscorable_prompt_too():
-    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4))
+    sampler = build_sampler(
+        SamplerSettings(
+            scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4
+        )
+    )
     step = sampler.begin_continuous(1)
     for prompt, draw in step.to_submit():
         step.complete(prompt, draw, NAN)

@@ -35,7 +35,7 @@ def constant(value):
 
 
 def test_uniform_is_one_round_of_n_all_kept():
-    settings = SamplerSettings(sampler="uniform", num_generations=4)
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=4)
     selection = run_step(settings, [constant(1.0), lambda d: float(d % 2)])
     assert selection.rounds == 1
     assert [len(pool) for pool in selection.pools] == [4, 4]
@@ -43,7 +43,9 @@ def test_uniform_is_one_round_of_n_all_kept():
 
 
 def test_seq_balance_exits_when_both_quotas_met_and_caps_unmixed_prompts():
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=4, max_rounds=3)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=4, max_rounds=3
+    )
     # prompt 0 mixed from the first round; 1 always right; 2 first positive only in round 2; 3 one positive per round
     selection = run_step(
         settings,
@@ -55,7 +57,9 @@ def test_seq_balance_exits_when_both_quotas_met_and_caps_unmixed_prompts():
 
 
 def test_seq_pos_exits_on_first_positive_round():
-    settings = SamplerSettings(sampler="seq_pos", num_generations=4, round_size=4, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_pos", num_generations=4, round_size=4, max_rounds=4
+    )
     selection = run_step(settings, [constant(0.0), lambda d: float(d == 9), constant(1.0)])
     assert [len(pool) for pool in selection.pools] == [16, 12, 4]
     assert settings.validated().positive_quota == 1
@@ -63,14 +67,22 @@ def test_seq_pos_exits_on_first_positive_round():
 
 def test_pool_never_exits_below_update_group_size():
     # round_size 2 < n 4: even with both outcomes after one round the prompt must draw again
-    settings = SamplerSettings(sampler="seq_pos", num_generations=4, round_size=2, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_pos", num_generations=4, round_size=2, max_rounds=4
+    )
     selection = run_step(settings, [lambda d: float(d % 2)])
     assert len(selection.pools[0]) == 4
 
 
 def test_quota_counts_use_threshold_and_ignore_unscorable():
     settings = SamplerSettings(
-        sampler="seq_balance", num_generations=2, round_size=2, max_rounds=3, positive_threshold=0.7
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        num_generations=2,
+        round_size=2,
+        max_rounds=3,
+        positive_threshold=0.7,
     )
     # 0.6 is not positive at threshold 0.7; NaN is neither positive nor negative
     selection = run_step(settings, [lambda d: [0.6, NAN, 0.9, 0.2, 0.8, 0.1][d]])
@@ -135,7 +147,9 @@ def test_balanced_downsample_is_uniform_within_a_side():
 
 
 def test_kept_group_is_mixed_whenever_pool_is():
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4
+    )
     draws = random.Random(3)
     pass_rates = [draws.random() for _ in range(300)]
     selection = run_step(settings, [lambda d, p=p: float(draws.random() < p) for p in pass_rates])
@@ -152,7 +166,9 @@ def test_kept_group_is_mixed_whenever_pool_is():
 
 
 def test_pool_baseline_and_advantage():
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=1)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=8, max_rounds=1
+    )
     pool = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]  # p̂ = 0.25
     selection = run_step(settings, [lambda d: pool[d]])
     result = selection.prompts[0]
@@ -165,7 +181,13 @@ def test_pool_baseline_and_advantage():
 
 def test_group_baseline_and_group_scaling_match_trl_formula():
     settings = SamplerSettings(
-        sampler="seq_balance", num_generations=4, round_size=8, max_rounds=1, baseline="group", scale_rewards="group"
+        seed=0,
+        sampler="seq_balance",
+        num_generations=4,
+        round_size=8,
+        max_rounds=1,
+        baseline="group",
+        scale_rewards="group",
     )
     pool = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
     result = run_step(settings, [lambda d: pool[d]]).prompts[0]
@@ -177,7 +199,7 @@ def test_group_baseline_and_group_scaling_match_trl_formula():
 
 
 def test_batch_scaling_uses_std_of_all_kept_rewards():
-    settings = SamplerSettings(sampler="uniform", num_generations=2, scale_rewards="batch")
+    settings = SamplerSettings(seed=0, sampler="uniform", num_generations=2, scale_rewards="batch")
     selection = run_step(settings, [lambda d: [1.0, 0.0][d], constant(1.0)])
     batch_std = math.sqrt(sum((r - 0.75) ** 2 for r in [1, 0, 1, 1]) / 3)
     assert selection.prompts[0].scale == pytest.approx(batch_std)
@@ -199,7 +221,15 @@ def test_objective_weight(objective, pass_rate, expected):
 
 
 def test_log_weights_are_clipped_then_normalised_over_informative_prompts():
-    settings = SamplerSettings(sampler="seq_balance", num_generations=2, round_size=4, max_rounds=1, objective="log")
+    settings = SamplerSettings(
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        num_generations=2,
+        round_size=4,
+        max_rounds=1,
+        objective="log",
+    )
     # p̂ = 1/4 (w 4), 1/2 (w 2), 0 (w clipped to 10, but no signal: excluded from the mean)
     pools = [[1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0], [0.0] * 4]
     selection = run_step(settings, [lambda d, p=p: p[d] for p in pools])
@@ -209,13 +239,21 @@ def test_log_weights_are_clipped_then_normalised_over_informative_prompts():
     assert all(a == 0.0 for a in selection.prompts[2].advantages)  # no signal stays no signal
 
     raw = run_step(
-        SamplerSettings(**{**settings.__dict__, "normalize_weights": False}), [lambda d, p=p: p[d] for p in pools]
+        SamplerSettings(
+            **{
+                "num_generations": 4,
+                "scale_rewards": "none",
+                "seed": 0,
+                **{**settings.__dict__, "normalize_weights": False},
+            }
+        ),
+        [lambda d, p=p: p[d] for p in pools],
     )
     assert [r.weight for r in raw.prompts] == pytest.approx([4.0, 2.0, 10.0])
 
 
 def test_unscorable_completions_get_zero_advantage_and_stay_out_of_the_baseline():
-    settings = SamplerSettings(sampler="uniform", num_generations=4)
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=4)
     pool = [1.0, NAN, 0.0, 0.0]
     result = run_step(settings, [lambda d: pool[d]]).prompts[0]
     assert result.baseline == pytest.approx(1 / 3)
@@ -228,17 +266,24 @@ def test_zero_variance_uses_a_tolerance():
 
 
 def test_seeded_determinism():
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=2, seed=7)
+    settings = SamplerSettings(
+        scale_rewards="none", sampler="seq_balance", num_generations=4, round_size=8, max_rounds=2, seed=7
+    )
     pools = [[float(random.Random(i).random() < 0.5) for _ in range(16)] for i in range(20)]
     first = run_step(settings, [lambda d, p=p: p[d] for p in pools])
     second = run_step(settings, [lambda d, p=p: p[d] for p in pools])
-    other = run_step(SamplerSettings(**{**settings.__dict__, "seed": 8}), [lambda d, p=p: p[d] for p in pools])
+    other = run_step(
+        SamplerSettings(
+            **{"num_generations": 4, "scale_rewards": "none", "seed": 0, **{**settings.__dict__, "seed": 8}}
+        ),
+        [lambda d, p=p: p[d] for p in pools],
+    )
     assert first == second
     assert [r.kept for r in first.prompts] != [r.kept for r in other.prompts]
 
 
 def test_step_protocol_errors():
-    step = build_sampler(SamplerSettings(sampler="uniform", num_generations=2)).begin(1)
+    step = build_sampler(SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=2)).begin(1)
     requests = step.requests()
     with pytest.raises(RuntimeError):
         step.requests()
@@ -249,7 +294,11 @@ def test_step_protocol_errors():
 
 
 def test_sampler_state_round_trip():
-    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=1))
+    sampler = build_sampler(
+        SamplerSettings(
+            scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=8, max_rounds=1
+        )
+    )
     sampler.rng.random()
     state = sampler.state_dict()
     expected = [sampler.rng.random() for _ in range(3)]
@@ -281,15 +330,18 @@ def test_sampler_state_round_trip():
 )
 def test_invalid_settings_raise_with_the_fix(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")):
-        SamplerSettings(**kwargs).validated()
+        SamplerSettings(**{"num_generations": 4, "scale_rewards": "none", "seed": 0, **kwargs}).validated()
 
 
 @pytest.mark.parametrize(("n", "positives", "negatives"), [(2, 1, 1), (3, 1, 2), (5, 2, 3), (7, 3, 4), (8, 4, 4)])
 def test_quota_defaults(n, positives, negatives):
     # Odd n: the extra slot is a negative's, exactly what a balanced group of n takes.
-    settings = SamplerSettings(sampler="seq_balance", num_generations=n).validated()
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="seq_balance", num_generations=n).validated()
     assert (settings.positive_quota, settings.negative_quota) == (positives, negatives)
-    assert SamplerSettings(sampler="seq_pos", num_generations=n).validated().positive_quota == 1
+    assert (
+        SamplerSettings(scale_rewards="none", seed=0, sampler="seq_pos", num_generations=n).validated().positive_quota
+        == 1
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -316,7 +368,9 @@ TRIALS = 20_000
 
 @pytest.mark.parametrize("p", [0.05, 0.1, 0.5, 0.9])
 def test_simulate_seq_balance_matches_closed_form(p):
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4, round_size=8, max_rounds=4
+    )
     (result,) = simulate(settings, [p], trials=TRIALS, seed=11)
     # not exited after t rounds of 8: fewer than 2 positives or fewer than 2 negatives among 8t draws
     survival = [binom_cdf_tails(8 * t, p, 1, 8 * t - 1) for t in (1, 2, 3)]
@@ -329,7 +383,9 @@ def test_simulate_seq_balance_matches_closed_form(p):
 
 @pytest.mark.parametrize("p", [0.02, 0.1, 0.6])
 def test_simulate_seq_pos_matches_closed_form(p):
-    settings = SamplerSettings(sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_pos", num_generations=4, round_size=8, max_rounds=4
+    )
     (result,) = simulate(settings, [p], trials=TRIALS, seed=5)
     q = (1 - p) ** 8  # a round of 8 with no positive
     mean_rounds, var_rounds = expected_rounds([q, q**2, q**3])
@@ -343,7 +399,9 @@ def test_simulate_seq_pos_matches_closed_form(p):
 @pytest.mark.parametrize("p", [0.1, 0.8])
 def test_simulate_seq_balance_odd_n_matches_closed_form(n, p):
     trials = 5000
-    settings = SamplerSettings(sampler="seq_balance", num_generations=n, round_size=8, max_rounds=4)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=n, round_size=8, max_rounds=4
+    )
     positive_quota, negative_quota = n // 2, n - n // 2
     (result,) = simulate(settings, [p], trials=trials, seed=n)
     # not exited after t rounds of 8: fewer than n // 2 positives or fewer than n - n // 2 negatives among 8t draws
@@ -356,7 +414,9 @@ def test_simulate_seq_balance_odd_n_matches_closed_form(n, p):
 
 @pytest.mark.parametrize("n", [3, 5, 7])
 def test_exited_pools_fill_an_odd_balanced_group_without_top_up(n):
-    settings = SamplerSettings(sampler="seq_balance", num_generations=n, round_size=4, max_rounds=6)
+    settings = SamplerSettings(
+        scale_rewards="none", seed=0, sampler="seq_balance", num_generations=n, round_size=4, max_rounds=6
+    )
     draws = random.Random(n)
     pass_rates = [draws.random() for _ in range(200)]
     selection = run_step(settings, [lambda d, p=p: float(draws.random() < p) for p in pass_rates])
@@ -371,19 +431,27 @@ def test_exited_pools_fill_an_odd_balanced_group_without_top_up(n):
 
 
 def test_simulate_uniform_mixed_share_is_grpo_signal():
-    (result,) = simulate(SamplerSettings(sampler="uniform", num_generations=8), [0.1], trials=TRIALS, seed=2)
+    (result,) = simulate(
+        SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=8),
+        [0.1],
+        trials=TRIALS,
+        seed=2,
+    )
     mixed = 1 - 0.1**8 - 0.9**8  # the SPEC's arithmetic: 0.9^8 = 0.43 of groups all wrong
     assert result.mean_samples == 8 and result.mean_rounds == 1
     assert result.mixed_share == pytest.approx(mixed, abs=4 * math.sqrt(mixed * (1 - mixed) / TRIALS))
 
 
 def test_simulate_is_seeded():
-    settings = SamplerSettings(sampler="seq_balance", num_generations=4)
+    settings = SamplerSettings(scale_rewards="none", seed=0, sampler="seq_balance", num_generations=4)
     assert simulate(settings, [0.3], trials=500, seed=1) == simulate(settings, [0.3], trials=500, seed=1)
 
 
 def test_cli_simulate_prints_one_json_object_per_pass_rate(capsys):
-    code = cli_main(["simulate", "--sampler", "seq_balance", "--pass-rates", "0.05", "0.5", "--trials", "2000"])
+    code = cli_main(
+        ["simulate", "--sampler", "seq_balance", "--num-generations", "4", "--pass-rates", "0.05", "0.5", "--trials"]
+        + ["2000"]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     rows = [json.loads(line) for line in lines]
@@ -398,7 +466,7 @@ def test_cli_simulate_prints_one_json_object_per_pass_rate(capsys):
         (["--num-generations", "8", "--round-size", "2", "--max-rounds", "2"], "Raise round_size or max_rounds"),
         (["--sampler", "est", "--round-policy", "tracked"], "Use sampler='seq_pos' or 'seq_balance'"),
         (["--round-policy", "predictive", "--round-confidence", "1.5"], "round_confidence must lie in (0, 1)"),
-        (["--sampler", "est", "--est-mean-samples", "6"], "est_mean_samples must be 4"),
+        (["--sampler", "est", "--num-generations", "4", "--est-mean-samples", "6"], "est_mean_samples must be 4"),
     ],
 )
 def test_cli_simulate_rejects_bad_knobs_with_the_fix(capsys, argv, message):
@@ -415,6 +483,7 @@ def cli_rows(capsys, argv):
 
 def test_cli_simulate_tracked_round_policy_learns_over_steps(capsys):
     common = ["--pass-rates", "0.05", "0.2", "0.5", "0.8", "0.95", "--trials", "100", "--steps", "5", "--seed", "1"]
+    common += ["--num-generations", "4"]
     fixed = cli_rows(capsys, common)
     tracked = cli_rows(capsys, [*common, "--round-policy", "tracked", "--round-confidence", "0.7"])
     # Seen 4 times before, a prompt's first request is sized from its tracked pass rate: most finish in one round,
@@ -425,7 +494,8 @@ def test_cli_simulate_tracked_round_policy_learns_over_steps(capsys):
 def test_cli_simulate_est_downsample_budget(capsys):
     rows = cli_rows(
         capsys,
-        ["--sampler", "est", "--est-train-on", "downsample", "--est-mean-samples", "6", "--steps", "3"]
+        ["--sampler", "est", "--num-generations", "4", "--est-train-on", "downsample", "--est-mean-samples", "6"]
+        + ["--steps", "3"]
         + ["--pass-rates", "0.05", "0.5", "0.95", "--trials", "50"],
     )
     assert mean_of_rows(rows, "mean_samples") == pytest.approx(6.0)  # N_total = round(150 * 6) over 150 prompts

@@ -140,7 +140,14 @@ def test_round_policies(out):
 def test_run_population_reproduces_simulate():
     from trl_ada.samplers import SamplerSettings, build_sampler, simulate
 
-    settings = SamplerSettings(sampler="seq_balance", round_policy="predictive", round_confidence=0.8)
+    settings = SamplerSettings(
+        num_generations=4,
+        scale_rewards="none",
+        seed=0,
+        sampler="seq_balance",
+        round_policy="predictive",
+        round_confidence=0.8,
+    )
     rates, trials = [0.1, 0.5, 0.9], 30
     expected = simulate(settings, rates, trials=trials, seed=3, steps=2)
     selection = bench.run_population(build_sampler(settings), [p for p in rates for _ in range(trials)], 3, steps=2)

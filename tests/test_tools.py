@@ -26,7 +26,7 @@ from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import add_response_schema, is_chat_template_prefix_preserving, parse_response
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.tiny_agents import add, answer_reward, build_tool_tokenizer, get_tool_model, make_tool_dataset
+from trl_ada.testing.tiny_agents import add, answer_reward, build_tool_tokenizer, get_tool_model, make_tool_dataset
 
 pytestmark = pytest.mark.skipif(
     Version(transformers.__version__) < Version("5.13") and importlib.util.find_spec("jmespath") is None,

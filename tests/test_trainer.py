@@ -233,7 +233,7 @@ def test_prompt_keys_tell_images_apart_and_survive_a_gather():
 
     from PIL import Image
 
-    from trl_ada.trainer import _prompt_key
+    from trl_ada.schedules import prompt_key as _prompt_key
 
     prompt = [{"role": "user", "content": "What colour is the image?"}]
     red, blue = Image.new("RGB", (4, 4), (255, 0, 0)), Image.new("RGB", (4, 4), (0, 0, 255))

@@ -22,8 +22,8 @@ from test_environments import chat_tokenizer
 from trl import GRPOConfig, GRPOTrainer
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.testing.tiny_agents import build_tool_tokenizer
 from trl_ada.tiny import build_tiny_model
-from trl_ada.tiny_agents import build_tool_tokenizer
 
 pytestmark = pytest.mark.skipif(
     Version(transformers.__version__) < Version("5.2"),

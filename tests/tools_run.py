@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import shut_down_distributed, tiny_args  # noqa: E402
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer  # noqa: E402
-from trl_ada.tiny_agents import add, answer_reward, get_tool_model, make_tool_dataset  # noqa: E402
+from trl_ada.testing.tiny_agents import add, answer_reward, get_tool_model, make_tool_dataset  # noqa: E402
 
 TOOL_ARGS = dict(max_completion_length=40, max_tool_calling_iterations=2)
 """One tool round trip is ~25 completion tokens; the tiny model calls once, a cap keeps a stray loop short."""

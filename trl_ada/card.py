@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import fields
 from importlib import resources
 from importlib.metadata import PackageNotFoundError, metadata, version
 from pathlib import Path
@@ -11,8 +12,9 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from .plots import logged_series, training_entries
+from .plots import logged_series, training_entries, write_metrics, write_training_plots
 from .samplers import SamplerSettings
+from .samplers.settings import UNIVERSAL_KNOBS
 
 TEMPLATE = "reinforce_ada_model_card.md"
 
@@ -29,26 +31,25 @@ _FINAL_METRICS = (
 
 
 def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
-    """The knobs that matter for `settings.sampler`, as `(name, value)` rows."""
-    names = ["sampler", "num_generations", "positive_threshold", "baseline", "scale_rewards"]
-    if settings.sampler in ("seq_pos", "seq_balance"):
-        names += ["round_size", "max_rounds", "positive_quota", "negative_quota", "downsample", "objective"]
-        names += ["round_policy"] + (["round_confidence"] if settings.round_policy != "fixed" else [])
-        names += ["pass_rate_decay"] if settings.round_policy == "tracked" else []
-        names += ["pass_rate_prior_alpha", "pass_rate_prior_beta"] if settings.round_policy != "fixed" else []
-    if settings.sampler == "est":
-        names += ["est_sample_power", "est_min_samples", "est_max_samples", "pass_rate_decay", "pass_rate_prior_alpha"]
-        names += ["pass_rate_prior_beta", "est_train_on", "est_mean_samples"]
-    if settings.sampler == "est" or (
-        settings.sampler in ("seq_pos", "seq_balance") and settings.round_policy != "fixed"
-    ):
-        names += ["pass_rate_predictor"]
-        names += ["pass_rate_predictor_learning_rate"] if settings.pass_rate_predictor != "tracker" else []
-    if settings.objective != "linear" or settings.sampler == "est":
-        names += ["max_weight", "normalize_weights"]
-    if settings.refills:
-        names += ["dapo_max_refills", "dapo_on_exhausted"]
-    return [(name, getattr(settings, name)) for name in names]
+    """
+    The knobs that matter for this configuration, as `(name, value)` rows, in declaration order: the basics, every
+    other knob it reads (`SamplerSettings.reads`, so a registered sampler's knobs appear by themselves) that is set,
+    the weight knobs unless the objective is linear (then every weight is 1), and the sampler's own options.
+    """
+    basics = ["sampler", "num_generations", "positive_threshold", "baseline", "scale_rewards"]
+    weights = ["max_weight", "normalize_weights"]
+    linear = settings.reads("objective") and settings.objective == "linear"
+    names = basics + [
+        f.name
+        for f in fields(settings)
+        if f.name not in UNIVERSAL_KNOBS and settings.reads(f.name) and getattr(settings, f.name) is not None
+    ]
+    names += [] if linear else weights
+    rows = [(name, getattr(settings, name)) for name in names]
+    options = settings.options
+    if options is not None:
+        rows += [(f"sampler_kwargs.{f.name}", getattr(options, f.name)) for f in fields(options)]
+    return rows
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -138,12 +139,23 @@ def describe_base_model(card_data: ModelCardData, base_model_name_or_path: str |
 
 def describe_rollouts(
     *,
-    tool_names: Sequence[str] = (),
-    environment_names: Sequence[str] = (),
-    rollout_func_name: str | None = None,
+    tools: Sequence[Any] | None = None,
+    environment_factories: dict[str, Any] | None = None,
+    rollout_func: Any = None,
     vision: bool = False,
 ) -> list[str]:
-    """The card's phrases for how completions were produced, beyond a single generate call."""
+    """The card's phrases for how completions were produced, beyond a single generate call.
+
+    Args:
+        tools, environment_factories, rollout_func: GRPOTrainer's attributes of those names (each shown by its
+            `__name__`); `None` or empty when the run has none.
+        vision: Whether the model is a vision-language model.
+    """
+    tool_names = [getattr(tool, "__name__", str(tool)) for tool in tools or []]
+    environment_names = sorted(
+        {getattr(factory, "__name__", str(factory)) for factory in (environment_factories or {}).values()}
+    )
+    rollout_func_name = getattr(rollout_func, "__name__", None) if rollout_func else None
     phrases = []
     if tool_names:
         phrases.append(
@@ -215,3 +227,53 @@ def render_model_card(
         rollouts=list(rollouts),
         **run_statistics(log_history),
     )
+
+
+def write_model_card(
+    output_dir: str | Path,
+    *,
+    settings: SamplerSettings,
+    log_history: Sequence[dict[str, Any]],
+    model_name: str | None,
+    hub_model_id: str | None,
+    paper: dict[str, str],
+    base_model_name_or_path: str | None = None,
+    train_dataset: Any = None,
+    example_max_new_tokens: int = 64,
+    rollouts: Sequence[str] = (),
+) -> ModelCard:
+    """Replace the `README.md` TRL wrote into `output_dir` with trl-ada's card, keeping TRL's metadata, and write the
+    logged metrics (`metrics.json`, `metrics.csv`) and the training plots (`plots/`) it shows next to it.
+
+    Args:
+        train_dataset: The run's training data; the quick start's example is its first prompt when it is a map-style
+            `datasets.Dataset` of text prompts (else [`render_model_card`]'s default).
+        settings, log_history, model_name, hub_model_id, paper, base_model_name_or_path, example_max_new_tokens,
+            rollouts: As for [`render_model_card`].
+
+    Returns:
+        The card written.
+    """
+    from datasets import Dataset
+
+    output_dir = Path(output_dir)
+    trl_card = ModelCard.load(output_dir / "README.md")
+    write_metrics(log_history, output_dir)
+    plots = write_training_plots(log_history, output_dir)
+    example = train_dataset[0].get("prompt") if isinstance(train_dataset, Dataset) else None
+    card = render_model_card(
+        trl_card.data,
+        settings=settings,
+        log_history=log_history,
+        plots=plots,
+        output_dir=output_dir,
+        model_name=model_name,
+        hub_model_id=hub_model_id,
+        base_model_name_or_path=base_model_name_or_path,
+        paper=paper,
+        **({"example_prompt": example} if isinstance(example, str) else {}),
+        example_max_new_tokens=example_max_new_tokens,
+        rollouts=rollouts,
+    )
+    card.save(output_dir / "README.md")
+    return card

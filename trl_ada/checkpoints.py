@@ -1,4 +1,5 @@
-"""Checkpoint helpers: which checkpoint a resume should start from, and where the sampler's state lives in one."""
+"""Checkpoint helpers: which checkpoint a resume starts from (the same one on every process, or the same error on
+every process), whether a checkpoint can be loaded, and where the sampler's state lives in one."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import logging
 import os
 import re
 import zipfile
+from collections.abc import Callable
 from typing import Any
 
+from accelerate.utils import broadcast_object_list, gather_object
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
@@ -145,6 +148,84 @@ def describe_checkpoints(output_dir: str | os.PathLike) -> str:
         os.path.basename(path) + ("" if checkpoint_problem(path) is None else " (cannot be loaded)") for path in paths
     ]
     return f"{directory!r} holds {', '.join(names)}."
+
+
+def resolve_resume_checkpoint(
+    resume_from_checkpoint: str | os.PathLike | bool | None,
+    output_dir: str | os.PathLike,
+    *,
+    is_main_process: bool,
+    broadcast: Callable[[list[Any]], list[Any]] = broadcast_object_list,
+    gather: Callable[[list[Any]], list[Any]] = gather_object,
+) -> str | os.PathLike | bool | None:
+    """
+    What `Trainer.train(resume_from_checkpoint=...)` gets: `True` becomes the newest loadable `checkpoint-N` of
+    `output_dir`, picked on the main process and broadcast to all (each one skipped is logged with the reason); a path
+    is returned as given once [`check_resumable`] passes on every process; `False` and `None` pass through.
+
+    Args:
+        broadcast, gather: `accelerate.utils.broadcast_object_list` and `gather_object` (the collectives every
+            process enters together), replaceable for a test without a process group.
+
+    Raises:
+        ValueError: on every process, before anything loads, when `True` finds no loadable checkpoint (listing the
+            ones there are) or the path cannot be resumed from (see [`check_resumable`]).
+    """
+    if resume_from_checkpoint is True:
+        picked = latest_complete_checkpoint(output_dir, warn=True) if is_main_process else None
+        [resume_from_checkpoint] = broadcast([picked])
+        if resume_from_checkpoint is None:
+            raise ValueError(
+                f"resume_from_checkpoint=True, but {output_dir!r} holds no complete checkpoint-N "
+                f"directory that can be loaded: {describe_checkpoints(output_dir)} Pass a checkpoint "
+                "path, or start without resume_from_checkpoint."
+            )
+    if isinstance(resume_from_checkpoint, str | os.PathLike):
+        check_resumable(os.fspath(resume_from_checkpoint), output_dir, is_main_process=is_main_process, gather=gather)
+    return resume_from_checkpoint
+
+
+def check_resumable(
+    checkpoint: str,
+    output_dir: str | os.PathLike,
+    *,
+    is_main_process: bool,
+    gather: Callable[[list[Any]], list[Any]] = gather_object,
+) -> None:
+    """
+    Fail on every process, before anything loads, when `checkpoint` cannot be resumed from: the main process's
+    copy decides whether it exists and loads (its message lists the checkpoints there are, next to `checkpoint` and
+    in `output_dir`); otherwise every process must see a loadable copy. `gather` is every process's collective (as
+    `accelerate.utils.gather_object`), so all of them raise together instead of one failing and the others hanging.
+    """
+    problem = checkpoint_problem(checkpoint)
+    listing = None
+    if problem is not None and is_main_process:
+        directories = [os.path.dirname(os.path.normpath(checkpoint)) or ".", output_dir]
+        listing = " ".join(
+            describe_checkpoints(directory)
+            for i, directory in enumerate(directories)
+            if os.path.realpath(directory) not in {os.path.realpath(d) for d in directories[:i]}
+        )
+    statuses = gather([(os.path.exists(checkpoint), problem, listing)])
+    main_exists, main_problem, main_listing = statuses[0]
+    if not main_exists:
+        raise ValueError(
+            f"resume_from_checkpoint={checkpoint!r} does not exist. {main_listing} Pass one of those checkpoints, "
+            "resume_from_checkpoint=True for the newest loadable one, or start without resume_from_checkpoint."
+        )
+    if main_problem is not None:
+        raise ValueError(
+            f"Cannot resume from {checkpoint!r}: {main_problem}. {main_listing} Pass another checkpoint, "
+            "resume_from_checkpoint=True for the newest loadable one, or start without resume_from_checkpoint."
+        )
+    blind = [rank for rank, (_, rank_problem, _) in enumerate(statuses) if rank_problem is not None]
+    if blind:
+        raise ValueError(
+            f"Process(es) {blind} of {len(statuses)} cannot read the complete checkpoint {checkpoint!r}. The "
+            "Trainer writes the model on the main process only, so resuming needs output_dir on a filesystem every "
+            "machine shares (or copy the checkpoint to each machine at the same path)."
+        )
 
 
 def _safetensors_problem(path: str) -> str | None:

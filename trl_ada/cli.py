@@ -11,12 +11,48 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import types
+import typing
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import Field, fields
+from typing import Any
 
-from .samplers import SAMPLER_NAMES, SamplerSettings, simulate
-from .samplers.settings import DOWNSAMPLES, EST_TRAIN_ON, ROUND_POLICIES
+from .samplers import SamplerSettings, sampler_names, simulate
 from .samplers.simulate import ARRIVALS, GENERATION_SCHEDULES
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _parse_optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse_or_none(text: str) -> Any:
+        return None if text.lower() == "none" else parse(text)
+
+    return parse_or_none
+
+
+_PARSERS: dict[type, Callable[[str], Any]] = {int: int, float: float, bool: _parse_bool, str: str}
+
+
+def _knob_parser(declared: Field) -> Callable[[str], Any]:
+    # The resolved annotation (HfArgumentParser also resolves `Field.type` in place, so the text cannot be relied on):
+    # its first type parses (a dict is given as JSON text), and "None" is accepted when it allows None.
+    annotation = typing.get_type_hints(SamplerSettings)[declared.name]
+    members = (
+        typing.get_args(annotation)
+        if isinstance(annotation, types.UnionType) or (typing.get_origin(annotation) is typing.Union)
+        else (annotation,)
+    )
+    first = next(member for member in members if member is not type(None))
+    parse = _PARSERS.get(first, str)
+    return _parse_optional(parse) if type(None) in members else parse
 
 
 def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
@@ -29,19 +65,13 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
             "mean_rounds (rounds a prompt took part in), mixed_share (share of prompts whose kept group holds "
             "both outcomes), max_samples and trials. All pass rates form one population (est shares its budget "
             "across it); --steps repeats the batch over the same prompts and reports the last one, so est's tracker "
-            "and --round-policy tracked learn the pass rates."
+            "and --round-policy tracked learn the pass rates. Every sampler knob of AdaGRPOConfig is a flag here, "
+            "with the same default and meaning (--num-generations is TRL's num_generations; --seed also seeds the "
+            "simulated rewards)."
         ),
     )
-    parser.add_argument("--sampler", choices=SAMPLER_NAMES, default="seq_balance")
     parser.add_argument("--pass-rates", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95])
     parser.add_argument("--trials", type=int, default=10_000, help="Prompts simulated per pass rate.")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--num-generations", type=int, default=4, help="Update group size n.")
-    parser.add_argument("--round-size", type=int, default=8, help="Completions per active prompt and round (M).")
-    parser.add_argument("--max-rounds", type=int, default=4)
-    parser.add_argument("--positive-quota", type=int, default=None)
-    parser.add_argument("--negative-quota", type=int, default=None)
-    parser.add_argument("--downsample", choices=DOWNSAMPLES, default="balanced")
     parser.add_argument(
         "--steps",
         type=int,
@@ -49,47 +79,6 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
         help="Generation batches over the same prompts; the last is reported (est's tracker and the tracked round "
         "policy learn across steps).",
     )
-    parser.add_argument(
-        "--round-policy",
-        choices=ROUND_POLICIES,
-        default="fixed",
-        help="Request size per round of seq_*: fixed round_size, or predictive/tracked from a Beta posterior.",
-    )
-    parser.add_argument(
-        "--round-confidence",
-        type=float,
-        default=0.7,
-        help="Target probability of finishing a prompt in its next round (predictive and tracked policies).",
-    )
-    parser.add_argument("--est-sample-power", type=float, default=0.5)
-    parser.add_argument(
-        "--pass-rate-decay",
-        type=float,
-        default=0.9,
-        help="Discount of a prompt's tracked counts, in (0, 1] (est, --round-policy tracked).",
-    )
-    parser.add_argument(
-        "--pass-rate-prior-alpha",
-        type=float,
-        default=1.0,
-        help="Alpha of the Beta prior on pass rates (est, --round-policy predictive or tracked).",
-    )
-    parser.add_argument(
-        "--pass-rate-prior-beta",
-        type=float,
-        default=1.0,
-        help="Beta of the Beta prior on pass rates (est, --round-policy predictive or tracked).",
-    )
-    parser.add_argument("--est-decay", type=float, default=None, help="Deprecated: use --pass-rate-decay.")
-    parser.add_argument("--est-min-samples", type=int, default=None)
-    parser.add_argument("--est-max-samples", type=int, default=None)
-    parser.add_argument(
-        "--est-mean-samples",
-        type=float,
-        default=None,
-        help="est: completions drawn per prompt on average. Default: n with --est-train-on all, 2n with downsample.",
-    )
-    parser.add_argument("--est-train-on", choices=EST_TRAIN_ON, default="all")
     parser.add_argument(
         "--generation-schedule",
         choices=GENERATION_SCHEDULES,
@@ -104,37 +93,37 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
         help="continuous schedule: completions come back in submission order, or length_correlated (right ones "
         "faster, so out of order).",
     )
+    knobs = parser.add_argument_group("sampler knobs (declared in trl_ada.samplers.settings, as in AdaGRPOConfig)")
+    for declared in fields(SamplerSettings):
+        flag = "--" + declared.name.replace("_", "-")
+        first_sentence = declared.metadata["help"].split(". ")[0].rstrip(".") + "."
+        # Samplers are checked by the registry, which also imports a plug-in named by its import path.
+        choices = declared.metadata.get("choices")
+        help_text = f"{first_sentence} Default: {declared.default!r}."
+        if declared.name == "sampler":
+            help_text += f" Registered: {', '.join(sampler_names())}, or a plug-in's import path (module:Class)."
+        knobs.add_argument(
+            flag,
+            dest=declared.name,
+            type=_knob_parser(declared),
+            choices=choices,
+            default=declared.default,
+            help=help_text,
+        )
+    knobs.add_argument("--est-decay", type=float, default=None, help="Deprecated: use --pass-rate-decay.")
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
     if args.est_decay is not None:
-        if args.pass_rate_decay not in (0.9, args.est_decay):
+        default_decay = SamplerSettings.__dataclass_fields__["pass_rate_decay"].default
+        if args.pass_rate_decay not in (default_decay, args.est_decay):
             raise ValueError(
                 f"--est-decay {args.est_decay} and --pass-rate-decay {args.pass_rate_decay} disagree: --est-decay is "
                 "the deprecated name of --pass-rate-decay. Pass only --pass-rate-decay."
             )
         warnings.warn("--est-decay is deprecated: use --pass-rate-decay.", FutureWarning, stacklevel=2)
         args.pass_rate_decay = args.est_decay
-    settings = SamplerSettings(
-        sampler=args.sampler,
-        num_generations=args.num_generations,
-        round_size=args.round_size,
-        max_rounds=args.max_rounds,
-        positive_quota=args.positive_quota,
-        negative_quota=args.negative_quota,
-        downsample=args.downsample,
-        seed=args.seed,
-        est_sample_power=args.est_sample_power,
-        pass_rate_decay=args.pass_rate_decay,
-        pass_rate_prior_alpha=args.pass_rate_prior_alpha,
-        pass_rate_prior_beta=args.pass_rate_prior_beta,
-        est_min_samples=args.est_min_samples,
-        est_max_samples=args.est_max_samples,
-        est_mean_samples=args.est_mean_samples,
-        est_train_on=args.est_train_on,
-        round_policy=args.round_policy,
-        round_confidence=args.round_confidence,
-    )
+    settings = SamplerSettings(**{declared.name: getattr(args, declared.name) for declared in fields(SamplerSettings)})
     results = simulate(
         settings,
         args.pass_rates,

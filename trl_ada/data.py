@@ -275,6 +275,21 @@ def tokenize_prompts(tokenizer: Any, prompts: Sequence[Prompt]) -> list[list[int
     return ids
 
 
+def check_prompt_column(dataset: Any) -> None:
+    """GRPOTrainer reads prompts from a `prompt` column; say so at construction rather than at the first step.
+
+    Passes for `None` and for a dataset that does not declare its columns (a stream without features); `AdaGRPOTrainer`
+    calls this unless an `environment_factory` supplies the prompt.
+    """
+    columns = getattr(dataset, "column_names", None)
+    if dataset is None or columns is None or "prompt" in columns:
+        return
+    raise ValueError(
+        f"train_dataset has no 'prompt' column (columns: {list(columns)}). AdaGRPOTrainer, like GRPOTrainer, reads "
+        "each prompt from 'prompt': rename yours, e.g. dataset.rename_column('question', 'prompt')."
+    )
+
+
 def validate_prompt_dataset(
     dataset: Any,
     required_columns: Iterable[str],

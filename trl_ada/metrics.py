@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .samplers.rules import is_positive
+
 
 def count_correct(rewards: Iterable[float | None], threshold: float = 0.5) -> int | None:
     """Number of rewards strictly above ``threshold`` (a completion counts as correct, as ``positive_threshold`` in
@@ -17,7 +19,7 @@ def count_correct(rewards: Iterable[float | None], threshold: float = 0.5) -> in
     values = list(rewards)
     if values and all(value is None for value in values):
         return None
-    return sum(1 for value in values if value is not None and value > threshold)
+    return sum(1 for value in values if value is not None and is_positive(value, threshold))
 
 
 def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:

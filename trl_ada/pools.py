@@ -17,7 +17,6 @@ completion all-gathered to every process each round) and against `GRPOTrainer`.
 from __future__ import annotations
 
 import dataclasses
-import math
 import pickle
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -25,41 +24,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-
-
-@dataclasses.dataclass(frozen=True)
-class RoundLayout:
-    """How one sampling round's requested rows are split over the processes (the same on every process)."""
-
-    order: list[int]
-    """The prompt (index into the batch) of each requested row, in request order."""
-    block: int
-    """Rows per prompt when every prompt asked for the same number, else 1 (vLLM server mode dedupes by it)."""
-    padded: list[int]
-    """`order` plus whole blocks of its first prompt, so every process gets the same number of whole blocks; the
-    padding rows are generated and scored (collectives need equal shares) and then dropped."""
-    num_processes: int
-
-    @classmethod
-    def plan(cls, requests: Sequence[tuple[int, int]], num_processes: int) -> RoundLayout:
-        order = [g for g, count in requests for _ in range(count)]
-        counts = {count for _, count in requests}
-        block = counts.pop() if len(counts) == 1 else 1
-        padded = order + [order[0]] * (-len(order) % math.lcm(block, num_processes))
-        return cls(order, block, padded, num_processes)
-
-    @property
-    def share_size(self) -> int:
-        return len(self.padded) // self.num_processes
-
-    def share(self, rank: int) -> list[int]:
-        """The prompts of the rows process `rank` generates."""
-        return self.padded[rank * self.share_size : (rank + 1) * self.share_size]
-
-    def holder(self, row: int) -> tuple[int, int]:
-        """(process, position in its share) of requested row `row`."""
-        return divmod(row, self.share_size)
-
 
 _HEADER = np.dtype([("prompt", "<i8"), ("completion", "<i8"), ("logprobs", "<i8"), ("payload", "<i8")])
 

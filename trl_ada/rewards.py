@@ -19,11 +19,12 @@ import functools
 import importlib
 import inspect
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .code_reward import code_execution_reward
+from .code_reward import CodeExecutionReward, code_execution_reward
 from .tasks.arithmetic import exact_match_reward
 
 logger = logging.getLogger(__name__)
@@ -400,6 +401,52 @@ __all__ = [
     "normalize_reference",
     "reference_as_completion",
     "reference_verifies",
+    "failing_reward_name",
     "required_reward_columns",
+    "resolve_reward_funcs",
     "score_completions",
 ]
+
+
+def resolve_reward_funcs(reward_funcs: Any) -> Any:
+    """
+    Replace reward-function names of trl-ada's registry (`"math_verify"`, `"exact_match"`, ...) and dotted import paths
+    by the functions; hub ids and local paths (reward models) stay for TRL. A bare unknown name would otherwise be
+    retried against the Hub as a model id for about a minute.
+    """
+    if reward_funcs is None:
+        return None
+    names = reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]
+    resolved = []
+    for func in names:
+        if not isinstance(func, str) or os.path.exists(func):
+            resolved.append(func)
+        elif func in REWARD_FUNCS or ("." in func and "/" not in func):
+            resolved.extend(get_reward_funcs([func]))
+        elif "/" in func:
+            resolved.append(func)  # a Hub reward model, e.g. "org/reward-model"
+        else:
+            raise ValueError(
+                f"Unknown reward function {func!r}: not a trl-ada reward name ({sorted(REWARD_FUNCS)}), a dotted "
+                "import path, a local reward-model directory, or a Hub id of the form 'org/model'. Pass a callable, "
+                "or one of those."
+            )
+    for func in resolved:
+        if isinstance(func, CodeExecutionReward):
+            func.sandbox  # noqa: B018 - builds the sandbox now: a missing bubblewrap fails before the model loads
+    return resolved if isinstance(reward_funcs, list) else resolved[0]
+
+
+def failing_reward_name(error: BaseException, funcs: list[Any], names: list[str]) -> str:
+    """Which reward function raised `error`: the innermost traceback frame that runs one of them."""
+    codes = {}
+    for func, name in zip(funcs, names, strict=True):
+        code = getattr(getattr(func, "__wrapped__", func), "__code__", None) or getattr(func, "__code__", None)
+        if code is not None:
+            codes[code] = name
+    found = None
+    traceback = error.__traceback__
+    while traceback is not None:
+        found = codes.get(traceback.tb_frame.f_code, found)
+        traceback = traceback.tb_next
+    return f"Reward function {found!r}" if found else f"A reward function (one of {names})"

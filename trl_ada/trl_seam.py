@@ -20,7 +20,8 @@ the same in the three releases except where the last column says otherwise:
 | `_pending_extra_logs` | attribute | `defaultdict(list)` of `log_extra` columns written by reward functions |
 | `_generate_and_score_completions(inputs)` | call | before it calls `self._generate(prompts)` it sets the batch up: per row, one environment instance from `_environment_pool` into `environments`, `reset(**row)` with its observation appended to the prompt, the row's tool dicts, image columns into multimodal messages; it passes the prompts so built to `_generate` and, later, to `_calculate_rewards` |
 | `_environment_pool` | attribute | `{environment name (None for a single factory): [instances]}` (set when `environment_factory` is given); `_generate_and_score_completions` hands out the instances in row order per name, creating one only when a batch needs more than the list holds |
-| `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag (the model card), micro-step counter (generation period), pad/EOS ids for truncation |
+| `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag (the model card), micro-step counter (generation period), pad/EOS ids for truncation (`is_truncated`: TRL's inline test) |
+| `reward_weights`, `multi_objective_aggregation` | attributes | `summed_rewards`: TRL's inline `sum_then_normalize` sum (`(rewards_per_func * reward_weights).nansum(dim=1)`, NaN where every function said None) |
 | `trl.trainer.utils._ChunkedLogProbFunction` | module variable, 1.15 only | 1.15 always patches the policy with a fused LM head whose kernel is Triton-only (`None` without Triton, so CPU training fails with `'NoneType' object has no attribute 'apply'`); replaced by a plain-torch equivalent off CUDA/XPU (1.14 has no fused head, 1.16 its own fallback) |
 | `unwrap_model_for_generation(model, accelerator, gather_deepspeed3_params, ...)` | function (`trl.models`) | the context `_generate_single_turn` enters per generate call, gathering ZeRO-3 parameters when `args.ds3_gather_for_generation`; entered once around a step's rounds by `trl_ada/weight_sync.py`; 1.16 added `gradient_checkpointing_kwargs` |
 | `RepeatSampler` | class | `trl.trainer.grpo_trainer.RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)` |
@@ -183,6 +184,29 @@ def micro_step(trainer: Any) -> int:
 def end_of_completion_ids(trainer: Any) -> tuple[int, ...]:
     """Token ids that end a completion; one ending otherwise hit `max_completion_length` (TRL's truncation test)."""
     return (*trainer.eos_token_ids, trainer._tokenizer.pad_token_id)
+
+
+def is_truncated(trainer: Any, completion_ids: list[int]) -> bool:
+    """
+    TRL's truncation test, which `_generate_and_score_completions` writes inline (`ids[-1] not in eos_and_pad`, for
+    `mask_truncated_completions` and `completions/clipped_ratio`): a completion that does not end with EOS or padding
+    hit `max_completion_length`. The one copy in trl-ada; checked against TRL 1.14, 1.15 and 1.16.
+    """
+    return bool(completion_ids) and completion_ids[-1] not in end_of_completion_ids(trainer)
+
+
+def summed_rewards(trainer: Any, rewards_per_func: Any) -> Any:
+    """
+    TRL's `sum_then_normalize` aggregation, which `_generate_and_score_completions` writes inline: the weighted sum over
+    reward functions (`reward_weights`, NaN skipped), NaN where every function returned None (unscorable). The one copy
+    in trl-ada; checked against TRL 1.14, 1.15 and 1.16.
+    """
+    import torch
+
+    weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
+    rewards = (rewards_per_func * weights).nansum(dim=1)
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
 
 
 def tokenize_prompts(trainer: Any, prompts: list) -> list[list[int]]:

@@ -1,8 +1,12 @@
-"""Sampling strategies for Reinforce-Ada. Pure Python: this package imports neither torch nor TRL."""
+"""
+Sampling strategies for Reinforce-Ada. Pure Python: this package imports neither torch nor TRL.
+
+Every sampler is a plug-in: `@register_sampler("name")` on a [`Sampler`] subclass makes `sampler="name"` selectable in
+`AdaGRPOConfig`, on the command line, in `trl-ada simulate` and on the model card. The built-in ones register
+themselves the same way, as their modules are imported: uniform, seq_pos, seq_balance (`base`), dapo (`dapo`), est (`est`).
+"""
 
 from .base import (
-    SAMPLERS,
-    DapoSampler,
     PromptResult,
     Sampler,
     SamplingStep,
@@ -13,11 +17,12 @@ from .base import (
     UniformSampler,
     build_sampler,
 )
-from .continuous import ContinuousStats, ContinuousStep
-from .dapo import BatchExhaustedError, BatchFiller
-from .est import EstSampler
+from .continuous import ContinuousStep, ScheduleStats
+from .dapo import BatchExhaustedError, BatchFiller, DapoSampler  # registers "dapo"
+from .est import EstSampler  # registers "est"
 from .predictor import LearnedPassRatePredictor, PromptKey
-from .settings import SAMPLER_NAMES, SamplerSettings
+from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
+from .settings import SamplerFields, SamplerSettings
 from .simulate import SimulationResult, simulate
 from .tracker import DecayedBetaTracker, PassRateEstimator
 
@@ -25,19 +30,19 @@ __all__ = [
     "SAMPLERS",
     "BatchExhaustedError",
     "BatchFiller",
-    "ContinuousStats",
     "ContinuousStep",
     "DapoSampler",
     "DecayedBetaTracker",
     "EstSampler",
     "LearnedPassRatePredictor",
     "PassRateEstimator",
-    "SAMPLER_NAMES",
     "PromptKey",
     "PromptResult",
     "Sampler",
+    "SamplerFields",
     "SamplerSettings",
     "SamplingStep",
+    "ScheduleStats",
     "Selection",
     "SeqBalanceSampler",
     "SeqPosSampler",
@@ -45,5 +50,8 @@ __all__ = [
     "SimulationResult",
     "UniformSampler",
     "build_sampler",
+    "register_sampler",
+    "sampler_class",
+    "sampler_names",
     "simulate",
 ]

@@ -24,12 +24,13 @@ import json
 import math
 import random
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import rules
 from .predictor import build_pass_rate_estimator, calibration
-from .settings import SEQUENTIAL_SAMPLERS, SamplerSettings
+from .registry import register_sampler
+from .settings import SamplerSettings
 from .tracker import PassRateEstimator
 
 if TYPE_CHECKING:
@@ -274,18 +275,93 @@ def _nanmean(values: Sequence[float]) -> float:
 
 class Sampler:
     """
-    Base strategy. A subclass decides, from a prompt's pool of rewards so far, how many more completions it needs
-    (`request_size`); downsampling, baselines and weights are shared rules (see `trl_ada.samplers.rules`).
+    Base strategy, and the contract of a sampler plug-in ([`register_sampler`]). A subclass decides, from a prompt's
+    pool of rewards so far, how many more completions it needs (`request_size`); downsampling (`keep`), baselines and
+    weights (`weight`) are shared rules (see `trl_ada.samplers.rules`) that a subclass may override.
+
+    A sampler class also carries its configuration (class attributes and class methods, read before any compute):
+    `knobs`, the knobs it reads beyond the universal ones (`trl_ada.samplers.settings.UNIVERSAL_KNOBS`), and `reads`
+    for those it reads only under some setting; `check_contradictions` and `resolve` for its own validation and the
+    defaults it fills in; `max_pool_size`; `options_class`, a dataclass of its own knobs (given as `sampler_kwargs`).
+    A knob it does not read must keep its default, or the configuration raises.
 
     The sampler owns the random generator used for downsampling. Every process builds it from the same seed and
     feeds it the same (gathered) rewards, so all processes make the same choices.
     """
 
     name: ClassVar[str]
+    """Set by [`register_sampler`]."""
+    knobs: ClassVar[frozenset[str]] = frozenset({"objective"})
+    """The knobs this sampler reads beyond the universal ones (maybe only under a setting: see `reads`)."""
+    knob_conditions: ClassVar[dict[str, str]] = {}
+    """Knob -> the setting under which this sampler reads it, for error messages ("with round_policy='tracked'")."""
+    knob_hints: ClassVar[dict[str, str]] = {}
+    """Knob -> a hint added when a user sets it and this sampler does not read it (what to tune instead)."""
+    refills_batches: ClassVar[bool] = False
+    """Whether prompts without a signal are dropped and the batch refilled from further prompts (DAPO)."""
+    has_exit_rule: ClassVar[bool] = False
+    """Whether it runs an exit rule prompt by prompt (`SequentialSampler`), so the round-free schedule can drive it."""
+    options_class: ClassVar[type | None] = None
+    """A dataclass of this sampler's own knobs, built from `sampler_kwargs` (validate in its `__post_init__`)."""
 
-    def __init__(self, settings: SamplerSettings) -> None:
+    @classmethod
+    def reads(cls, settings: SamplerSettings, name: str) -> bool:
+        """Whether this sampler reads knob `name` (not a universal one) under `settings`."""
+        return name in cls.knobs
+
+    @classmethod
+    def knob_depends_on(cls, name: str) -> tuple[str, ...]:
+        """The settings besides `sampler` that decide whether knob `name` is read (named in error messages)."""
+        return ()
+
+    @classmethod
+    def check_contradictions(cls, settings: SamplerSettings) -> None:
+        """Raise `ValueError` for a setting that contradicts this sampler, with a more precise message than the
+        unread-knob rule would give. Runs before that rule."""
+
+    @classmethod
+    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
+        """The settings with this sampler's defaults filled in, after its combined checks (`ValueError` naming the
+        fix). Must accept its own output (settings are validated again by every sampler built from them)."""
+        return settings
+
+    @classmethod
+    def max_pool_size(cls, settings: SamplerSettings) -> int:
+        """The cap on completions drawn for one prompt in one generation batch."""
+        return settings.num_generations
+
+    @classmethod
+    def one_request_per_prompt(cls, settings: SamplerSettings) -> bool:
+        """Whether every prompt is drawn in a single generate request per step (a vLLM `seed` then stays usable)."""
+        return False
+
+    @classmethod
+    def parse_options(cls, kwargs: dict[str, Any] | None) -> Any:
+        """This sampler's options from `sampler_kwargs` (`None` without an `options_class`)."""
+        if cls.options_class is None:
+            if kwargs:
+                raise ValueError(
+                    f"sampler_kwargs={kwargs!r} given, but sampler={cls.name!r} has no options of its own (no "
+                    "options_class). Remove sampler_kwargs; its knobs are the config's fields."
+                )
+            return None
+        known = [f.name for f in fields(cls.options_class)]
+        unknown = sorted(set(kwargs or {}) - set(known))
+        if unknown:
+            raise ValueError(
+                f"sampler_kwargs has {unknown}, which sampler={cls.name!r} does not take. Its options are {known}."
+            )
+        return cls.options_class(**(kwargs or {}))
+
+    def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         self.settings = settings.validated()
+        self.options = self.settings.options
         self.rng = random.Random(self.settings.seed)
+        if estimator is not None and not self.settings.reads("pass_rate_predictor"):
+            raise ValueError(
+                f"sampler={self.name!r} reads no pass-rate estimator; remove pass_rate_estimator, or use sampler='est' "
+                "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
+            )
 
     @property
     def max_rounds(self) -> int:
@@ -343,10 +419,17 @@ class Sampler:
         self.rng.setstate((version, tuple(internal), gauss))
 
 
+@register_sampler("uniform")
 class UniformSampler(Sampler):
     """Plain GRPO: one round of `num_generations` completions per prompt, all kept."""
 
-    name = "uniform"
+    @classmethod
+    def one_request_per_prompt(cls, settings: SamplerSettings) -> bool:
+        return True  # GRPOTrainer's own request
+
+    @classmethod
+    def check_contradictions(cls, settings: SamplerSettings) -> None:
+        _reject_dapo_refill_without_rounds(settings)
 
     @property
     def max_rounds(self) -> int:
@@ -369,7 +452,90 @@ class SequentialSampler(Sampler):
     an `estimator` object) both predictive policies take their prior from it from the first round on: `"tracked"` its
     `beta_parameters` (prediction and the prompt's decayed counts), `"predictive"` its `prior_parameters` (the
     prediction alone).
+
+    Subclasses are the exit rules' quotas: `default_quotas` fills `positive_quota` / `negative_quota`.
     """
+
+    knobs = frozenset(
+        {
+            "round_size",
+            "max_rounds",
+            "positive_quota",
+            "objective",
+            "downsample",
+            "round_policy",
+            "round_confidence",
+            "pass_rate_decay",
+            "pass_rate_prior_alpha",
+            "pass_rate_prior_beta",
+            "pass_rate_predictor",
+            "dapo_refill",
+            "dapo_max_refills",
+            "dapo_on_exhausted",
+        }
+    )
+    _PREDICTIVE = ("predictive", "tracked")
+    knob_conditions = {
+        "round_confidence": "with round_policy='predictive' or 'tracked'",
+        "pass_rate_decay": "with round_policy='tracked', its pass-rate tracker",
+        "pass_rate_prior_alpha": "with round_policy='predictive' or 'tracked', their Beta prior",
+        "pass_rate_prior_beta": "with round_policy='predictive' or 'tracked', their Beta prior",
+        "pass_rate_predictor": "with round_policy='predictive' or 'tracked', their pass-rate prior",
+        "dapo_max_refills": "with dapo_refill=True",
+        "dapo_on_exhausted": "with dapo_refill=True",
+    }
+    has_exit_rule = True
+
+    @classmethod
+    def reads(cls, settings: SamplerSettings, name: str) -> bool:
+        if name not in cls.knobs:
+            return False
+        if name == "pass_rate_decay":
+            return settings.round_policy == "tracked"
+        if name in ("round_confidence", "pass_rate_prior_alpha", "pass_rate_prior_beta", "pass_rate_predictor"):
+            return settings.round_policy in cls._PREDICTIVE
+        if name in ("dapo_max_refills", "dapo_on_exhausted"):
+            return bool(settings.dapo_refill)
+        return True
+
+    @classmethod
+    def knob_depends_on(cls, name: str) -> tuple[str, ...]:
+        if name in ("dapo_max_refills", "dapo_on_exhausted"):
+            return ("dapo_refill",)
+        return ("round_policy",) if name in cls.knob_conditions else ()
+
+    @classmethod
+    def max_pool_size(cls, settings: SamplerSettings) -> int:
+        return settings.round_size * settings.max_rounds
+
+    @classmethod
+    def one_request_per_prompt(cls, settings: SamplerSettings) -> bool:
+        return settings.max_rounds == 1
+
+    @classmethod
+    def default_quotas(cls, settings: SamplerSettings) -> tuple[int, int]:
+        """`(positive_quota, negative_quota)` with the `None`s filled in."""
+        raise NotImplementedError
+
+    @classmethod
+    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
+        n, cap = settings.num_generations, cls.max_pool_size(settings)
+        if cap < n:
+            raise ValueError(
+                f"round_size * max_rounds = {settings.round_size} * {settings.max_rounds} = {cap} is smaller than "
+                f"num_generations = {n}: a pool cannot be downsampled to an update group larger than itself. "
+                f"Raise round_size or max_rounds so that round_size * max_rounds >= {n}."
+            )
+        positive_quota, negative_quota = cls.default_quotas(settings)
+        if positive_quota < 1:
+            raise ValueError(f"positive_quota must be at least 1, got {positive_quota}.")
+        if positive_quota + negative_quota > cap:
+            raise ValueError(
+                f"positive_quota + negative_quota = {positive_quota} + {negative_quota} can never be reached within "
+                f"the cap round_size * max_rounds = {cap} completions per prompt, so every prompt would use the whole "
+                f"cap. Lower the quotas or raise round_size / max_rounds."
+            )
+        return replace(settings, positive_quota=positive_quota, negative_quota=negative_quota)
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)
@@ -498,39 +664,60 @@ class SequentialSampler(Sampler):
         )
 
 
+@register_sampler("seq_pos")
 class SeqPosSampler(SequentialSampler):
-    """Reinforce-Ada-Seq-pos: a prompt retires once it has `positive_quota` positives."""
+    """Reinforce-Ada-Seq-pos: a prompt retires once it has `positive_quota` positives (1 by default)."""
 
-    name = "seq_pos"
+    @classmethod
+    def reads(cls, settings: SamplerSettings, name: str) -> bool:
+        # 0 is what `resolve` fills in: the exit rule counts positives only.
+        return (name == "negative_quota" and settings.negative_quota == 0) or super().reads(settings, name)
+
+    @classmethod
+    def default_quotas(cls, settings: SamplerSettings) -> tuple[int, int]:
+        return (1 if settings.positive_quota is None else settings.positive_quota), 0
 
 
+@register_sampler("seq_balance")
 class SeqBalanceSampler(SequentialSampler):
-    """Reinforce-Ada-Seq-balance: a prompt retires once it has `positive_quota` positives and `negative_quota` negatives."""
+    """
+    Reinforce-Ada-Seq-balance: a prompt retires once it has `positive_quota` positives and `negative_quota` negatives
+    (by default exactly what a balanced update group takes: `n // 2` and `n - n // 2`).
+    """
 
-    name = "seq_balance"
+    knobs = SequentialSampler.knobs | {"negative_quota"}
+
+    @classmethod
+    def default_quotas(cls, settings: SamplerSettings) -> tuple[int, int]:
+        n = settings.num_generations
+        # The quotas are exactly what a balanced group takes (odd n: the extra slot is a negative's, see
+        # rules.downsample), so an exited pool fills its group without topping up from the other side.
+        positive_quota = n // 2 if settings.positive_quota is None else settings.positive_quota
+        negative_quota = n - n // 2 if settings.negative_quota is None else settings.negative_quota
+        if negative_quota < 1:
+            raise ValueError(f"negative_quota must be at least 1 for sampler='seq_balance', got {negative_quota}.")
+        return positive_quota, negative_quota
 
 
-class DapoSampler(UniformSampler):
-    """DAPO's sampling: one round of `num_generations` (the batch refilling lives in [`BatchFiller`])."""
-
-    name = "dapo"
+def _reject_dapo_refill_without_rounds(settings: SamplerSettings) -> None:
+    if settings.dapo_refill:
+        raise ValueError(
+            f"dapo_refill=True combines DAPO's batch filling with a sequential sampler; with "
+            f"sampler={settings.sampler!r} use sampler='dapo' instead, or combine it with 'seq_pos'/'seq_balance'."
+        )
 
 
 def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_source: str | None = None) -> Sampler:
     """
-    The sampler that `settings.sampler` names. `estimator`: a pass-rate estimator object for `est` and the predictive
-    and tracked round policies of `seq_*`, in place of the one `settings.pass_rate_predictor` names. Its state must be
-    JSON-serialisable (it is saved in every checkpoint): checked here, before any compute. `predictor_source`: a local
-    directory holding the saved predictor that `settings.pass_rate_predictor` names (the snapshot of a Hub id).
+    The sampler that `settings.sampler` names (any registered one). `estimator`: a pass-rate estimator object for the
+    samplers that read one (`est`, the predictive and tracked round policies of `seq_*`), in place of the one
+    `settings.pass_rate_predictor` names. Its state must be JSON-serialisable (it is saved in every checkpoint):
+    checked here, before any compute. `predictor_source`: a local directory holding the saved predictor that
+    `settings.pass_rate_predictor` names (the snapshot of a Hub id).
     """
-    from .est import EstSampler
-
     settings = settings.validated()
-    reads_estimator = settings.sampler == "est" or (
-        settings.sampler in SEQUENTIAL_SAMPLERS and settings.round_policy in ("predictive", "tracked")
-    )
     if estimator is not None:
-        if not reads_estimator:
+        if not settings.reads("pass_rate_predictor"):
             raise ValueError(
                 f"a pass_rate_estimator is read by sampler='est' and by round_policy='predictive' or 'tracked' of "
                 f"seq_pos/seq_balance, not by sampler={settings.sampler!r} with round_policy={settings.round_policy!r}."
@@ -547,12 +734,8 @@ def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_so
             )
     if predictor_source is not None:
         estimator = build_pass_rate_estimator(settings, predictor_source)
-    if settings.sampler == "est":
-        sampler: Sampler = EstSampler(settings, estimator)
-    elif settings.sampler in SEQUENTIAL_SAMPLERS:
-        sampler = SAMPLERS[settings.sampler](settings, estimator)
-    else:
-        sampler = SAMPLERS[settings.sampler](settings)
+    cls = settings.sampler_class
+    sampler = cls(settings) if estimator is None else cls(settings, estimator)
     try:
         json.dumps(sampler.state_dict())
     except (TypeError, ValueError) as error:
@@ -562,8 +745,3 @@ def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_so
             "estimator's state_dict() return only dicts, lists, strings, numbers, booleans and None."
         ) from error
     return sampler
-
-
-SAMPLERS: dict[str, type[Sampler]] = {
-    cls.name: cls for cls in (UniformSampler, SeqPosSampler, SeqBalanceSampler, DapoSampler)
-}

@@ -29,23 +29,54 @@ In flight. A prompt keeps exactly its current block outstanding: the draws up to
 submitted therefore enters the pool (none is ever aborted or thrown away), and a prompt that exits has nothing left
 in flight. Any draw that is back may be scored at once, in any order.
 
-Pure Python: no torch and no TRL.
+This module is the pure rule; its driver on AdaGRPOTrainer (the vLLM server draws, the scoring batches, the
+collectives) is `trl_ada/schedules/continuous.py`. Pure Python: no torch and no TRL.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .base import Sampler, SamplingStep, Selection, SequentialSampler
 
 
 @dataclass
-class ContinuousStats:
-    """The draws of one generation batch: each is submitted once and, its block complete, admitted."""
+class ScheduleStats:
+    """
+    What one generation batch cost under its schedule, rounds or continuous (the one record of both; it lives here,
+    pure, because [`ContinuousStep`] counts its draws into it). The pools' own metrics are `Selection.metrics`.
+    """
 
     submitted: int = 0
+    """Draws submitted (rounds: rows requested); each is submitted once."""
     admitted: int = 0
+    """Draws that entered a pool (continuous: once their block was complete; rounds: every row of a round)."""
+    round_seconds: list[float] = field(default_factory=list)
+    """Rounds: the wall time of each round (a round waits for its slowest completion). Empty on the continuous
+    schedule, which has no rounds."""
+    scoring_batches: int = 0
+    """Continuous: the scoring batches (every draw back since the previous one) the batch was scored in."""
+    seconds: float = 0.0
+    """Wall time of the whole batch: continuous, from the first draw submitted to the last one scored."""
+
+    def metrics(self) -> dict[str, float]:
+        """
+        The schedule's own metrics, each defined here (the trainer logs them with the prefix `ada/`). Rounds (a rounds
+        batch runs at least one round): `round_time/mean|max|total`, seconds per round. Continuous:
+        `continuous/scoring_batches`, `continuous/draws_per_scoring_batch` and `continuous/seconds`.
+        """
+        if self.round_seconds:
+            return {
+                "round_time/mean": sum(self.round_seconds) / len(self.round_seconds),
+                "round_time/max": max(self.round_seconds),
+                "round_time/total": sum(self.round_seconds),
+            }
+        return {
+            "continuous/scoring_batches": float(self.scoring_batches),
+            "continuous/draws_per_scoring_batch": self.submitted / max(self.scoring_batches, 1),
+            "continuous/seconds": self.seconds,
+        }
 
 
 class _Prompt:
@@ -80,7 +111,7 @@ class ContinuousStep:
         # The rounds path's own step (keys, tracker priors): finish() then runs its code unchanged.
         self.step: SamplingStep = sampler.begin(num_prompts, prompt_keys)
         self.prompts = [_Prompt(sampler.block_request(self.step, index, 0)) for index in range(num_prompts)]
-        self.stats = ContinuousStats()
+        self.stats = ScheduleStats()
         self._finished = False
         # Only a completed block opens a new one, so only prompts whose block completed since the last `to_submit`
         # can need draws: no call rescans a batch of thousands of prompts.

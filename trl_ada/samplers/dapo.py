@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from .base import Selection
+from .base import Selection, UniformSampler
+from .registry import register_sampler
+from .settings import SamplerSettings
+
+
+@register_sampler("dapo")
+class DapoSampler(UniformSampler):
+    """
+    DAPO's dynamic sampling (arXiv 2503.14476): one round of `num_generations` per prompt, like GRPO; prompts whose
+    group has no signal are dropped and the batch is refilled from further prompts ([`BatchFiller`] below), up to
+    `dapo_max_refills` extra generation batches.
+    """
+
+    knobs = frozenset({"objective", "dapo_refill", "dapo_max_refills", "dapo_on_exhausted"})
+    refills_batches = True
+
+    @classmethod
+    def check_contradictions(cls, settings: SamplerSettings) -> None:
+        if settings.dapo_refill is False:
+            raise ValueError(
+                "sampler='dapo' is uniform sampling with batch refilling; dapo_refill=False contradicts it. "
+                "Remove dapo_refill, or use sampler='uniform'."
+            )
 
 
 class BatchExhaustedError(RuntimeError):
@@ -76,3 +100,93 @@ class BatchFiller:
             constant = [self.kept_constant[batch][prompt] for batch, prompt in self.taken]
             metrics["zero_variance_share/kept"] = sum(constant) / len(constant)
         return metrics
+
+
+class RefillWalk:
+    """
+    Where DAPO's refill prompts come from: the dataset in an order of its own, one seeded permutation per epoch, the
+    same on every process (the trainer builds the permutation from TRL's `RepeatSampler` with `seed + 1 + epoch`; the
+    main loader, which the Trainer owns, uses `seed`, and its epoch is not consumed). Prompts already in the step are
+    skipped, so one update never holds two groups of the same prompt.
+
+    The walk is training state: `state_dict()` is `{"epoch", "position"}`, the format saved in every checkpoint
+    (`ada_sampler_state.json`'s `refill`).
+
+    Args:
+        dataset: The rows, indexable (`len(dataset)`, `dataset[i]`).
+        order: `order(epoch)`, the permutation of `range(len(dataset))` that epoch walks; asked again after
+            `load_state_dict`, so it must be a pure function of the epoch.
+        key: A row's stable prompt id (what `exclude` holds).
+    """
+
+    def __init__(self, dataset: Any, order: Callable[[int], Sequence[int]], key: Callable[[Any], Hashable]) -> None:
+        self.dataset = dataset
+        self.order = order
+        self.key = key
+        self.epoch = 0
+        self.position = 0
+        self._indices: list[int] | None = None
+
+    def next_prompts(self, count: int, exclude: set) -> list[Any]:
+        """
+        Up to `count` rows (one per prompt) none of whose prompts is in `exclude`; the keys of the rows returned are
+        added to `exclude`. Fewer than `count` (or none) come back when the dataset has no more prompts outside it.
+        """
+        dataset_size = len(self.dataset)
+        rows: list[Any] = []
+        scanned = 0  # a whole pass over the dataset without a new prompt means there is none left
+        while len(rows) < count and scanned < dataset_size:
+            if self._indices is None:
+                # Built lazily (also after `load_state_dict`): the position may sit at the end of an epoch.
+                self._indices = list(self.order(self.epoch))
+            if self.position >= len(self._indices):
+                self.epoch, self.position = self.epoch + 1, 0
+                self._indices = None
+                continue
+            row = self.dataset[self._indices[self.position]]
+            self.position += 1
+            scanned += 1
+            key = self.key(row)
+            if key not in exclude:
+                exclude.add(key)
+                rows.append(row)
+        return rows
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._indices = None
+
+
+def fill_update(
+    first: Selection,
+    first_keys: Iterable[Hashable],
+    sample: Callable[[list[Any]], Selection],
+    walk: RefillWalk,
+    max_refills: int,
+    keep_partial: bool,
+) -> BatchFiller:
+    """
+    DAPO's dynamic sampling for one update: file the first generation batch's prompts (`first`, keyed `first_keys`),
+    then, while fewer than its number of prompts carry a signal and at most `max_refills` refill batches were drawn,
+    sample a refill batch of as many prompts from `walk` (`sample(rows)` runs the generation schedule on them and
+    returns their selection) and file it too. Returns the filler after `take`: `taken` holds the update's
+    `(batch, prompt)` pairs (batch 0 is `first`, batch `i` the `i`-th `sample` call), `metrics()` the `dapo/*` values.
+    Raises `BatchExhaustedError` when the batch is short and not `keep_partial`.
+
+    The loop lives here, next to the filter and the walk, rather than in `trl_ada.schedules`: it is DAPO's rule (which
+    batches to draw, when to stop, what the update keeps), pure and the same for any schedule, which it drives only
+    through `sample`; the schedules know nothing of DAPO.
+    """
+    filler = BatchFiller(len(first.prompts))
+    filler.add(first)
+    in_step = set(first_keys)
+    while not filler.is_full and filler.batches <= max_refills:
+        rows = walk.next_prompts(filler.num_prompts, exclude=in_step)
+        if not rows:
+            break  # every prompt of the dataset is already in this step
+        filler.add(sample(rows))
+    filler.take(keep_partial=keep_partial)
+    return filler

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from . import rules
-from .base import Sampler, SamplingStep, Selection
+from .base import Sampler, SamplingStep, Selection, _reject_dapo_refill_without_rounds
 from .predictor import build_pass_rate_estimator, calibration
+from .registry import register_sampler
 from .settings import SamplerSettings
 from .tracker import PassRateEstimator
 
 
+@register_sampler("est")
 class EstSampler(Sampler):
     """
     Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to `[est_min_samples,
@@ -23,7 +26,83 @@ class EstSampler(Sampler):
     is cut to `n` like `seq_*`.
     """
 
-    name = "est"
+    knobs = frozenset(
+        {
+            "downsample",
+            "pass_rate_decay",
+            "pass_rate_prior_alpha",
+            "pass_rate_prior_beta",
+            "pass_rate_predictor",
+            "est_sample_power",
+            "est_min_samples",
+            "est_max_samples",
+            "est_mean_samples",
+            "est_epsilon",
+            "est_train_on",
+        }
+    )
+    knob_conditions = {"downsample": "with est_train_on='downsample'; the others train on every completion drawn"}
+    knob_hints = {
+        "objective": "sampler='est' splits the log objective between sampling (N ∝ p̂^-est_sample_power) and a "
+        "residual weight: tune est_sample_power instead (0.5: the paper's hybrid; 1.0: pure implicit weighting)."
+    }
+
+    @classmethod
+    def reads(cls, settings: SamplerSettings, name: str) -> bool:
+        if name == "downsample":
+            return settings.est_train_on == "downsample"
+        return name in cls.knobs
+
+    @classmethod
+    def knob_depends_on(cls, name: str) -> tuple[str, ...]:
+        return ("est_train_on",) if name == "downsample" else ()
+
+    @classmethod
+    def check_contradictions(cls, settings: SamplerSettings) -> None:
+        _reject_dapo_refill_without_rounds(settings)
+
+    @classmethod
+    def max_pool_size(cls, settings: SamplerSettings) -> int:
+        return settings.est_max_samples if settings.est_max_samples is not None else 4 * settings.num_generations
+
+    @classmethod
+    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
+        """Fill `est_min_samples`, `est_max_samples` and `est_mean_samples` and check they can be met together."""
+        n = settings.num_generations
+        default_min = 2 if settings.est_train_on == "all" else n
+        low = default_min if settings.est_min_samples is None else settings.est_min_samples
+        high = 4 * n if settings.est_max_samples is None else settings.est_max_samples
+        if low > high:
+            raise ValueError(f"est_min_samples ({low}) must not exceed est_max_samples ({high}).")
+        if settings.est_train_on == "downsample" and low < n:
+            raise ValueError(
+                f"est_train_on='downsample' cuts every pool to num_generations={n}, so est_min_samples must be at "
+                f"least {n}; got {low}. Raise est_min_samples or use est_train_on='all'."
+            )
+        if low < 2:
+            raise ValueError(f"est_min_samples must be at least 2 so every prompt has a baseline, got {low}.")
+        mean = settings.est_mean_samples
+        if settings.est_train_on == "all":
+            # Every completion is trained on, and TRL's batch holds B * num_generations rows.
+            if mean is not None and mean != n:
+                raise ValueError(
+                    f"est_train_on='all' trains on every completion drawn and TRL's batch holds num_generations={n} "
+                    f"rows per prompt, so est_mean_samples must be {n}; got {mean}. Remove est_mean_samples, or use "
+                    "est_train_on='downsample' to draw more than is trained on."
+                )
+            mean = n
+        elif mean is None:
+            # Downsampling needs a budget above n to choose from; the paper's Est drew 8 per prompt on average
+            # where its Seq runs trained on groups of 4.
+            mean = 2 * n
+        if not low <= mean <= high:  # also rejects NaN and infinity
+            raise ValueError(
+                f"The step's budget is {mean} completions per prompt on average (est_mean_samples; None means "
+                f"num_generations with est_train_on='all', 2 * num_generations with 'downsample'), which the bounds "
+                f"[est_min_samples, est_max_samples] = [{low}, {high}] cannot meet. Choose est_mean_samples and "
+                f"bounds with est_min_samples <= est_mean_samples <= est_max_samples."
+            )
+        return replace(settings, est_min_samples=low, est_max_samples=high, est_mean_samples=mean)
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)

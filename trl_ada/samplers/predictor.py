@@ -338,7 +338,7 @@ def build_pass_rate_estimator(settings: Any, source: str | None = None) -> PassR
     """
     The estimator `settings.pass_rate_predictor` names: `"tracker"` a [`DecayedBetaTracker`], `"learned"` a fresh
     [`LearnedPassRatePredictor`], a local directory a predictor warm-started from it. `source`: the local directory to
-    load instead (the snapshot of a Hub id, see `trl_ada.trainer.resolve_pass_rate_predictor`). Under
+    load instead (the snapshot of a Hub id, see `trl_ada.predictor_hub.resolve_pass_rate_predictor`). Under
     `round_policy="predictive"` the learned predictor keeps no per-prompt counts (that policy has no memory of
     prompts).
     """
@@ -351,7 +351,8 @@ def build_pass_rate_estimator(settings: Any, source: str | None = None) -> PassR
         "prior_alpha": alpha,
         "prior_beta": beta,
         "learning_rate": settings.pass_rate_predictor_learning_rate,
-        "track_counts": not (settings.sampler != "est" and settings.round_policy == "predictive"),
+        # The predictive round policy has no memory of prompts: it reads the prediction alone.
+        "track_counts": not (settings.reads("round_policy") and settings.round_policy == "predictive"),
     }
     if choice == "learned":
         return LearnedPassRatePredictor(**kwargs)
@@ -359,7 +360,7 @@ def build_pass_rate_estimator(settings: Any, source: str | None = None) -> PassR
     if not os.path.isdir(directory):
         raise ValueError(
             f"pass_rate_predictor={choice!r} is not a local directory. A Hub repo id is downloaded by AdaGRPOTrainer "
-            "(trl_ada.trainer.resolve_pass_rate_predictor); outside the trainer pass a local directory."
+            "(trl_ada.predictor_hub.resolve_pass_rate_predictor); outside the trainer pass a local directory."
         )
     return LearnedPassRatePredictor.from_pretrained(directory, **kwargs)
 

@@ -21,13 +21,19 @@ def is_scorable(reward: float) -> bool:
     return not math.isnan(reward)
 
 
+def is_positive(reward: float, threshold: float) -> bool:
+    """The positive test, the one definition (exit rules, downsampling, p̂, evaluation): a reward strictly above
+    `threshold`. NaN (unscorable) is never positive; callers that need "negative" also check `is_scorable`."""
+    return reward > threshold
+
+
 def count_outcomes(rewards: Sequence[float], threshold: float) -> tuple[int, int]:
-    """Return `(positives, negatives)`; a positive has reward strictly above `threshold`. NaN counts as neither."""
+    """Return `(positives, negatives)` by [`is_positive`]. NaN counts as neither."""
     positives = negatives = 0
     for reward in rewards:
-        if math.isnan(reward):
+        if not is_scorable(reward):
             continue
-        if reward > threshold:
+        if is_positive(reward, threshold):
             positives += 1
         else:
             negatives += 1
@@ -84,8 +90,8 @@ def downsample(
     if mode != "balanced":
         raise ValueError(f"unknown downsample mode {mode!r}")
     scorable = [i for i, r in enumerate(rewards) if not math.isnan(r) and i not in excluded]
-    positives = [i for i in scorable if rewards[i] > threshold]
-    negatives = [i for i in scorable if rewards[i] <= threshold]
+    positives = [i for i in scorable if is_positive(rewards[i], threshold)]
+    negatives = [i for i in scorable if not is_positive(rewards[i], threshold)]
     last_resort = [i for i, r in enumerate(rewards) if math.isnan(r) or i in excluded]
     take_positive = min(size // 2, len(positives))
     take_negative = min(size - take_positive, len(negatives))

@@ -128,7 +128,7 @@ def simulate(
     """
     _choice("schedule", schedule, GENERATION_SCHEDULES)
     _choice("arrival", arrival, ARRIVALS)
-    if schedule == "continuous" and settings.sampler not in ("seq_pos", "seq_balance"):
+    if schedule == "continuous" and not settings.sampler_class.has_exit_rule:
         raise ValueError(
             f"the continuous schedule runs sampler='seq_pos' or 'seq_balance', got {settings.sampler!r}: pick one of "
             "those, or simulate the rounds schedule (schedule='rounds', `--generation-schedule rounds`)."

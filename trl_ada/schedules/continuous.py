@@ -3,15 +3,15 @@ The continuous schedule (`generation_schedule="continuous"`): a generation batch
 server.
 
 The main process drives the sampling: each prompt draws its rounds as blocks of separate one-draw requests, without
-waiting for the other prompts (`trl_ada.samplers.continuous.ContinuousStep` decides the blocks, and its pools are
-those of rounds with the same settings). Every submitted draw enters its prompt's pool, so a draw is scored as soon
-as it is back, in whatever order. Scoring runs on every process, in "scoring batches" (every draw back since the last
-one): the main process broadcasts which (prompt, draw) pairs a batch holds, and every process runs the trainer's round
-code on it (`AdaGRPOTrainer._run_round`), whose `_generate` is TRL's own, with the server's request replaced by the
-completions already generated (`trl_seam.replayed_completions`). So a scoring batch is decoded, scored, gathered and
-held exactly like a round, the rows stay on the process that scored them (placed in their pool by draw index), and the
-step ends as rounds end: downsampling, baselines, weights and the routing of kept rows are unchanged. The weights are
-pushed once, before the first draw.
+waiting for the other prompts (`trl_ada.samplers.continuous.ContinuousStep`, the pure rule this module drives, decides
+the blocks, and its pools are those of rounds with the same settings). Every submitted draw enters its prompt's pool,
+so a draw is scored as soon as it is back, in whatever order. Scoring runs on every process, in "scoring batches"
+(every draw back since the last one): the main process broadcasts which (prompt, draw) pairs a batch holds, and every
+process runs the trainer's round code on it (`trl_ada.schedules.rounds.run_round`), whose `_generate` is TRL's own,
+with the server's request replaced by the completions already generated (`trl_seam.replayed_completions`). So a scoring
+batch is decoded, scored, gathered and held exactly like a round, the rows stay on the process that scored them (placed
+in their pool by draw index), and the step ends as rounds end: downsampling, baselines, weights and the routing of kept
+rows are unchanged. The weights are pushed once, before the first draw.
 
 Failures end the step on every process. While the main process waits for draws it watches the server's `/health`
 (`vllm_server_timeout`, as rounds do), so a dead or frozen server becomes a `VLLMServerError` everywhere. A reward
@@ -19,26 +19,31 @@ function or replay that fails on the main process inside a scoring batch cannot 
 processes sit in that batch's collectives (the completions broadcast, the reward gather). The failure is recorded,
 the batch's collectives complete (the replayed completions are answered anyway, the failed rewards are NaN), and the
 error is raised after the batch, when every process waits for the main process's next announcement.
+
+The draws go through AdaGRPOTrainer's vLLM client and collectives, so [`ContinuousSchedule`]'s driver must hold the
+trainer (`driver.trainer`, as `trl_ada.schedules.driver.TrainerDriver` does); the functions below take the trainer.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list, gather
 
-from .faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
-from .pools import PoolEntry, RoundLayout
-from .samplers import Selection
+from ..faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
+from ..pools import PoolEntry
+from ..rewards import failing_reward_name
+from ..samplers import ScheduleStats, Selection
+from ..trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
+from ..weight_sync import sync_server_weights_for_step
+from . import ScheduledBatch, ScheduleDriver, rounds
+from .rounds import RoundLayout
 from .server_draws import ServerDrawError, ServerDraws
-from .trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
-from .weight_sync import sync_server_weights_for_step
 
 logger = logging.getLogger(__name__)
 
@@ -46,21 +51,23 @@ _SCORE, _DONE, _FAILED = "score", "done", "failed"
 _SERVER, _OTHER = "server", "other"
 
 
-@dataclasses.dataclass
-class ScheduleStats:
-    """One generation batch on the continuous schedule: its draws, its scoring batches and its wall time."""
+class ContinuousSchedule:
+    """Round-free: each draw its own request to the vLLM server, the exit rule checked per prompt (see above)."""
 
-    submitted: int = 0
-    scoring_batches: int = 0
-    seconds: float = 0.0
+    name = "continuous"
 
-    def metrics(self) -> dict[str, float]:
-        """The continuous schedule's own metrics (the pools' are the rounds' `Selection.metrics`), each defined here."""
-        return {
-            "continuous/scoring_batches": float(self.scoring_batches),
-            "continuous/draws_per_scoring_batch": self.submitted / max(self.scoring_batches, 1),
-            "continuous/seconds": self.seconds,
-        }
+    def sample(
+        self, driver: ScheduleDriver, group_inputs: list[dict[str, Any]], keys: Sequence[Any]
+    ) -> ScheduledBatch:
+        trainer = getattr(driver, "trainer", None)
+        if trainer is None:
+            raise TypeError(
+                "generation_schedule='continuous' draws from AdaGRPOTrainer's vLLM server on every process; its "
+                "driver must hold that trainer (trl_ada.schedules.driver.TrainerDriver)."
+            )
+        pools: list[list[PoolEntry]] = [[] for _ in group_inputs]
+        selection, stats = sample_continuously(trainer, group_inputs, keys, pools)
+        return ScheduledBatch(selection, pools, stats)
 
 
 def sample_continuously(
@@ -108,6 +115,7 @@ def _drive(
 ) -> Selection:
     started = time.perf_counter()
     step = trainer.ada_sampler.begin_continuous(len(group_inputs), keys)
+    step.stats = stats  # one record of the batch: the step counts its draws into it, this loop its scoring batches
     prompt_ids = tokenize_prompts(trainer, [row["prompt"] for row in group_inputs])
     client = trainer.vllm_generation.vllm_client
     payload = completions_payload(client, server_sampling_params(trainer.vllm_generation), prompt_ids[0])
@@ -134,7 +142,6 @@ def _drive(
                 for (g, draw), (entry, reward) in zip(rows, scored, strict=True):
                     entries[g][draw] = entry
                     step.complete(g, draw, reward, masked=masked and entry.truncated)
-            stats.submitted = draws.submitted
     except (ServerDrawError, VLLMServerUnresponsive) as error:
         during = f"continuous sampling (the draws of scoring batch {stats.scoring_batches + 1})"
         raise VLLMServerError(vllm_server_message(trainer, None, error, during=during)) from error
@@ -179,17 +186,15 @@ def _score_batch(
         if replay is not None:
             client, payload, prompt_ids, choices = replay
             stack.enter_context(replayed_completions(client, payload, prompt_ids, choices, mismatches=mismatches))
-        order, entries, rewards = trainer._run_round(requests, group_inputs, batch_index)
+        order, entries, rewards = rounds.run_round(trainer, requests, group_inputs, batch_index)
     if mismatches or reward_failures:
         where = f"scoring batch {batch_index} of training step {trainer.state.global_step + 1}"
     if mismatches:
         raise RuntimeError(f"The continuous schedule's replay failed during {where}: {mismatches[0]}")
     if reward_failures:
-        from .trainer import _failing_reward_name  # the trainer imports this module
-
         error = reward_failures[0]
         raise RuntimeError(
-            f"{_failing_reward_name(error, trainer.reward_funcs, trainer.reward_func_names)} raised during {where}: "
+            f"{failing_reward_name(error, trainer.reward_funcs, trainer.reward_func_names)} raised during {where}: "
             f"{type(error).__name__}: {error}. Checkpoints saved so far are intact; fix the reward function and "
             "resume with resume_from_checkpoint."
         ) from error

@@ -1,11 +1,12 @@
 """A tiny tool-calling agent that runs on CPU: a calculator tool, a chat tokenizer TRL can parse tool calls with, and
-a small Qwen2 taught (in code, in seconds) to call the tool in some of its sampled answers and not in others.
+a small Qwen2 taught (in code, in seconds) to call the tool in some of its sampled answers and not in others. A test
+and benchmark fixture (see [`trl_ada.testing`]), not part of the training API.
 
 Nothing is downloaded. The pieces plug into TRL's tool loop (``GRPOTrainer(..., tools=[add])``)::
 
     from trl import GRPOConfig, GRPOTrainer
 
-    from trl_ada.tiny_agents import add, answer_reward, get_tool_model, make_tool_dataset
+    from trl_ada.testing.tiny_agents import add, answer_reward, get_tool_model, make_tool_dataset
 
     model, tokenizer = get_tool_model()  # built once (~10-15 s on 2 cores), then loaded from the cache
     trainer = GRPOTrainer(
@@ -47,7 +48,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 from trl.chat_template_utils import qwen2_5_chat_template
 
-from .tiny import _byte_level_alphabet, build_tiny_model, default_cache_dir
+from ..tiny import _byte_level_alphabet, build_tiny_model, default_cache_dir
 
 logger = logging.getLogger(__name__)
 

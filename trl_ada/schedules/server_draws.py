@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from .faults import HealthWatch
+from ..faults import HealthWatch
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,124 @@
+"""
+A sampler defined outside the package (`examples/knapsack_sampler.py`, the README's "Write your own sampler") is
+selectable by name in AdaGRPOConfig, trains, resumes its state, runs in `trl-ada simulate` (by name, and by import path
+in a fresh process) and appears on the model card, with no file of trl_ada touched.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
+
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.card import sampler_rows
+from trl_ada.samplers import SamplerSettings, build_sampler, sampler_names
+from trl_ada.tiny import build_tiny_model
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+sys.path.insert(0, str(EXAMPLES))
+import knapsack_sampler  # noqa: E402 - registers "knapsack"
+
+
+def test_the_plug_in_is_registered_by_importing_it():
+    assert "knapsack" in sampler_names()
+    sampler = build_sampler(SamplerSettings(sampler="knapsack", num_generations=4, sampler_kwargs={"max_draws": 9}))
+    assert isinstance(sampler, knapsack_sampler.KnapsackSampler)
+    assert sampler.options == knapsack_sampler.KnapsackOptions(max_draws=9)
+    assert sampler.settings.max_pool_size == 9
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"objective": "log"}, "objective='log' has no effect with sampler='knapsack'"),
+        ({"round_size": 4}, "round_size=4 has no effect with sampler='knapsack'"),
+        ({"sampler_kwargs": {"budget": 3}}, r"sampler_kwargs has \['budget'\].*options are"),
+        ({"sampler_kwargs": {"min_draws": 1}}, "need 2 <= min_draws"),
+        ({"sampler_kwargs": {"max_draws": 3}}, r"outside \[min_draws, max_draws\] = \[2, 3\]"),
+        ({"sampler_kwargs": "{not json"}, "not valid JSON"),
+    ],
+)
+def test_the_plug_in_brings_its_own_validation(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AdaGRPOConfig(**tiny_args(tmp_path), sampler="knapsack", **kwargs)
+
+
+def test_built_in_samplers_take_no_sampler_kwargs(tmp_path):
+    with pytest.raises(ValueError, match="sampler='seq_balance' has no options of its own"):
+        AdaGRPOConfig(**tiny_args(tmp_path), sampler_kwargs={"max_draws": 3})
+
+
+def test_a_plug_in_sampler_trains_resumes_and_is_on_the_card(tmp_path, tokenizer, arithmetic_dataset):
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=4, save_strategy="steps", save_steps=2),
+        sampler="knapsack",
+        sampler_kwargs='{"max_draws": 7}',  # as the command line gives it
+    )
+    assert config.sampler_kwargs == {"max_draws": 7}  # parsed once, at construction
+    model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
+    trainer = AdaGRPOTrainer(
+        model, [starts_low_digit], args=config, train_dataset=arithmetic_dataset, processing_class=tokenizer
+    )
+    trainer.train()
+    logged = [entry for entry in trainer.state.log_history if "ada/samples_per_prompt/mean" in entry]
+    assert len(logged) == 4
+    for entry in logged:
+        # the whole budget (B * n = 2 * 4 per step, the batch TRL trains on) is spent, no prompt above max_draws
+        assert entry["ada/samples_per_prompt/mean"] == pytest.approx(4.0)
+        assert entry["ada/samples_per_prompt/max"] <= 7 and entry["ada/samples_per_prompt/min"] >= 2
+        assert "ada/knapsack/budget_max" in entry
+    # its tracker is training state: saved in every checkpoint, and a resumed run ends where the uninterrupted one did
+    state = json.loads((tmp_path / "checkpoint-2" / "ada_sampler_state.json").read_text())
+    assert len(state["sampler"]["tracker"]["counts"]) == 4  # 2 prompts per step (8 rows of 4), 2 steps
+    resumed = AdaGRPOTrainer(
+        build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS),
+        [starts_low_digit],
+        args=config,
+        train_dataset=arithmetic_dataset,
+        processing_class=tokenizer,
+    )
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.ada_sampler.tracker.state_dict() == trainer.ada_sampler.tracker.state_dict()
+
+    rows = dict(sampler_rows(trainer.ada_sampler.settings))
+    assert rows["sampler"] == "knapsack" and rows["sampler_kwargs.max_draws"] == 7
+    assert "objective" not in rows and "round_size" not in rows  # it reads neither
+    trainer.create_model_card()
+    card = (tmp_path / "README.md").read_text()
+    assert "knapsack" in card and "sampler_kwargs.max_draws" in card
+
+
+def test_simulate_runs_the_plug_in_by_name_and_by_import_path(capsys):
+    from trl_ada.cli import main
+
+    argv = ["simulate", "--num-generations", "4", "--pass-rates", "0.05", "0.5", "--trials", "200", "--steps", "3"]
+    assert main([*argv, "--sampler", "knapsack", "--sampler-kwargs", '{"max_draws": 12}']) == 0
+    by_name = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    # the greedy budget favours the prompt whose group most often comes back mixed once its rate is tracked
+    assert by_name[1]["mean_samples"] > 4.0 > by_name[0]["mean_samples"]
+    # a fresh process knows nothing of the plug-in until the import path names it
+    completed = subprocess.run(
+        [sys.executable, "-m", "trl_ada.cli", *argv, "--sampler", "knapsack_sampler:KnapsackSampler"]
+        + ["--sampler-kwargs", '{"max_draws": 12}'],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert [json.loads(line) for line in completed.stdout.splitlines()] == by_name
+    completed = subprocess.run(
+        [sys.executable, "-m", "trl_ada.cli", *argv, "--sampler", "knapsack"], capture_output=True, text=True
+    )
+    assert completed.returncode == 2 and "sampler='knapsack' is not supported" in completed.stderr
+
+
+def test_the_readme_shows_the_example_file_verbatim():
+    readme = (EXAMPLES.parent / "README.md").read_text()
+    section = readme.split("## Write your own sampler", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert block == (EXAMPLES / "knapsack_sampler.py").read_text()

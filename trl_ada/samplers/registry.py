@@ -1,0 +1,118 @@
+"""
+The sampler registry: one decorator adds a sampler, selectable by name everywhere (config, command line, `trl-ada
+simulate`, the model card).
+
+```python
+from trl_ada.samplers import Sampler, register_sampler
+
+
+@register_sampler("my_sampler")
+class MySampler(Sampler):
+    knobs = frozenset({"objective"})  # the knobs it reads beyond the universal ones
+
+    def request_size(self, step, index):
+        return self.settings.num_generations if step.rounds == 0 else 0
+```
+
+Pure Python: no torch, no TRL.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from .base import Sampler
+
+SamplerClass = TypeVar("SamplerClass", bound="type[Sampler]")
+
+SAMPLERS: dict[str, type[Sampler]] = {}
+"""Every registered sampler class by name, in registration order (the built-in ones first)."""
+
+_IMPORTED: dict[str, type[Sampler]] = {}
+"""Registered classes selected by an import path, by that path."""
+
+
+def register_sampler(name: str):
+    """
+    Class decorator: register a [`Sampler`] subclass under `name` (sets its `name`). It is then selectable as
+    `sampler=name` in `AdaGRPOConfig`, `--sampler name` on the command line and in `trl-ada simulate`, and its knobs
+    appear on the model card. Registering another class under a taken name raises; re-registering the same class (a
+    module imported twice) is a no-op.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"a sampler name must be a Python identifier (it is a config value), got {name!r}")
+
+    def register(cls: SamplerClass) -> SamplerClass:
+        from .base import Sampler
+
+        if not (isinstance(cls, type) and issubclass(cls, Sampler)):
+            raise TypeError(
+                f"@register_sampler({name!r}) decorates a subclass of trl_ada.samplers.Sampler, got {cls!r}"
+            )
+        taken = SAMPLERS.get(name)
+        if taken is not None and taken.__qualname__ != cls.__qualname__:
+            raise ValueError(
+                f"sampler name {name!r} is already registered by {taken.__module__}.{taken.__qualname__}. Choose "
+                "another name."
+            )
+        cls.name = name
+        SAMPLERS[name] = cls
+        return cls
+
+    return register
+
+
+ENTRY_POINT_GROUP = "trl_ada.samplers"
+"""Installed packages can ship samplers: an entry point in this group names a module (or class) to import."""
+
+
+def sampler_class(name: str) -> type[Sampler]:
+    """
+    The class registered under `name`. A name not registered yet is looked up, in this order, among the entry points
+    of group `trl_ada.samplers` (an installed package's plug-in, imported on first use) and as an import path
+    (`"my_package.samplers:KnapsackSampler"` or `"my_package.samplers.KnapsackSampler"`: importing it registers it),
+    so a plug-in is also selectable in a fresh process (`--sampler my_package.samplers:KnapsackSampler`).
+    `ValueError` naming the registered ones otherwise.
+    """
+    if isinstance(name, str) and name not in SAMPLERS and name not in _IMPORTED:
+        _load_plugin(name)
+    try:
+        return SAMPLERS[name] if name in SAMPLERS else _IMPORTED[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"sampler={name!r} is not supported. Choose one of {sampler_names()}, or register your own with "
+            "@trl_ada.samplers.register_sampler (see the README's 'Write your own sampler')."
+        ) from None
+
+
+def _load_plugin(name: str) -> None:
+    from importlib import import_module
+    from importlib.metadata import entry_points
+
+    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+        if entry_point.name == name:
+            entry_point.load()  # importing the plug-in runs its @register_sampler
+            return
+    module_name, _, attribute = name.replace(":", ".").rpartition(".")
+    if not module_name:
+        return
+    try:
+        cls = getattr(import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(
+            f"sampler={name!r} is neither a registered sampler ({sampler_names()}) nor an importable class "
+            f"({type(error).__name__}: {error}). Fix the import path, or register the sampler first."
+        ) from None
+    registered = getattr(cls, "name", None)
+    if SAMPLERS.get(registered) is not cls:
+        raise ValueError(
+            f"sampler={name!r} imports {cls!r}, which is not registered. Decorate it with "
+            "@trl_ada.samplers.register_sampler('some_name')."
+        )
+    _IMPORTED[name] = cls  # the path the user gave selects it from now on (the class keeps its registered name)
+
+
+def sampler_names() -> list[str]:
+    """The registered sampler names, built-in ones first."""
+    return list(SAMPLERS)

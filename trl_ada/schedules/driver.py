@@ -1,0 +1,222 @@
+"""
+AdaGRPOTrainer's side of the schedules: the driver that generates and scores for them, and one training step's
+sampling around them.
+
+[`sample_step`] is what `AdaGRPOTrainer._sample` runs for a generation batch: one dataset row per prompt from TRL's
+batch layout ([`group_rows`]), the generation schedule on them ([`sample_batch`]), DAPO's refill batches when the
+sampler refills (`trl_ada.samplers.dapo.fill_update`, with the trainer's [`refill_walk`]), and then the hand-off to
+the TRL overrides: the kept rows (routed to the process that trains on them), their rewards and, unless the batch is
+plain GRPO, the Reinforce-Ada advantages, set on the trainer's per-batch state (`_ada_kept_rows`,
+`_ada_kept_rewards`, `_ada_advantages`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+
+from ..pools import PoolEntry, moved_fraction, route_kept_rows
+from ..samplers import PromptKey, Sampler, ScheduleStats, Selection, rules
+from ..samplers.dapo import RefillWalk, fill_update
+from ..trl_seam import RepeatSampler, train_metrics
+from . import RoundResult, get_schedule, prompt_key, prompt_keys, rounds
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainerDriver:
+    """An AdaGRPOTrainer as a schedule's [`~trl_ada.schedules.ScheduleDriver`] (the continuous one reads `trainer`)."""
+
+    trainer: Any
+
+    @property
+    def sampler(self) -> Sampler:
+        return self.trainer.ada_sampler
+
+    @property
+    def mask_truncated(self) -> bool:
+        return self.trainer.mask_truncated_completions
+
+    def run_round(
+        self, requests: Sequence[tuple[int, int]], group_inputs: list[dict[str, Any]], round_index: int
+    ) -> RoundResult:
+        return rounds.run_round(self.trainer, requests, group_inputs, round_index)
+
+
+@dataclasses.dataclass
+class SampledBatch:
+    """One generation batch as the step sees it: its rows and keys, and what the schedule made of them."""
+
+    group_inputs: list[dict[str, Any]]
+    keys: list[PromptKey]
+    pools: list[list[PoolEntry]]
+    """Every prompt's pool in draw order; the completions themselves stay on the process that generated them."""
+    selection: Selection
+    stats: ScheduleStats
+
+
+def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """
+    Sample one generation batch (and DAPO refills) on every process; set the kept rows, rewards and advantages on
+    the trainer; return this process's kept dataset rows, which TRL then builds the training batch from.
+    """
+    rank = trainer.accelerator.process_index
+    settings = trainer.ada_sampler.settings
+    batches = [sample_batch(trainer, group_rows(trainer, inputs))]
+    chosen = [(0, g) for g in range(len(batches[0].group_inputs))]
+    if settings.refills:
+
+        def sample_refill(rows: list[dict[str, Any]]) -> Selection:
+            # Every process draws the same global refill batch, so no gather is needed.
+            batches.append(sample_batch(trainer, rows))
+            return batches[-1].selection
+
+        filler = fill_update(
+            batches[0].selection,
+            batches[0].keys,
+            sample_refill,
+            trainer.ada_refills,
+            settings.dapo_max_refills,
+            keep_partial=settings.dapo_on_exhausted == "keep_partial",
+        )
+        chosen = filler.taken
+        for name, value in filler.metrics().items():
+            train_metrics(trainer)[f"ada/{name}"].append(value)
+
+    kept: list[PoolEntry] = []
+    kept_inputs: list[dict[str, Any]] = []
+    advantages: list[float] = []
+    for b, g in chosen:
+        batch = batches[b]
+        result = batch.selection.prompts[g]
+        kept.extend(batch.pools[g][i] for i in result.kept)
+        # One copy per row: TRL merges a rollout's per-row extra fields into these dicts in place.
+        kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
+        advantages.extend(result.advantages)
+    trainer._ada_kept_rewards = torch.stack([entry.rewards_per_func for entry in kept])
+    # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
+    # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
+    identity = chosen == [(0, g) for g in range(len(chosen))]
+    if not (identity and batches[0].selection.is_plain_grpo):
+        trainer._ada_advantages = torch.tensor(advantages, dtype=torch.float32, device=trainer.accelerator.device)
+    local = len(inputs)
+    num_processes = trainer.accelerator.num_processes
+    # Each kept row moves once, from the process that generated it to the one that trains on it.
+    trainer._ada_kept_rows = route_kept_rows(kept, rank, num_processes, trainer.accelerator.device)
+    if num_processes > 1:
+        train_metrics(trainer)["ada/kept_rows_moved"].append(moved_fraction(kept, num_processes))
+    # An environment's observation is part of the prompt each kept completion was generated from.
+    return [
+        row if kept_row.prompt is None else {**row, "prompt": kept_row.prompt}
+        for row, kept_row in zip(kept_inputs[rank * local : (rank + 1) * local], trainer._ada_kept_rows, strict=True)
+    ]
+
+
+def group_rows(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """
+    One dataset row per prompt of the whole generation batch, on every process. TRL's RepeatSampler lays the batch
+    out group-major across processes (global rows [g * n, (g + 1) * n) hold prompt g), so only each group's first
+    row is gathered; every process checks its own rows against it, and all fail together if one layout is wrong.
+    """
+    n = trainer.num_generations
+    start = trainer.accelerator.process_index * len(inputs)
+    groups = gather_object([row for i, row in enumerate(inputs) if (start + i) % n == 0])
+    # Each group's key once (it hashes the prompt and any images), not once per row.
+    group_keys = {g: prompt_key(groups[g]) for g in {(start + i) // n for i in range(len(inputs))}}
+    misplaced = sum(prompt_key(row) != group_keys[(start + i) // n] for i, row in enumerate(inputs))
+    if trainer.accelerator.gather(torch.tensor([misplaced], device=trainer.accelerator.device)).sum().item():
+        raise RuntimeError(
+            "AdaGRPOTrainer expects each prompt's num_generations rows to be contiguous (TRL's RepeatSampler "
+            "layout). Do not override the train sampler or shuffle the generation batch before generation."
+        )
+    return groups
+
+
+def sample_batch(trainer: Any, group_inputs: list[dict[str, Any]]) -> SampledBatch:
+    """One generation batch under the trainer's `generation_schedule`, logged (`ada/*`) once sampled."""
+    # The keys also carry the prompt's text, for a learned pass-rate predictor (trl_ada.samplers.PromptKey).
+    keys = prompt_keys(group_inputs)
+    scheduled = get_schedule(trainer.args.generation_schedule).sample(TrainerDriver(trainer), group_inputs, keys)
+    trainer._log_selection(scheduled.selection)
+    metrics = train_metrics(trainer)
+    for name, value in scheduled.stats.metrics().items():
+        metrics[f"ada/{name}"].append(value)
+    return SampledBatch(group_inputs, keys, scheduled.pools, scheduled.selection, scheduled.stats)
+
+
+def refill_walk(trainer: Any) -> RefillWalk:
+    """
+    The trainer's DAPO refill walk over `train_dataset`: epoch `e` walks TRL's `RepeatSampler` permutation seeded
+    `seed + 1 + e` (the main loader's is seeded `seed`), the same on every process.
+    """
+    dataset, seed = trainer.train_dataset, trainer.args.seed
+
+    def order(epoch: int) -> list[int]:
+        sampler = RepeatSampler(
+            data_source=dataset, mini_repeat_count=1, batch_size=1, repeat_count=1, shuffle=True, seed=seed + 1 + epoch
+        )
+        return list(sampler)
+
+    return RefillWalk(dataset, order, prompt_key)
+
+
+def log_selection(trainer: Any, selection: Selection) -> None:
+    """A batch's selection metrics (`ada/*`), and the once-only warnings about what its rewards show."""
+    metrics = train_metrics(trainer)
+    for name, value in selection.metrics.items():
+        metrics[f"ada/{name}"].append(value)
+    _check_threshold(trainer, selection)
+    _check_unscorable(trainer, selection)
+
+
+def _check_unscorable(trainer: Any, selection: Selection) -> None:
+    """
+    Warn once when no reward function scored any draw of a prompt (all returned None): the sampler stops such a
+    prompt at `num_generations` draws, and it trains with zero advantages.
+    """
+    pools = [pool for pool in selection.pools if pool and not any(rules.is_scorable(r) for r in pool)]
+    if pools:
+        trainer._warn_once(
+            "unscorable",
+            "Every reward function (%s) returned None for all draws of %d of %d prompts (%d completions), so they "
+            "carry no signal: trl-ada stops drawing for such a prompt once its update group of num_generations=%d "
+            "is filled, and it trains with zero advantages (ada/unscorable_share logs their share). Make a reward "
+            "function score these prompts, or remove them from the dataset.",
+            ", ".join(trainer.reward_func_names),
+            len(pools),
+            len(selection.pools),
+            sum(len(pool) for pool in pools),
+            trainer.num_generations,
+        )
+
+
+def _check_threshold(trainer: Any, selection: Selection) -> None:
+    """
+    Warn once when a batch's rewards vary yet all fall on one side of `positive_threshold`: the rewards carry a
+    signal the threshold cannot see (e.g. 5.0 with 0/1 rewards), so every exit rule waits for the whole cap.
+    """
+    settings = trainer.ada_sampler.settings
+    threshold = settings.positive_threshold
+    rewards = [r for pool in selection.pools for r in pool if not math.isnan(r)]
+    if not rewards or max(rewards) - min(rewards) <= settings.zero_variance_tolerance:
+        return
+    positives, negatives = rules.count_outcomes(rewards, threshold)
+    side = "positive" if positives == 0 else "negative" if negatives == 0 else None
+    if side is not None:
+        trainer._warn_once(
+            f"no_{side}",
+            "No completion of a whole generation batch (%d prompts, %d completions, rewards %.4g to %.4g) was %s "
+            "at positive_threshold=%s, so the exit rule, the balanced downsampling and p̂ cannot tell outcomes "
+            "apart and adaptive samplers spend the whole cap. Set positive_threshold between your rewards' failure "
+            "and success values.",
+            len(selection.pools),
+            len(rewards),
+            min(rewards),
+            max(rewards),
+            side,
+            threshold,
+        )
