@@ -44,6 +44,9 @@ def test_card_renders_real_numbers_and_parses(trained):
         assert f"(plots/{stem}.png)" in text
     assert (out / "metrics.csv").read_text().splitlines()[0].startswith("step,")
     assert len((out / "metrics.csv").read_text().splitlines()) == 1 + len(logged)
+    # seq_balance with round_policy="fixed" reads no pass-rate estimate: no reliability diagram
+    assert not any("pass_rate_predictor/bin_" in key for entry in logged for key in entry)
+    assert not (out / "plots" / "pass_rate_calibration.png").exists() and "pass_rate_calibration" not in text
 
 
 def test_push_to_hub_uploads_model_card_and_plots(trained):
@@ -155,6 +158,45 @@ def test_none_metrics_are_skipped_by_plots_metrics_and_card(tmp_path):
     assert "| zero-variance groups in the kept update groups | 0.5 |" in text
     assert "| `reward` | n/a |" in text and "| `eval_heldout_accuracy` | n/a |" in text
     assert "None" not in text
+
+
+def calibration_history():
+    """Two logged steps of reliability bins: bin 1 has 10 + 30 draws predicted 0.15, 8 of them positive."""
+    bins = [
+        {"step": 1, "loss": 0.1, "bin_1": (10, 1, 1.5), "bin_8": (6, 6, 5.1)},
+        {"step": 2, "loss": 0.2, "bin_1": (30, 7, 4.5), "bin_8": (0, 0, 0.0)},
+    ]
+    history = []
+    for entry in bins:
+        logged = {"step": entry["step"], "loss": entry["loss"]}
+        for b in range(10):
+            draws, positives, predicted = entry.get(f"bin_{b}", (0, 0, 0.0))
+            logged |= {
+                f"ada/pass_rate_predictor/bin_{b}/draws": float(draws),
+                f"ada/pass_rate_predictor/bin_{b}/positives": float(positives),
+                f"ada/pass_rate_predictor/bin_{b}/predicted": predicted,
+            }
+        history.append(logged)
+    return history
+
+
+def test_the_reliability_diagram_sums_the_bins_over_the_run_and_the_card_shows_it(tmp_path):
+    from trl_ada.plots import CALIBRATION_TITLE, calibration_table, training_entries, write_training_plots
+
+    history = calibration_history()
+    assert calibration_table(training_entries(history)) == [
+        (1, pytest.approx(0.15), pytest.approx(8 / 40), 40.0),
+        (8, pytest.approx(0.85), 1.0, 6.0),
+    ]
+    plots = write_training_plots(history, tmp_path)
+    path = tmp_path / "plots" / "pass_rate_calibration.png"
+    assert (CALIBRATION_TITLE, path) in plots and path.stat().st_size > 1000
+    text = render(tmp_path, history, plots=plots).text
+    assert "(plots/pass_rate_calibration.png)" in text and "on the diagonal the estimates are calibrated" in text
+    # without the bins (NONE_HISTORY): neither the file nor the link
+    bare = write_training_plots(NONE_HISTORY, tmp_path / "bare")
+    assert not (tmp_path / "bare" / "plots" / "pass_rate_calibration.png").exists()
+    assert "pass_rate_calibration" not in render(tmp_path / "bare", NONE_HISTORY, plots=bare).text
 
 
 # ---------------------------------------------------------------------------------------------------------------------

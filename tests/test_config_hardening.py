@@ -161,6 +161,7 @@ UNREAD_READ_VALUE = {
         {"sampler": "est", "pass_rate_predictor": "learned"},
         0.3,
     ),
+    "skip_unmixed_above": ({"sampler": "seq_balance"}, {"round_policy": "tracked"}, 0.9),
     "est_sample_power": ({"sampler": "seq_pos"}, {"sampler": "est"}, 1.0),
     "est_min_samples": ({"sampler": "seq_balance"}, {"sampler": "est"}, 3),
     "est_max_samples": ({"sampler": "uniform"}, {"sampler": "est"}, 16),

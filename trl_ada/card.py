@@ -12,7 +12,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from .plots import logged_series, training_entries, write_metrics, write_training_plots
+from .plots import PLOT_CAPTIONS, logged_series, training_entries, write_metrics, write_training_plots
 from .samplers import SamplerSettings
 from .samplers.settings import UNIVERSAL_KNOBS
 
@@ -216,7 +216,10 @@ def render_model_card(
         example_max_new_tokens=example_max_new_tokens,
         ada_settings=[(name, _fmt(value)) for name, value in sampler_rows(settings)],
         final_metrics=final_metrics(log_history),
-        plots=[(title, Path(path).relative_to(output_dir).as_posix()) for title, path in plots],
+        plots=[
+            (title, Path(path).relative_to(output_dir).as_posix(), PLOT_CAPTIONS.get(Path(path).stem, ""))
+            for title, path in plots
+        ],
         trl_ada_version=version("trl-ada"),
         trl_ada_url=package_url(),
         trl_version=version("trl"),

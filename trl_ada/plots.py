@@ -1,4 +1,7 @@
-"""Training plots from a Trainer's `log_history`: reward, samples drawn per prompt, zero-variance share."""
+"""
+Training plots from a Trainer's `log_history`: reward, samples drawn per prompt, zero-variance share, the pass-rate
+estimates' scores and their reliability diagram.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +52,68 @@ PLOT_SPECS: tuple[tuple[str, str, str, tuple[tuple[str, str], ...]], ...] = (
         ),
     ),
 )
+
+
+CALIBRATION_STEM = "pass_rate_calibration"
+CALIBRATION_TITLE = "Calibration of the pass-rate estimates (reliability diagram, whole run)"
+_BIN_KEY = "ada/pass_rate_predictor/bin_{}/{}"
+
+PLOT_CAPTIONS: dict[str, str] = {
+    CALIBRATION_STEM: "How to read it: each point is one bin of predicted pass rate (the estimates made at each "
+    "step's start), placed at its mean prediction against the share of its draws that came out positive, over the "
+    "whole run; on the diagonal the estimates are calibrated, below it they were too high, above it too low (the "
+    "lower panel counts the draws per bin)."
+}
+"""A line under a plot on the model card, by file stem."""
+
+
+def calibration_table(entries: Sequence[dict[str, Any]]) -> list[tuple[int, float, float, float]]:
+    """
+    The reliability diagram of a run: `(bin, mean prediction, observed pass rate, draws)` for every bin of the
+    `ada/pass_rate_predictor/bin_K/*` metrics with a draw, summed over `entries` (each logged value is a step's count,
+    or the mean over a logging window's steps, so the ratios are exact when every window has as many steps).
+    """
+    table = []
+    bins = 0
+    while any(_BIN_KEY.format(bins, "draws") in entry for entry in entries):
+        bins += 1
+    for b in range(bins):
+        sums = []
+        for name in ("draws", "positives", "predicted"):
+            values = (logged_number(entry, _BIN_KEY.format(b, name)) for entry in entries)
+            sums.append(math.fsum(v for v in values if v is not None))
+        draws, positives, predicted = sums
+        if draws > 0:
+            table.append((b, predicted / draws, positives / draws, draws))
+    return table
+
+
+def _write_calibration_plot(plt: Any, entries: Sequence[dict[str, Any]], plots_dir: Path) -> Path | None:
+    table = calibration_table(entries)
+    if not table:
+        return None
+    plots_dir.mkdir(parents=True, exist_ok=True)
+    fig, (ax, counts) = plt.subplots(
+        2, 1, figsize=(5, 5.4), dpi=100, sharex=True, gridspec_kw={"height_ratios": (3, 1)}
+    )
+    _, predicted, observed, draws = zip(*table, strict=True)
+    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="calibrated (diagonal)")
+    ax.plot(predicted, observed, marker="o", label="estimates, per bin")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_title(CALIBRATION_TITLE, fontsize=9)
+    ax.set_ylabel("observed pass rate of the draws")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    counts.bar(predicted, draws, width=0.04)
+    counts.set_xlabel("predicted pass rate (mean of the bin)")
+    counts.set_ylabel("draws")
+    counts.grid(alpha=0.3)
+    fig.tight_layout()
+    path = plots_dir / f"{CALIBRATION_STEM}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def training_entries(log_history: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,4 +192,7 @@ def write_training_plots(log_history: Sequence[dict[str, Any]], output_dir: str 
         fig.savefig(path)
         plt.close(fig)
         written.append((title, path))
+    calibration = _write_calibration_plot(plt, entries, plots_dir)
+    if calibration is not None:
+        written.append((CALIBRATION_TITLE, calibration))
     return written

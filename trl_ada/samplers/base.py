@@ -23,12 +23,13 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Hashable, Sequence
+from collections import defaultdict
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import rules
-from .predictor import build_pass_rate_estimator, calibration
+from .predictor import build_pass_rate_estimator, calibration, calibration_bins
 from .registry import register_sampler
 from .settings import SamplerSettings
 from .tracker import PassRateEstimator
@@ -108,6 +109,9 @@ class SamplingStep:
         self.estimates: list[float] | None = None
         self.budgets: list[int] | None = None
         self.priors: list[tuple[float, float]] | None = None
+        # `skip_unmixed_above`: which prompts are skipped (None: the skip is off), and est's budgets without it.
+        self.skipped: list[bool] | None = None
+        self.budgets_without_skip: list[int] | None = None
         self._pending: list[tuple[int, int]] | None = None
         self._next_sizes: list[int] | None = None
 
@@ -271,6 +275,61 @@ class SamplingStep:
 def _nanmean(values: Sequence[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return sum(finite) / len(finite) if finite else math.nan
+
+
+def estimate_metrics(step: SamplingStep, estimates: Sequence[float]) -> dict[str, float]:
+    """
+    How the pass-rate estimates made at the step's start fared against its draws, as `pass_rate_predictor/*`
+    metrics: the per-draw log-loss and Brier score ([`calibration`]) and the reliability bins ([`calibration_bins`]).
+    """
+    totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
+    scores = {**calibration(estimates, totals, positives), **calibration_bins(estimates, totals, positives)}
+    return {f"pass_rate_predictor/{name}": value for name, value in scores.items()}
+
+
+def skip_metrics(
+    step: SamplingStep,
+    estimates: Sequence[float],
+    would_draw: Mapping[int, float],
+    mixed_without_skip: Mapping[int, float],
+) -> dict[str, float]:
+    """
+    What `skip_unmixed_above` saved and cost in one generation batch (`skip/*`; empty when the skip is off).
+
+    `would_draw` and `mixed_without_skip`: for each skipped prompt, the draws it would have had without the skip and
+    the chance its pool would then have come back mixed, under its estimate (`est`: its budget without the skip, so
+    the draws are exact; `seq_*`: the expectation of the round policy's draws, [`SequentialSampler.outlook`]).
+
+    - `skip/share`: the share of the batch's prompts skipped;
+    - `skip/draws_saved`: draws the skipped prompts would have had without the skip, minus the draws they had (`est`
+      spends them on the other prompts: its step's total is fixed);
+    - with at least one prompt skipped: `skip/predicted_unmixed`, their mean predicted chance of an unmixed group of
+      `num_generations` (what the threshold was applied to); `skip/mixed_share`, the share of them whose draws came
+      back mixed (both outcomes): measured, the prompts the prediction was wrong about, which train on their few
+      draws without adaptive sampling; `skip/expected_signal_lost`, the mean over them of the chance of a mixed pool
+      without the skip minus that with their draws, under their estimates.
+    """
+    if step.skipped is None:
+        return {}
+    chosen = [index for index, skipped in enumerate(step.skipped) if skipped]
+    drawn = {index: len(step.pools[index]) for index in chosen}
+    metrics = {
+        "skip/share": len(chosen) / step.num_prompts,
+        "skip/draws_saved": math.fsum(would_draw[index] - drawn[index] for index in chosen),
+    }
+    if chosen:
+        n = step.settings.num_generations
+        mixed = [positives > 0 and negatives > 0 for positives, negatives in (step.outcomes[i] for i in chosen)]
+        lost = [mixed_without_skip[i] - (1.0 - rules.unmixed_chance(estimates[i], drawn[i])) for i in chosen]
+        metrics.update(
+            {
+                "skip/predicted_unmixed": math.fsum(rules.unmixed_chance(estimates[i], n) for i in chosen)
+                / len(chosen),
+                "skip/mixed_share": sum(mixed) / len(chosen),
+                "skip/expected_signal_lost": math.fsum(lost) / len(chosen),
+            }
+        )
+    return metrics
 
 
 class Sampler:
@@ -469,6 +528,7 @@ class SequentialSampler(Sampler):
             "pass_rate_prior_alpha",
             "pass_rate_prior_beta",
             "pass_rate_predictor",
+            "skip_unmixed_above",
             "dapo_refill",
             "dapo_max_refills",
             "dapo_on_exhausted",
@@ -481,6 +541,7 @@ class SequentialSampler(Sampler):
         "pass_rate_prior_alpha": "with round_policy='predictive' or 'tracked', their Beta prior",
         "pass_rate_prior_beta": "with round_policy='predictive' or 'tracked', their Beta prior",
         "pass_rate_predictor": "with round_policy='predictive' or 'tracked', their pass-rate prior",
+        "skip_unmixed_above": "with round_policy='tracked', or 'predictive' with a learned predictor",
         "dapo_max_refills": "with dapo_refill=True",
         "dapo_on_exhausted": "with dapo_refill=True",
     }
@@ -492,7 +553,13 @@ class SequentialSampler(Sampler):
             return False
         if name == "pass_rate_decay":
             return settings.round_policy == "tracked"
-        if name in ("round_confidence", "pass_rate_prior_alpha", "pass_rate_prior_beta", "pass_rate_predictor"):
+        if name in (
+            "round_confidence",
+            "pass_rate_prior_alpha",
+            "pass_rate_prior_beta",
+            "pass_rate_predictor",
+            "skip_unmixed_above",
+        ):
             return settings.round_policy in cls._PREDICTIVE
         if name in ("dapo_max_refills", "dapo_on_exhausted"):
             return bool(settings.dapo_refill)
@@ -553,6 +620,13 @@ class SequentialSampler(Sampler):
                     f"(a list of (alpha, beta)); {type(estimator).__name__} has none. Use round_policy='tracked' or "
                     "'predictive' with trl_ada.samplers.LearnedPassRatePredictor or an estimator with that method."
                 )
+        if settings.skip_unmixed_above is not None and estimator is None:
+            raise ValueError(
+                f"skip_unmixed_above={settings.skip_unmixed_above} skips prompts by their predicted pass rate, and "
+                "round_policy='predictive' with pass_rate_predictor='tracker' predicts none (every prompt reads the "
+                "same prior). Use round_policy='tracked', pass_rate_predictor='learned', or pass a "
+                "pass_rate_estimator; or remove skip_unmixed_above."
+            )
         self.tracker = estimator
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
@@ -565,6 +639,11 @@ class SequentialSampler(Sampler):
                 step.priors = self.tracker.beta_parameters(step.keys)
             else:
                 step.priors = self.tracker.prior_parameters(step.keys)
+            step.skipped = rules.skipped_prompts(
+                [alpha / (alpha + beta) for alpha, beta in step.priors],
+                self.settings.num_generations,
+                self.settings.skip_unmixed_above,
+            )
         return step
 
     def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> ContinuousStep:
@@ -603,6 +682,9 @@ class SequentialSampler(Sampler):
         if pool_size >= settings.max_pool_size or self.has_exited(pool_size, positives, negatives):
             return 0
         room = settings.max_pool_size - pool_size
+        if step.skipped is not None and step.skipped[index]:
+            # Predicted unmixed (`skip_unmixed_above`): one request of the update group, trained on as GRPO's.
+            return min(max(settings.num_generations - pool_size, 0), room)
         if pool_size and step.scorable[index] == 0:
             # No reward function scored any draw (all None): further draws are no more likely to be scored, so the
             # prompt only fills its update group (zero advantages) instead of drawing to the cap.
@@ -629,13 +711,56 @@ class SequentialSampler(Sampler):
             max_request=room,
         )
 
+    def outlook(self, prior: tuple[float, float], pass_rate: float) -> tuple[float, float]:
+        """
+        `(expected draws, chance of a mixed pool)` of one prompt sampled by this round policy without the skip, with
+        prior `prior` (its `step.priors` entry) and every draw positive with probability `pass_rate`: exact, over
+        every path of rounds (each round's request from `block_request`, as the sampler makes it; paths less likely
+        than 1e-12 are dropped). What `skip/draws_saved` and `skip/expected_signal_lost` compare a skipped prompt with.
+        """
+        stub = SamplingStep(self, 1)
+        stub.priors = [prior]
+        states: dict[tuple[int, int], float] = {(0, 0): 1.0}  # (pool size, positives) -> probability
+        draws = mixed = 0.0
+        for rounds_drawn in range(self.settings.max_rounds + 1):
+            following: dict[tuple[int, int], float] = defaultdict(float)
+            for (size, positives), probability in states.items():
+                stub.pools[0] = [0.0] * size  # only its length is read
+                stub.outcomes[0] = (positives, size - positives)
+                stub.scorable[0] = size
+                request = self.block_request(stub, 0, rounds_drawn)
+                if request == 0:
+                    draws += probability * size
+                    mixed += probability * (0 < positives < size)
+                    continue
+                for hits in range(request + 1):
+                    path = (
+                        probability * math.comb(request, hits) * pass_rate**hits * (1 - pass_rate) ** (request - hits)
+                    )
+                    if path > 1e-12:
+                        following[(size + request, positives + hits)] += path
+            states = following
+        return draws, mixed
+
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
         if self.tracker is not None:
             totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
             priors = [alpha / (alpha + beta) for alpha, beta in step.priors or ()]
-            selection.metrics.update(
-                {f"pass_rate_predictor/{name}": v for name, v in calibration(priors, totals, positives).items()}
-            )
+            selection.metrics.update(estimate_metrics(step, priors))
+            if step.skipped is not None:
+                outlooks = {
+                    index: self.outlook(step.priors[index], priors[index])
+                    for index, skipped in enumerate(step.skipped)
+                    if skipped
+                }
+                selection.metrics.update(
+                    skip_metrics(
+                        step,
+                        priors,
+                        {index: draws for index, (draws, _) in outlooks.items()},
+                        {index: mixed for index, (_, mixed) in outlooks.items()},
+                    )
+                )
             self.tracker.update(step.keys, totals, positives)
             for name, value in getattr(self.tracker, "last_metrics", {}).items():
                 selection.metrics[f"pass_rate_predictor/{name}"] = value

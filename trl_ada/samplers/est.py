@@ -8,8 +8,15 @@ from dataclasses import replace
 from typing import Any
 
 from . import rules
-from .base import Sampler, SamplingStep, Selection, _reject_dapo_refill_without_rounds
-from .predictor import build_pass_rate_estimator, calibration
+from .base import (
+    Sampler,
+    SamplingStep,
+    Selection,
+    _reject_dapo_refill_without_rounds,
+    estimate_metrics,
+    skip_metrics,
+)
+from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerSettings
 from .tracker import PassRateEstimator
@@ -39,6 +46,7 @@ class EstSampler(Sampler):
             "est_mean_samples",
             "est_epsilon",
             "est_train_on",
+            "skip_unmixed_above",
         }
     )
     knob_conditions = {"downsample": "with est_train_on='downsample'; the others train on every completion drawn"}
@@ -126,7 +134,13 @@ class EstSampler(Sampler):
         settings = self.settings
         scores = [p**-settings.est_sample_power for p in step.estimates]
         total = round(num_prompts * settings.est_mean_samples)
-        step.budgets = rules.allocate_budget(scores, total, settings.est_min_samples, settings.est_max_samples)
+        low, high = settings.est_min_samples, settings.est_max_samples
+        step.budgets = rules.allocate_budget(scores, total, low, high)
+        step.skipped = rules.skipped_prompts(step.estimates, settings.num_generations, settings.skip_unmixed_above)
+        if step.skipped is not None:
+            # Skipped prompts get the least budget; the step's total (TRL's static batch) goes to the others.
+            step.budgets_without_skip = step.budgets
+            step.budgets = rules.allocate_budget_with_skips(scores, step.skipped, total, low, high)
         return step
 
     def request_size(self, step: SamplingStep, index: int) -> int:
@@ -145,8 +159,18 @@ class EstSampler(Sampler):
         counts = step.outcomes
         totals, positives = [p + n for p, n in counts], [p for p, _ in counts]
         # The estimates the budgets came from, against the step's draws: how well the estimator predicts.
-        for name, value in calibration(step.estimates, totals, positives).items():
-            selection.metrics[f"pass_rate_predictor/{name}"] = value
+        selection.metrics.update(estimate_metrics(step, step.estimates))
+        if step.skipped is not None:
+            without = step.budgets_without_skip
+            chosen = [index for index, skipped in enumerate(step.skipped) if skipped]
+            selection.metrics.update(
+                skip_metrics(
+                    step,
+                    step.estimates,
+                    {i: float(without[i]) for i in chosen},
+                    {i: 1.0 - rules.unmixed_chance(step.estimates[i], without[i]) for i in chosen},
+                )
+            )
         self.estimator.update(step.keys, totals, positives)
         for name, value in getattr(self.estimator, "last_metrics", {}).items():
             selection.metrics[f"pass_rate_predictor/{name}"] = value

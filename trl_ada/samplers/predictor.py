@@ -107,6 +107,39 @@ def calibration(estimates: Sequence[float], totals: Sequence[int], positives: Se
     return {"log_loss": log_loss / draws, "brier": brier / draws}
 
 
+CALIBRATION_BINS = 10
+"""Equal-width bins of predicted pass rate in the reliability diagram (`bin_0` is [0, 0.1), `bin_9` [0.9, 1])."""
+
+
+def calibration_bins(
+    estimates: Sequence[float], totals: Sequence[int], positives: Sequence[int], bins: int = CALIBRATION_BINS
+) -> dict[str, float]:
+    """
+    The reliability diagram's counts for one step, per equal-width bin `K` of the estimate `p` (`bin_K` holds
+    `K/bins <= p < (K+1)/bins`, the last bin includes 1): `bin_K/draws`, the scored draws of the prompts in it;
+    `bin_K/positives`, the positives among them; `bin_K/predicted`, the sum of `p` over those draws. Every bin is
+    reported (zeros included), so sums of logged values over any steps give each bin's mean prediction
+    (`predicted / draws`) against its observed pass rate (`positives / draws`); ratios of window means stay exact
+    too. Empty when no draw was scored.
+    """
+    if sum(totals) == 0:
+        return {}
+    draws, hits, predicted = [0] * bins, [0] * bins, [0.0] * bins
+    for p, n, k in zip(estimates, totals, positives, strict=True):
+        if n == 0:
+            continue
+        b = min(int(p * bins), bins - 1)
+        draws[b] += n
+        hits[b] += k
+        predicted[b] += n * p
+    metrics: dict[str, float] = {}
+    for b in range(bins):
+        metrics[f"bin_{b}/draws"] = float(draws[b])
+        metrics[f"bin_{b}/positives"] = float(hits[b])
+        metrics[f"bin_{b}/predicted"] = predicted[b]
+    return metrics
+
+
 class LearnedPassRatePredictor:
     """
     Online logistic regression on hashed character n-grams of the prompt text, trained by Adagrad on every scored

@@ -186,6 +186,51 @@ def allocate_budget(scores: Sequence[float], total: int, low: int, high: int) ->
     return budgets
 
 
+def unmixed_chance(pass_rate: float, draws: int) -> float:
+    """Probability that `draws` Bernoulli(`pass_rate`) outcomes all agree (an all-right or all-wrong group)."""
+    return pass_rate**draws + (1.0 - pass_rate) ** draws
+
+
+def skipped_prompts(estimates: Sequence[float], draws: int, threshold: float | None) -> list[bool] | None:
+    """
+    Which prompts `skip_unmixed_above` skips: those whose predicted chance of an unmixed group of `draws`,
+    [`unmixed_chance`] at their estimate, is above `threshold`. `None` when the skip is off.
+    """
+    if threshold is None:
+        return None
+    return [unmixed_chance(p, draws) > threshold for p in estimates]
+
+
+def allocate_budget_with_skips(
+    scores: Sequence[float], skipped: Sequence[bool], total: int, low: int, high: int
+) -> list[int]:
+    """
+    [`allocate_budget`] where the `skipped` prompts get `low` and the others share the rest of `total`. When the others
+    cannot take the rest within `high` each (too many skipped for a fixed total), they get `high` and the skipped
+    prompts split what is left evenly; with every prompt skipped that is the even split of `total`.
+    """
+    unskipped = [i for i, skip in enumerate(skipped) if not skip]
+    chosen = [i for i, skip in enumerate(skipped) if skip]
+    if not chosen:
+        return allocate_budget(scores, total, low, high)
+    if not low * len(scores) <= total <= high * len(scores):
+        raise ValueError(f"a total of {total} cannot be split over {len(scores)} prompts within [{low}, {high}] each")
+    budgets = [0] * len(scores)
+    rest = total - low * len(chosen)
+    if unskipped and rest <= high * len(unskipped):
+        for i, budget in zip(unskipped, allocate_budget([scores[i] for i in unskipped], rest, low, high), strict=True):
+            budgets[i] = budget
+        for i in chosen:
+            budgets[i] = low
+        return budgets
+    for i in unskipped:
+        budgets[i] = high
+    left = total - high * len(unskipped)
+    for i, budget in zip(chosen, allocate_budget([1.0] * len(chosen), left, low, high), strict=True):
+        budgets[i] = budget
+    return budgets
+
+
 @functools.lru_cache(maxsize=65536)
 def quota_probability(draws: int, positives_needed: int, negatives_needed: int, alpha: float, beta: float) -> float:
     """

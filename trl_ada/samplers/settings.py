@@ -251,6 +251,19 @@ class SamplerFields:
             "pass_rate_predictor='learned' or a saved predictor",
         ),
     )
+    skip_unmixed_above: float | None = knob(
+        None,
+        "Skip adaptive sampling for prompts predicted to come back unmixed (GRESO's idea): a prompt whose predicted "
+        "chance of an all-right or all-wrong group of `num_generations` draws, `p̂^n + (1 - p̂)^n` from the pass-rate "
+        "estimate `p̂` made at the step's start, is above this probability draws no more than it must. `None` (off): "
+        "every prompt is sampled adaptively. Under `seq_*` a skipped prompt draws exactly `num_generations` in one "
+        'request and trains on them (its group is GRPO\'s); under `sampler="est"` it gets `est_min_samples` and the '
+        "step's fixed total goes to the other prompts. The skipped prompts' draws still show what the skip cost: "
+        "`ada/skip/*` logs the share skipped, the draws saved, and the share of skipped prompts that came back mixed. "
+        'Read by `sampler="est"` and by `round_policy="tracked"` (or `"predictive"` with a learned predictor).',
+        check=lambda v: v is None or 0.0 < v < 1.0,
+        requirement="must be None (off) or a probability in (0, 1)",
+    )
     est_sample_power: float = knob(
         0.5,
         "Budgets follow `N_x ∝ p̂_x^-s`; the residual gradient weight is `(p̂_x + est_epsilon)^-(1-s)`, so their "
