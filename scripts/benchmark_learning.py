@@ -86,6 +86,24 @@ METHODS: dict[str, tuple[str, dict]] = {
             "round_confidence": 0.7,
         },
     ),
+    # Issue 24: the learned pass-rate predictor (a prompt's first visit is predicted from its text), as Est's budgets
+    # and as Seq-balance's first-round prior (tracked rounds: the prediction combined with the prompt's counts).
+    "est_learned": (
+        "Est (budget 8), learned predictor",
+        {"sampler": "est", "num_generations": 8, "pass_rate_predictor": "learned"},
+    ),
+    "seq_balance_learned": (
+        "Seq-balance, tracked rounds, learned prior",
+        {
+            "sampler": "seq_balance",
+            "num_generations": 4,
+            "round_size": 8,
+            "max_rounds": 4,
+            "round_policy": "tracked",
+            "round_confidence": 0.7,
+            "pass_rate_predictor": "learned",
+        },
+    ),
     # What the authors' released code does: no std scaling of the advantages, weight 1.
     "seq_balance_authors": (
         "Seq-balance, authors' setting",
@@ -115,6 +133,8 @@ FINITE_METHODS = [
     "seq_balance_log",
     "seq_balance_authors",
 ]
+# Issue 24's comparison (both testbeds): Est and Seq-balance with and without the learned predictor, DAPO, GRPO.
+PREDICTOR_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "seq_balance_learned", "est", "est_learned"]
 # Reinforce-Ada's own methods: the candidates for "best adaptive method" (DAPO is the peer baseline, not one of them).
 ADAPTIVE_METHODS = (
     "seq_pos",
@@ -124,6 +144,8 @@ ADAPTIVE_METHODS = (
     "est",
     "seq_balance_log",
     "seq_balance_authors",
+    "est_learned",
+    "seq_balance_learned",
 )
 # Paired differences are taken against these, when they ran.
 PAIRED_REFERENCES = ("dapo", "grpo_n4")
