@@ -1,0 +1,668 @@
+"""A CPU code task: program synthesis from input/output examples, scored by the sandboxed code-execution reward.
+
+A prompt shows four input/output pairs of a hidden integer function ``f``, inputs sorted, outputs right-aligned to
+three characters (so every prompt has the same width, :data:`PROMPT_WIDTH`, and a batch never needs padding)::
+
+    0:  1,3:  7,5: 11,8: 17=
+
+and the completion is a one-line Python expression in ``x`` that computes ``f`` (``2*x+1``; any equivalent
+expression, ``1+x*2`` or ``x+x+1``, is just as right). Six levels of graded difficulty (:data:`LEVELS`):
+
+- 0 ``offset``: a constant or ``x`` shifted (``7``, ``x+3``, ``x-4``)
+- 1 ``scale``: ``a*x``
+- 2 ``affine``: ``a*x+b``, ``a*x-b``
+- 3 ``abs_floordiv``: ``abs(x-c)`` (the shown inputs lie on both sides of ``c``) or ``x//a``
+- 4 ``quadratic``: ``x*x+b``, ``x*x-b``, ``a*x*x``
+- 5 ``composite``: ``a*abs(x-c)`` or ``x*x+a*x``
+
+**How it is scored.** Each row carries the columns [`trl_ada.code_reward.CodeExecutionReward`] reads for
+assert-style tests: ``tests`` (``assert f(3) == 7`` lines) and ``entry_point`` (``"f"``). The tests hold the four
+shown pairs and four more inputs the prompt does not show (in ``[-3, 15]``, so also negative and two-digit ones): a
+completion that only reproduces the shown pairs (a lookup such as ``7 if x==3 else ...``) fails. [`CodeSynthesisReward`]
+turns the completion (cut at the first newline) into the program ``def f(x):\\n    return (<expression>)`` and scores
+it with the real sandboxed reward, all-or-nothing: 1 when every test passes, else 0. Assert tests rather than
+stdin/stdout cases (``verification_info``) because the reward runs all of a row's asserts in one sandboxed run (one
+run per case for stdin/stdout: eight times the cost here), and because tests of the form ``assert f(x) == <literal>``
+are decided outside the sandbox (only ``f(x)`` runs inside; its value comes back as data), so a policy cannot mark
+its own tests passed.
+
+**Splits.** Every prompt belongs to exactly one split by a fixed hash (about 10% held out): [`make_problems`] and
+[`make_dataset`] (the training stream, fresh and deterministic for a seed) never return a held-out prompt, and
+[`held_out_problems`] returns only held-out ones, whatever the seeds.
+
+**The tiny model.** [`load_tiny_code_model`] returns a ~0.6M-parameter character-level Qwen2 (the tokenizer and shape
+of [`trl_ada.tiny`]) warm-started on this task: completion-only SFT on clean problems, then a short phase on labels
+of which 30% are plausible wrong expressions ([`corrupt_expression`]), so the skill is there but sampling at
+temperature 1 is noisy and RL has something to sharpen. It is built on first use (a few minutes on CPU,
+deterministic for a seed on a given machine and thread count) and cached under ``$TRL_ADA_CACHE/tiny-code-v1``
+(default ``~/.cache/trl_ada/tiny-code-v1``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+LEVELS: tuple[str, ...] = ("offset", "scale", "affine", "abs_floordiv", "quadratic", "composite")
+"""Names of the difficulty levels; a problem's ``level`` is an index into this tuple."""
+
+NUM_SHOWN = 4
+"""Input/output pairs shown in a prompt."""
+NUM_HIDDEN = 4
+"""Further test inputs, not shown in the prompt."""
+SHOWN_INPUTS = range(0, 10)
+"""Shown inputs are distinct one-digit numbers (sorted in the prompt)."""
+HIDDEN_INPUTS = range(-3, 16)
+"""Hidden test inputs are drawn from here (never a shown one)."""
+OUTPUT_WIDTH = 3
+"""Shown outputs are right-aligned to this many characters (every shown output lies in ``[-99, 999]``)."""
+PROMPT_WIDTH = NUM_SHOWN * (2 + OUTPUT_WIDTH) + NUM_SHOWN
+"""Length in characters of every prompt: four ``d:vvv`` pairs, three commas and the final ``=``."""
+MAX_COMPLETION_CHARS = 12
+"""Longest canonical expression is 10 characters (``3*abs(x-4)``); a budget of 12 tokens plus eos leaves room."""
+HELD_OUT_PERMILLE = 100
+"""Prompts whose hash falls below this (out of 1000) form the held-out split (about 10%)."""
+ENTRY_POINT = "f"
+
+CODE_MODEL_VERSION = "tiny-code-v1"
+"""Cache sub-folder of the warm-started model; bump it when the recipe changes."""
+
+_TRAIN_SALT = 0xC0DE
+_HELD_OUT_SALT = 0x5EED
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Problems
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _signed(value: int) -> str:
+    return f"+{value}" if value >= 0 else f"-{-value}"
+
+
+def _sample_function(level: int, rng: random.Random) -> str:
+    """A hidden function of ``level`` as its canonical expression in ``x``."""
+    if level == 0:
+        if rng.random() < 0.25:
+            return str(rng.randint(0, 9))
+        return "x" + _signed(rng.choice([b for b in range(-9, 10) if b]))
+    if level == 1:
+        return f"{rng.randint(2, 9)}*x"
+    if level == 2:
+        return f"{rng.randint(2, 9)}*x" + _signed(rng.choice([b for b in range(-9, 10) if b]))
+    if level == 3:
+        if rng.random() < 0.6:
+            return f"abs(x-{rng.randint(1, 8)})"
+        return f"x//{rng.randint(2, 4)}"
+    if level == 4:
+        kind = rng.random()
+        if kind < 0.6:
+            b = rng.randint(-9, 9)
+            return "x*x" + (_signed(b) if b else "")
+        return f"{rng.randint(2, 5)}*x*x"
+    if level == 5:
+        if rng.random() < 0.5:
+            return f"{rng.randint(2, 5)}*abs(x-{rng.randint(1, 8)})"
+        a = rng.randint(1, 9)
+        return "x*x+" + ("x" if a == 1 else f"{a}*x")
+    raise ValueError(f"level must be in [0, {len(LEVELS) - 1}], got {level}.")
+
+
+def evaluate_expression(expression: str, x: int) -> int:
+    """The value of one of this module's own (trusted) canonical expressions at ``x``. Never call it on model output:
+    completions are scored only in the sandbox ([`CodeSynthesisReward`])."""
+    return int(eval(expression, {"__builtins__": {"abs": abs}}, {"x": x}))  # noqa: S307 - trusted, generated here
+
+
+def _shown_inputs(expression: str, rng: random.Random) -> list[int]:
+    """Four distinct sorted inputs; for ``abs(x-c)`` at least one on each side of ``c`` (else it looks affine)."""
+    while True:
+        inputs = sorted(rng.sample(list(SHOWN_INPUTS), NUM_SHOWN))
+        if "abs(x-" in expression:
+            c = int(expression.split("abs(x-", 1)[1].split(")", 1)[0])
+            if not (inputs[0] < c < inputs[-1]):
+                continue
+        return inputs
+
+
+def format_prompt(pairs: Sequence[tuple[int, int]]) -> str:
+    """``format_prompt([(0, 1), (3, 7), (5, 11), (8, 17)]) == "0:  1,3:  7,5: 11,8: 17="``."""
+    return ",".join(f"{x}:{y:>{OUTPUT_WIDTH}d}" for x, y in pairs) + "="
+
+
+def format_tests(pairs: Sequence[tuple[int, int]]) -> str:
+    """Assert-style test code, one ``assert f(x) == y`` per pair (the literal form, checked outside the sandbox)."""
+    return "\n".join(f"assert {ENTRY_POINT}({x}) == {y}" for x, y in pairs)
+
+
+def is_held_out(prompt: str) -> bool:
+    """Whether a prompt belongs to the held-out split (a fixed hash rule, independent of any seed)."""
+    digest = hashlib.sha256(prompt.encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") % 1000 < HELD_OUT_PERMILLE
+
+
+def make_problem(level: int, rng: random.Random) -> dict[str, Any]:
+    """One problem of ``level``: ``prompt``, ``solution`` (the canonical expression), ``tests``, ``entry_point``,
+    ``level`` and ``hidden_inputs`` (the test inputs the prompt does not show)."""
+    expression = _sample_function(level, rng)
+    shown = _shown_inputs(expression, rng)
+    hidden = sorted(rng.sample([x for x in HIDDEN_INPUTS if x not in shown], NUM_HIDDEN))
+    shown_pairs = [(x, evaluate_expression(expression, x)) for x in shown]
+    hidden_pairs = [(x, evaluate_expression(expression, x)) for x in hidden]
+    return {
+        "prompt": format_prompt(shown_pairs),
+        "solution": expression,
+        "tests": format_tests(shown_pairs + hidden_pairs),
+        "entry_point": ENTRY_POINT,
+        "level": level,
+        "hidden_inputs": hidden,
+    }
+
+
+def _check_levels(levels: Sequence[int] | None) -> list[int]:
+    if levels is None:
+        return list(range(len(LEVELS)))
+    levels = list(levels)
+    if not levels:
+        raise ValueError("levels must not be empty; pass None for all levels.")
+    for level in levels:
+        if not 0 <= level < len(LEVELS):
+            raise ValueError(f"Each level must be in [0, {len(LEVELS) - 1}] (see LEVELS), got {level}.")
+    return levels
+
+
+def _generate(
+    num_problems: int, seed: int, salt: int, levels: Sequence[int] | None, keep: Callable[[str], bool]
+) -> list[dict[str, Any]]:
+    if num_problems < 0:
+        raise ValueError(f"num_problems must be >= 0, got {num_problems}.")
+    levels = _check_levels(levels)
+    rng = random.Random(f"{salt}-{seed}")
+    counts = [num_problems // len(levels) + (i < num_problems % len(levels)) for i in range(len(levels))]
+    problems: list[dict[str, Any]] = []
+    for level, count in zip(levels, counts, strict=True):
+        for _ in range(count):
+            while True:
+                problem = make_problem(level, rng)
+                if keep(problem["prompt"]):
+                    break
+            problems.append(problem)
+    rng.shuffle(problems)
+    return problems
+
+
+def make_problems(num_problems: int, *, seed: int, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """Draws training problems, balanced over levels (the first levels get one more when it does not divide),
+    shuffled and deterministic for a seed. Drawn with replacement from about 46,000 distinct training prompts (per
+    level from about 1,500 for ``scale`` to 27,000 for ``affine``), so a stream of a few hundred prompts per level
+    rarely repeats one. Never returns a held-out prompt."""
+    return _generate(num_problems, seed, _TRAIN_SALT, levels, lambda prompt: not is_held_out(prompt))
+
+
+def held_out_problems(
+    num_problems: int, *, seed: int = 0, levels: Sequence[int] | None = None
+) -> list[dict[str, Any]]:
+    """Draws held-out problems (same format and balancing as [`make_problems`], disjoint from it for every seed)."""
+    return _generate(num_problems, seed, _HELD_OUT_SALT, levels, is_held_out)
+
+
+DATASET_COLUMNS = ("prompt", "tests", "entry_point", "solution", "level")
+
+
+def make_dataset(num_problems: int, *, seed: int, levels: Sequence[int] | None = None, held_out: bool = False):
+    """Problems as a `datasets.Dataset` with columns ``prompt``, ``tests``, ``entry_point``, ``solution``, ``level``
+    (TRL's prompt-only format: the trainer generates from ``prompt`` and passes the other columns to the reward)."""
+    from datasets import Dataset
+
+    problems = (held_out_problems if held_out else make_problems)(num_problems, seed=seed, levels=levels)
+    return Dataset.from_dict({key: [problem[key] for problem in problems] for key in DATASET_COLUMNS})
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The reward: the completion wrapped as `def f(x): return (<expression>)`, run by the sandboxed code reward
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def extract_expression(completion: Any, eos_token: str = "<eos>") -> str:
+    """The expression a completion gives: its text (or its last message's) before the first eos token or newline,
+    stripped."""
+    from trl_ada.rewards import completion_text
+
+    text = completion_text(completion)
+    for stop in (eos_token, "\n"):
+        if stop:
+            text = text.split(stop, 1)[0]
+    return text.strip()
+
+
+def expression_program(completion: Any) -> str:
+    """The program a completion is scored as: ``def f(x):\\n    return (<expression>)\\n``."""
+    return f"def {ENTRY_POINT}(x):\n    return ({extract_expression(completion)})\n"
+
+
+class CodeSynthesisReward:
+    """TRL reward function of the task: each completion's expression, as [`expression_program`], scored by a
+    [`trl_ada.code_reward.CodeExecutionReward`] against the row's ``tests`` (1 when every test passes, else 0).
+
+    An async callable, like the reward it wraps (TRL awaits it; the sandboxes of a batch run in parallel, at most
+    ``concurrency`` at a time). ``seconds``, ``calls`` and ``completions`` accumulate the time spent inside calls
+    (for measuring the reward's share of a step), the calls and the completions scored; the wrapped reward's outcome counts are in ``self.reward.last_outcomes`` and logged by TRL as
+    ``code_execution/<outcome>``.
+
+    Args:
+        reward: The code reward to use; default ``CodeExecutionReward(all_or_nothing=True, **reward_kwargs)``.
+        **reward_kwargs: Passed to [`CodeExecutionReward`] (``concurrency``, ``limits``, ``isolation``, ...).
+    """
+
+    def __init__(self, reward: Any = None, **reward_kwargs: Any) -> None:
+        from trl_ada.code_reward import CodeExecutionReward
+        from trl_ada.sandbox import SandboxLimits
+
+        if reward is not None and reward_kwargs:
+            raise ValueError("Pass either a reward or keyword arguments for a new one, not both.")
+        if reward is None:
+            reward_kwargs.setdefault("all_or_nothing", True)
+            reward_kwargs.setdefault("limits", SandboxLimits(wall_time_s=5, cpu_time_s=2))
+            reward = CodeExecutionReward(**reward_kwargs)
+        self.reward = reward
+        self.__name__ = "code_synthesis_reward"
+        self.seconds = 0.0
+        self.calls = 0
+        self.completions = 0
+
+    async def __call__(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
+        start = time.perf_counter()
+        try:
+            return await self.reward([expression_program(c) for c in completions], **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+            self.completions += len(completions)
+
+    def score(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
+        """The rewards of a batch, from synchronous code."""
+        return asyncio.run(self(completions, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"CodeSynthesisReward({self.reward!r})"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Evaluation: sampled pass rate per level, scored in the sandbox
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def sample_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    temperature: float,
+    num_samples: int = 1,
+    max_new_tokens: int = MAX_COMPLETION_CHARS,
+    batch_size: int = 512,
+    seed: int | None = None,
+) -> list[str]:
+    """``num_samples`` completions per prompt (consecutive), sampled (or greedy at ``temperature=0``) with plain
+    batched ``model.generate``, decoded without special tokens. The global torch RNG state is restored afterwards."""
+    rows = [prompt for prompt in prompts for _ in range(num_samples)]
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    gen_kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    if temperature > 0:
+        gen_kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    else:
+        gen_kwargs.update(do_sample=False)
+    texts: list[str] = []
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            enc = tokenizer(
+                batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+            ).to(device)
+            out = model.generate(**enc, **gen_kwargs)
+            texts.extend(tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
+    if was_training:
+        model.train()
+    return texts
+
+
+def pass_rate_by_level(
+    model: Any,
+    tokenizer: Any,
+    problems: Sequence[dict[str, Any]],
+    *,
+    reward: CodeSynthesisReward,
+    temperature: float,
+    num_samples: int = 1,
+    seed: int | None = None,
+    deduplicate: bool = True,
+) -> dict[str, Any]:
+    """Sampled pass rate of ``model`` on ``problems``, overall and per level, every completion scored by ``reward``
+    (the sandbox).
+
+    With ``deduplicate`` each distinct (expression, tests) pair is run once and its score shared by its copies; the
+    result is the same for every deterministic expression (an expression of ``x`` built from the task's alphabet
+    that reads a clock or a random source, e.g. through ``__import__``, could score differently per copy).
+
+    Returns ``{"overall", "per_level": {level: rate}, "num_completions", "distinct_runs", "outcomes"}``.
+    """
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
+    if not problems:
+        return {"overall": float("nan"), "per_level": {}, "num_completions": 0, "distinct_runs": 0, "outcomes": {}}
+    texts = sample_completions(
+        model, tokenizer, [p["prompt"] for p in problems], temperature=temperature, num_samples=num_samples, seed=seed
+    )
+    rows = [problem for problem in problems for _ in range(num_samples)]
+    keys = [(extract_expression(text), row["tests"]) for text, row in zip(texts, rows, strict=True)]
+    unique = list(dict.fromkeys(keys)) if deduplicate else keys
+    scores = reward.score([expression for expression, _ in unique], tests=[tests for _, tests in unique])
+    outcomes = dict(reward.reward.last_outcomes)
+    by_key = dict(zip(unique, scores, strict=True)) if deduplicate else None
+    rewards = [float(by_key[key]) for key in keys] if by_key is not None else [float(s) for s in scores]
+    per_level: dict[int, list[float]] = {}
+    for row, value in zip(rows, rewards, strict=True):
+        per_level.setdefault(row["level"], []).append(value)
+    return {
+        "overall": sum(rewards) / len(rewards),
+        "per_level": {level: sum(values) / len(values) for level, values in sorted(per_level.items())},
+        "num_completions": len(rewards),
+        "distinct_runs": len(unique),
+        "outcomes": outcomes,
+    }
+
+
+def format_pass_rate(result: dict[str, Any]) -> str:
+    """One line: ``overall 0.41 | offset 0.93 | ...``."""
+    parts = [f"overall {result['overall']:.3f}"]
+    parts += [f"{LEVELS[level]} {rate:.3f}" for level, rate in result["per_level"].items()]
+    return " | ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The warm-started tiny model
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _test_pairs(tests: str) -> list[tuple[int, int]]:
+    pairs = []
+    for line in tests.splitlines():
+        call, expected = line.removeprefix(f"assert {ENTRY_POINT}(").split(") == ")
+        pairs.append((int(call), int(expected)))
+    return pairs
+
+
+def corrupt_expression(problem: dict[str, Any], rng: random.Random) -> str:
+    """A plausible wrong expression for ``problem``: one integer of the solution shifted by 1-3 (a new constant
+    appended when it has none), or a ``+``/``-`` flipped. It is wrong on at least one of the problem's tests and
+    never longer than :data:`MAX_COMPLETION_CHARS`."""
+    solution = problem["solution"]
+    pairs = _test_pairs(problem["tests"])
+    for _ in range(100):
+        positions = [
+            i for i, char in enumerate(solution) if char.isdigit() and (i == 0 or not solution[i - 1].isdigit())
+        ]
+        signs = [i for i, char in enumerate(solution) if char in "+-" and i > 0 and solution[i - 1] != "("]
+        kind = rng.random()
+        if kind < 0.2 and signs:
+            i = rng.choice(signs)
+            wrong = solution[:i] + ("-" if solution[i] == "+" else "+") + solution[i + 1 :]
+        elif positions:
+            i = rng.choice(positions)
+            j = i
+            while j < len(solution) and solution[j].isdigit():
+                j += 1
+            value = int(solution[i:j]) + rng.choice([-1, 1]) * rng.randint(1, 3)
+            if value < 0:
+                continue
+            wrong = solution[:i] + str(value) + solution[j:]
+        else:
+            wrong = solution + _signed(rng.choice([-2, -1, 1, 2]))
+        if len(wrong) > MAX_COMPLETION_CHARS:
+            continue
+        try:
+            if any(evaluate_expression(wrong, x) != y for x, y in pairs):
+                return wrong
+        except (ZeroDivisionError, SyntaxError):
+            continue
+    return solution + "+1"
+
+
+def _sft_batches(
+    tokenizer: Any, num_steps: int, batch_size: int, *, seed: int, noise: float
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Tokenised (input_ids, attention_mask, labels) batches of fresh training problems; prompts have a fixed width
+    and completions are right-padded, so no real token's position depends on padding."""
+    problems = make_problems(num_steps * batch_size, seed=seed)
+    rng = random.Random(f"noise-{seed}")
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    batches = []
+    for start in range(0, len(problems), batch_size):
+        chunk = problems[start : start + batch_size]
+        sequences, label_rows = [], []
+        for problem in chunk:
+            target = corrupt_expression(problem, rng) if noise > 0 and rng.random() < noise else problem["solution"]
+            prompt_ids = tokenizer(problem["prompt"], add_special_tokens=False)["input_ids"]
+            target_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [eos]
+            sequences.append(prompt_ids + target_ids)
+            label_rows.append([-100] * len(prompt_ids) + target_ids)
+        width = max(len(seq) for seq in sequences)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+        for row, (seq, lab) in enumerate(zip(sequences, label_rows, strict=True)):
+            ids[row, : len(seq)] = torch.tensor(seq)
+            mask[row, : len(seq)] = 1
+            labels[row, : len(lab)] = torch.tensor(lab)
+        batches.append((ids, mask, labels))
+    return batches
+
+
+def _sft(
+    model: Any,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    *,
+    learning_rate: float,
+    warmup_steps: int,
+    cosine: bool,
+) -> list[float]:
+    """Plain-torch completion-only SFT (AdamW, no weight decay, linear warm-up then cosine or constant); the losses
+    of every 50th step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    total = len(batches)
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        if not cosine:
+            return 1.0
+        progress = (step - warmup_steps) / max(total - warmup_steps, 1)
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    model.train()
+    losses = []
+    for step, (ids, mask, labels) in enumerate(batches):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % 50 == 0 or step == total - 1:
+            losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def build_warm_started_code_model(
+    *,
+    seed: int = 0,
+    clean_steps: int = 900,
+    noisy_steps: int = 200,
+    batch_size: int = 64,
+    noise: float = 0.3,
+    eval_problems: int = 300,
+    reward: CodeSynthesisReward | None = None,
+    model_kwargs: dict[str, Any] | None = None,
+    threads: int | None = 1,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Builds the warm-started code model from scratch on CPU (deterministic for ``seed`` on a given machine and
+    thread count).
+
+    Phase 1: completion-only SFT on fresh clean training problems of all levels (AdamW lr 2e-3, 30 warm-up steps,
+    cosine). Phase 2: SFT on fresh problems where a share ``noise`` of the targets is a plausible wrong expression
+    ([`corrupt_expression`]; lr 5e-4 constant after 30 warm-up steps). After each phase the held-out pass rate at
+    temperature 1 is measured in the sandbox (``eval_problems=0`` skips it). Training runs on ``threads`` torch
+    threads (default one: fastest on a shared 2-core machine, and the result then does not depend on the core count;
+    ``None`` keeps torch's setting).
+
+    Returns:
+        ``(model, tokenizer, report)``; ``report`` holds per-phase losses, timings and pass rates.
+    """
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _build(seed, clean_steps, noisy_steps, batch_size, noise, eval_problems, reward, model_kwargs)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _build(
+    seed: int,
+    clean_steps: int,
+    noisy_steps: int,
+    batch_size: int,
+    noise: float,
+    eval_problems: int,
+    reward: CodeSynthesisReward | None,
+    model_kwargs: dict[str, Any] | None,
+) -> tuple[Any, Any, dict[str, Any]]:
+    from transformers import set_seed
+
+    from trl_ada.tiny import build_char_tokenizer, build_tiny_model
+
+    set_seed(seed)
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, seed=seed, **(model_kwargs or {}))
+    report: dict[str, Any] = {
+        "version": CODE_MODEL_VERSION,
+        "seed": seed,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "threads": torch.get_num_threads(),
+        "phases": {},
+    }
+    heldout = held_out_problems(eval_problems, seed=seed) if eval_problems else []
+    if heldout and reward is None:
+        reward = CodeSynthesisReward()
+    phases = [("clean", clean_steps, 0.0, 2e-3, True)]
+    if noisy_steps:
+        phases.append(("noisy", noisy_steps, noise, 5e-4, False))
+    for index, (name, steps, phase_noise, lr, cosine) in enumerate(phases):
+        start = time.perf_counter()
+        batches = _sft_batches(tokenizer, steps, batch_size, seed=seed * 1000 + index, noise=phase_noise)
+        losses = _sft(model, batches, learning_rate=lr, warmup_steps=min(30, steps), cosine=cosine)
+        phase: dict[str, Any] = {"steps": steps, "seconds": time.perf_counter() - start, "losses": losses}
+        if heldout:
+            result = pass_rate_by_level(model, tokenizer, heldout, reward=reward, temperature=1.0, seed=seed)
+            phase["held_out_t1"] = result
+            logger.info(
+                "After %s SFT (%d steps, %.0f s): held-out T=1 %s",
+                name,
+                steps,
+                phase["seconds"],
+                format_pass_rate(result),
+            )
+        report["phases"][name] = phase
+    model.config.use_cache = True
+    return model, tokenizer, report
+
+
+def default_code_cache_dir() -> Path:
+    """``$TRL_ADA_CACHE/tiny-code-v1`` if the variable is set, else ``~/.cache/trl_ada/tiny-code-v1``."""
+    from trl_ada.tiny import CACHE_ENV_VAR
+
+    root = os.environ.get(CACHE_ENV_VAR)
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "trl_ada"
+    return base / CODE_MODEL_VERSION
+
+
+def _is_saved_model(path: Path) -> bool:
+    return all((path / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer.json"))
+
+
+def load_tiny_code_model(cache_dir: str | os.PathLike[str] | None = None, *, seed: int = 0) -> tuple[Any, Any]:
+    """The warm-started code model and its tokenizer, from ``cache_dir`` (default [`default_code_cache_dir`]); built
+    with [`build_warm_started_code_model`] and cached first when it is not there (a few minutes on CPU). The build's
+    report is saved beside it as ``build_report.json``."""
+    from trl_ada.tiny import load_tiny, save_tiny
+
+    path = Path(cache_dir) if cache_dir is not None else default_code_cache_dir()
+    if not _is_saved_model(path):
+        logger.info("No warm-started code model in %s; building it (SFT on CPU, a few minutes).", path)
+        start = time.perf_counter()
+        model, tokenizer, report = build_warm_started_code_model(seed=seed)
+        report["build_seconds"] = time.perf_counter() - start
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Save next to the target and rename, so a concurrent or interrupted build never leaves a partial cache.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+        save_tiny(model, tokenizer, tmp)
+        (tmp / "build_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+        try:
+            tmp.rename(path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not _is_saved_model(path):
+                raise
+    return load_tiny(path)
+
+
+__all__ = [
+    "CODE_MODEL_VERSION",
+    "DATASET_COLUMNS",
+    "LEVELS",
+    "PROMPT_WIDTH",
+    "CodeSynthesisReward",
+    "build_warm_started_code_model",
+    "corrupt_expression",
+    "default_code_cache_dir",
+    "evaluate_expression",
+    "expression_program",
+    "extract_expression",
+    "format_pass_rate",
+    "format_prompt",
+    "format_tests",
+    "held_out_problems",
+    "is_held_out",
+    "load_tiny_code_model",
+    "make_dataset",
+    "make_problem",
+    "make_problems",
+    "pass_rate_by_level",
+    "sample_completions",
+]
