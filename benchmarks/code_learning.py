@@ -30,9 +30,11 @@ import json
 import logging
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -87,7 +89,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     eval_reward = CodeSynthesisReward()
     heldout = held_out_problems(spec["heldout_size"], seed=1234) if spec["eval_every"] else []
     config = AdaGRPOConfig(
-        output_dir=str(Path(spec["out"]) / "trainer" / f"{method}-seed{seed}"),
+        output_dir=tempfile.mkdtemp(prefix=f"code_learning-{method}-seed{seed}-"),  # nothing is saved there
         per_device_train_batch_size=prompts * overrides["num_generations"],
         max_completion_length=12,
         temperature=1.0,
@@ -141,6 +143,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     start_point = {"step": 0, **evaluate(trainer.model)} if heldout else None
     trainer.train()
+    shutil.rmtree(config.output_dir, ignore_errors=True)
     run_seconds = time.perf_counter() - started
     entries = [e for e in trainer.state.log_history if "step_time" in e]
     if len(entries) != len(per_step):
