@@ -359,11 +359,12 @@ def build_warm_started(
     return model, tokenizer, report
 
 
-def default_cache_dir() -> Path:
-    """``$TRL_ADA_CACHE/tiny-arith-v1`` if the variable is set, else ``~/.cache/trl_ada/tiny-arith-v1``."""
+def default_cache_dir(version: str = TINY_ARITH_VERSION) -> Path:
+    """``$TRL_ADA_CACHE/<version>`` if the variable is set, else ``~/.cache/trl_ada/<version>`` (default: the
+    arithmetic model's ``tiny-arith-v1``; the code task caches its model beside it)."""
     root = os.environ.get(CACHE_ENV_VAR)
     base = Path(root).expanduser() if root else Path.home() / ".cache" / "trl_ada"
-    return base / TINY_ARITH_VERSION
+    return base / version
 
 
 def _is_saved_model(path: Path) -> bool:

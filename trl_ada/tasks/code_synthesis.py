@@ -56,6 +56,8 @@ from typing import Any
 
 import torch
 
+from trl_ada.tiny import _is_saved_model, default_cache_dir  # one cache layout for both tiny models
+
 logger = logging.getLogger(__name__)
 
 LEVELS: tuple[str, ...] = ("offset", "scale", "affine", "abs_floordiv", "quadratic", "composite")
@@ -605,15 +607,7 @@ def _build(
 
 def default_code_cache_dir() -> Path:
     """``$TRL_ADA_CACHE/tiny-code-v1`` if the variable is set, else ``~/.cache/trl_ada/tiny-code-v1``."""
-    from trl_ada.tiny import CACHE_ENV_VAR
-
-    root = os.environ.get(CACHE_ENV_VAR)
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "trl_ada"
-    return base / CODE_MODEL_VERSION
-
-
-def _is_saved_model(path: Path) -> bool:
-    return all((path / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer.json"))
+    return default_cache_dir(CODE_MODEL_VERSION)
 
 
 def load_tiny_code_model(cache_dir: str | os.PathLike[str] | None = None, *, seed: int = 0) -> tuple[Any, Any]:
