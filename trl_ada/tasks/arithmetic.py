@@ -99,15 +99,16 @@ def is_held_out(prompt: str) -> bool:
     return int.from_bytes(digest[:4], "big") % 1000 < HELD_OUT_PERMILLE
 
 
-def _check_levels(levels: Sequence[int] | None) -> list[int]:
+def check_levels(levels: Sequence[int] | None, num_levels: int) -> list[int]:
+    """The difficulty levels asked for (`None`: all `num_levels`), checked; shared by the tasks."""
     if levels is None:
-        return list(range(len(LEVELS)))
+        return list(range(num_levels))
     levels = list(levels)
     if not levels:
         raise ValueError("levels must not be empty; pass None for all levels.")
     for level in levels:
-        if not 0 <= level < len(LEVELS):
-            raise ValueError(f"Each level must be in [0, {len(LEVELS) - 1}] (see LEVELS), got {level}.")
+        if not 0 <= level < num_levels:
+            raise ValueError(f"Each level must be in [0, {num_levels - 1}] (see LEVELS), got {level}.")
     return levels
 
 
@@ -116,7 +117,7 @@ def _generate(
 ) -> list[dict[str, Any]]:
     if num_problems < 0:
         raise ValueError(f"num_problems must be >= 0, got {num_problems}.")
-    levels = _check_levels(levels)
+    levels = check_levels(levels, len(LEVELS))
     rng = random.Random(f"{salt}-{seed}")
     counts = [num_problems // len(levels) + (i < num_problems % len(levels)) for i in range(len(levels))]
     problems: list[dict[str, Any]] = []

@@ -56,6 +56,7 @@ from typing import Any
 
 import torch
 
+from trl_ada.tasks.arithmetic import check_levels
 from trl_ada.tiny import _is_saved_model, default_cache_dir  # one cache layout for both tiny models
 
 logger = logging.getLogger(__name__)
@@ -176,24 +177,12 @@ def make_problem(level: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def _check_levels(levels: Sequence[int] | None) -> list[int]:
-    if levels is None:
-        return list(range(len(LEVELS)))
-    levels = list(levels)
-    if not levels:
-        raise ValueError("levels must not be empty; pass None for all levels.")
-    for level in levels:
-        if not 0 <= level < len(LEVELS):
-            raise ValueError(f"Each level must be in [0, {len(LEVELS) - 1}] (see LEVELS), got {level}.")
-    return levels
-
-
 def _generate(
     num_problems: int, seed: int, salt: int, levels: Sequence[int] | None, keep: Callable[[str], bool]
 ) -> list[dict[str, Any]]:
     if num_problems < 0:
         raise ValueError(f"num_problems must be >= 0, got {num_problems}.")
-    levels = _check_levels(levels)
+    levels = check_levels(levels, len(LEVELS))
     rng = random.Random(f"{salt}-{seed}")
     counts = [num_problems // len(levels) + (i < num_problems % len(levels)) for i in range(len(levels))]
     problems: list[dict[str, Any]] = []
