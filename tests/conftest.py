@@ -145,11 +145,49 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def run_with_stack_dump(
+    command: list[str], *, env: dict[str, str], timeout: float, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
+    """
+    Run `command` in a session of its own and return its `CompletedProcess` (text output captured). On a timeout every
+    process of the session first gets SIGABRT, which Python's faulthandler (`PYTHONFAULTHANDLER=1`, set here) answers
+    by printing each thread's stack to stderr, then SIGKILL; the AssertionError raised carries those stacks, so a hang
+    names the line every process waits on. Killing only the launcher would leave `accelerate launch`'s workers running.
+    """
+    process = subprocess.Popen(
+        command,
+        cwd=cwd,
+        env={**env, "PYTHONFAULTHANDLER": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGABRT)
+        try:
+            stdout, stderr = process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"{command[:8]} timed out after {timeout} s; the stacks of its processes (SIGABRT) follow.\n"
+            f"{stdout[-3000:]}\n{stderr[-20000:]}"
+        ) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
 def launch_two_processes(script: Path, out_dir: Path, timeout: float = 420) -> list[dict]:
     """
     Run `script out_dir` in two gloo processes on CPU and return the `rank{N}.json` report each wrote. `--multi_gpu` with
     `ACCELERATE_USE_CPU` starts two processes (`--cpu --num_processes 2` would start one); a deadlock in a collective
-    shows up as a timeout here instead of a hung test suite.
+    shows up as a timeout here, with every process's stack, instead of a hung test suite.
     """
     command = [
         sys.executable, "-m", "accelerate.commands.launch",
@@ -157,19 +195,8 @@ def launch_two_processes(script: Path, out_dir: Path, timeout: float = 420) -> l
         str(script), str(out_dir),
     ]  # fmt: skip
     env = {**os.environ, "ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": "1"}
-    # A session of its own, so a timeout ends the workers too (killing only the launcher would leave them running).
-    process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        raise AssertionError(
-            f"two-process run timed out after {timeout} s\n{stdout[-3000:]}{stderr[-6000:]}"
-        ) from None
-    assert process.returncode == 0, stdout[-3000:] + stderr[-6000:]
+    result = run_with_stack_dump(command, env=env, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(2)]
 
 

@@ -16,6 +16,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import run_with_stack_dump
 from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,9 +40,8 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run(command: list[str], cwd: Path, timeout: int = 300, **extra_env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        command, cwd=cwd, env=clean_env(**extra_env), capture_output=True, text=True, timeout=timeout
-    )
+    # A timeout ends the whole process group with each process's stack in the error (`run_with_stack_dump`).
+    return run_with_stack_dump(command, env=clean_env(**extra_env), timeout=timeout, cwd=cwd)
 
 
 def copy_checkout(dest: Path) -> Path:

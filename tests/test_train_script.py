@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import launch_two_processes
 from huggingface_hub import ModelCard
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,6 +225,18 @@ def test_accelerate_launch_with_the_shipped_two_process_config(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-5000:]
     assert (out / "README.md").is_file() and (out / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_the_two_process_job_frees_its_ddp_model_before_destroying_the_process_group(tmp_path):
+    # A DDP reducer still alive when `destroy_process_group` runs is freed at interpreter exit, where it can deadlock
+    # with gloo's worker thread: `accelerate launch -m trl_ada.train` hung at exit in about one CPU run in seven. The
+    # exit path now drops the trainer and the accelerator's references first; tests/exit_run.py counts the live DDP
+    # modules at the moment the group is destroyed, on each process.
+    reports = launch_two_processes(Path(__file__).parent / "exit_run.py", tmp_path)
+    for report in reports:
+        assert report["status"] == 0
+        assert report["live_ddp_modules"] == [0], report
 
 
 # ---------------------------------------------------------------------------------------------------------------------

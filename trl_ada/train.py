@@ -817,9 +817,15 @@ def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             return fail(error)
         trainer = main(script_args, training_args, model_args, dataset_args, prepared=prepared)
     # The end of the script: every process waits for the main one's card and summary, then leaves the process group
-    # (accelerate's `end_training`), rather than exiting while a peer's collective threads still run.
-    trainer.accelerator.wait_for_everyone()
-    trainer.accelerator.end_training()
+    # (accelerate's `end_training`), rather than exiting while a peer's collective threads still run. The trainer and
+    # the accelerator's references to the prepared model go first: a DDP reducer still alive when the group is
+    # destroyed is freed at interpreter exit, where it destroys the group itself and joins gloo's worker thread with
+    # the GIL held while that thread waits for the GIL (a hang at exit, about one two-process CPU run in seven).
+    accelerator = trainer.accelerator
+    accelerator.wait_for_everyone()
+    del trainer
+    accelerator.free_memory()  # drops the prepared model, optimizer and dataloaders, then collects the garbage
+    accelerator.end_training()
     return 0
 
 
