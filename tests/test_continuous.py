@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trl_ada.samplers import ContinuousStep, SamplerSettings, build_sampler, rules, simulate
+from trl_ada.samplers.continuous import SingleRequestStep, begin_streaming
 from trl_ada.samplers.simulate import ARRIVALS, GENERATION_SCHEDULES, run_population
 
 # Draw outcome: (reward, masked, length). Lengths only decide the arrival order.
@@ -423,6 +424,56 @@ def test_samplers_without_an_exit_rule_are_rejected(name):
         sampler.begin_continuous(2, ["a", "b"])
     with pytest.raises(ValueError, match="sampler='seq_pos' or sampler='seq_balance'"):
         ContinuousStep(sampler, 2, ["a", "b"])
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_a_single_request_step_streams_est_to_the_rounds_selection(in_order):
+    # The asynchronous worker streams every sampler's draws (`begin_streaming`): one without an exit rule sends its
+    # request at once, and whatever order the draws return in, the pools and the Selection are one round's. Two
+    # steps on the same prompts, so the second one's budgets come from the tracker and differ per prompt.
+    settings = SamplerSettings(
+        sampler="est", num_generations=4, scale_rewards="group", seed=5, est_mean_samples=6, est_train_on="downsample"
+    )
+    keys = [f"prompt-{i}" for i in range(30)]
+    streamed, rounds = build_sampler(settings), build_sampler(settings)
+    for step_index in range(2):
+        outcome = table(11 + step_index, mixed_draw)
+        step = begin_streaming(streamed, 30, keys)
+        assert isinstance(step, SingleRequestStep)
+        engine = Engine(step, outcome, in_order)
+        engine.run()
+        assert step.to_submit() == []  # one request per prompt, sent once
+        got = step.finish()
+        rstep = rounds.begin(30, keys)
+        requests = rstep.requests()
+        draws = [outcome(index, j) for index, count in requests for j in range(count)]
+        rstep.observe(requests, [r for r, _, _ in draws], [m for _, m, _ in draws])
+        want = rstep.finish()
+        assert got.pools == want.pools
+        assert repr(got.prompts) == repr(want.prompts)
+        assert repr(sorted(got.metrics.items())) == repr(sorted(want.metrics.items()))
+        assert (engine.arrival == engine.submission) == in_order
+    assert len({len(pool) for pool in got.pools}) > 1  # the tracker's budgets differ per prompt
+    with pytest.raises(RuntimeError, match="once per step"):
+        step.finish()
+
+
+def test_a_single_request_step_rejects_draws_it_did_not_send():
+    step = begin_streaming(build_sampler(SamplerSettings(sampler="est", num_generations=4, seed=0)), 2, ["a", "b"])
+    with pytest.raises(ValueError, match="not in flight"):
+        step.complete(0, 0, 1.0)  # nothing submitted yet
+    pairs = step.to_submit()
+    prompt, draw = pairs[0]
+    step.complete(prompt, draw, 1.0)
+    with pytest.raises(ValueError, match="not in flight"):
+        step.complete(prompt, draw, 1.0)  # twice
+    with pytest.raises(RuntimeError, match="every draw is back"):
+        step.finish()
+
+
+def test_begin_streaming_runs_exit_rules_round_free():
+    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, seed=0))
+    assert isinstance(begin_streaming(sampler, 2, ["a", "b"]), ContinuousStep)
 
 
 # ---------------------------------------------------------------------------------------------------------------

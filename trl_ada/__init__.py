@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = ["AdaGRPOConfig", "AdaGRPOTrainer", "__version__"]
+__all__ = ["AdaAsyncGRPOConfig", "AdaAsyncGRPOTrainer", "AdaGRPOConfig", "AdaGRPOTrainer", "__version__"]
 
 if TYPE_CHECKING:
+    from .async_grpo import AdaAsyncGRPOConfig, AdaAsyncGRPOTrainer
     from .config import AdaGRPOConfig
     from .trainer import AdaGRPOTrainer
 
@@ -23,4 +24,8 @@ def __getattr__(name: str) -> Any:
         from .trainer import AdaGRPOTrainer
 
         return AdaGRPOTrainer
+    if name in ("AdaAsyncGRPOConfig", "AdaAsyncGRPOTrainer"):
+        from . import async_grpo
+
+        return getattr(async_grpo, name)
     raise AttributeError(f"module 'trl_ada' has no attribute {name!r}")

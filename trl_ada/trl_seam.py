@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import math
 import os
 from collections import defaultdict
 from typing import Any
@@ -471,3 +472,156 @@ __all__ = [
     "vllm_engine",
     "vllm_weights_sleeping",
 ]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The asynchronous trainer (`trl.experimental.async_grpo`): touchpoints of `trl_ada.async_grpo`
+# ---------------------------------------------------------------------------------------------------------------------
+#
+# Checked against TRL 1.14.2, 1.15.0 and 1.16.0 (the installed wheels' sources):
+#
+# | touchpoint | kind | what trl-ada relies on |
+# |---|---|---|
+# | `_AsyncRolloutLoop._repeat_iterator()` | override (pinned) | yields `(group_id, row)`, each row `num_generations` times under one id, cycling the dataset; the same source in the three releases |
+# | `_AsyncRolloutLoop._generate_loop` | relied on (pinned) | takes one `next(work_iter)` per free slot, creates a `RolloutGroup` per new group id with the current `model_version` and `reward_kwargs` of `num_generations` copies of the row's columns, and queues the group on `_groups_to_score` once `pending_completed[group_id] == self.num_generations` (read at every completion) |
+# | `_AsyncRolloutLoop._score_group(group)` | call | returns one `RolloutSample` per training sequence, conversation by conversation (`completions_sequences`), each with `metrics["reward"]` (TRL's reward aggregation; NaN when unscorable); advantages and `group_id` are attributes we overwrite |
+# | `_AsyncRolloutLoop._groups_to_score`, `_push_metrics(dict)` | attribute, call | the asyncio queue of closed groups (`None` ends the score loop); metrics reach the trainer's log |
+# | `RolloutGroup` | dataclass | per-conversation lists, `reward_kwargs` (dict of per-conversation lists), `model_version`, `group_id`, `queued_at` |
+# | `AsyncRolloutWorker`, `_loop_cls` | class | forwards its keyword arguments to `_loop_cls(**kwargs)` in the spawned child |
+# | `async_grpo_trainer.AsyncRolloutWorker(...)` | module name | what `AsyncGRPOTrainer.__init__` instantiates (rank 0) when no `rollout_worker` is given |
+# | `packing.tree_attention`, `packing.register_tree_attention()` | module variable | `register_tree_attention` (called by `AsyncGRPOTrainer.__init__`) registers whatever `packing.tree_attention` names under `"tree_fa3"`; `trl_ada/async_grpo/tree_attention.py` rebinds it to a plain-torch version without the GPU kernel |
+
+ASYNC_PINNED_SOURCES: dict[str, dict[str, str]] = {
+    "_AsyncRolloutLoop._repeat_iterator": {
+        "1.14.2": "0b03f69b3d4ad7a8",
+        "1.15.0": "0b03f69b3d4ad7a8",
+        "1.16.0": "0b03f69b3d4ad7a8",
+    },
+    "_AsyncRolloutLoop._generate_loop": {
+        "1.14.2": "24f4baa7ecae18c5",
+        "1.15.0": "baaa94b3391648d9",
+        "1.16.0": "8bdfdf0709a65fc6",
+    },
+}
+"""sha256 (first 16 hex digits) of each pinned method's source per checked TRL release (`source_digest`)."""
+
+
+def source_digest(module_source: str, qualname: str) -> str | None:
+    """The digest `ASYNC_PINNED_SOURCES` records for method `Class.method` of a module's source; `None` if absent."""
+    import ast
+    import hashlib
+
+    class_name, method_name = qualname.split(".")
+    for node in ast.parse(module_source).body:
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == method_name:
+                    segment = ast.get_source_segment(module_source, item) or ""
+                    return hashlib.sha256(segment.encode()).hexdigest()[:16]
+    return None
+
+
+def check_async_pins(module_source: str | None = None, version: str | None = None) -> None:
+    """
+    Raise `ImportError` when a pinned method of TRL's rollout worker differs from every release it was checked
+    against (`TRL_ADA_ALLOW_UNSUPPORTED_TRL=1`: warn instead). `module_source` and `version` default to the installed
+    `async_rollout_worker.py` and TRL.
+    """
+    if module_source is None:
+        from trl.experimental.async_grpo import async_rollout_worker
+
+        module_source = inspect.getsource(async_rollout_worker)
+    version = version or trl.__version__
+    changed = [
+        qualname
+        for qualname, digests in ASYNC_PINNED_SOURCES.items()
+        if source_digest(module_source, qualname) not in set(digests.values())
+    ]
+    if not changed:
+        return
+    message = (
+        f"trl_ada.AdaAsyncGRPOTrainer replaces or relies on {', '.join(changed)} of TRL's asynchronous rollout worker, "
+        f"and TRL {version}'s source of it differs from the releases it was checked against "
+        f"({', '.join(ASYNC_PINNED_SOURCES[changed[0]])}). Install one of those TRL releases, or set "
+        f"{ALLOW_UNSUPPORTED_ENV}=1 to try this one anyway."
+    )
+    if os.environ.get(ALLOW_UNSUPPORTED_ENV, "") == "1":
+        logger.warning("%s Continuing because %s=1.", message, ALLOW_UNSUPPORTED_ENV)
+        return
+    raise ImportError(message)
+
+
+def async_rollout_classes() -> tuple[type, type]:
+    """TRL's `(_AsyncRolloutLoop, AsyncRolloutWorker)`, after checking the pinned sources (`check_async_pins`)."""
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+
+    check_async_pins()
+    return _AsyncRolloutLoop, AsyncRolloutWorker
+
+
+def take_waiting_groups(loop: Any) -> list[Any]:
+    """
+    Every closed group already waiting on the loop's score queue, taken off it (so one reward call scores them all).
+    The end-of-loop sentinel (`None`) stays on the queue for TRL's score loop.
+    """
+    groups, queue = [], loop._groups_to_score
+    while not queue.empty():
+        group = queue.get_nowait()
+        if group is None:
+            queue.put_nowait(None)
+            break
+        groups.append(group)
+    return groups
+
+
+def merge_rollout_groups(groups: list[Any]) -> Any:
+    """
+    One `RolloutGroup` holding the conversations of `groups` in order (per-conversation lists concatenated,
+    `reward_kwargs` column by column; the scalar fields of the first group), for one batched `_score_group` call.
+    """
+    import dataclasses
+
+    if len(groups) == 1:
+        return groups[0]
+    values = {}
+    for f in dataclasses.fields(groups[0]):
+        first = getattr(groups[0], f.name)
+        if isinstance(first, list):
+            values[f.name] = [item for group in groups for item in getattr(group, f.name)]
+        elif isinstance(first, dict):
+            values[f.name] = {key: [v for group in groups for v in getattr(group, f.name)[key]] for key in first}
+        else:
+            values[f.name] = first
+    return type(groups[0])(**values)
+
+
+def samples_per_conversation(groups: list[Any], samples: list[Any]) -> list[tuple[float, list[Any]]]:
+    """
+    Split `_score_group`'s samples (of `groups` merged, in order) by conversation: `(reward, its samples)` each. A
+    conversation yields one sample per training sequence; one without any sequence has no reward to read (NaN).
+    """
+    sizes = [len(sequences) for group in groups for sequences in group.completions_sequences]
+    if sum(sizes) != len(samples):
+        raise RuntimeError(f"TRL's _score_group returned {len(samples)} samples for {sum(sizes)} training sequences")
+    out, offset = [], 0
+    for size in sizes:
+        own = samples[offset : offset + size]
+        offset += size
+        out.append((float(own[0].metrics["reward"]) if own else math.nan, own))
+    return out
+
+
+@contextlib.contextmanager
+def async_rollout_worker_class(worker_factory: Any):
+    """
+    While open, `AsyncGRPOTrainer.__init__` builds its rollout worker (on rank 0, when none is injected) with
+    `worker_factory(**TRL's worker arguments)` instead of TRL's `AsyncRolloutWorker`.
+    """
+    from trl.experimental.async_grpo import async_grpo_trainer
+
+    original = async_grpo_trainer.AsyncRolloutWorker
+    async_grpo_trainer.AsyncRolloutWorker = worker_factory
+    try:
+        yield
+    finally:
+        async_grpo_trainer.AsyncRolloutWorker = original

@@ -209,3 +209,74 @@ class ContinuousStep:
     def _check_open(self) -> None:
         if self._finished:
             raise RuntimeError("this step is finished; begin a new one")
+
+
+class SingleRequestStep:
+    """
+    [`ContinuousStep`]'s interface for a sampler without an exit rule (`est`, or any sampler that makes one request
+    per prompt): every prompt's request goes out at once, draws come back in any order, and once all are back the
+    pools are those one round of `SamplingStep` builds from them (pool index `k` is draw `k`), then finished by its
+    own code. Lets an asynchronous worker stream any sampler's draws without knowing which kind it runs.
+    """
+
+    def __init__(self, sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> None:
+        self.sampler = sampler
+        self.step: SamplingStep = sampler.begin(num_prompts, prompt_keys)
+        self.requests = self.step.requests()
+        self.stats = ScheduleStats()
+        self._results: dict[tuple[int, int], tuple[float, bool]] = {}
+        self._sizes = dict(self.requests)
+        self._submitted = False
+        self._finished = False
+
+    @property
+    def num_prompts(self) -> int:
+        return self.step.num_prompts
+
+    def to_submit(self) -> list[tuple[int, int]]:
+        """Every (prompt, draw) pair of the step's one request, on the first call; nothing afterwards."""
+        if self._submitted:
+            return []
+        self._submitted = True
+        pairs = [(index, draw) for index, count in self.requests for draw in range(count)]
+        self.stats.submitted += len(pairs)
+        return pairs
+
+    def complete(self, prompt: int, draw: int, reward: float, masked: bool = False) -> None:
+        """A submitted draw came back (`masked`: as `SamplingStep.observe`'s); completing one twice raises."""
+        if not (self._submitted and 0 <= draw < self._sizes.get(prompt, 0)) or (prompt, draw) in self._results:
+            raise ValueError(
+                f"draw {draw} of prompt {prompt} is not in flight (never submitted, or already completed)"
+            )
+        self._results[(prompt, draw)] = (float(reward), bool(masked))
+        self.stats.admitted += 1
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._sizes.values()) - len(self._results) if self._submitted else 0
+
+    @property
+    def done(self) -> bool:
+        return self._submitted and self.in_flight == 0
+
+    def finish(self) -> Selection:
+        """`SamplingStep.observe` of the one round, in request order and draw order, then `SamplingStep.finish`."""
+        if self._finished or not self.done:
+            raise RuntimeError("finish() once every draw is back, once per step")
+        ordered = [self._results[(index, draw)] for index, count in self.requests for draw in range(count)]
+        if self.requests:
+            self.step.observe(self.requests, [r for r, _ in ordered], [m for _, m in ordered])
+        self._finished = True
+        return self.step.finish()
+
+
+def begin_streaming(
+    sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None
+) -> ContinuousStep | SingleRequestStep:
+    """
+    One generation batch of `sampler` whose draws stream through an engine one request each: a [`ContinuousStep`]
+    for a sampler with an exit rule (its blocks are its rounds), a [`SingleRequestStep`] for one without.
+    """
+    if sampler.has_exit_rule:
+        return ContinuousStep(sampler, num_prompts, prompt_keys)
+    return SingleRequestStep(sampler, num_prompts, prompt_keys)

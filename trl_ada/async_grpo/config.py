@@ -1,0 +1,85 @@
+"""Configuration for [`AdaAsyncGRPOTrainer`]: TRL's `AsyncGRPOConfig` plus the sampler knobs, declared once."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import MISSING, dataclass, fields
+
+from trl.experimental.async_grpo import AsyncGRPOConfig
+
+from ..samplers import SamplerFields, SamplerSettings
+from ..samplers.settings import render_parameters
+
+logger = logging.getLogger(__name__)
+
+HEADER = r"""
+    Configuration class for [`AdaAsyncGRPOTrainer`]: Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996))
+    in TRL's asynchronous trainer, where a rollout worker keeps generating while the trainer trains.
+
+    Inherits every parameter of [`~trl.experimental.async_grpo.AsyncGRPOConfig`]. `num_generations` keeps TRL's
+    meaning: the size `n` of a prompt's update group. The sampler knobs below are those of [`AdaGRPOConfig`], declared
+    once in `trl_ada.samplers.settings.SamplerFields`, with the same meanings; what differs in the asynchronous worker:
+
+    - `seq_pos`/`seq_balance` draw each prompt's rounds as blocks, round-free (each draw its own request, the exit rule
+      and the cap checked when a block is back, the pool in submission order), as `generation_schedule="continuous"`
+      does in the synchronous trainer; `est` sends each prompt's budget at once.
+    - Generation batches of `per_device_train_batch_size * gradient_accumulation_steps * world_size / num_generations`
+      prompts (one optimizer step's worth) share the batch-level rules (`normalize_weights`, est's mean budget).
+    - `dapo` drops groups without a signal and keeps drawing further prompts: the stream never runs out, so
+      `dapo_max_refills` and `dapo_on_exhausted` have nothing to bound and must keep their defaults.
+    - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
+    - `sampler="uniform"` is exactly `AsyncGRPOTrainer` (its worker, groups and advantages).
+
+    Parameters:
+"""
+
+SYNC_ONLY_KNOBS = ("dapo_max_refills", "dapo_on_exhausted")
+"""Sampler knobs that bound the synchronous trainer's refills; the asynchronous stream has none to bound."""
+
+
+@dataclass
+class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
+    # The docstring is rendered from the fields' metadata (`__doc__` below), as AdaGRPOConfig's is.
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._validate_adaptive_sampling()
+
+    @classmethod
+    def from_async_config(cls, args: AsyncGRPOConfig) -> AdaAsyncGRPOConfig:
+        """An `AdaAsyncGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults."""
+        if not isinstance(args, AsyncGRPOConfig):
+            raise TypeError(
+                f"args must be an AdaAsyncGRPOConfig or a trl.experimental.async_grpo.AsyncGRPOConfig, got "
+                f"{type(args).__name__}."
+            )
+        upgraded = cls.__new__(cls)
+        upgraded.__dict__.update(args.__dict__)
+        for f in fields(cls):
+            if f.name not in args.__dict__:
+                setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+        upgraded._validate_adaptive_sampling()
+        logger.info("Got an AsyncGRPOConfig; using the Reinforce-Ada defaults (sampler=%r).", upgraded.sampler)
+        return upgraded
+
+    def _validate_adaptive_sampling(self) -> None:
+        settings = self.sampler_settings()  # every knob's own check and the unread-knob rule, before any model loads
+        for name in SYNC_ONLY_KNOBS:
+            default = SamplerFields.__dataclass_fields__[name].default
+            if getattr(self, name) != default:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r}: the asynchronous worker draws further prompts for as long as "
+                    f"training runs, so DAPO's refills have no cap to set. Remove {name} (AdaGRPOConfig reads it)."
+                )
+        # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
+        for f in fields(SamplerFields):
+            setattr(self, f.name, getattr(settings, f.name))
+
+    def sampler_settings(self) -> SamplerSettings:
+        """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
+        # AsyncGRPOConfig has no `scale_rewards`: its trainer always scales by the group's std, SamplerSettings' default.
+        values = {f.name: getattr(self, f.name) for f in fields(SamplerSettings) if hasattr(self, f.name)}
+        return SamplerSettings(**values).validated()
+
+
+AdaAsyncGRPOConfig.__doc__ = HEADER + render_parameters(list(fields(SamplerFields)))

@@ -1,0 +1,219 @@
+"""
+Reinforce-Ada inside TRL's asynchronous rollout worker (`trl.experimental.async_grpo`).
+
+TRL's worker keeps up to `max_inflight_tasks` one-completion requests open on a vLLM server; its generate loop takes
+each request from a work iterator (`_repeat_iterator`: every row `num_generations` times under one group id), closes a
+group once `num_generations` of its completions are back, and hands it to the score loop, whose `_score_group` scores
+it (TRL's reward aggregation) and turns it into training samples. [`AdaRolloutLoop`] rides on that loop through two
+seams and copies no TRL body:
+
+- Pools (`seq_pos`, `seq_balance`, `est`, any sampler whose pool can outgrow its update group). The loop is built
+  with `num_generations=1`, so every draw is a TRL group of its own, closed and queued for scoring as soon as it is
+  back. The work iterator opens generation batches of `prompts_per_batch` rows, each a streaming step of the
+  sampler (`trl_ada.samplers.continuous.begin_streaming`: the round-free `ContinuousStep` for an exit rule, one
+  request per prompt otherwise), and yields the draws the steps ask for, the next blocks of open prompts before any
+  new prompt. `_score_group` takes every draw that is back (the queue's waiting groups too: one batched reward call),
+  scores them with TRL's own `_score_group`, and completes them in their step by draw index, so a pool is its draws in
+  SUBMISSION order whatever order they return in. A prompt's next block is submitted only once its current block is
+  complete and the exit rule has spoken, so nothing is drawn past an exit and nothing is cancelled. When every prompt
+  of a batch is done, `Selection` (the synchronous trainer's code: downsampling, pool baseline, weights) gives the
+  kept draws and their advantages; the samples carry those advantages, their own draw's policy version, and one
+  group id per prompt.
+- Groups (`dapo`, or any sampler whose pool is its update group, with DAPO filtering): TRL's own groups and
+  advantages; a group without a signal (constant rewards) is dropped, and the loop goes on drawing further prompts.
+
+Policy versions. A pool can span weight syncs: every draw keeps the version it was generated with (TRL stamps a group
+with the version at its first request), and its sample carries it. The pool's statistics (exit rule, baseline, p̂) use
+every draw of the pool; TRL's own staleness rule then applies per sample where the trainer reads the queue (a sample
+more than `max_staleness` versions old is dropped and counted in `sample/dropped_stale_total`; trained samples'
+staleness is `sample/staleness_mean|max`). `ada/async/pool_version_span_max` logs how many versions a pool spans.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .. import trl_seam
+from ..samplers import SamplerSettings, build_sampler, rules
+from ..samplers.continuous import begin_streaming
+from ..schedules import prompt_keys
+
+logger = logging.getLogger(__name__)
+
+MAX_EMPTY_BATCHES = 1000
+"""Consecutive generation batches without a single draw (all prompts skipped) after which the worker gives up."""
+
+_AsyncRolloutLoop, AsyncRolloutWorker = trl_seam.async_rollout_classes()
+
+
+@dataclass(frozen=True)
+class AsyncSampling:
+    """What the rollout loop needs of the trainer's configuration (pickled into the worker process)."""
+
+    settings: SamplerSettings
+    """The validated sampler settings (`AdaAsyncGRPOConfig.sampler_settings()`)."""
+    prompts_per_batch: int
+    """Prompts per generation batch: what one optimizer step trains on, `samples_per_step / num_generations`."""
+    predictor_source: str | None = None
+    """A local directory holding a saved pass-rate predictor to warm-start from (`pass_rate_predictor=<path>`)."""
+    estimator: Any = None
+    """A pass-rate estimator object (`pass_rate_estimator=`); it is pickled into the worker process."""
+
+    @property
+    def pooled(self) -> bool:
+        """Whether a prompt's pool can outgrow its update group (then every draw is scored on its own)."""
+        settings = self.settings
+        return settings.sampler_class.max_pool_size(settings) > settings.num_generations
+
+
+@dataclass
+class _Draw:
+    batch: int
+    prompt: int
+    draw: int
+
+
+@dataclass
+class _Batch:
+    step: Any  # ContinuousStep | SingleRequestStep
+    rows: list[dict[str, Any]]
+    samples: dict[tuple[int, int], list[Any]]  # (prompt, draw) -> its RolloutSamples (a conversation may fork)
+    versions: dict[tuple[int, int], int]
+
+
+class AdaRolloutLoop(_AsyncRolloutLoop):
+    """
+    TRL's `_AsyncRolloutLoop` drawing Reinforce-Ada pools (see the module docstring). Takes TRL's keyword arguments
+    plus `ada_sampling` ([`AsyncSampling`]); lives in the worker process, like TRL's loop.
+    """
+
+    def __init__(self, *, ada_sampling: AsyncSampling, **kwargs: Any) -> None:
+        self.ada_sampling = ada_sampling
+        settings = ada_sampling.settings
+        if ada_sampling.pooled:
+            kwargs["num_generations"] = 1  # every draw is a TRL group of its own (see the module docstring)
+        super().__init__(**kwargs)
+        self.sampler = build_sampler(settings, ada_sampling.estimator, ada_sampling.predictor_source)
+        self._batches: dict[int, _Batch] = {}
+        self._draws: dict[int, _Draw] = {}  # TRL group id -> the draw it is
+        # Draws to submit: the next blocks of prompts already open go before the first draws of a new batch.
+        self._continuing: deque[tuple[int, dict[str, Any]]] = deque()
+        self._fresh: deque[tuple[int, dict[str, Any]]] = deque()
+        self._next_group_id = 0
+        self._next_batch = 0
+        self._rows: Iterator[tuple[int, dict[str, Any]]] | None = None
+
+    # -- the work iterator ------------------------------------------------------------------------------------------
+
+    def _repeat_iterator(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        if not self.ada_sampling.pooled:
+            yield from super()._repeat_iterator()
+            return
+        # TRL's iterator with num_generations=1 yields each row once, cycling the dataset: the row stream.
+        self._rows = super()._repeat_iterator()
+        empty_batches = 0
+        while True:
+            if self._continuing:
+                yield self._continuing.popleft()
+            elif self._fresh:
+                yield self._fresh.popleft()
+            elif self._open_batch():
+                empty_batches = 0
+            else:
+                empty_batches += 1
+                if empty_batches >= MAX_EMPTY_BATCHES:
+                    raise RuntimeError(
+                        f"{MAX_EMPTY_BATCHES} generation batches in a row asked for no draws: every prompt was "
+                        f"skipped as predicted unmixed (skip_unmixed_above={self.ada_sampling.settings.skip_unmixed_above}"
+                        "). Raise skip_unmixed_above, or remove it."
+                    )
+
+    def _open_batch(self) -> bool:
+        """Begin the next generation batch and queue its first draws; `False` when it asks for none."""
+        rows = [next(self._rows)[1] for _ in range(self.ada_sampling.prompts_per_batch)]
+        batch_id, self._next_batch = self._next_batch, self._next_batch + 1
+        step = begin_streaming(self.sampler, len(rows), prompt_keys(rows))
+        self._batches[batch_id] = _Batch(step=step, rows=rows, samples={}, versions={})
+        if self._queue_draws(batch_id, self._fresh):
+            return True
+        self._finish_batches()  # every prompt skipped: its statistics still count
+        return False
+
+    def _queue_draws(self, batch_id: int, queue: deque[tuple[int, dict[str, Any]]]) -> int:
+        batch = self._batches[batch_id]
+        pairs = batch.step.to_submit()
+        for prompt, draw in pairs:
+            group_id, self._next_group_id = self._next_group_id, self._next_group_id + 1
+            self._draws[group_id] = _Draw(batch_id, prompt, draw)
+            queue.append((group_id, batch.rows[prompt]))
+        return len(pairs)
+
+    # -- scoring ----------------------------------------------------------------------------------------------------
+
+    async def _score_group(self, group: Any) -> list[Any]:
+        if not self.ada_sampling.pooled:
+            return await self._score_update_group(group)
+        groups = [group, *trl_seam.take_waiting_groups(self)]
+        samples = await super()._score_group(trl_seam.merge_rollout_groups(groups))
+        per_draw = trl_seam.samples_per_conversation(groups, samples)
+        for one, (rewards, draw_samples) in zip(groups, per_draw, strict=True):
+            draw = self._draws.pop(one.group_id)
+            batch = self._batches[draw.batch]
+            for sample in draw_samples:  # its own draw's version and id, not the merged group's
+                sample.model_version, sample.group_id = one.model_version, one.group_id
+            batch.samples[(draw.prompt, draw.draw)] = draw_samples
+            batch.versions[(draw.prompt, draw.draw)] = one.model_version
+            batch.step.complete(draw.prompt, draw.draw, rewards)
+            self._queue_draws(draw.batch, self._continuing)
+        return self._finish_batches()
+
+    def _finish_batches(self) -> list[Any]:
+        kept = []
+        for batch_id in [b for b, batch in self._batches.items() if batch.step.done]:
+            batch = self._batches.pop(batch_id)
+            selection = batch.step.finish()
+            metrics = {**selection.metrics, **batch.step.stats.metrics()}
+            dropped = 0
+            spans = []
+            for prompt, result in enumerate(selection.prompts):
+                if self.ada_sampling.settings.refills and not result.has_signal:
+                    dropped += 1
+                    continue
+                versions = [v for (p, _), v in batch.versions.items() if p == prompt]
+                spans.append(max(versions) - min(versions) if versions else 0)
+                pool_group_id = min(
+                    (s.group_id for (p, _), ss in batch.samples.items() if p == prompt for s in ss), default=-1
+                )
+                pool_std = rules.mean_and_std(selection.pools[prompt])[1]
+                for draw, advantage in zip(result.kept, result.advantages, strict=True):
+                    for sample in batch.samples.get((prompt, draw), []):
+                        sample.advantage = float(advantage)
+                        sample.group_id = pool_group_id
+                        sample.metrics["reward_std"] = pool_std  # TRL's reward_std: the rewards the baseline reads
+                        kept.append(sample)
+            if self.ada_sampling.settings.refills:
+                metrics["dapo/prompts_dropped_total"] = float(dropped)
+            metrics["async/pool_version_span_max"] = float(max(spans, default=0))
+            self._push_metrics({f"ada/{name}": value for name, value in metrics.items() if not math.isnan(value)})
+        return kept
+
+    async def _score_update_group(self, group: Any) -> list[Any]:
+        """A group of `num_generations` (TRL's): its own advantages; without a signal it is dropped under DAPO."""
+        samples = await super()._score_group(group)
+        if not self.ada_sampling.settings.refills:
+            return samples
+        rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
+        constant = rules.has_zero_variance(rewards, self.ada_sampling.settings.zero_variance_tolerance)
+        self._push_metrics({"ada/dapo/groups_dropped_total": float(constant), "ada/dapo/groups_total": 1.0})
+        return [] if constant else samples
+
+
+class AdaAsyncRolloutWorker(AsyncRolloutWorker):
+    """TRL's `AsyncRolloutWorker` (the spawned worker process) running [`AdaRolloutLoop`]."""
+
+    _loop_cls = AdaRolloutLoop
