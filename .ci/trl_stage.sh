@@ -45,6 +45,10 @@ TESTS=(
     tests/test_rollout_func.py
     tests/test_environments.py
     tests/test_tools.py
+    tests/test_async_rollout.py
+    tests/test_async_trainer.py
+    tests/test_async_cpu.py
+    tests/test_tree_attention.py
     # installing the wheel over this stack changes none of it; the wheel pins nothing of the user's stack
     tests/test_install.py::test_installing_the_wheel_over_a_supported_stack_changes_none_of_it
     tests/test_install.py::test_wheel_pins_none_of_the_user_stack_and_leaves_torch_to_trl

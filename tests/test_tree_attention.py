@@ -16,7 +16,7 @@ from transformers.masking_utils import AttentionMaskInterface
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-from trl.experimental.async_grpo import packing  # noqa: E402
+packing = pytest.importorskip("trl.experimental.async_grpo.packing", reason="tree packing is TRL 1.16's")
 
 from trl_ada.async_grpo import tree_attention as ta  # noqa: E402
 
@@ -350,8 +350,9 @@ def test_kernel_available_when_it_loads(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(packing, "_flash_attn", lambda: object())
     monkeypatch.setattr(ta.importlib.util, "find_spec", lambda name: object())
-    packing.register_tree_attention()
+    # TRL's own function, even after an earlier trainer in this process installed the CPU one.
     monkeypatch.setattr(packing, "tree_attention", ta.KERNEL_TREE_ATTENTION)
+    packing.register_tree_attention()
     assert ta.kernel_available() is True
     assert ta.use_cpu_tree_attention_if_no_kernel() is False  # leaves the kernel version in place
     assert packing.tree_attention is ta.KERNEL_TREE_ATTENTION

@@ -489,7 +489,8 @@ __all__ = [
 # | `RolloutGroup` | dataclass | per-conversation lists, `reward_kwargs` (dict of per-conversation lists), `model_version`, `group_id`, `queued_at` |
 # | `AsyncRolloutWorker`, `_loop_cls` | class | forwards its keyword arguments to `_loop_cls(**kwargs)` in the spawned child |
 # | `async_grpo_trainer.AsyncRolloutWorker(...)` | module name | what `AsyncGRPOTrainer.__init__` instantiates (rank 0) when no `rollout_worker` is given |
-# | `packing.tree_attention`, `packing.register_tree_attention()` | module variable | `register_tree_attention` (called by `AsyncGRPOTrainer.__init__`) registers whatever `packing.tree_attention` names under `"tree_fa3"`; `trl_ada/async_grpo/tree_attention.py` rebinds it to a plain-torch version without the GPU kernel |
+# | `async_grpo_trainer.get_peak_flops_per_device(accelerator, dtype)` | module function, 1.15 and 1.16 | called in `__init__`; calls `torch.cuda.get_device_name` even off CUDA, so `install_peak_flops_fallback` wraps it (`None` off CUDA, as TRL returns for an unknown peak) |
+# | `packing.tree_attention`, `packing.register_tree_attention()` | module variable, 1.16 only | `register_tree_attention` (called by `AsyncGRPOTrainer.__init__`) registers whatever `packing.tree_attention` names under `"tree_fa3"`; `trl_ada/async_grpo/tree_attention.py` rebinds it to a plain-torch version without the GPU kernel |
 
 ASYNC_PINNED_SOURCES: dict[str, dict[str, str]] = {
     "_AsyncRolloutLoop._repeat_iterator": {
@@ -625,3 +626,36 @@ def async_rollout_worker_class(worker_factory: Any):
         yield
     finally:
         async_grpo_trainer.AsyncRolloutWorker = original
+
+
+def install_peak_flops_fallback() -> bool:
+    """
+    Let `AsyncGRPOTrainer.__init__` run off CUDA: TRL 1.15 and 1.16 call `get_peak_flops_per_device`, which calls
+    `torch.cuda.get_device_name` unconditionally (a CPU-only torch raises). Off CUDA the wrapper returns `None`, the
+    value TRL itself uses for an unknown peak (its MFU metrics are then off; throughput and timings are still logged).
+    Idempotent; returns whether the trainer module has the function (TRL 1.14 does not).
+    """
+    from trl.experimental.async_grpo import async_grpo_trainer
+
+    original = getattr(async_grpo_trainer, "get_peak_flops_per_device", None)
+    if original is None:
+        return False
+    if getattr(original, "_trl_ada_fallback", False):
+        return True
+
+    def peak_flops_per_device(accelerator: Any, dtype: str) -> float | None:
+        if getattr(accelerator.device, "type", str(accelerator.device)) != "cuda":
+            return None
+        return original(accelerator, dtype)
+
+    peak_flops_per_device._trl_ada_fallback = True
+    async_grpo_trainer.get_peak_flops_per_device = peak_flops_per_device
+    return True
+
+
+def has_tree_packing() -> bool:
+    """Whether TRL's asynchronous trainer packs samples into trees (`packing.py`, TRL 1.16) rather than loading the
+    Hub's `kernels-community/flash-attn3` attention by name (1.14, 1.15: a GPU only path, no CPU equivalent here)."""
+    import importlib.util
+
+    return importlib.util.find_spec("trl.experimental.async_grpo.packing") is not None

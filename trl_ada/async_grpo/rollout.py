@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,6 +85,7 @@ class _Batch:
     rows: list[dict[str, Any]]
     samples: dict[tuple[int, int], list[Any]]  # (prompt, draw) -> its RolloutSamples (a conversation may fork)
     versions: dict[tuple[int, int], int]
+    opened_at: float
 
 
 class AdaRolloutLoop(_AsyncRolloutLoop):
@@ -138,7 +140,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         rows = [next(self._rows)[1] for _ in range(self.ada_sampling.prompts_per_batch)]
         batch_id, self._next_batch = self._next_batch, self._next_batch + 1
         step = begin_streaming(self.sampler, len(rows), prompt_keys(rows))
-        self._batches[batch_id] = _Batch(step=step, rows=rows, samples={}, versions={})
+        self._batches[batch_id] = _Batch(step=step, rows=rows, samples={}, versions={}, opened_at=time.monotonic())
         if self._queue_draws(batch_id, self._fresh):
             return True
         self._finish_batches()  # every prompt skipped: its statistics still count
@@ -161,6 +163,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         groups = [group, *trl_seam.take_waiting_groups(self)]
         samples = await super()._score_group(trl_seam.merge_rollout_groups(groups))
         per_draw = trl_seam.samples_per_conversation(groups, samples)
+        for batch_id in {self._draws[one.group_id].batch for one in groups}:
+            self._batches[batch_id].step.stats.scoring_batches += 1  # one reward call served this batch
         for one, (rewards, draw_samples) in zip(groups, per_draw, strict=True):
             draw = self._draws.pop(one.group_id)
             batch = self._batches[draw.batch]
@@ -177,6 +181,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         for batch_id in [b for b, batch in self._batches.items() if batch.step.done]:
             batch = self._batches.pop(batch_id)
             selection = batch.step.finish()
+            batch.step.stats.seconds = time.monotonic() - batch.opened_at
             metrics = {**selection.metrics, **batch.step.stats.metrics()}
             dropped = 0
             spans = []

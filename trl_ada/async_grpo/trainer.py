@@ -13,7 +13,6 @@ from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
 from .config import AdaAsyncGRPOConfig
 from .rollout import AdaAsyncRolloutWorker, AsyncSampling
-from .tree_attention import use_cpu_tree_attention_if_no_kernel
 
 _ASYNC_INIT_SIGNATURE = inspect.signature(AsyncGRPOTrainer.__init__)
 
@@ -36,6 +35,22 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
     )
 
 
+def allow_cpu() -> None:
+    """
+    What TRL's asynchronous trainer needs to build and train without CUDA: its tree attention is a GPU-only Hub
+    kernel (TRL 1.16; the plain-torch equivalent with the same semantics takes its place when the kernel is not
+    available), and `__init__` asks CUDA for the device's peak FLOPs (`trl_seam.install_peak_flops_fallback`).
+    """
+    import torch
+
+    if trl_seam.has_tree_packing():
+        from .tree_attention import use_cpu_tree_attention_if_no_kernel
+
+        use_cpu_tree_attention_if_no_kernel()
+    if not torch.cuda.is_available():
+        trl_seam.install_peak_flops_fallback()
+
+
 class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     """
     Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996)) in TRL's asynchronous GRPO trainer.
@@ -48,6 +63,9 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     worker unchanged. An injected `rollout_worker` is used as given (TRL's contract); to pool with one, build its loop
     as `AdaRolloutLoop(ada_sampling=async_sampling(args), **TRL's loop arguments)`.
     """
+
+    rollout_worker_class: type = AdaAsyncRolloutWorker
+    """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected."""
 
     def __init__(
         self,
@@ -69,11 +87,10 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         elif not isinstance(args, AdaAsyncGRPOConfig):
             args = AdaAsyncGRPOConfig.from_async_config(args)
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
-        # TRL's tree attention is a GPU-only Hub kernel; without it, the plain-torch equivalent (same semantics).
-        use_cpu_tree_attention_if_no_kernel()
+        allow_cpu()
         if args.sampler == "uniform" or named.get("rollout_worker") is not None:
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
             return
-        worker = functools.partial(AdaAsyncRolloutWorker, ada_sampling=self.ada_sampling)
+        worker = functools.partial(self.rollout_worker_class, ada_sampling=self.ada_sampling)
         with trl_seam.async_rollout_worker_class(worker):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)

@@ -1,0 +1,239 @@
+"""
+`AdaAsyncGRPOTrainer` trains on CPU: TRL's asynchronous trainer with the rollout loop that draws Reinforce-Ada pools,
+against the stand-in completions server of `tests/async_fixtures.py` (sampling from the tiny arithmetic model over real
+HTTP, its weights synced from the trainer). The worker runs in a thread (`ThreadRolloutWorker`, since TRL's spawned
+worker needs vLLM), built by the trainer itself with TRL's own arguments through `rollout_worker_class`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("aiohttp")
+async_grpo = pytest.importorskip("trl.experimental.async_grpo")
+from trl_ada import trl_seam  # noqa: E402
+
+if not trl_seam.has_tree_packing():
+    pytest.skip("TRL's async trainer trains on CPU from TRL 1.16 (tree packing)", allow_module_level=True)
+
+from async_fixtures import (  # noqa: E402
+    FakeCompletionsServer,
+    InProcessWeightTransfer,
+    ThreadRolloutWorker,
+    chat_tokenizer,
+    conversational,
+)
+from transformers import AutoModelForCausalLM  # noqa: E402
+from trl.experimental.async_grpo import async_grpo_trainer as trainer_module  # noqa: E402
+
+from trl_ada import AdaAsyncGRPOConfig, AdaAsyncGRPOTrainer  # noqa: E402
+from trl_ada.async_grpo.rollout import AdaRolloutLoop  # noqa: E402
+from trl_ada.tasks.arithmetic import exact_match_reward, make_dataset  # noqa: E402
+from trl_ada.tiny import load_tiny_arith_model  # noqa: E402
+
+
+class ThreadAdaWorker(ThreadRolloutWorker):
+    """The test stand-in for `AdaAsyncRolloutWorker`: the same loop, in a thread."""
+
+    _loop_cls = AdaRolloutLoop
+
+
+class CPUAdaAsyncGRPOTrainer(AdaAsyncGRPOTrainer):
+    rollout_worker_class = ThreadAdaWorker
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    model, tokenizer = load_tiny_arith_model()
+    path = tmp_path_factory.mktemp("tiny-arith-chat")
+    model.save_pretrained(path)
+    chat_tokenizer(tokenizer).save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return chat_tokenizer(load_tiny_arith_model()[1])
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    # Levels 0-3: some prompts the model nearly always gets right, some rarely, so pools differ in size.
+    return conversational(make_dataset(48, seed=0, levels=[0, 1, 2, 3]))
+
+
+@pytest.fixture
+def server(model_dir, tokenizer):
+    with FakeCompletionsServer(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32), tokenizer) as srv:
+        yield srv
+
+
+def config(tmp_path, server, **overrides) -> AdaAsyncGRPOConfig:
+    args = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=3,
+        learning_rate=1e-3,
+        weight_sync_steps=1,
+        max_inflight_tasks=8,
+        token_budget=0,
+        vllm_server_base_url=server.base_url,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        disable_tqdm=True,
+        seed=0,
+        use_cpu=True,
+        bf16=False,
+    )
+    args.update(overrides)
+    return AdaAsyncGRPOConfig(**args)
+
+
+def record_collated(monkeypatch) -> list[list[dict]]:
+    collated: list[list[dict]] = []
+    original = trainer_module.DataCollatorForRollout.torch_call
+
+    def recording(self, examples):
+        (rows,) = examples
+        collated.append([sample for row in rows for sample in row.samples])
+        return original(self, examples)
+
+    monkeypatch.setattr(trainer_module.DataCollatorForRollout, "torch_call", recording)
+    return collated
+
+
+def train(tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, **overrides):
+    collated = record_collated(monkeypatch)
+    trainer = CPUAdaAsyncGRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=exact_match_reward,
+        args=config(tmp_path, server, **overrides),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        weight_transfer=InProcessWeightTransfer(server),
+    )
+    assert isinstance(trainer.rollout_worker, ThreadAdaWorker)
+    before = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert trainer.state.global_step == 3
+    moved = [name for name, p in trainer.model.named_parameters() if not torch.equal(before[name], p.detach())]
+    assert moved, "no parameter changed"
+    logged: dict[str, list[float]] = {}  # every logged value of each metric, step by step
+    for entry in trainer.state.log_history:
+        for key, value in entry.items():
+            if value is not None:
+                logged.setdefault(key, []).append(value)
+    return trainer, collated, logged
+
+
+def served(server) -> dict[tuple[tuple[int, ...], tuple[int, ...]], list]:
+    produced = {}
+    for record in server.requests:
+        if record.answered_at is not None:
+            produced.setdefault((tuple(record.prompt_ids), tuple(record.completion_ids)), []).append(record)
+    return produced
+
+
+def check_provenance(collated, server) -> None:
+    """Every trained row is a completion the server sampled, with the server's log-probs."""
+    produced = served(server)
+    for sample in (s for batch in collated for s in batch):
+        mask = sample["completion_mask"].astype(bool)
+        ids = sample["input_ids"]
+        records = produced.get((tuple(ids[~mask].tolist()), tuple(ids[mask].tolist())), [])
+        old = torch.tensor(sample["old_log_probs"][mask])
+        assert any(torch.equal(old, torch.tensor(r.logprobs)) for r in records), ids
+
+
+@pytest.mark.wall_clock_limit(240)
+def test_seq_balance_trains_with_pools_larger_than_the_update_group(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard
+):
+    trainer, collated, logged = train(
+        tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, sampler="seq_balance", round_size=2, max_rounds=6
+    )
+    assert trainer.ada_sampling.pooled and trainer.ada_sampling.prompts_per_batch == 2
+    check_provenance(collated, server)
+    # The update group of each prompt is num_generations draws of its pool; pools drew more than that on average.
+    per_group: dict[int, int] = {}
+    for sample in (s for batch in collated[:3] for s in batch):
+        per_group[sample["group_id"]] = per_group.get(sample["group_id"], 0) + 1
+    assert set(per_group.values()) == {4}
+    print({k: v for k, v in logged.items() if k.startswith("ada/")})
+    assert max(logged["ada/samples_per_prompt/max"]) > 4
+    assert min(logged["ada/samples_per_prompt/mean"]) >= 4
+    assert "ada/async/pool_version_span_max" in logged and "sample/staleness_mean" in logged
+    # More draws than GRPO's n per trained prompt reached the server.
+    assert len(server.requests) > 4 * len(per_group)
+
+
+@pytest.mark.wall_clock_limit(240)
+def test_dapo_drops_groups_without_a_signal_and_trains(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard
+):
+    trainer, collated, logged = train(tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, sampler="dapo")
+    assert not trainer.ada_sampling.pooled
+    check_provenance(collated, server)
+    assert sum(logged["ada/dapo/groups_total"]) >= 1
+    # Every trained group has a signal: its rewards (the samples' metrics) are not all equal.
+    groups: dict[int, list[float]] = {}
+    for sample in (s for batch in collated[:3] for s in batch):
+        groups.setdefault(sample["group_id"], []).append(sample["metrics"]["reward"])
+    assert groups and all(len(set(rewards)) > 1 for rewards in groups.values() if len(rewards) == 4)
+
+
+@pytest.mark.wall_clock_limit(240)
+def test_est_trains_from_the_tracker(tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard):
+    trainer, collated, logged = train(tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, sampler="est")
+    assert trainer.ada_sampling.pooled
+    check_provenance(collated, server)
+    assert "ada/samples_per_prompt/mean" in logged
+
+
+def test_uniform_builds_trls_own_worker_with_trls_arguments(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset
+):
+    # sampler="uniform" is AsyncGRPOTrainer: the trainer module's own worker class, with exactly the arguments TRL's
+    # trainer gives it (so the same loop, groups, rewards and advantages).
+    monkeypatch.setattr(trainer_module, "AsyncRolloutWorker", ThreadRolloutWorker)
+    common = dict(
+        model=str(model_dir),
+        reward_funcs=exact_match_reward,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        weight_transfer=InProcessWeightTransfer(server),
+    )
+    ada = CPUAdaAsyncGRPOTrainer(args=config(tmp_path, server, sampler="uniform"), **common)
+    plain_args = async_grpo.AsyncGRPOConfig(
+        **{
+            k: v
+            for k, v in config(tmp_path, server).to_dict().items()
+            if k in async_grpo.AsyncGRPOConfig.__dataclass_fields__ and k not in ("push_to_hub_token", "hub_token")
+        }
+    )
+    plain = async_grpo.AsyncGRPOTrainer(args=plain_args, **common)
+    assert type(ada.rollout_worker) is ThreadRolloutWorker and ada.rollout_worker._loop_cls is not AdaRolloutLoop
+    assert ada.rollout_worker._loop_kwargs.keys() == plain.rollout_worker._loop_kwargs.keys()
+    for key, value in plain.rollout_worker._loop_kwargs.items():
+        if key not in ("dataset", "processing_class"):
+            assert ada.rollout_worker._loop_kwargs[key] == value, key
+
+
+def test_a_plain_async_config_gets_the_reinforce_ada_defaults(tmp_path, server):
+    plain = async_grpo.AsyncGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    upgraded = AdaAsyncGRPOConfig.from_async_config(plain)
+    assert isinstance(upgraded, AdaAsyncGRPOConfig) and upgraded.sampler == "seq_balance"
+    assert upgraded.num_generations == plain.num_generations and upgraded.max_staleness == plain.max_staleness
+
+
+def test_bad_knobs_fail_before_any_model_loads(tmp_path, server):
+    with pytest.raises(ValueError, match="round_size=3 has no effect with sampler='uniform'"):
+        config(tmp_path, server, sampler="uniform", round_size=3)
+    with pytest.raises(ValueError, match="dapo_max_refills=2: the asynchronous worker draws further prompts"):
+        config(tmp_path, server, sampler="dapo", dapo_max_refills=2)
+    with pytest.raises(ValueError, match="no_such_sampler.* is not supported. Choose one of"):
+        config(tmp_path, server, sampler="no_such_sampler")
