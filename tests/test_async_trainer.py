@@ -237,3 +237,48 @@ def test_bad_knobs_fail_before_any_model_loads(tmp_path, server):
         config(tmp_path, server, sampler="dapo", dapo_max_refills=2)
     with pytest.raises(ValueError, match="no_such_sampler.* is not supported. Choose one of"):
         config(tmp_path, server, sampler="no_such_sampler")
+
+
+@pytest.mark.wall_clock_limit(300)
+def test_checkpoints_hold_the_workers_sampler_state_and_resume_restores_it(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard
+):
+    import json
+
+    from trl_ada.checkpoints import SAMPLER_STATE_NAME
+
+    common = dict(
+        model=str(model_dir),
+        reward_funcs=exact_match_reward,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        weight_transfer=InProcessWeightTransfer(server),
+    )
+    first = CPUAdaAsyncGRPOTrainer(
+        args=config(tmp_path, server, sampler="est", max_steps=2, save_strategy="steps", save_steps=2), **common
+    )
+    assert first.ada_sampling.initial_state is None
+    first.train()
+    checkpoint = tmp_path / "out" / "checkpoint-2"
+    saved = json.loads((checkpoint / SAMPLER_STATE_NAME).read_text())
+    assert saved["trainer"] == "CPUAdaAsyncGRPOTrainer"
+    tracked = saved["sampler"]
+    assert json.dumps(tracked) != json.dumps(build_fresh_state())  # the tracker saw prompts
+
+    resumed = CPUAdaAsyncGRPOTrainer(args=config(tmp_path, server, sampler="est", max_steps=3), **common)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 3
+    loop = resumed.rollout_worker.loop
+    assert loop.ada_sampling.initial_state == tracked  # the worker's sampler began from the checkpoint's state
+    # TRL's own resume position still holds: the rows trained before the checkpoint are not drawn again first.
+    # The resumed run's samples keep TRL's row ids (its resume position and epoch counting read them).
+    assert (
+        resumed.rollout_worker._loop_kwargs["dataset_start_index"]
+        == json.loads((checkpoint / "rollout_state.json").read_text())["prompt_index"]
+    )
+
+
+def build_fresh_state():
+    from trl_ada.samplers import SamplerSettings, build_sampler
+
+    return build_sampler(SamplerSettings(sampler="est", num_generations=4, seed=0)).state_dict()

@@ -30,9 +30,11 @@ class CheckpointError(ValueError):
     """A checkpoint file that cannot be loaded; the message names the file and why."""
 
 
-def read_sampler_state(checkpoint: str | os.PathLike) -> dict[str, Any] | None:
+def read_sampler_state(checkpoint: str | os.PathLike, *, require_refill: bool = True) -> dict[str, Any] | None:
     """
     The sampler state saved in `checkpoint`, or `None` when it has none (a checkpoint of `trl.GRPOTrainer`).
+    `require_refill=False`: the asynchronous trainer's state, which has no DAPO refill position (its stream has no
+    batches to refill).
 
     Raises:
         CheckpointError: naming the file, when it is not the JSON object `AdaGRPOTrainer` writes.
@@ -48,7 +50,7 @@ def read_sampler_state(checkpoint: str | os.PathLike) -> dict[str, Any] | None:
     if not isinstance(state, dict) or not isinstance(state.get("sampler"), dict):
         raise CheckpointError(f"{path} is not a sampler state (no 'sampler' object)")
     refill = state.get("refill")
-    if not isinstance(refill, dict) or not {"epoch", "position"} <= set(refill):
+    if require_refill and (not isinstance(refill, dict) or not {"epoch", "position"} <= set(refill)):
         raise CheckpointError(f"{path} is not a sampler state (no 'refill' object with 'epoch' and 'position')")
     return state
 

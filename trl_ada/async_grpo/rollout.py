@@ -31,8 +31,10 @@ staleness is `sample/staleness_mean|max`). `ada/async/pool_version_span_max` log
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -64,6 +66,10 @@ class AsyncSampling:
     """A local directory holding a saved pass-rate predictor to warm-start from (`pass_rate_predictor=<path>`)."""
     estimator: Any = None
     """A pass-rate estimator object (`pass_rate_estimator=`); it is pickled into the worker process."""
+    state_path: str | None = None
+    """Where the worker writes the sampler's state (JSON) after every generation batch, for the trainer's checkpoints."""
+    initial_state: dict[str, Any] | None = None
+    """A sampler state to start from (`Sampler.state_dict()`, from a checkpoint when resuming)."""
 
     @property
     def pooled(self) -> bool:
@@ -83,6 +89,7 @@ class _Draw:
 class _Batch:
     step: Any  # ContinuousStep | SingleRequestStep
     rows: list[dict[str, Any]]
+    row_ids: list[int]  # TRL's group id of each row (its position in the row stream): the id its samples carry
     samples: dict[tuple[int, int], list[Any]]  # (prompt, draw) -> its RolloutSamples (a conversation may fork)
     versions: dict[tuple[int, int], int]
     opened_at: float
@@ -101,6 +108,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             kwargs["num_generations"] = 1  # every draw is a TRL group of its own (see the module docstring)
         super().__init__(**kwargs)
         self.sampler = build_sampler(settings, ada_sampling.estimator, ada_sampling.predictor_source)
+        if ada_sampling.initial_state is not None:
+            self.sampler.load_state_dict(ada_sampling.initial_state)
         self._batches: dict[int, _Batch] = {}
         self._draws: dict[int, _Draw] = {}  # TRL group id -> the draw it is
         # Draws to submit: the next blocks of prompts already open go before the first draws of a new batch.
@@ -137,10 +146,18 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
 
     def _open_batch(self) -> bool:
         """Begin the next generation batch and queue its first draws; `False` when it asks for none."""
-        rows = [next(self._rows)[1] for _ in range(self.ada_sampling.prompts_per_batch)]
+        items = [next(self._rows) for _ in range(self.ada_sampling.prompts_per_batch)]
+        rows = [row for _, row in items]
         batch_id, self._next_batch = self._next_batch, self._next_batch + 1
         step = begin_streaming(self.sampler, len(rows), prompt_keys(rows))
-        self._batches[batch_id] = _Batch(step=step, rows=rows, samples={}, versions={}, opened_at=time.monotonic())
+        self._batches[batch_id] = _Batch(
+            step=step,
+            rows=rows,
+            row_ids=[row_id for row_id, _ in items],
+            samples={},
+            versions={},
+            opened_at=time.monotonic(),
+        )
         if self._queue_draws(batch_id, self._fresh):
             return True
         self._finish_batches()  # every prompt skipped: its statistics still count
@@ -191,21 +208,30 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                     continue
                 versions = [v for (p, _), v in batch.versions.items() if p == prompt]
                 spans.append(max(versions) - min(versions) if versions else 0)
-                pool_group_id = min(
-                    (s.group_id for (p, _), ss in batch.samples.items() if p == prompt for s in ss), default=-1
-                )
                 pool_std = rules.mean_and_std(selection.pools[prompt])[1]
                 for draw, advantage in zip(result.kept, result.advantages, strict=True):
                     for sample in batch.samples.get((prompt, draw), []):
                         sample.advantage = float(advantage)
-                        sample.group_id = pool_group_id
+                        # TRL's group id for the row (its row counter): what its resume and epoch counting read.
+                        sample.group_id = batch.row_ids[prompt]
                         sample.metrics["reward_std"] = pool_std  # TRL's reward_std: the rewards the baseline reads
                         kept.append(sample)
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
             self._push_metrics({f"ada/{name}": value for name, value in metrics.items() if not math.isnan(value)})
+            self._write_sampler_state()
         return kept
+
+    def _write_sampler_state(self) -> None:
+        """The sampler's state for the trainer's next checkpoint, replaced atomically (a reader never sees half)."""
+        path = self.ada_sampling.state_path
+        if path is None:
+            return
+        partial = f"{path}.partial"
+        with open(partial, "w") as f:
+            json.dump(self.sampler.state_dict(), f)
+        os.replace(partial, path)
 
     async def _score_update_group(self, group: Any) -> list[Any]:
         """A group of `num_generations` (TRL's): its own advantages; without a signal it is dropped under DAPO."""

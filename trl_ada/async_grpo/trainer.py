@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+import json
+import logging
+import os
 from typing import Any
 
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from .. import trl_seam
+from ..checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state
 from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
 from .config import AdaAsyncGRPOConfig
 from .rollout import AdaAsyncRolloutWorker, AsyncSampling
 
+logger = logging.getLogger(__name__)
+
 _ASYNC_INIT_SIGNATURE = inspect.signature(AsyncGRPOTrainer.__init__)
+
+WORKER_STATE_NAME = ".ada_worker_sampler_state.json"
+"""File in `output_dir` where the rollout worker keeps its sampler's latest state; each checkpoint copies it."""
 
 
 def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstimator | None = None) -> AsyncSampling:
@@ -27,11 +37,13 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
     predictor_source = resolve_pass_rate_predictor(settings)
     build_sampler(settings, pass_rate_estimator, predictor_source)  # raises what the worker would, here and now
     samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    os.makedirs(args.output_dir, exist_ok=True)
     return AsyncSampling(
         settings=settings,
         prompts_per_batch=max(1, samples_per_step // settings.num_generations),
         predictor_source=predictor_source,
         estimator=pass_rate_estimator,
+        state_path=os.path.abspath(os.path.join(args.output_dir, WORKER_STATE_NAME)),
     )
 
 
@@ -94,3 +106,34 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         worker = functools.partial(self.rollout_worker_class, ada_sampling=self.ada_sampling)
         with trl_seam.async_rollout_worker_class(worker):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
+
+    # -- the sampler's state in checkpoints --------------------------------------------------------------------------
+    # The sampler lives in the rollout worker (its own process), which writes its state after every generation batch
+    # (`AsyncSampling.state_path`). A checkpoint copies the latest one: it is the worker's state at the save, which
+    # may be ahead of the samples trained so far (generation runs ahead of training by design).
+
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        state_path = self.ada_sampling.state_path
+        if not self.accelerator.is_main_process or state_path is None or not os.path.exists(state_path):
+            return
+        with open(state_path) as f:
+            sampler_state = json.load(f)
+        with open(os.path.join(output_dir, SAMPLER_STATE_NAME), "w") as f:
+            json.dump({"sampler": sampler_state, "trainer": type(self).__name__}, f)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        # Called before `on_train_begin` starts the worker: its loop is built from `_loop_kwargs` with this state.
+        worker = self.rollout_worker
+        if checkpoint is None or worker is None or "ada_sampling" not in getattr(worker, "_loop_kwargs", {}):
+            return
+        try:
+            state = read_sampler_state(checkpoint, require_refill=False)
+        except CheckpointError as error:
+            raise CheckpointError(f"Cannot resume the sampler from {checkpoint}: {error}.") from None
+        if state is None:
+            logger.warning("%s has no %s; the sampler starts fresh.", checkpoint, SAMPLER_STATE_NAME)
+            return
+        self.ada_sampling = dataclasses.replace(self.ada_sampling, initial_state=state["sampler"])
+        worker._loop_kwargs["ada_sampling"] = self.ada_sampling
