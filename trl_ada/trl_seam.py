@@ -82,6 +82,14 @@ GENERATE_OUTPUT_FIELDS = (
 """The layout of `GRPOTrainer._generate`'s return tuple."""
 
 
+def refuse_unsupported(message: str) -> None:
+    """Raise `ImportError(message)`, or only warn when `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` asks to try anyway."""
+    if os.environ.get(ALLOW_UNSUPPORTED_ENV, "") == "1":
+        logger.warning("%s Continuing because %s=1.", message, ALLOW_UNSUPPORTED_ENV)
+        return
+    raise ImportError(message)
+
+
 def check_trl_version(version: str | None = None) -> None:
     """
     Raise `ImportError` when the installed TRL (or `version`) is outside [`SUPPORTED_TRL`], unless the environment
@@ -95,10 +103,7 @@ def check_trl_version(version: str | None = None) -> None:
         f"trl_ada/trl_seam.py); TRL {version} is installed. Install a supported TRL (pip install 'trl{SUPPORTED_TRL}'), "
         f"or set {ALLOW_UNSUPPORTED_ENV}=1 to try this one anyway."
     )
-    if os.environ.get(ALLOW_UNSUPPORTED_ENV, "") == "1":
-        logger.warning("%s Continuing because %s=1.", message, ALLOW_UNSUPPORTED_ENV)
-        return
-    raise ImportError(message)
+    refuse_unsupported(message)
 
 
 def check_overridable(trainer_class: type) -> None:
@@ -546,10 +551,7 @@ def check_async_pins(module_source: str | None = None, version: str | None = Non
         f"({', '.join(ASYNC_PINNED_SOURCES[changed[0]])}). Install one of those TRL releases, or set "
         f"{ALLOW_UNSUPPORTED_ENV}=1 to try this one anyway."
     )
-    if os.environ.get(ALLOW_UNSUPPORTED_ENV, "") == "1":
-        logger.warning("%s Continuing because %s=1.", message, ALLOW_UNSUPPORTED_ENV)
-        return
-    raise ImportError(message)
+    refuse_unsupported(message)
 
 
 def async_rollout_classes() -> tuple[type, type]:
