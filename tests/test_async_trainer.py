@@ -282,3 +282,20 @@ def build_fresh_state():
     from trl_ada.samplers import SamplerSettings, build_sampler
 
     return build_sampler(SamplerSettings(sampler="est", num_generations=4, seed=0)).state_dict()
+
+
+def test_the_model_card_names_the_asynchronous_trainer_and_its_sampler(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset
+):
+    trainer = CPUAdaAsyncGRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=exact_match_reward,
+        args=config(tmp_path, server, sampler="seq_balance", max_steps=2, save_strategy="steps", save_steps=2),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        weight_transfer=InProcessWeightTransfer(server),
+    )
+    trainer.train()
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "trl-ada's AdaAsyncGRPOTrainer, on TRL's asynchronous GRPO trainer" in card
+    assert "| `sampler` | seq_balance |" in card and "async-grpo" in card

@@ -18,6 +18,10 @@ from .samplers.settings import UNIVERSAL_KNOBS
 
 TEMPLATE = "reinforce_ada_model_card.md"
 
+SYNC_TRAINER_NAME = "Reinforce-Ada (trl-ada's AdaGRPOTrainer)"
+ASYNC_TRAINER_NAME = "Reinforce-Ada (trl-ada's AdaAsyncGRPOTrainer, on TRL's asynchronous GRPO trainer)"
+"""How the card names the trainer that wrote it."""
+
 _FINAL_METRICS = (
     "reward",
     "ada/pool_reward/mean",
@@ -188,6 +192,7 @@ def render_model_card(
     example_max_new_tokens: int = 64,
     base_model_name_or_path: str | None = None,
     rollouts: Sequence[str] = (),
+    trainer_name: str = SYNC_TRAINER_NAME,
 ) -> ModelCard:
     """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, keeping the metadata TRL computed.
 
@@ -198,6 +203,7 @@ def render_model_card(
         rollouts: What each completion was besides one generate call (tools, environments, a custom rollout
             function, images), one phrase each, as [`describe_rollouts`] words them.
         output_dir: Where the model and this card are written; the quick start loads it from there.
+        trainer_name: The trainer the card names (the synchronous or the asynchronous one).
     """
     template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
     return ModelCard.from_template(
@@ -208,7 +214,7 @@ def render_model_card(
         hub_model_id=hub_model_id,
         local_model_path=Path(output_dir).resolve().as_posix(),
         dataset_name=card_data.datasets[0] if isinstance(card_data.datasets, list) else card_data.datasets,
-        trainer_name="Reinforce-Ada (trl-ada's AdaGRPOTrainer)",
+        trainer_name=trainer_name,
         trainer_citation=paper.get("citation"),
         paper_title=paper.get("title"),
         paper_id=paper.get("id"),
@@ -244,6 +250,7 @@ def write_model_card(
     train_dataset: Any = None,
     example_max_new_tokens: int = 64,
     rollouts: Sequence[str] = (),
+    trainer_name: str = SYNC_TRAINER_NAME,
 ) -> ModelCard:
     """Replace the `README.md` TRL wrote into `output_dir` with trl-ada's card, keeping TRL's metadata, and write the
     logged metrics (`metrics.json`, `metrics.csv`) and the training plots (`plots/`) it shows next to it.
@@ -252,7 +259,7 @@ def write_model_card(
         train_dataset: The run's training data; the quick start's example is its first prompt when it is a map-style
             `datasets.Dataset` of text prompts (else [`render_model_card`]'s default).
         settings, log_history, model_name, hub_model_id, paper, base_model_name_or_path, example_max_new_tokens,
-            rollouts: As for [`render_model_card`].
+            rollouts, trainer_name: As for [`render_model_card`].
 
     Returns:
         The card written.
@@ -277,6 +284,7 @@ def write_model_card(
         **({"example_prompt": example} if isinstance(example, str) else {}),
         example_max_new_tokens=example_max_new_tokens,
         rollouts=rollouts,
+        trainer_name=trainer_name,
     )
     card.save(output_dir / "README.md")
     return card

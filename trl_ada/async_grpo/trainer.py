@@ -8,14 +8,18 @@ import inspect
 import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from .. import trl_seam
+from ..card import ASYNC_TRAINER_NAME, write_model_card
 from ..checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state
 from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
+from ..trainer import AdaGRPOTrainer
+from ..trl_seam import get_config_model_id
 from .config import AdaAsyncGRPOConfig
 from .rollout import AdaAsyncRolloutWorker, AsyncSampling
 
@@ -75,6 +79,10 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     worker unchanged. An injected `rollout_worker` is used as given (TRL's contract); to pool with one, build its loop
     as `AdaRolloutLoop(ada_sampling=async_sampling(args), **TRL's loop arguments)`.
     """
+
+    _tag_names = ["trl", "async-grpo", "reinforce-ada"]
+    _name = "Reinforce-Ada (asynchronous)"
+    _paper = AdaGRPOTrainer._paper
 
     rollout_worker_class: type = AdaAsyncRolloutWorker
     """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected."""
@@ -137,3 +145,30 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             return
         self.ada_sampling = dataclasses.replace(self.ada_sampling, initial_state=state["sampler"])
         worker._loop_kwargs["ada_sampling"] = self.ada_sampling
+
+    # -- the model card ----------------------------------------------------------------------------------------------
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        # As GRPOTrainer does: the card (with its plots and metrics) is saved along with every checkpoint.
+        self.create_model_card(model_name=Path(self.args.output_dir).name)
+        super()._save_checkpoint(model, trial)
+
+    def create_model_card(
+        self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
+    ) -> None:
+        """`README.md` from trl-ada's template, naming this trainer, with the sampler's settings, plots and metrics."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if not self.is_world_process_zero():
+            return
+        write_model_card(
+            self.args.output_dir,
+            settings=self.ada_sampling.settings,
+            log_history=self.state.log_history,
+            model_name=model_name,
+            hub_model_id=self.hub_model_id,
+            paper=self._paper,
+            base_model_name_or_path=get_config_model_id(self.accelerator.unwrap_model(self.model).config),
+            train_dataset=self.train_dataset,
+            example_max_new_tokens=self.args.max_completion_length or 64,
+            trainer_name=ASYNC_TRAINER_NAME,
+        )
