@@ -125,3 +125,33 @@ def test_episode_time_benchmark_runs_grpo_and_seq_balance_through_the_tool_loop(
         )  # the tool loop generated again
         assert result["sampling_seconds"] > 0 and result["tool_seconds"] >= 0
     assert all(r["completions_per_batch"] > 32 and r["round_time_max"] > 0 for r in adaptive)
+
+
+def test_predictor_learning_table_reads_budgets_pairs_and_goals(tmp_path):
+    table_module = load(ROOT / "benchmarks" / "predictor_learning.py", "predictor_learning")
+
+    def run(method: str, seed: int, points: list[tuple[float, float, float]]) -> dict:
+        curve = [{"step": i, "heldout": h, "samples": c, "train_seconds": s} for i, (h, c, s) in enumerate(points)]
+        return {"method": method, "label": method, "seed": seed, "curve": curve}
+
+    runs = [
+        run("grpo_n16", 0, [(0.3, 0, 0), (0.4, 400, 40), (0.5, 800, 80)]),
+        run("grpo_n16", 1, [(0.3, 0, 0), (0.4, 400, 40), (0.5, 800, 80)]),
+        run("dapo", 0, [(0.3, 0, 0), (0.45, 300, 20), (0.55, 600, 40)]),
+        run("dapo", 1, [(0.3, 0, 0), (0.45, 300, 20), (0.51, 600, 40)]),
+        # Reaches GRPO-n16's final 0.5 at 200 of its own completions: 0.25x GRPO-n16's 800; ends above DAPO with less.
+        run("est_learned", 0, [(0.3, 0, 0), (0.5, 200, 10), (0.6, 400, 20)]),
+        run("est_learned", 1, [(0.3, 0, 0), (0.5, 200, 10), (0.6, 400, 20)]),
+    ]
+    (tmp_path / "runs").mkdir()
+    for r in runs:
+        (tmp_path / "runs" / f"{r['method']}-seed{r['seed']}.json").write_text(json.dumps(r))
+    table = table_module.analyse(tmp_path)
+    assert table["completion_budgets"] == [400, 600, 800]
+    at_400 = table["methods"]["dapo"]["at_completions"]["400"]
+    assert at_400["mean"] == pytest.approx((0.45 + 0.1 / 3 + 0.45 + 0.06 / 3) / 2)  # interpolated per seed
+    assert table["methods"]["est_learned"]["at_completions"]["600"]["mean"] is None  # never drew 600
+    assert table["methods"]["est_learned"]["vs_dapo"]["final"]["mean"] == pytest.approx(0.6 - 0.53)
+    goals = table["goals"]
+    assert goals["ratio_to_grpo_n16"] == pytest.approx(0.25) and goals["goal_1_met"] and goals["goal_2_met"]
+    assert "Goal 1" in table_module.markdown(table)
