@@ -75,7 +75,10 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
     except (OSError, ValueError) as error:
         return f"{state_path} cannot be read as JSON ({type(error).__name__}: {error})"
     try:
-        read_sampler_state(path)
+        # The asynchronous trainer's state names it and has no DAPO refill position; the synchronous one's must.
+        state = read_sampler_state(path, require_refill=False)
+        if state is not None and "trainer" not in state:
+            read_sampler_state(path)
     except CheckpointError as error:
         return str(error)
     # Top level: the model (or PEFT adapter) and its shards; one level down: the adapters of a multi-adapter model.

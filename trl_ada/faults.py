@@ -62,23 +62,26 @@ def _server_url(trainer: Any) -> str:
 
 def vllm_server_message(trainer: Any, round_index: int | None, error: BaseException, during: str | None = None) -> str:
     """What happened (server, round or `during`, step, the client's error) and how to continue."""
-    output_dir = trainer.args.output_dir
-    checkpoint = latest_complete_checkpoint(output_dir)
-    if checkpoint is not None:
-        resume = (
-            f"then resume from the latest complete checkpoint, {checkpoint}: `trainer.train(resume_from_checkpoint="
-            "True)` (`--resume_from_checkpoint true` with scripts/train_ada.py)."
-        )
-    else:
-        resume = (
-            f"then start the run again: {output_dir!r} holds no complete checkpoint yet (set `save_steps` to make "
-            "runs resumable)."
-        )
     during = during or f"sampling round {round_index}"
     return (
         f"The vLLM server at {_server_url(trainer)} stopped answering during {during} of "
         f"training step {trainer.state.global_step + 1} ({type(error).__name__}: {error}). Training cannot continue "
-        f"without it. Restart the server with the same model on the same host and port, {resume}"
+        f"without it. Restart the server with the same model on the same host and port, then "
+        f"{resume_advice(trainer.args.output_dir)}"
+    )
+
+
+def resume_advice(output_dir: str) -> str:
+    """How to continue a run that stopped: from its latest complete checkpoint, or from the start when it has none."""
+    checkpoint = latest_complete_checkpoint(output_dir)
+    if checkpoint is not None:
+        return (
+            f"resume from the latest complete checkpoint, {checkpoint}: `trainer.train(resume_from_checkpoint=True)` "
+            "(`--resume_from_checkpoint true` with scripts/train_ada.py)."
+        )
+    return (
+        f"start the run again: {output_dir!r} holds no complete checkpoint yet (set `save_steps` to make runs "
+        "resumable)."
     )
 
 

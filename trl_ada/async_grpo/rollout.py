@@ -35,6 +35,8 @@ import json
 import logging
 import math
 import os
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -42,6 +44,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import trl_seam
+from ..faults import VLLMServerUnresponsive
+from ..rewards import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, rules
 from ..samplers.continuous import begin_streaming
 from ..schedules import prompt_keys
@@ -70,6 +74,10 @@ class AsyncSampling:
     """Where the worker writes the sampler's state (JSON) after every generation batch, for the trainer's checkpoints."""
     initial_state: dict[str, Any] | None = None
     """A sampler state to start from (`Sampler.state_dict()`, from a checkpoint when resuming)."""
+    server_timeout: float | None = None
+    """Seconds the vLLM server's requests may keep failing (none answered since) before the worker gives up with
+    [`~trl_ada.faults.VLLMServerUnresponsive`] (`vllm_server_timeout`); `None`: TRL's own retries only (30 x 3
+    attempts of up to `request_timeout` each, with up to 16 s of backoff: hours for a server that stopped answering)."""
 
     @property
     def pooled(self) -> bool:
@@ -118,6 +126,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._next_group_id = 0
         self._next_batch = 0
         self._rows: Iterator[tuple[int, dict[str, Any]]] | None = None
+        self._server_failing_since: float | None = None  # monotonic time of the first failure since a success
 
     # -- the work iterator ------------------------------------------------------------------------------------------
 
@@ -178,7 +187,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         if not self.ada_sampling.pooled:
             return await self._score_update_group(group)
         groups = [group, *trl_seam.take_waiting_groups(self)]
-        samples = await super()._score_group(trl_seam.merge_rollout_groups(groups))
+        samples = await self._scored(trl_seam.merge_rollout_groups(groups))
         per_draw = trl_seam.samples_per_conversation(groups, samples)
         for batch_id in {self._draws[one.group_id].batch for one in groups}:
             self._batches[batch_id].step.stats.scoring_batches += 1  # one reward call served this batch
@@ -233,9 +242,20 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             json.dump(self.sampler.state_dict(), f)
         os.replace(partial, path)
 
+    async def _scored(self, group: Any) -> list[Any]:
+        """TRL's `_score_group`; an error of a reward function names it (the parent only sees this message)."""
+        try:
+            return await super()._score_group(group)
+        except Exception as error:
+            name = failing_reward_name(error, self.reward_funcs, self.reward_func_names)
+            raise RuntimeError(
+                f"{name} raised while the rollout worker scored draws for policy version {group.model_version}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+
     async def _score_update_group(self, group: Any) -> list[Any]:
         """A group of `num_generations` (TRL's): its own advantages; without a signal it is dropped under DAPO."""
-        samples = await super()._score_group(group)
+        samples = await self._scored(group)
         if not self.ada_sampling.settings.refills:
             return samples
         rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
@@ -243,8 +263,79 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._push_metrics({"ada/dapo/groups_dropped_total": float(constant), "ada/dapo/groups_total": 1.0})
         return [] if constant else samples
 
+    # -- a server that stopped answering ------------------------------------------------------------------------
+
+    async def _retry(self, coro_factory: Any, *, label: str, max_attempts: int = 1) -> Any:
+        # TRL's retries (every vLLM request: 30 attempts of `_post`, itself 3 attempts of up to `request_timeout`)
+        # keep a worker whose server died or froze retrying for hours while its heartbeat stays fresh, so the trainer
+        # waits as long. Once requests have kept failing for `server_timeout` seconds with none answered since, the
+        # failure is raised as `VLLMServerUnresponsive`, which TRL does not retry: the worker fails, the trainer stops.
+        timeout = self.ada_sampling.server_timeout
+        if timeout is None:
+            return await super()._retry(coro_factory, label=label, max_attempts=max_attempts)
+        import aiohttp
+
+        async def attempt() -> Any:
+            try:
+                result = await coro_factory()
+            except (TimeoutError, aiohttp.ClientError, ConnectionResetError) as error:
+                now = time.monotonic()
+                if self._server_failing_since is None:
+                    self._server_failing_since = now
+                if now - self._server_failing_since >= timeout:
+                    last = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+                    raise VLLMServerUnresponsive(
+                        f"{label} to {self.vllm_server_url} has failed for {now - self._server_failing_since:.0f} s "
+                        f"with no request answered since (vllm_server_timeout={timeout:g}, request_timeout="
+                        f"{self.request_timeout}; last: {last})"
+                    ) from error
+                raise
+            self._server_failing_since = None
+            return result
+
+        return await super()._retry(attempt, label=label, max_attempts=max_attempts)
+
+
+def _set_within(event: Any, timeout: float) -> bool:
+    """`event.set()` (a multiprocessing Event) in a daemon thread; whether it returned within `timeout` seconds."""
+    setter = threading.Thread(target=event.set, daemon=True, name="ada-rollout-stop")
+    setter.start()
+    setter.join(timeout)
+    return not setter.is_alive()
+
 
 class AdaAsyncRolloutWorker(AsyncRolloutWorker):
     """TRL's `AsyncRolloutWorker` (the spawned worker process) running [`AdaRolloutLoop`]."""
 
     _loop_cls = AdaRolloutLoop
+
+    def check_health(self, stale_after_s: float) -> None:
+        """TRL's check, and a child process that is gone (killed, or exited without reporting) fails it at once
+        rather than once its heartbeat is `stale_after_s` old."""
+        super().check_health(stale_after_s)
+        process = self._process
+        if process is None or process._popen is None or process.is_alive():
+            return
+        code = process.exitcode
+        how = f"was killed by {signal.Signals(-code).name}" if code is not None and code < 0 else f"exited ({code})"
+        raise RuntimeError(f"Rollout worker child (pid {process.pid}) {how} without reporting an error.")
+
+    def stop(self) -> None:
+        # TRL's stop() sets the stop event, and a multiprocessing Event's set() waits until every process waiting on
+        # it (the child's stop watcher) has woken: a child that died (crashed, was killed) never does, so stop() would
+        # hang for ever, in the `finally` of every training run whose worker failed. A child that is gone, or cannot
+        # be told to stop, is reaped here instead (killed first if it is somehow still running).
+        process = self._process
+        if process is not None and process._popen is not None:
+            if self._failed_event.is_set():
+                process.join(timeout=15)  # it reported its failure and is exiting
+            if process.is_alive() and _set_within(self._stop_event_mp, timeout=5.0):
+                super().stop()  # the child was told: TRL joins it (terminating it after 15 s)
+                return
+            if process.is_alive():
+                logger.warning("Rollout worker child (pid %s) cannot be told to stop; killing it.", process.pid)
+                process.kill()
+            process.join(timeout=5)
+            self._process = None
+            return
+        super().stop()

@@ -8,6 +8,7 @@ import inspect
 import json
 import logging
 import os
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,13 @@ from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 from .. import trl_seam
 from ..card import ASYNC_TRAINER_NAME, write_model_card
 from ..checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state
+from ..faults import VLLMServerError, VLLMServerUnresponsive, resume_advice, vllm_server_message
 from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
 from ..trainer import AdaGRPOTrainer
 from ..trl_seam import get_config_model_id
 from .config import AdaAsyncGRPOConfig
-from .rollout import AdaAsyncRolloutWorker, AsyncSampling
+from .rollout import AdaAsyncRolloutWorker, AsyncRolloutWorker, AsyncSampling
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +50,63 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
         predictor_source=predictor_source,
         estimator=pass_rate_estimator,
         state_path=os.path.abspath(os.path.join(args.output_dir, WORKER_STATE_NAME)),
+        server_timeout=float(args.vllm_server_timeout),
+    )
+
+
+# -- faults (issue 23) ------------------------------------------------------------------------------------------------
+
+PICKLING_MESSAGE = (
+    "AsyncRolloutWorker forwards reward_funcs / tools / environment_factory to a spawned child process, so they must "
+    "be picklable. Lambdas and closures are not: use a module-level function, functools.partial, or a callable class "
+    "instance instead (tools are registered under their __name__, so they must be module-level functions)."
+)
+"""TRL's own message (`AsyncRolloutWorker.start`), raised by `AdaAsyncGRPOTrainer.__init__` before the model loads."""
+
+
+def spawns_a_child(worker_class: Any) -> bool:
+    """Whether `worker_class` pickles its arguments into a spawned child: TRL's `AsyncRolloutWorker`, or a subclass
+    keeping its `start()` (as [`AdaAsyncRolloutWorker`] does; a test's in-thread worker does not)."""
+    return (
+        isinstance(worker_class, type)
+        and issubclass(worker_class, AsyncRolloutWorker)
+        and worker_class.start is AsyncRolloutWorker.start
+    )
+
+
+def check_picklable(**arguments: Any) -> None:
+    """Raise TRL's `TypeError` (`PICKLING_MESSAGE`, naming the argument) when one of `arguments` cannot be pickled."""
+    for name, value in arguments.items():
+        items = list(enumerate(value)) if isinstance(value, list | tuple) else [(None, value)]
+        for index, item in items:
+            try:
+                pickle.dumps(item)
+            except (pickle.PicklingError, AttributeError, TypeError) as error:
+                where = name if index is None else f"{name}[{index}]"
+                raise TypeError(f"{PICKLING_MESSAGE} Not picklable: {where} ({error}).") from error
+
+
+class RolloutWorkerError(RuntimeError):
+    """The rollout worker failed, died or hung during training (the worker's own error is chained)."""
+
+
+def worker_failure(trainer: Any, error: BaseException) -> RuntimeError:
+    """
+    What the trainer raises when its rollout worker's health check fails with `error`. A lost vLLM server (the worker
+    gave up on it with `VLLMServerUnresponsive`) is a [`~trl_ada.faults.VLLMServerError`] worded as the synchronous
+    trainer's; anything else is a [`RolloutWorkerError`] quoting what the worker reported. Both name the training step,
+    the server and the checkpoint to resume from.
+    """
+    cause = error.__cause__  # TRL chains the child's exception as `RuntimeError("<type>: <message>\n<traceback>")`
+    reported = str(cause).split("\nTraceback (most recent call last):", 1)[0] if cause else str(error)
+    reported = reported.strip().rstrip(".")
+    if reported.startswith(f"{VLLMServerUnresponsive.__name__}: "):
+        unresponsive = VLLMServerUnresponsive(reported.split(": ", 1)[1])
+        return VLLMServerError(vllm_server_message(trainer, None, unresponsive, during="generation"))
+    return RolloutWorkerError(
+        f"The rollout worker (generating from the vLLM server at {trainer.args.vllm_server_base_url}) stopped during "
+        f"training step {trainer.state.global_step + 1}: {reported}. Training cannot continue without it. Fix the "
+        f"cause (the worker's error and traceback are chained to this one), then {resume_advice(trainer.args.output_dir)}"
     )
 
 
@@ -108,12 +167,37 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             args = AdaAsyncGRPOConfig.from_async_config(args)
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
         allow_cpu()
-        if args.sampler == "uniform" or named.get("rollout_worker") is not None:
+        uniform = args.sampler == "uniform"
+        if named.get("rollout_worker") is None:
+            from trl.experimental.async_grpo import async_grpo_trainer
+
+            # What TRL's worker pickles only at train start (after the model loaded), checked before anything loads.
+            if spawns_a_child(async_grpo_trainer.AsyncRolloutWorker if uniform else self.rollout_worker_class):
+                to_pickle = {key: named.get(key) for key in ("reward_funcs", "tools", "environment_factory")}
+                check_picklable(**to_pickle, **({} if uniform else {"ada_sampling": self.ada_sampling}))
+        if uniform or named.get("rollout_worker") is not None:
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
-            return
-        worker = functools.partial(self.rollout_worker_class, ada_sampling=self.ada_sampling)
-        with trl_seam.async_rollout_worker_class(worker):
-            super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        else:
+            worker = functools.partial(self.rollout_worker_class, ada_sampling=self.ada_sampling)
+            with trl_seam.async_rollout_worker_class(worker):
+                super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        if self.rollout_worker is not None:
+            self._explain_worker_failures(self.rollout_worker)
+
+    def _explain_worker_failures(self, worker: Any) -> None:
+        # TRL's trainer calls `worker.check_health` each time it has waited 5 s for a sample; its errors ("Rollout
+        # worker child has failed; see chained exception.") name neither what failed, nor the server, nor where to
+        # resume from. `worker_failure` does, with TRL's error chained.
+        check_health = worker.check_health
+
+        @functools.wraps(check_health)
+        def explained_check_health(stale_after_s: float) -> None:
+            try:
+                check_health(stale_after_s)
+            except Exception as error:
+                raise worker_failure(self, error) from error
+
+        worker.check_health = explained_check_health
 
     # -- the sampler's state in checkpoints --------------------------------------------------------------------------
     # The sampler lives in the rollout worker (its own process), which writes its state after every generation batch
