@@ -671,3 +671,45 @@ class ThreadRolloutWorker(AsyncRolloutWorker):
         if self._thread.is_alive():
             raise RuntimeError(f"rollout loop thread did not stop within {timeout}s")
         self._thread = None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the CPU training tests share
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def save_chat_model(path: Any) -> Any:
+    """The shipped warm-started tiny model and its tokenizer (with [`chat_tokenizer`]'s template) saved in `path`:
+    the `model: str` that `AsyncGRPOTrainer` takes."""
+    from trl_ada.tiny import load_tiny_arith_model
+
+    model, tokenizer = load_tiny_arith_model()
+    model.save_pretrained(path)
+    chat_tokenizer(tokenizer).save_pretrained(path)
+    return path
+
+
+CPU_TRAINING_ARGS: dict[str, Any] = dict(
+    per_device_train_batch_size=8,
+    num_generations=4,
+    max_completion_length=6,
+    max_steps=3,
+    learning_rate=1e-3,
+    weight_sync_steps=1,
+    max_inflight_tasks=8,
+    token_budget=0,  # fixed-count micro-batches of per_device_train_batch_size samples
+    report_to="none",
+    save_strategy="no",
+    logging_steps=1,
+    disable_tqdm=True,
+    seed=0,
+    use_cpu=True,
+    bf16=False,  # AsyncGRPOConfig defaults it to True
+)
+"""A short CPU run of the tiny model: what the trainer tests share (each overrides what it varies)."""
+
+
+def cpu_config(config_class: type, tmp_path: Any, server: FakeCompletionsServer, **overrides: Any) -> Any:
+    """`config_class` (TRL's `AsyncGRPOConfig` or `AdaAsyncGRPOConfig`) for a short CPU run against `server`."""
+    values = {**CPU_TRAINING_ARGS, "output_dir": str(tmp_path / "out"), "vllm_server_base_url": server.base_url}
+    return config_class(**{**values, **overrides})

@@ -24,13 +24,15 @@ pytest.importorskip(
     "trl.experimental.async_grpo.packing", reason="TRL's async trainer trains on CPU from 1.16 (tree packing)"
 )
 
-from async_fixtures import (  # noqa: E402
+from async_fixtures import (
     FakeCompletionsServer,
     InProcessWeightTransfer,
     ThreadRolloutWorker,
     allow_cpu_training,
     chat_tokenizer,
     conversational,
+    cpu_config,
+    save_chat_model,  # noqa: E402
     trainer_loop_kwargs,
 )
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
@@ -43,13 +45,7 @@ from trl_ada.tiny import load_tiny_arith_model  # noqa: E402
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    """The shipped warm-started tiny model and its tokenizer (with the fixtures' chat template) in a directory: the
-    `model: str` that `AsyncGRPOTrainer` takes."""
-    model, tokenizer = load_tiny_arith_model()
-    path = tmp_path_factory.mktemp("tiny-arith-chat")
-    model.save_pretrained(path)
-    chat_tokenizer(tokenizer).save_pretrained(path)
-    return path
+    return save_chat_model(tmp_path_factory.mktemp("tiny-arith-chat"))
 
 
 @pytest.fixture(scope="module")
@@ -96,27 +92,7 @@ def completion_payload(prompt_ids: list[int], seed: int, max_tokens: int = 6) ->
 
 
 def config(tmp_path, server, **overrides):
-    args = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=3,
-        learning_rate=1e-3,
-        weight_sync_steps=1,
-        max_inflight_tasks=8,
-        token_budget=0,  # fixed-count micro-batches of per_device_train_batch_size samples
-        vllm_server_base_url=server.base_url,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-        use_cpu=True,
-        bf16=False,  # AsyncGRPOConfig defaults it to True
-    )
-    args.update(overrides)
-    return async_grpo.AsyncGRPOConfig(**args)
+    return cpu_config(async_grpo.AsyncGRPOConfig, tmp_path, server, **overrides)
 
 
 def test_fake_server_samples_seeded_and_serves_swapped_weights(server, tokenizer):

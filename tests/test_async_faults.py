@@ -34,12 +34,14 @@ import torch
 pytest.importorskip("aiohttp")
 pytest.importorskip("trl.experimental.async_grpo.packing", reason="TRL's async trainer trains on CPU from 1.16")
 
-from async_fixtures import (  # noqa: E402
+from async_fixtures import (
     FakeCompletionsServer,
     InProcessWeightTransfer,
     ThreadRolloutWorker,
     chat_tokenizer,
     conversational,
+    cpu_config,
+    save_chat_model,
 )
 from transformers import AutoModelForCausalLM, TrainerCallback  # noqa: E402
 from trl.experimental.async_grpo import async_grpo_trainer as trainer_module  # noqa: E402
@@ -60,11 +62,7 @@ from trl_ada.tiny import load_tiny_arith_model  # noqa: E402
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    model, tokenizer = load_tiny_arith_model()
-    path = tmp_path_factory.mktemp("tiny-arith-chat")
-    model.save_pretrained(path)
-    chat_tokenizer(tokenizer).save_pretrained(path)
-    return path
+    return save_chat_model(tmp_path_factory.mktemp("tiny-arith-chat"))
 
 
 @pytest.fixture(scope="module")
@@ -164,31 +162,13 @@ def real_worker(monkeypatch):
     assert not leftover and not alive, f"child processes outlived the test: {leftover} {alive}"
 
 
-def config(tmp_path, server, **overrides) -> AdaAsyncGRPOConfig:
-    args = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=2,
-        learning_rate=1e-3,
-        weight_sync_steps=1,
-        max_inflight_tasks=8,
-        token_budget=0,
-        vllm_server_base_url=server.base_url,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-        use_cpu=True,
-        bf16=False,
-        sampler="seq_balance",
-        round_size=2,
-        max_rounds=6,
+def config(tmp_path, server, **overrides):
+    return cpu_config(
+        AdaAsyncGRPOConfig,
+        tmp_path,
+        server,
+        **{**dict(max_steps=2, sampler="seq_balance", round_size=2, max_rounds=6), **overrides},
     )
-    args.update(overrides)
-    return AdaAsyncGRPOConfig(**args)
 
 
 class WorkerPids(TrainerCallback):

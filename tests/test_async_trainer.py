@@ -23,6 +23,8 @@ from async_fixtures import (  # noqa: E402
     ThreadRolloutWorker,
     chat_tokenizer,
     conversational,
+    cpu_config,
+    save_chat_model,
 )
 from transformers import AutoModelForCausalLM  # noqa: E402
 from trl.experimental.async_grpo import async_grpo_trainer as trainer_module  # noqa: E402
@@ -45,11 +47,7 @@ class CPUAdaAsyncGRPOTrainer(AdaAsyncGRPOTrainer):
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    model, tokenizer = load_tiny_arith_model()
-    path = tmp_path_factory.mktemp("tiny-arith-chat")
-    model.save_pretrained(path)
-    chat_tokenizer(tokenizer).save_pretrained(path)
-    return path
+    return save_chat_model(tmp_path_factory.mktemp("tiny-arith-chat"))
 
 
 @pytest.fixture(scope="module")
@@ -69,28 +67,8 @@ def server(model_dir, tokenizer):
         yield srv
 
 
-def config(tmp_path, server, **overrides) -> AdaAsyncGRPOConfig:
-    args = dict(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=3,
-        learning_rate=1e-3,
-        weight_sync_steps=1,
-        max_inflight_tasks=8,
-        token_budget=0,
-        vllm_server_base_url=server.base_url,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        disable_tqdm=True,
-        seed=0,
-        use_cpu=True,
-        bf16=False,
-    )
-    args.update(overrides)
-    return AdaAsyncGRPOConfig(**args)
+def config(tmp_path, server, **overrides):
+    return cpu_config(AdaAsyncGRPOConfig, tmp_path, server, **overrides)
 
 
 def record_collated(monkeypatch) -> list[list[dict]]:
