@@ -29,7 +29,20 @@ same settings; `rounds_k*` are those rounds). Table 3 of the paper is an average
 every schedule runs on two populations, the base model's mix (start) and that mix raised by Table 5's per-band GRPO
 gains (end), and the reported step time is their mean. No constant is fitted to Table 3.
 
-    python benchmarks/generation_cost.py [--quick] [--json PATH] [--constants CONSTANTS.json]
+Asynchronous schedule (`--async-schedule`: an extra section after the synchronous one; `--async-only`: that section
+and the synchronous rows it is set against, GRPO-n4 and the continuous seq_balance schedules). A PROJECTION of TRL's
+`AsyncGRPOTrainer` (`uniform` n = 4, 16) and trl-ada's `AdaAsyncGRPOTrainer` (`dapo` n = 4, `seq_balance` fixed and
+predictive, the continuous schedule's settings and pools through `begin_streaming`) on the same engines, workload and
+per-row training cost, simulated event by event (`run_async`): the rollout worker keeps `max_inflight` one-completion
+requests open on a separate vLLM server, scores serially, queues samples into a bounded buffer; the trainer trains them
+as they arrive, drops those more than `max_staleness` versions old and syncs the weights (engines paused) every step.
+TRL's defaults (`max_staleness` 4, `max_inflight` = 4 x samples_per_step, buffer 1,024). The paper's 8 GPUs are split
+between engines and trainer (`ASYNC_SPLITS`, each schedule's best split reported; `8+8` adds 8 trainer GPUs); step
+times are set against synchronous GRPO-n4's from the same run and against asynchronous GRPO-n4's. Constants:
+`SOURCES['async_*']`, printed with the section; with `--quick`, fewer prompts, steps and splits.
+
+    python benchmarks/generation_cost.py [--quick] [--json PATH] [--constants CONSTANTS.json] [--async-schedule]
+    python benchmarks/generation_cost.py --async-only [--quick] [--no-sensitivity]
 
 `--constants` replaces the engine and step constants (the hook for a CPU calibration: a JSON of constants fitted on
 measured vLLM timings, see `load_constants`). `benchmarks/calibrate_cpu_vllm.py` writes one from trl-ada's own server
@@ -49,12 +62,13 @@ import random
 import sys
 import time
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from trl_ada.samplers import Sampler, SamplerSettings, Selection, build_sampler, rules
+from trl_ada.samplers.continuous import begin_streaming
 
 logger = logging.getLogger("generation_cost")
 
@@ -161,6 +175,78 @@ SOURCES: dict[str, str] = {
         "positive_focused exit: len(pos_cache) >= algorithm.min_positive_samples, default 2, also set in "
         "run_reinforce_ada_pos_15b.sh; the paper's K=1 is the motivating example), seq_balance 2 + 2; est: 8 per prompt on average (the paper: 'hyper-parameter 8'), budgets "
         "in [2, 32], trained on all rows (comparable to GRPO-n8, Sec. 4.1)"
+    ),
+    "async_topology": (
+        "ASSUMPTION: TRL's asynchronous trainer generates on a separate `vllm serve` server (README: the server in "
+        "one terminal, `accelerate launch` in another), so the paper's 8 GPUs are split between E engines (data "
+        "parallel, one per GPU, least-loaded routing like vLLM's data-parallel balancer) and 8 - E trainer GPUs; "
+        "splits 1+7 to 4+4 are run (more engines only slowed every schedule) and each schedule's best is "
+        "reported. '8+8': the synchronous model's 8 engines plus 8 trainer GPUs at the paper's speed (16 GPUs, "
+        "not the paper's hardware)"
+    ),
+    "async_engine_limits": (
+        "`vllm serve` defaults on a >= 70 GiB GPU that is not an A100 (vllm/engine/arg_utils.py get_batch_defaults, "
+        "OPENAI_API_SERVER: max_num_seqs 1024, max_num_batched_tokens 8192); gpu_memory_utilization 0.9 (vLLM's "
+        "default: the server command in README.md sets none) x 80 GB - 3.09 GB weights - 4 GB activations "
+        "(ASSUMPTION, as kv_capacity_tokens) = 64.9 GB / 28,672 B = 2.26M KV tokens per engine; prefix caching on "
+        "(V1 default), cleared at every weight sync (TRL's VLLMClient.pause: mode='keep', 'Freeze in-flight requests "
+        "and clear caches')"
+    ),
+    "async_max_staleness": (
+        "4: AsyncGRPOConfig.max_staleness default (TRL 1.16, trl/experimental/async_grpo/async_grpo_config.py); "
+        "RolloutQueueDataset drops a sample whose trainer version - sample version exceeds it, where the trainer "
+        "pulls it"
+    ),
+    "async_max_inflight": (
+        "AsyncGRPOConfig.max_inflight_tasks=-1 -> max(max_staleness, 1) x samples_per_step "
+        "(AsyncGRPOTrainer.__init__, TRL 1.16) = 4 x 2048 = 8,192 one-completion requests for n=4. "
+        "samples_per_step = 512 prompts x n rows: ASSUMPTION (the batch set so one step trains the paper's 512 "
+        "prompts; n=16 trains 8,192 rows, as the synchronous grpo_n16 does); trl-ada's generation batch is "
+        "samples_per_step / n = 512 prompts (trl_ada/async_grpo/trainer.py async_sampling)"
+    ),
+    "async_queues": (
+        "rollout buffer 1,024 samples (AsyncGRPOConfig.queue_maxsize default), score queue 16 closed groups "
+        "(_AsyncRolloutLoop score_queue_maxsize default): a full buffer blocks the score loop, a full score queue "
+        "blocks the generate loop, which then takes nothing back and submits nothing (async_rollout_worker.py "
+        "_generate_loop, _score_loop). --quick scales the buffer with its batch (64 prompts: 128)"
+    ),
+    "async_weight_sync": (
+        "1.0 s per step (weight_sync_steps=1, TRL's default), trainer and engines both stopped: ASSUMPTION, as "
+        "generate_call_s (an NCCL push of the 3.09 GB bf16 weights plus pause and resume; TRL logs it as "
+        "perf/weight_sync_s). The version goes up after the resume (_sync_weight_merged); draws in flight are kept"
+    ),
+    "async_trainer": (
+        "actor_update_s_per_row (the paper's 15 s / 2048 rows on 8 GPUs) x 8 / trainer GPUs: ASSUMPTION (linear "
+        "data-parallel scaling under FSDP2, TRL's trainer at the verl actor's per-row speed in bf16; TRL's async "
+        "default dtype is float32). No old-log-prob pass: TRL's asynchronous loss reads the server's log-probs "
+        "(sample.old_log_probs, `--logprobs-mode processed_logprobs`); AsyncConfig.old_logprob_pass adds it. "
+        "Samples are trained as they arrive, 16 at a time (ASSUMPTION: TRL's TokenBudgetBatcher fills rows of "
+        "max_model_len tokens per rank, a few samples each), the optimizer step after samples_per_step"
+    ),
+    "async_scoring": (
+        "one call at a time (TRL awaits each _score_group; sync reward functions run in asyncio.to_thread): 1 ms per "
+        "call (ASSUMPTION) + 1.1 ms per completion (reward_s_per_completion, the authors' 16-process pool; a serial "
+        "Math-Verify measured 5.75 ms mean here, see reward_s_per_completion); pools score every draw waiting in one "
+        "call (trl_seam.take_waiting_groups)"
+    ),
+    "async_release": (
+        "trl-ada's worker (trl_ada/async_grpo/rollout.py): a generation batch queues its kept samples only once EVERY "
+        "prompt of the batch is done (_finish_batches), each sample carrying its own draw's version; next blocks of "
+        "open prompts go out before a new batch's first blocks, and a new batch opens whenever a slot is free and "
+        "nothing else waits (_repeat_iterator). TRL's groups: stamped with their first request's version, queued "
+        "once their n completions are scored"
+    ),
+    "async_schedules": (
+        "grpo_n4, grpo_n16: TRL's AsyncGRPOTrainer (sampler='uniform'). dapo_n4: TRL's groups, one with constant "
+        "rewards dropped and the worker drawing on (trl-ada's _score_update_group). seq_balance/fixed and "
+        "/predictive: the settings of the continuous schedule's seq_balance/continuous_k8 and /continuous_predictive "
+        "(rounds of 8, at most 4, quota 2 + 2), through begin_streaming's ContinuousStep"
+    ),
+    "async_steady_state": (
+        "4 warm-up steps, then 12 timed (--quick: 3 + 4): ASSUMPTION that a pipeline max_staleness = 4 versions deep "
+        "has settled by then (pools close a batch at a time, so their step intervals are lumpy). The dataset is "
+        "the synchronous step's prompts, cycled: every generation batch is the same population as the synchronous "
+        "step's, with fresh draws"
     ),
 }
 
@@ -762,14 +848,20 @@ def rescoring_time(sampler: Sampler, selection: Selection, costs: StepCosts) -> 
 
 
 def run_continuous(
-    schedule: Schedule, sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: random.Random
+    schedule: Schedule,
+    sampler: Sampler,
+    prompts: Sequence[Prompt],
+    setup: Setup,
+    rng: random.Random,
+    outcome: Callable[[int, int], tuple[float, int]] | None = None,
 ) -> StepResult:
     """
     One round-free step: a single generate call that lasts until every prompt has exited. Each prompt draws its
     rounds as blocks without waiting for the others (`ContinuousStep`); a block's draws go to the least loaded engine
     as soon as the scheduler asks for them, engines admit them in submission order, and each result is scored the
     moment it arrives (every draw submitted enters its pool: nothing is aborted). Events are processed in time order:
-    the engine whose current iteration ends first commits it.
+    the engine whose current iteration ends first commits it. `outcome(prompt, draw) -> (reward, length)` replaces
+    the draws from `rng` (in submission order) by fixed ones, so another schedule can be run on the same draws.
     """
     cluster = Cluster(setup.cost, setup.limits, setup.engines)
     step, impl = make_continuous_step(sampler, len(prompts), list(range(len(prompts))))
@@ -779,7 +871,10 @@ def run_continuous(
     def submit_new() -> None:
         for index, draw in step.to_submit():
             prompt = prompts[index]
-            reward, length = draw_completion(prompt, setup.workload, rng)
+            if outcome is None:
+                reward, length = draw_completion(prompt, setup.workload, rng)
+            else:
+                reward, length = outcome(index, draw)
             cluster.least_loaded().submit(cluster.new_request(index, draw, prompt.prompt_tokens, length, reward))
 
     submit_new()
@@ -1293,6 +1388,714 @@ def format_driver_table(rows: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# The asynchronous schedule: TRL's AsyncGRPOTrainer (trl-ada's AdaAsyncGRPOTrainer), generation overlapping training
+# --------------------------------------------------------------------------------------------------------------------
+
+ASYNC_LIMITS = EngineLimits(max_num_seqs=1024, max_num_batched_tokens=8192, kv_capacity_tokens=2_263_000)
+"""`vllm serve` on an H100 (`SOURCES['async_engine_limits']`): vLLM's defaults, not verl's."""
+
+
+@dataclass(frozen=True)
+class AsyncConfig:
+    """TRL's asynchronous pipeline on the paper's cluster (`SOURCES['async_*']`)."""
+
+    engines: int = 4
+    """GPUs serving vLLM (one data-parallel engine each). The trainer has `trainer_gpus` other GPUs."""
+    trainer_gpus: int = 4
+    paper_gpus: int = 8
+    """The GPUs `StepCosts`' per-row training costs were measured on (the paper's actor update ran on all 8)."""
+    max_staleness: int = 4
+    max_inflight: int = -1
+    """One-completion requests open on the server at most; -1: TRL's inference, `max(max_staleness, 1) x
+    samples_per_step`."""
+    queue_maxsize: int = 1024
+    """Scored samples the rollout buffer holds at most (the score loop blocks on a full buffer)."""
+    score_queue_maxsize: int = 16
+    """Closed groups waiting to be scored at most (the generate loop blocks on a full score queue)."""
+    weight_sync_steps: int = 1
+    weight_sync_s: float = 1.0
+    """Pause vLLM, push the weights, resume: the trainer and the engines both stop for it."""
+    score_call_s: float = 1e-3
+    score_s_per_completion: float = 1.1e-3
+    """The worker's score loop: one call at a time (TRL awaits each `_score_group`), per call plus per completion."""
+    microbatch_rows: int = 16
+    """Samples the trainer pulls before it trains on them (its batcher's micro-batch)."""
+    old_logprob_pass: bool = False
+    """TRL's asynchronous trainer takes the old log-probs from the server (no forward pass); `True` adds
+    `StepCosts.old_logprob_s_per_row` per row, as the synchronous model charges."""
+    limits: EngineLimits = ASYNC_LIMITS
+    warmup_steps: int = 4
+    timed_steps: int = 12
+
+    def train_s_per_row(self, costs: StepCosts) -> float:
+        """Trainer seconds per trained row: the paper's per-row cost on `paper_gpus`, scaled to `trainer_gpus`."""
+        per_row = costs.actor_update_s_per_row + (costs.old_logprob_s_per_row if self.old_logprob_pass else 0.0)
+        return per_row * self.paper_gpus / self.trainer_gpus
+
+
+@dataclass(frozen=True)
+class AsyncSchedule:
+    """A sampler in TRL's asynchronous worker: TRL's groups (`uniform`, `dapo`) or trl-ada's pools (`seq_*`)."""
+
+    name: str
+    settings: SamplerSettings
+
+    @property
+    def pooled(self) -> bool:
+        """A pool can outgrow its update group (`AsyncSampling.pooled`): every draw is scored on its own."""
+        settings = self.settings
+        return settings.sampler_class.max_pool_size(settings) > settings.num_generations
+
+
+@dataclass
+class AsyncResult:
+    """Steady state of one asynchronous run, over its timed steps (the warm-up steps excluded)."""
+
+    schedule: str
+    step_s: float
+    """Mean interval between two optimizer steps' ends (training + weight sync done)."""
+    engine_busy: float
+    """Share of engine-seconds spent in an iteration."""
+    trainer_wait: float
+    """Share of the trainer's time blocked on an empty rollout queue."""
+    generate_blocked: float
+    """Share of the time the worker's generate loop was blocked on a full score queue (nothing submitted)."""
+    train_s: float
+    """Trainer compute per step: `samples_per_step` rows at `AsyncConfig.train_s_per_row`."""
+    sync_s: float
+    staleness_mean: float
+    """Trained samples: trainer version when pulled minus the version the sample's draw (TRL: its group's first
+    draw) was submitted under."""
+    staleness_max: int
+    stale_dropped_per_step: float
+    draws_per_step: float
+    """Completions the engines finished per step."""
+    draws_per_kept_prompt: float
+    """Draws of the groups / generation batches closed in the window, per prompt whose samples were queued."""
+    mixed_share: float
+    """Share of queued prompts whose kept group holds both outcomes."""
+    tokens_per_step: float
+    samples_per_step: int
+    max_inflight: int
+    step_ends: list[float] = field(default_factory=list)
+    trained_staleness: list[int] = field(default_factory=list)
+    """Every sample trained in the timed steps, its staleness (for the tests)."""
+
+
+ASYNC_NUMERIC = (
+    "step_s",
+    "engine_busy",
+    "trainer_wait",
+    "generate_blocked",
+    "train_s",
+    "sync_s",
+    "staleness_mean",
+    "staleness_max",
+    "stale_dropped_per_step",
+    "draws_per_step",
+    "draws_per_kept_prompt",
+    "mixed_share",
+    "tokens_per_step",
+    "samples_per_step",
+    "max_inflight",
+)
+
+
+def run_async(
+    schedule: AsyncSchedule,
+    prompts: Sequence[Prompt],
+    setup: Setup,
+    config: AsyncConfig,
+    seed: int,
+    outcome: Callable[[int, int, int], tuple[float, int]] | None = None,
+) -> AsyncResult:
+    """
+    TRL's asynchronous pipeline, one event at a time, over `config.warmup_steps + config.timed_steps` optimizer steps.
+
+    - Rollout worker, generate loop (TRL's `_generate_loop`): keeps `max_inflight` one-completion requests open,
+      each sent to the least loaded of `config.engines` engines under the current weight version. TRL's work iterator
+      (`uniform`, `dapo`): each dataset row `n` times under one group id, the group stamped with the version of its
+      first request and closed when its `n` completions are back. trl-ada's (`seq_*`): generation batches of
+      `setup.batch_prompts` rows, each a `begin_streaming` step of the sampler (the real `ContinuousStep`), yielding
+      the next blocks of open prompts before the first blocks of a new batch; every draw is its own group, carrying
+      its own version. A closed group goes into the score queue; on a full score queue the generate loop blocks
+      (no result is taken back and nothing is submitted) until the score loop takes one.
+    - Score loop (TRL's `_score_loop`), one call at a time: a group (pools: every draw waiting, one reward call), then
+      its samples go into the rollout buffer one by one, waiting while it is full. `dapo` drops a group with constant
+      rewards; pools complete their draws in their step, queue the next blocks, and when every prompt of a batch is
+      done, `Selection` gives the kept draws, which enter the buffer then (trl-ada's `_finish_batches`).
+    - Trainer: pulls samples in order, drops one more than `max_staleness` versions behind its own version, trains on
+      `microbatch_rows` at a time (`AsyncConfig.train_s_per_row` each); after `samples_per_step` it steps, and every
+      `weight_sync_steps` steps syncs the weights: the engines pause (requests kept, prefix cache cleared) and the
+      trainer waits for `weight_sync_s`, then the version goes up.
+    Rewards, lengths and prompts as in the synchronous model (`outcome(unit, prompt, draw) -> (reward, length)`
+    replaces the draws from the shared generator: unit is the group or batch id, draw the index in the group or pool).
+    The dataset is `prompts`, cycled.
+    """
+    settings = schedule.settings
+    n = settings.num_generations
+    pooled = schedule.pooled
+    batch_prompts = setup.batch_prompts
+    samples_per_step = batch_prompts * n
+    max_inflight = config.max_inflight if config.max_inflight > 0 else max(config.max_staleness, 1) * samples_per_step
+    per_row = config.train_s_per_row(setup.step_costs)
+    threshold, tolerance = settings.positive_threshold, settings.zero_variance_tolerance
+    total_steps = config.warmup_steps + config.timed_steps
+    rng = random.Random(seed)
+    cluster = Cluster(setup.cost, config.limits, config.engines)
+    sampler = build_sampler(settings) if pooled else None
+
+    now = 0.0
+    paused_until = 0.0
+    version = 0
+    inflight = 0
+    meta: dict[int, tuple[int, int, int, int]] = {}  # request id -> (unit, prompt or local index, draw, version)
+    backlog: deque[Request] = deque()  # finished on an engine, not yet taken back by the generate loop
+    blocked: tuple | None = None  # a closed group the generate loop waits to put into the full score queue
+    score_queue: deque[tuple] = deque()
+    scoring: list[tuple] = []
+    scoring_end = math.inf
+    outbox: deque[int] = deque()  # sample versions the score loop is putting into the buffer
+    buffer: deque[int] = deque()
+    groups: dict[int, list[Any]] = {}  # TRL groups: id -> [version, rewards]
+    group_cursor = {"next": 0, "left": 0}
+    batches: dict[int, dict[str, Any]] = {}
+    continuing: deque[tuple[int, int, int]] = deque()
+    fresh: deque[tuple[int, int, int]] = deque()
+    next_batch = 0
+    trainer = {"state": "idle", "end": math.inf, "rows": 0, "idle_since": 0.0, "steps": 0}
+    holding: list[int] = []  # staleness of the samples pulled for the next micro-batch
+    training: list[int] = []
+    counts = dict.fromkeys(
+        ("busy", "wait", "blocked", "draws", "stale", "trained", "staleness", "kept", "unit_draws", "mixed", "tokens"),
+        0.0,
+    )
+    blocked_since = [0.0]
+    snapshots: list[dict[str, float]] = [dict(counts)]
+    step_ends: list[float] = []
+    trained_staleness: list[int] = []
+
+    def open_batch() -> None:
+        nonlocal next_batch
+        batch_id, next_batch = next_batch, next_batch + 1
+        rows = [(batch_id * batch_prompts + i) % len(prompts) for i in range(batch_prompts)]
+        step, _ = make_async_step(sampler, rows)
+        batches[batch_id] = {"step": step, "rows": rows, "versions": {}}
+        fresh.extend((batch_id, local, draw) for local, draw in step.to_submit())
+
+    def next_item() -> tuple[int, int, int]:
+        if not pooled:
+            if group_cursor["left"] == 0:
+                group_cursor["next"] += 1
+                group_cursor["left"] = n
+                groups[group_cursor["next"] - 1] = [version, []]  # stamped at its first request, as TRL does
+            group_cursor["left"] -= 1
+            group_id = group_cursor["next"] - 1
+            return group_id, group_id % len(prompts), n - group_cursor["left"] - 1
+        for _ in range(1000):
+            if continuing:
+                return continuing.popleft()
+            if fresh:
+                return fresh.popleft()
+            open_batch()
+        raise RuntimeError("1000 generation batches in a row asked for no draws")
+
+    def submit() -> None:
+        nonlocal inflight
+        unit, local, draw = next_item()
+        index = batches[unit]["rows"][local] if pooled else local
+        prompt = prompts[index]
+        reward, length = (
+            draw_completion(prompt, setup.workload, rng) if outcome is None else outcome(unit, index, draw)
+        )
+        request = cluster.new_request(index, draw, prompt.prompt_tokens, length, reward)
+        meta[request.rid] = (unit, local, draw, version)
+        cluster.least_loaded().submit(request)
+        inflight += 1
+
+    def take_back(request: Request) -> tuple | None:
+        """The generate loop takes a finished draw back: the group it closes, if any."""
+        nonlocal inflight
+        inflight -= 1
+        unit, local, draw, drawn_at = meta.pop(request.rid)
+        if pooled:
+            return ("draw", unit, local, draw, drawn_at, request.reward)
+        group = groups[unit]
+        group[1].append(request.reward)
+        if len(group[1]) < n:
+            return None
+        del groups[unit]
+        return ("group", unit, group[0], group[1])
+
+    def finish_scoring(entries: list[tuple]) -> None:
+        if not pooled:
+            for _, _, drawn_at, rewards in entries:
+                counts["unit_draws"] += n
+                if settings.refills and rules.has_zero_variance(rewards, tolerance):
+                    continue  # dapo: no signal, dropped; the worker goes on drawing further prompts
+                positives, negatives = rules.count_outcomes(rewards, threshold)
+                counts["kept"] += 1
+                counts["mixed"] += positives > 0 and negatives > 0
+                outbox.extend([drawn_at] * n)
+            return
+        for _, batch_id, local, draw, drawn_at, reward in entries:
+            batch = batches[batch_id]
+            batch["versions"][(local, draw)] = drawn_at
+            batch["step"].complete(local, draw, reward, False)
+            continuing.extend((batch_id, p, d) for p, d in batch["step"].to_submit())
+        for batch_id in [b for b, batch in batches.items() if batch["step"].done]:
+            batch = batches.pop(batch_id)
+            selection = batch["step"].finish()
+            counts["unit_draws"] += batch["step"].stats.submitted
+            for local, result in enumerate(selection.prompts):
+                if settings.refills and not result.has_signal:
+                    continue
+                positives, negatives = rules.count_outcomes(
+                    [selection.pools[local][i] for i in result.kept], threshold
+                )
+                counts["kept"] += 1
+                counts["mixed"] += positives > 0 and negatives > 0
+                outbox.extend(batch["versions"][(local, draw)] for draw in result.kept)
+
+    def trainer_pull() -> bool:
+        """The trainer, when free, pulls samples for its next micro-batch; `True` when it took any."""
+        if trainer["state"] != "idle":
+            return False
+        need = min(config.microbatch_rows, samples_per_step - trainer["rows"])
+        took = False
+        while buffer and len(holding) < need:
+            staleness = version - buffer.popleft()
+            took = True
+            if staleness > config.max_staleness:
+                counts["stale"] += 1  # TRL's RolloutQueueDataset drops it and pulls the next
+            else:
+                holding.append(staleness)
+        if len(holding) == need:
+            counts["wait"] += now - trainer["idle_since"]
+            training[:] = holding
+            holding.clear()
+            trainer["state"], trainer["end"] = "train", now + need * per_row
+            return True
+        return took
+
+    def react() -> None:
+        """Everything that happens at `now` without time passing, until nothing more does."""
+        nonlocal blocked, scoring_end
+        progress = True
+        while progress:
+            progress = False
+            if blocked is not None and len(score_queue) < config.score_queue_maxsize:
+                score_queue.append(blocked)
+                blocked, progress = None, True
+                counts["blocked"] += now - blocked_since[0]
+            while blocked is None and backlog:
+                closed = take_back(backlog.popleft())
+                progress = True
+                if closed is not None:
+                    if len(score_queue) < config.score_queue_maxsize:
+                        score_queue.append(closed)
+                    else:
+                        blocked = closed
+                        blocked_since[0] = now
+            while blocked is None and inflight < max_inflight:
+                submit()
+                progress = True
+            if not scoring and not outbox and score_queue:
+                scoring.append(score_queue.popleft())
+                while pooled and score_queue:  # trl-ada scores every draw waiting in one reward call
+                    scoring.append(score_queue.popleft())
+                rows = len(scoring) if pooled else n * len(scoring)
+                scoring_end = now + config.score_call_s + rows * config.score_s_per_completion
+                progress = True
+            while outbox and len(buffer) < config.queue_maxsize:
+                buffer.append(outbox.popleft())
+                progress = True
+            progress = trainer_pull() or progress
+
+    def end_step() -> None:
+        step_ends.append(now)
+        counts["tokens"] = cluster.decoded_tokens
+        if blocked is not None:
+            counts["blocked"] += now - blocked_since[0]
+            blocked_since[0] = now
+        snapshots.append(dict(counts))
+        trainer["state"], trainer["end"], trainer["idle_since"] = "idle", math.inf, now
+
+    def trainer_event() -> None:
+        nonlocal version, paused_until
+        if trainer["state"] == "sync":
+            version += 1
+            end_step()
+            return
+        counts["trained"] += len(training)
+        counts["staleness"] += sum(training)
+        if len(step_ends) >= config.warmup_steps:
+            trained_staleness.extend(training)
+        trainer["rows"] += len(training)
+        training.clear()
+        if trainer["rows"] < samples_per_step:
+            trainer["state"], trainer["end"], trainer["idle_since"] = "idle", math.inf, now
+            return
+        trainer["rows"] = 0
+        trainer["steps"] += 1
+        if trainer["steps"] % config.weight_sync_steps:
+            end_step()
+        elif config.weight_sync_s > 0:
+            trainer["state"], trainer["end"] = "sync", now + config.weight_sync_s
+            paused_until = trainer["end"]
+            for engine in cluster.engines:
+                engine.reset_cache()  # vLLM's pause clears the prefix cache
+        else:
+            version += 1
+            end_step()
+
+    while len(step_ends) < total_steps:
+        react()
+        if now >= paused_until:
+            for engine in cluster.engines:
+                if engine.pending_end is None and engine.has_work():
+                    start = max(engine.clock, now)
+                    end = engine.start_iteration(now)
+                    if end is not None:
+                        counts["busy"] += end - start
+        busy = [e for e in cluster.engines if e.pending_end is not None]
+        engine_next = min(busy, key=lambda e: (e.pending_end, e.index)) if busy else None
+        engine_end = engine_next.pending_end if engine_next is not None else math.inf
+        resume = paused_until if paused_until > now and any(e.has_work() for e in cluster.engines) else math.inf
+        upcoming = min(engine_end, scoring_end, trainer["end"], resume)  # type: ignore[type-var]
+        if upcoming == math.inf:
+            raise RuntimeError("the asynchronous pipeline stalled: nothing in flight, nothing to train")
+        now = upcoming
+        if engine_next is not None and engine_end == upcoming:
+            finished = engine_next.finish_iteration()
+            counts["draws"] += len(finished)
+            backlog.extend(finished)
+        elif scoring_end == upcoming:
+            entries = list(scoring)
+            scoring.clear()
+            scoring_end = math.inf
+            finish_scoring(entries)
+        elif trainer["end"] == upcoming:
+            trainer_event()
+
+    first, last = snapshots[config.warmup_steps], snapshots[-1]
+    start = step_ends[config.warmup_steps - 1] if config.warmup_steps else 0.0
+    window = step_ends[-1] - start
+    steps = config.timed_steps
+
+    def delta(key: str) -> float:
+        return last[key] - first[key]
+
+    kept = delta("kept")
+    trained = delta("trained")
+    return AsyncResult(
+        schedule=schedule.name,
+        step_s=window / steps,
+        engine_busy=delta("busy") / (config.engines * window) if window > 0 else math.nan,
+        trainer_wait=delta("wait") / window if window > 0 else math.nan,
+        generate_blocked=delta("blocked") / window if window > 0 else math.nan,
+        train_s=samples_per_step * per_row,
+        sync_s=config.weight_sync_s / config.weight_sync_steps,
+        staleness_mean=delta("staleness") / trained if trained else math.nan,
+        staleness_max=max(trained_staleness, default=0),
+        stale_dropped_per_step=delta("stale") / steps,
+        draws_per_step=delta("draws") / steps,
+        draws_per_kept_prompt=delta("unit_draws") / kept if kept else math.nan,
+        mixed_share=delta("mixed") / kept if kept else math.nan,
+        tokens_per_step=delta("tokens") / steps,
+        samples_per_step=samples_per_step,
+        max_inflight=max_inflight,
+        step_ends=step_ends,
+        trained_staleness=trained_staleness,
+    )
+
+
+def make_async_step(sampler: Sampler, rows: Sequence[int]) -> tuple[Any, str]:
+    """trl-ada's worker's generation batch: `trl_ada.samplers.continuous.begin_streaming`, named."""
+    step = begin_streaming(sampler, len(rows), list(rows))
+    return step, f"trl_ada.samplers.continuous.begin_streaming -> {type(step).__name__}"
+
+
+ASYNC_SPLITS: dict[str, tuple[int, int]] = {
+    "1+7": (1, 7),
+    "2+6": (2, 6),
+    "3+5": (3, 5),
+    "4+4": (4, 4),
+    "8+8": (8, 8),
+}
+"""`engines + trainer GPUs`: the paper's 8 GPUs split between the vLLM server and the trainer, and `8+8`, the
+synchronous model's 8 engines plus 8 more GPUs for the trainer (16 in all: not the paper's hardware)."""
+EXTRA_HARDWARE = "8+8"
+ASYNC_QUICK_SPLITS = ("2+6", "4+4", "8+8")
+ASYNC_SYNC_REFERENCES = ("grpo_n4", "seq_balance/continuous_k8", "seq_balance/continuous_predictive")
+"""The synchronous rows the asynchronous section is set against (run with it under `--async-only`)."""
+ASYNC_SAME_POOLS = {
+    "seq_balance/fixed": "seq_balance/continuous_k8",
+    "seq_balance/predictive": "seq_balance/continuous_predictive",
+}
+
+
+def async_schedules() -> list[AsyncSchedule]:
+    """The asynchronous schedules the benchmark times (`SOURCES['async_schedules']`)."""
+
+    def uniform(n: int) -> SamplerSettings:
+        return SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=n)
+
+    return [
+        AsyncSchedule("grpo_n4", uniform(4)),
+        AsyncSchedule("grpo_n16", uniform(16)),
+        AsyncSchedule("dapo_n4", SamplerSettings(scale_rewards="none", seed=0, sampler="dapo", num_generations=4)),
+        # The continuous schedule's settings (`seq_balance/continuous_k8`, `.../continuous_predictive`): same pools.
+        AsyncSchedule("seq_balance/fixed", _seq("seq_balance", round_size=8, max_rounds=4)),
+        AsyncSchedule("seq_balance/predictive", _seq("seq_balance", "predictive", round_confidence=0.7)),
+    ]
+
+
+def average_async(results: Sequence[AsyncResult]) -> dict[str, float]:
+    """Mean of every numeric field over populations (the worst staleness: the largest)."""
+    row = {key: sum(getattr(r, key) for r in results) / len(results) for key in ASYNC_NUMERIC}
+    row["staleness_max"] = max(r.staleness_max for r in results)
+    return row
+
+
+def evaluate_async(
+    setup: Setup,
+    config: AsyncConfig,
+    chosen: Sequence[AsyncSchedule],
+    splits: Sequence[str],
+    seed: int,
+    stages: Sequence[str] = ("start", "end"),
+) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """`{split: {schedule: {stage or "mean": row}}}` on the prompts (and seed) `evaluate` uses."""
+    populations = {stage: sample_population(setup.batch_prompts, setup.workload, seed, stage) for stage in stages}
+    out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for split in splits:
+        engines, trainer_gpus = ASYNC_SPLITS[split]
+        split_config = replace(config, engines=engines, trainer_gpus=trainer_gpus)
+        out[split] = {}
+        for schedule in chosen:
+            started = time.perf_counter()
+            per_stage = {
+                stage: run_async(schedule, populations[stage], setup, split_config, seed + 1) for stage in stages
+            }
+            rows = {stage: average_async([result]) for stage, result in per_stage.items()}
+            rows["mean"] = average_async(list(per_stage.values()))
+            out[split][schedule.name] = rows
+            logger.info(
+                "async %-4s %-24s %6.1fs step (mean)   [%.1fs]",
+                split,
+                schedule.name,
+                rows["mean"]["step_s"],
+                time.perf_counter() - started,
+            )
+    return out
+
+
+def best_split(table: dict[str, dict[str, dict[str, dict[str, float]]]], schedule: str) -> str:
+    """The split of the paper's 8 GPUs with the shortest mean step for `schedule`."""
+    within = [split for split in table if split != EXTRA_HARDWARE and sum(ASYNC_SPLITS[split]) == 8]
+    return min(within, key=lambda split: table[split][schedule]["mean"]["step_s"])
+
+
+def _async_variant(**changes: Any) -> Callable[[Setup, AsyncConfig], tuple[Setup, AsyncConfig]]:
+    return lambda setup, config: (setup, replace(config, **changes))
+
+
+def _no_server_queue(setup: Setup, config: AsyncConfig) -> tuple[Setup, AsyncConfig]:
+    return setup, replace(config, max_inflight=config.engines * config.limits.max_num_seqs)
+
+
+def _engine_scale(scale: float) -> Callable[[Setup, AsyncConfig], tuple[Setup, AsyncConfig]]:
+    return lambda setup, config: (apply_overrides(setup, {"cost": {"iteration_scale": scale}}), config)
+
+
+def _big_buffer_no_server_queue(setup: Setup, config: AsyncConfig) -> tuple[Setup, AsyncConfig]:
+    return _no_server_queue(setup, replace(config, queue_maxsize=8192))
+
+
+ASYNC_SENSITIVITY: dict[str, Callable[[Setup, AsyncConfig], tuple[Setup, AsyncConfig]]] = {
+    "max_inflight = engines x max_num_seqs": _no_server_queue,
+    "max_staleness 1 (inflight 1 step)": _async_variant(max_staleness=1),
+    "max_staleness 8 (inflight 8 steps)": _async_variant(max_staleness=8),
+    "buffer 8192 samples": _async_variant(queue_maxsize=8192),
+    "buffer 8192 + max_inflight = E x seqs": _big_buffer_no_server_queue,
+    "old-log-prob pass": _async_variant(old_logprob_pass=True),
+    "scoring 5.75 ms/completion": _async_variant(score_s_per_completion=5.75e-3),
+    "weight sync 5 s": _async_variant(weight_sync_s=5.0),
+    "engines x3.84 slower (eager)": _engine_scale(3.84),
+}
+"""One changed constant each (`SOURCES['async_*']`, `SOURCES['iteration_scale']`), every schedule at its best split
+of the defaults; an engine change also reruns synchronous GRPO-n4, the ratio's base, and picks each schedule's best
+split again (slower engines move it)."""
+ASYNC_SENSITIVITY_SCHEDULES = ("grpo_n4", "seq_balance/fixed", "seq_balance/predictive")
+
+
+def run_async_sensitivity(
+    setup: Setup,
+    config: AsyncConfig,
+    table: dict[str, dict[str, dict[str, dict[str, float]]]],
+    sync_n4: float,
+    seed: int,
+    sync_steps: int,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """`{variant: {schedule: {"split", "step_s", "sync_n4_s"}}}`: each schedule at its default best split."""
+    chosen = [s for s in async_schedules() if s.name in ASYNC_SENSITIVITY_SCHEDULES]
+    best = {s.name: best_split(table, s.name) for s in chosen}
+    out: dict[str, dict[str, dict[str, Any]]] = {
+        "defaults": {
+            name: {"split": split, "step_s": table[split][name]["mean"]["step_s"], "sync_n4_s": sync_n4}
+            for name, split in best.items()
+        }
+    }
+    grpo = next(s for s in schedules() if s.name == "grpo_n4")
+    for label, change in ASYNC_SENSITIVITY.items():
+        variant_setup, variant_config = change(setup, config)
+        base = sync_n4
+        splits_of = {name: [split] for name, split in best.items()}
+        if variant_setup != setup:
+            base = evaluate(variant_setup, [grpo], seed, sync_steps)["grpo_n4"]["mean"]["step_s"]
+            within = [split for split in table if split != EXTRA_HARDWARE]
+            splits_of = {name: within for name in best}
+        out[label] = {}
+        for schedule in chosen:
+            rows = evaluate_async(variant_setup, variant_config, [schedule], splits_of[schedule.name], seed)
+            split = best_split(rows, schedule.name)
+            step = rows[split][schedule.name]["mean"]["step_s"]
+            out[label][schedule.name] = {"split": split, "step_s": step, "sync_n4_s": base}
+    return out
+
+
+def format_async_sensitivity(rows: dict[str, dict[str, dict[str, Any]]]) -> str:
+    names = list(rows["defaults"])
+    splits = ", ".join(f"{name} {cell['split']}" for name, cell in rows["defaults"].items())
+    header = f"  {'variant':<38} " + " ".join(f"{name:>28}" for name in names)
+    lines = [
+        f"Sensitivity (one constant changed; each schedule at its default best split: {splits}),",
+        "step s (x synchronous GRPO-n4 under the same variant / x asynchronous GRPO-n4 under the same variant), and "
+        "the split where it moved:",
+        header,
+        "  " + "-" * (len(header) - 2),
+    ]
+    for label, by_name in rows.items():
+        base = by_name["grpo_n4"]["step_s"] if "grpo_n4" in by_name else math.nan
+        cells = [
+            f"{cell['step_s']:5.1f} ({cell['step_s'] / cell['sync_n4_s']:.2f} / {cell['step_s'] / base:.2f})"
+            + (f" {cell['split']}" if cell["split"] != rows["defaults"][name]["split"] else "")
+            for name, cell in by_name.items()
+        ]
+        lines.append(f"  {label:<38} " + " ".join(f"{cell:>28}" for cell in cells))
+    return "\n".join(lines)
+
+
+ASYNC_SOURCE_KEYS = (
+    "async_topology",
+    "async_engine_limits",
+    "async_max_staleness",
+    "async_max_inflight",
+    "async_queues",
+    "async_weight_sync",
+    "async_trainer",
+    "async_scoring",
+    "async_release",
+    "async_schedules",
+    "async_steady_state",
+)
+
+
+def format_async(
+    table: dict[str, dict[str, dict[str, dict[str, float]]]],
+    sync: dict[str, dict[str, dict[str, float]]],
+    config: AsyncConfig,
+    setup: Setup,
+    sensitivity: dict[str, dict[str, dict[str, Any]]] | None = None,
+) -> str:
+    splits = list(table)
+    names = list(next(iter(table.values())))
+    sync_n4 = sync["grpo_n4"]["mean"]["step_s"]
+    within = [s for s in splits if s != EXTRA_HARDWARE]
+    lines = [
+        "ASYNCHRONOUS SCHEDULE: a PROJECTION from the model (nothing here is measured). TRL's AsyncGRPOTrainer "
+        "(grpo_n*),",
+        "trl-ada's AdaAsyncGRPOTrainer (dapo_n4, seq_balance/*) on the paper's 8 x H100, the GPUs split between the "
+        "vLLM server",
+        f"and the trainer ('E+T'); '{EXTRA_HARDWARE}' gives the trainer 8 more GPUs (16 in all, NOT the paper's "
+        "hardware). Steady state over",
+        f"{config.timed_steps} optimizer steps after {config.warmup_steps} warm-up steps, mean of the start and end "
+        f"populations; {setup.batch_prompts} prompts per step, max_staleness {config.max_staleness}, max_inflight "
+        "max_staleness x samples_per_step.",
+        f"Synchronous GRPO-n4 in this run (8 GPUs, colocated): {sync_n4:.1f} s per step.",
+        "",
+        "Step time / SYNCHRONOUS GRPO-n4's step time (same run):",
+    ]
+    header = f"  {'schedule':<24} " + " ".join(f"{s:>6}" for s in within) + f" {'best of 8':>15}"
+    if EXTRA_HARDWARE in table:
+        header += f" {EXTRA_HARDWARE + ' (16 GPUs)':>14}"
+    lines += [header, "  " + "-" * (len(header) - 2)]
+    for name in names:
+        best = best_split(table, name)
+        cells = " ".join(f"{table[s][name]['mean']['step_s'] / sync_n4:6.2f}" for s in within)
+        best_cell = f"{table[best][name]['mean']['step_s'] / sync_n4:.2f} ({best})"
+        row = f"  {name:<24} {cells} {best_cell:>15}"
+        if EXTRA_HARDWARE in table:
+            row += f" {table[EXTRA_HARDWARE][name]['mean']['step_s'] / sync_n4:14.2f}"
+        lines.append(row)
+    lines += ["", "Step time / ASYNCHRONOUS GRPO-n4's at the same split (best of 8: each at its own best split):"]
+    lines += [header, "  " + "-" * (len(header) - 2)]
+    async_best = table[best_split(table, "grpo_n4")]["grpo_n4"]["mean"]["step_s"]
+    for name in names:
+        best = best_split(table, name)
+        cells = " ".join(
+            f"{table[s][name]['mean']['step_s'] / table[s]['grpo_n4']['mean']['step_s']:6.2f}" for s in within
+        )
+        best_cell = f"{table[best][name]['mean']['step_s'] / async_best:.2f} ({best})"
+        row = f"  {name:<24} {cells} {best_cell:>15}"
+        if EXTRA_HARDWARE in table:
+            extra = table[EXTRA_HARDWARE]
+            row += f" {extra[name]['mean']['step_s'] / extra['grpo_n4']['mean']['step_s']:14.2f}"
+        lines.append(row)
+    lines += [
+        "",
+        "Steady state (mean of the two populations). busy: engine-seconds in an iteration; wait: trainer blocked on "
+        "an empty queue;",
+        "blocked: the worker's generate loop blocked on a full score queue; stale: staleness of trained samples "
+        "(versions), mean/max;",
+        "dropped: samples dropped as too stale per step; draws/kept: draws per prompt whose samples were queued.",
+    ]
+    header = (
+        f"  {'split':<5} {'schedule':<24} {'step s':>7} {'x sync':>6} {'x async':>7} {'train s':>7} {'busy':>5} "
+        f"{'wait':>5} {'blocked':>7} {'stale':>8} {'dropped':>7} {'draws/step':>10} {'draws/kept':>10} {'mixed':>6}"
+    )
+    lines += [header, "  " + "-" * (len(header) - 2)]
+    for split in splits:
+        for name in names:
+            row = table[split][name]["mean"]
+            base = table[split]["grpo_n4"]["mean"]["step_s"]
+            lines.append(
+                f"  {split:<5} {name:<24} {row['step_s']:7.1f} {row['step_s'] / sync_n4:6.2f} "
+                f"{row['step_s'] / base:7.2f} {row['train_s'] + row['sync_s']:7.1f} {row['engine_busy']:5.2f} "
+                f"{row['trainer_wait']:5.2f} {row['generate_blocked']:7.2f} "
+                f"{row['staleness_mean']:4.2f}/{row['staleness_max']:<3.0f} {row['stale_dropped_per_step']:7.0f} "
+                f"{row['draws_per_step']:10.0f} {row['draws_per_kept_prompt']:10.2f} {row['mixed_share']:6.3f}"
+            )
+    lines += ["", "Same pools as the synchronous continuous schedule (draws per kept prompt, same populations):"]
+    any_split = splits[0]
+    prompts = sync["grpo_n4"]["mean"]["rows_trained"] / 4
+    for name, same in ASYNC_SAME_POOLS.items():
+        if name in table[any_split] and same in sync:
+            draws = [table[s][name]["mean"]["draws_per_kept_prompt"] for s in splits]
+            lines.append(
+                f"  {name:<24} async {min(draws):.2f}-{max(draws):.2f} over the splits; {same} "
+                f"{sync[same]['mean']['completions'] / prompts:.2f}; mixed async "
+                f"{table[any_split][name]['mean']['mixed_share']:.3f} vs {sync[same]['mean']['mixed_share']:.3f}"
+            )
+    if sensitivity:
+        lines += ["", format_async_sensitivity(sensitivity)]
+    lines += ["", "Sources of the asynchronous schedule's constants:"]
+    lines += [f"  {key}: {SOURCES[key]}" for key in ASYNC_SOURCE_KEYS]
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Plan:
     prompts: int
@@ -1302,6 +2105,15 @@ class Plan:
 
 FULL = Plan(prompts=512, steps=2, sensitivity_steps=1)
 QUICK = Plan(prompts=64, steps=1, sensitivity_steps=0)
+
+
+def async_plan(plan: Plan) -> tuple[AsyncConfig, tuple[str, ...]]:
+    """The asynchronous section's configuration and splits for a plan (`--quick`: fewer steps and splits, and the
+    rollout buffer scaled with the batch, so it holds the same share of a step)."""
+    if plan.prompts >= FULL.prompts:
+        return AsyncConfig(), tuple(ASYNC_SPLITS)
+    queue = max(16, AsyncConfig.queue_maxsize * plan.prompts // FULL.prompts)
+    return AsyncConfig(warmup_steps=3, timed_steps=4, queue_maxsize=queue), ASYNC_QUICK_SPLITS
 
 
 def describe_setup(setup: Setup) -> dict[str, Any]:
@@ -1385,8 +2197,8 @@ def summary(
             "Sensitivity (step-time ratio to GRPO-n4 under one changed constant):",
             format_sensitivity(sensitivity),
         ]
-    lines += ["", "Sources of every constant:"]
-    lines += [f"  {key}: {text}" for key, text in SOURCES.items()]
+    lines += ["", "Sources of every constant (the asynchronous schedule's: with its section):"]
+    lines += [f"  {key}: {text}" for key, text in SOURCES.items() if not key.startswith("async_")]
     return "\n".join(lines)
 
 
@@ -1400,6 +2212,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="Timed steps per schedule and population.")
     parser.add_argument("--no-sensitivity", action="store_true")
+    parser.add_argument(
+        "--async-schedule",
+        action="store_true",
+        help="Also project TRL's asynchronous trainer (AsyncGRPOTrainer / AdaAsyncGRPOTrainer): a separate section.",
+    )
+    parser.add_argument(
+        "--async-only",
+        action="store_true",
+        help="Only the asynchronous projection and the synchronous rows it is set against (implies --async-schedule).",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
@@ -1410,15 +2232,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.constants is not None:
         setup = load_constants(args.constants, setup)
     started = time.perf_counter()
-    table = evaluate(setup, schedules(), args.seed, plan.steps)
+    if args.async_only:
+        table = evaluate(setup, [s for s in schedules() if s.name in ASYNC_SYNC_REFERENCES], args.seed, plan.steps)
+    else:
+        table = evaluate(setup, schedules(), args.seed, plan.steps)
     sensitivity = {}
     driver = {}
-    if plan.sensitivity_steps and not args.no_sensitivity:
+    if plan.sensitivity_steps and not args.no_sensitivity and not args.async_only:
         sensitivity = run_sensitivity(setup, args.seed, plan.sensitivity_steps)
         if setup.step_costs.continuous_driver == "overlapped":  # the GPU setup (a CPU calibration is the loop already)
             driver = run_driver_table(setup, table, args.seed, plan.steps)
+    async_table: dict[str, Any] = {}
+    async_sensitivity: dict[str, Any] = {}
+    if args.async_schedule or args.async_only:
+        async_config, splits = async_plan(plan)
+        async_table = evaluate_async(setup, async_config, async_schedules(), splits, args.seed)
+        if plan.sensitivity_steps and not args.no_sensitivity:
+            sync_n4 = table["grpo_n4"]["mean"]["step_s"]
+            async_sensitivity = run_async_sensitivity(setup, async_config, async_table, sync_n4, args.seed, plan.steps)
     elapsed = time.perf_counter() - started
-    text = summary(table, sensitivity, setup, driver)
+    if args.async_only:
+        text = (
+            f"{setup.batch_prompts} prompts per step ({type(setup.cost).__name__}); synchronous references:\n"
+            + format_table(table)
+        )
+    else:
+        text = summary(table, sensitivity, setup, driver)
+    if async_table:
+        text += "\n\n" + format_async(async_table, table, async_config, setup, async_sensitivity)
     print(text)
     print(f"\n(ran in {elapsed:.0f} s on one core, seed {args.seed}, {plan.steps} timed step(s) per schedule)")
     if args.json is not None:
@@ -1429,11 +2270,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             "plan": asdict(plan),
             "schedules": table,
             "ratios_vs_grpo_n4": ratios(table),
-            "table3": table3_check(table),
-            "generation_scale_diagnostic": generation_scale_diagnostic(table),
+            "table3": [] if args.async_only else table3_check(table),
+            "generation_scale_diagnostic": {} if args.async_only else generation_scale_diagnostic(table),
             "paper_table3_s": PAPER_TABLE3,
             "sensitivity": sensitivity,
             "trl_ada_loop": driver,
+            "async": (
+                {
+                    "config": asdict(async_config),
+                    "splits": {k: ASYNC_SPLITS[k] for k in async_table},
+                    "sensitivity": async_sensitivity,
+                    **async_table,
+                }
+                if async_table
+                else {}
+            ),
             "sources": SOURCES,
             "elapsed_s": elapsed,
         }

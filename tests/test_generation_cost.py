@@ -1,5 +1,6 @@
 """Correctness of `benchmarks/generation_cost.py` (the engine model and its schedules); no timing asserts."""
 
+import ast
 import importlib.util
 import json
 import random
@@ -458,3 +459,189 @@ def test_the_modelled_loop_uses_trl_adas_default_cap():
     from trl_ada import AdaGRPOConfig
 
     assert bench.TRL_ADA_MAX_IN_FLIGHT == AdaGRPOConfig.__dataclass_fields__["continuous_max_in_flight"].default
+
+
+# ---- the asynchronous schedule (TRL's AsyncGRPOTrainer, trl-ada's AdaAsyncGRPOTrainer) ----------------------------
+
+FIXED_LENGTH = bench.Workload(prompts=((0.5, 8),), lengths_correct=(10,), lengths_wrong=(10,), max_response_tokens=16)
+NO_STEP_COSTS = bench.StepCosts(actor_update_s_per_row=0.0, old_logprob_s_per_row=0.0)
+
+
+def _uniform(n=4):
+    return bench.AsyncSchedule(
+        f"grpo_n{n}", SamplerSettings(scale_rewards="none", seed=0, sampler="uniform", num_generations=n)
+    )
+
+
+def _async_config(**overrides):
+    values = {
+        "engines": 2,
+        "trainer_gpus": 8,
+        "limits": bench.EngineLimits(max_num_seqs=8, max_num_batched_tokens=10**6, kv_capacity_tokens=10**9),
+        "weight_sync_s": 0.0,
+        "score_call_s": 0.0,
+        "score_s_per_completion": 0.0,
+        "warmup_steps": 3,
+        "timed_steps": 5,
+        **overrides,
+    }
+    return bench.AsyncConfig(**values)
+
+
+@pytest.mark.parametrize("sync_s", [0.0, 0.01])
+def test_async_with_no_training_cost_steps_at_the_engines_generation_rate(sync_s):
+    # Iterations of a constant 1 ms, every completion 10 tokens, 8 sequences per engine: two engines finish 16 draws
+    # per 10 ms, so a step's 8 prompts x 4 samples take 20 ms when the trainer costs nothing; a weight sync pauses the
+    # engines and adds its time (less the iteration running when it starts, which finishes meanwhile). 32 draws in
+    # flight keep both engines full (the cap, not max_staleness, sets how many: no sample is stale).
+    setup = bench.Setup(cost=bench.LinearCost(a=1e-3), step_costs=NO_STEP_COSTS, workload=FIXED_LENGTH, engines=2)
+    setup = bench.replace(setup, batch_prompts=8)
+    prompts = bench.sample_population(8, FIXED_LENGTH, seed=0)
+    config = _async_config(max_inflight=32, max_staleness=10, weight_sync_s=sync_s)
+    result = bench.run_async(_uniform(), prompts, setup, config, seed=1)
+    generation = 32 * 10 * 1e-3 / (2 * 8)
+    assert result.step_s == pytest.approx(generation + sync_s, abs=1e-3 + 1e-9)
+    assert result.engine_busy == pytest.approx(generation / result.step_s, rel=0.02)
+    assert result.trainer_wait == pytest.approx(1.0 - sync_s / result.step_s, rel=0.02)
+    assert result.stale_dropped_per_step == 0 and result.draws_per_step == pytest.approx(32, rel=0.05)
+
+
+@pytest.mark.parametrize("old_logprob_pass", [False, True])
+def test_async_with_instant_engines_steps_at_training_plus_weight_sync(old_logprob_pass):
+    costs = bench.StepCosts(actor_update_s_per_row=0.01, old_logprob_s_per_row=0.005)
+    setup = bench.Setup(cost=bench.LinearCost(a=0.0), step_costs=costs, workload=FIXED_LENGTH, engines=2)
+    setup = bench.replace(setup, batch_prompts=8)
+    prompts = bench.sample_population(8, FIXED_LENGTH, seed=0)
+    config = _async_config(trainer_gpus=4, weight_sync_s=0.3, old_logprob_pass=old_logprob_pass)
+    result = bench.run_async(_uniform(), prompts, setup, config, seed=1)
+    per_row = (0.015 if old_logprob_pass else 0.01) * 8 / 4  # the paper's 8 GPUs' per-row cost on 4
+    assert result.train_s == pytest.approx(32 * per_row, rel=1e-12)
+    assert result.step_s == pytest.approx(32 * per_row + 0.3, rel=1e-9)
+    assert result.trainer_wait == pytest.approx(0.0, abs=1e-9) and result.engine_busy == 0.0
+
+
+@pytest.mark.parametrize("scale", [1.0, 8.0])  # generation-light and generation-heavy
+def test_async_uniform_n4_is_never_slower_than_synchronous_under_the_same_constants(scale):
+    setup = _small_setup(cost=bench.RooflineCost(iteration_scale=scale), prompts=16)
+    prompts = bench.sample_population(16, setup.workload, seed=5)
+    schedule = next(s for s in bench.schedules() if s.name == "grpo_n4")
+    sync = bench.run_schedule(schedule, prompts, setup, seed=6, steps=2)
+    sync_step = sum(r.step_s for r in sync) / len(sync)
+    costs = setup.step_costs
+    config = bench.AsyncConfig(  # the synchronous model's engines, limits, sync and scoring; a trainer as fast
+        engines=setup.engines,
+        trainer_gpus=8,
+        paper_gpus=8,
+        limits=setup.limits,
+        weight_sync_s=costs.generate_call_s,
+        score_s_per_completion=costs.reward_s_per_completion,
+        queue_maxsize=16 * 4 * 2,
+        warmup_steps=4,
+        timed_steps=4,
+    )
+    result = bench.run_async(_uniform(), prompts, setup, config, seed=6)
+    assert result.step_s <= sync_step
+    assert result.step_s >= result.train_s + result.sync_s - 1e-9  # the trainer's own work bounds it below
+
+
+def _keyed(prompts):
+    # One fixed (reward, length) per (prompt, draw), whatever order the draws are made in.
+    def outcome(index, draw):
+        rng = random.Random(f"{index}/{draw}")
+        return (1.0 if rng.random() < prompts[index].pass_rate else 0.0), rng.randint(5, 60)
+
+    return outcome
+
+
+@pytest.mark.parametrize(
+    ("name", "continuous"),
+    [
+        ("seq_balance/fixed", "seq_balance/continuous_k8"),
+        ("seq_balance/predictive", "seq_balance/continuous_predictive"),
+    ],
+)
+def test_async_seq_balance_draws_the_continuous_schedules_pools(name, continuous):
+    # Same draws per (prompt, draw): the asynchronous worker's batches (the dataset cycled, so each is the population)
+    # draw exactly the continuous schedule's pools, though its draws interleave across batches and weight versions.
+    setup = _small_setup(prompts=24)
+    prompts = bench.sample_population(24, setup.workload, seed=7)
+    outcome = _keyed(prompts)
+    by_name = {s.name: s for s in bench.schedules()}
+    schedule = next(s for s in bench.async_schedules() if s.name == name)
+    assert schedule.settings == by_name[continuous].settings and schedule.pooled
+    sync = bench.run_continuous(
+        by_name[continuous], build_sampler(schedule.settings), prompts, setup, random.Random(0), outcome
+    )
+    config = _async_config(limits=setup.limits, warmup_steps=1, timed_steps=3, queue_maxsize=4 * 24 * 4)
+    result = bench.run_async(schedule, prompts, setup, config, seed=8, outcome=lambda unit, i, d: outcome(i, d))
+    assert result.draws_per_kept_prompt == pytest.approx(sync.completions / 24, rel=1e-12)
+    assert result.mixed_share == pytest.approx(sync.mixed_share, rel=1e-12)
+    assert bench.make_async_step(build_sampler(schedule.settings), [0, 1])[1].endswith("ContinuousStep")
+
+
+@pytest.mark.parametrize("max_staleness", [1, 2])
+def test_async_trains_no_sample_older_than_max_staleness(max_staleness):
+    # Instant engines and a slow trainer: the worker runs steps ahead (a buffer of 4 steps), so samples age past the
+    # bound; those are dropped where the trainer pulls them, and every trained one is at most max_staleness old.
+    costs = bench.StepCosts(actor_update_s_per_row=0.01, old_logprob_s_per_row=0.0)
+    setup = bench.Setup(cost=bench.LinearCost(a=0.0), step_costs=costs, workload=FIXED_LENGTH, engines=2)
+    setup = bench.replace(setup, batch_prompts=8)
+    prompts = bench.sample_population(8, FIXED_LENGTH, seed=0)
+    for schedule in (_uniform(), next(s for s in bench.async_schedules() if s.name == "seq_balance/fixed")):
+        config = _async_config(max_staleness=max_staleness, queue_maxsize=4 * 32, weight_sync_s=0.1)
+        result = bench.run_async(schedule, prompts, setup, config, seed=1)
+        assert result.trained_staleness and max(result.trained_staleness) == max_staleness == result.staleness_max
+        assert result.stale_dropped_per_step > 0
+        assert result.max_inflight == max_staleness * 32  # TRL's inference: max(max_staleness, 1) x samples_per_step
+
+
+def test_async_dapo_drops_constant_groups_and_draws_on():
+    setup = _small_setup(prompts=16)
+    prompts = bench.sample_population(16, setup.workload, seed=9)
+    schedule = next(s for s in bench.async_schedules() if s.name == "dapo_n4")
+    config = _async_config(limits=setup.limits, warmup_steps=2, timed_steps=3, queue_maxsize=128)
+    result = bench.run_async(schedule, prompts, setup, config, seed=10)
+    assert result.mixed_share == 1.0 and result.draws_per_kept_prompt > 4.0
+    uniform = bench.run_async(_uniform(), prompts, setup, config, seed=10)
+    assert uniform.draws_per_kept_prompt == 4.0 and uniform.mixed_share < 1.0
+
+
+def _trl_source(name):
+    # TRL's own files, read without importing TRL (torch): the defaults the model claims to copy.
+    spec = importlib.util.find_spec("trl")
+    return (Path(spec.origin).parent / "experimental" / "async_grpo" / name).read_text()
+
+
+def test_async_defaults_are_trls():
+    tree = ast.parse(_trl_source("async_grpo_config.py"))
+    config_class = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "AsyncGRPOConfig")
+    defaults = {}
+    for node in config_class.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call):
+            for keyword in node.value.keywords:
+                if keyword.arg == "default":
+                    defaults[node.target.id] = ast.literal_eval(keyword.value)
+    config = bench.AsyncConfig()
+    assert config.max_staleness == defaults["max_staleness"]
+    assert config.queue_maxsize == defaults["queue_maxsize"]
+    assert config.weight_sync_steps == defaults["weight_sync_steps"]
+    assert config.max_inflight == defaults["max_inflight_tasks"] == -1
+    # The inference `run_async` applies for -1, and the score queue's bound.
+    assert "max(self.args.max_staleness, 1) * samples_per_step" in _trl_source("async_grpo_trainer.py")
+    assert f"score_queue_maxsize: int = {config.score_queue_maxsize}," in _trl_source("async_rollout_worker.py")
+    assert all(key in bench.SOURCES for key in bench.ASYNC_SOURCE_KEYS)
+
+
+def test_quick_async_run_prints_the_projection_and_writes_json(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(bench, "ASYNC_QUICK_SPLITS", ("2+6", "8+8"))
+    chosen = [s for s in bench.async_schedules() if s.name in ("grpo_n4", "seq_balance/fixed")]
+    monkeypatch.setattr(bench, "async_schedules", lambda: chosen)
+    out = tmp_path / "async.json"
+    assert bench.main(["--quick", "--async-only", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())["async"]
+    assert set(data["splits"]) == {"2+6", "8+8"}
+    for split in ("2+6", "8+8"):
+        assert set(data[split]) == {"grpo_n4", "seq_balance/fixed"}
+        assert data[split]["grpo_n4"]["mean"]["step_s"] > 0
+    text = capsys.readouterr().out
+    assert "PROJECTION" in text and "SYNCHRONOUS GRPO-n4" in text and "async_max_staleness" in text
