@@ -134,7 +134,8 @@ def test_seq_balance_trains_with_pools_larger_than_the_update_group(
     trainer, collated, logged = train(
         tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, sampler="seq_balance", round_size=2, max_rounds=6
     )
-    assert trainer.ada_sampling.pooled and trainer.ada_sampling.prompts_per_batch == 2
+    # Every rule is per prompt (linear objective): each prompt is queued as soon as its pool is done.
+    assert trainer.ada_sampling.pooled and trainer.ada_sampling.prompts_per_batch == 1
     check_provenance(collated, server)
     # The update group of each prompt is num_generations draws of its pool; pools drew more than that on average.
     per_group: dict[int, int] = {}
@@ -277,3 +278,15 @@ def test_the_model_card_names_the_asynchronous_trainer_and_its_sampler(
     card = (tmp_path / "out" / "README.md").read_text()
     assert "trl-ada's AdaAsyncGRPOTrainer, on TRL's asynchronous GRPO trainer" in card
     assert "| `sampler` | seq_balance |" in card and "async-grpo" in card
+
+
+def test_prompts_wait_for_their_batch_only_where_a_rule_reads_it(tmp_path, server):
+    from trl_ada.async_grpo.trainer import async_sampling
+
+    def batch(**knobs) -> int:
+        return async_sampling(config(tmp_path, server, **knobs)).prompts_per_batch
+
+    assert batch(sampler="seq_balance") == 1  # linear objective: every weight is 1, nothing to normalise
+    assert batch(sampler="seq_balance", objective="log", normalize_weights=False) == 1
+    assert batch(sampler="seq_balance", objective="log") == 8 // 4  # weights normalised over the step's prompts
+    assert batch(sampler="est") == 8 // 4  # budgets share the batch's mean

@@ -23,8 +23,10 @@ HEADER = r"""
     - `seq_pos`/`seq_balance` draw each prompt's rounds as blocks, round-free (each draw its own request, the exit rule
       and the cap checked when a block is back, the pool in submission order), as `generation_schedule="continuous"`
       does in the synchronous trainer; `est` sends each prompt's budget at once.
-    - Generation batches of `per_device_train_batch_size * gradient_accumulation_steps * world_size / num_generations`
-      prompts (one optimizer step's worth) share the batch-level rules (`normalize_weights`, est's mean budget).
+    - A prompt's kept samples are queued as soon as its pool is done. Only where a rule reads the whole generation
+      batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`, `scale_rewards="batch"`) do the
+      prompts wait for one another, in batches of `per_device_train_batch_size * gradient_accumulation_steps *
+      world_size / num_generations` prompts (one optimizer step's worth).
     - `dapo` drops groups without a signal and keeps drawing further prompts: the stream never runs out, so
       `dapo_max_refills` and `dapo_on_exhausted` have nothing to bound and must keep their defaults.
     - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).

@@ -65,7 +65,8 @@ class AsyncSampling:
     settings: SamplerSettings
     """The validated sampler settings (`AdaAsyncGRPOConfig.sampler_settings()`)."""
     prompts_per_batch: int
-    """Prompts per generation batch: what one optimizer step trains on, `samples_per_step / num_generations`."""
+    """Prompts per generation batch: 1 where every rule is per prompt (`Sampler.rules_are_per_prompt`), else what one
+    optimizer step trains on, `samples_per_step / num_generations`."""
     predictor_source: str | None = None
     """A local directory holding a saved pass-rate predictor to warm-start from (`pass_rate_predictor=<path>`)."""
     estimator: Any = None

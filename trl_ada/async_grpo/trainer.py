@@ -43,10 +43,15 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
     predictor_source = resolve_pass_rate_predictor(settings)
     build_sampler(settings, pass_rate_estimator, predictor_source)  # raises what the worker would, here and now
     samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    # Where no rule reads the batch, each prompt is a batch of its own and its samples are queued as soon as its pool
+    # is done, rather than when the batch's slowest prompt is (they would age meanwhile: BENCHMARKS.md, "Asynchronous
+    # training"); otherwise a batch is one optimizer step's prompts.
+    per_prompt = settings.sampler_class.rules_are_per_prompt(settings)
+    prompts_per_batch = 1 if per_prompt else max(1, samples_per_step // settings.num_generations)
     os.makedirs(args.output_dir, exist_ok=True)
     return AsyncSampling(
         settings=settings,
-        prompts_per_batch=max(1, samples_per_step // settings.num_generations),
+        prompts_per_batch=prompts_per_batch,
         predictor_source=predictor_source,
         estimator=pass_rate_estimator,
         state_path=os.path.abspath(os.path.join(args.output_dir, WORKER_STATE_NAME)),

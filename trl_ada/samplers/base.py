@@ -395,6 +395,16 @@ class Sampler:
         return False
 
     @classmethod
+    def rules_are_per_prompt(cls, settings: SamplerSettings) -> bool:
+        """
+        Whether every rule of a generation batch reads only each prompt's own pool: no reward scale taken over the
+        batch (`scale_rewards="batch"`) and no weights normalised over it (a weighting `objective` with
+        `normalize_weights`; `"linear"` weighs every prompt 1). A streaming worker may then finish each prompt as a
+        batch of its own, as soon as its pool is done. A sampler that splits a budget across the batch says `False`.
+        """
+        return settings.scale_rewards != "batch" and (settings.objective == "linear" or not settings.normalize_weights)
+
+    @classmethod
     def parse_options(cls, kwargs: dict[str, Any] | None) -> Any:
         """This sampler's options from `sampler_kwargs` (`None` without an `options_class`)."""
         if cls.options_class is None:

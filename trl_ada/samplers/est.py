@@ -70,6 +70,10 @@ class EstSampler(Sampler):
         _reject_dapo_refill_without_rounds(settings)
 
     @classmethod
+    def rules_are_per_prompt(cls, settings: SamplerSettings) -> bool:
+        return False  # the budgets share the batch's mean (`est_mean_samples`)
+
+    @classmethod
     def max_pool_size(cls, settings: SamplerSettings) -> int:
         return settings.est_max_samples if settings.est_max_samples is not None else 4 * settings.num_generations
 
