@@ -36,6 +36,9 @@ predictive, the continuous schedule's settings and pools through `begin_streamin
 per-row training cost, simulated event by event (`run_async`): the rollout worker keeps `max_inflight` one-completion
 requests open on a separate vLLM server, scores serially, queues samples into a bounded buffer; the trainer trains them
 as they arrive, drops those more than `max_staleness` versions old and syncs the weights (engines paused) every step.
+trl-ada's pools are released as its worker does (`AsyncSchedule.release`): a prompt's samples as soon as its pool is
+done where every rule is per prompt (seq_balance's settings); `seq_balance/*/batch` is the previous worker, releasing
+a step's 512 prompts at once, for comparison.
 TRL's defaults (`max_staleness` 4, `max_inflight` = 4 x samples_per_step, buffer 1,024). The paper's 8 GPUs are split
 between engines and trainer (`ASYNC_SPLITS`, each schedule's best split reported; `8+8` adds 8 trainer GPUs); step
 times are set against synchronous GRPO-n4's from the same run and against asynchronous GRPO-n4's. Constants:
@@ -201,8 +204,9 @@ SOURCES: dict[str, str] = {
         "AsyncGRPOConfig.max_inflight_tasks=-1 -> max(max_staleness, 1) x samples_per_step "
         "(AsyncGRPOTrainer.__init__, TRL 1.16) = 4 x 2048 = 8,192 one-completion requests for n=4. "
         "samples_per_step = 512 prompts x n rows: ASSUMPTION (the batch set so one step trains the paper's 512 "
-        "prompts; n=16 trains 8,192 rows, as the synchronous grpo_n16 does); trl-ada's generation batch is "
-        "samples_per_step / n = 512 prompts (trl_ada/async_grpo/trainer.py async_sampling)"
+        "prompts; n=16 trains 8,192 rows, as the synchronous grpo_n16 does); trl-ada's generation batch "
+        "(trl_ada/async_grpo/trainer.py async_sampling) is 1 prompt where every rule is per prompt "
+        "(Sampler.rules_are_per_prompt: seq_balance's settings here), else samples_per_step / n = 512 prompts"
     ),
     "async_queues": (
         "rollout buffer 1,024 samples (AsyncGRPOConfig.queue_maxsize default), score queue 16 closed groups "
@@ -233,18 +237,24 @@ SOURCES: dict[str, str] = {
         "trl-ada's worker (trl_ada/async_grpo/rollout.py): a generation batch queues its kept samples only once EVERY "
         "prompt of the batch is done (_finish_batches), each sample carrying its own draw's version; next blocks of "
         "open prompts go out before a new batch's first blocks, and a new batch opens whenever a slot is free and "
-        "nothing else waits (_repeat_iterator). TRL's groups: stamped with their first request's version, queued "
-        "once their n completions are scored"
+        "nothing else waits (_repeat_iterator). Its batch (async_sampling's prompts_per_batch): 1 prompt where "
+        "Sampler.rules_are_per_prompt(settings) (no scale_rewards='batch', and objective='linear' or "
+        "normalize_weights=False; est: never), so a prompt's samples are queued as soon as ITS pool is done; else "
+        "one optimizer step's prompts (samples_per_step / n). '/batch' schedules: the previous worker, step-sized "
+        "batches whatever the rules (release='batch'), for comparison. TRL's groups: stamped with their first "
+        "request's version, queued once their n completions are scored"
     ),
     "async_schedules": (
         "grpo_n4, grpo_n16: TRL's AsyncGRPOTrainer (sampler='uniform'). dapo_n4: TRL's groups, one with constant "
         "rewards dropped and the worker drawing on (trl-ada's _score_update_group). seq_balance/fixed and "
         "/predictive: the settings of the continuous schedule's seq_balance/continuous_k8 and /continuous_predictive "
-        "(rounds of 8, at most 4, quota 2 + 2), through begin_streaming's ContinuousStep"
+        "(rounds of 8, at most 4, quota 2 + 2), through begin_streaming's ContinuousStep, one prompt per batch (the "
+        "worker's rule); seq_balance/*/batch: the same, in the previous worker's 512-prompt batches"
     ),
     "async_steady_state": (
         "4 warm-up steps, then 12 timed (--quick: 3 + 4): ASSUMPTION that a pipeline max_staleness = 4 versions deep "
-        "has settled by then (pools close a batch at a time, so their step intervals are lumpy). The dataset is "
+        "has settled by then (pools in step-sized batches close a batch at a time, so their step intervals are "
+        "lumpy). The dataset is "
         "the synchronous step's prompts, cycled: every generation batch is the same population as the synchronous "
         "step's, with fresh draws"
     ),
@@ -1434,18 +1444,39 @@ class AsyncConfig:
         return per_row * self.paper_gpus / self.trainer_gpus
 
 
+ASYNC_RELEASES = ("worker", "batch")
+"""`AsyncSchedule.release`: trl-ada's worker as it is, or the previous worker's release of whole step-sized batches."""
+
+
 @dataclass(frozen=True)
 class AsyncSchedule:
     """A sampler in TRL's asynchronous worker: TRL's groups (`uniform`, `dapo`) or trl-ada's pools (`seq_*`)."""
 
     name: str
     settings: SamplerSettings
+    release: str = "worker"
+    """How a pooled schedule's kept samples are released (`SOURCES['async_release']`). `"worker"`: as trl-ada's worker
+    does (`trl_ada/async_grpo/trainer.py::async_sampling`): each prompt a generation batch of its own where every rule
+    is per prompt (`Sampler.rules_are_per_prompt`), its samples queued as soon as its pool is done; otherwise one
+    optimizer step's prompts. `"batch"`: the previous worker, always one optimizer step's prompts, the kept samples
+    queued once every prompt of the batch is done (for comparison)."""
+
+    def __post_init__(self) -> None:
+        if self.release not in ASYNC_RELEASES:
+            raise ValueError(f"release={self.release!r}: one of {ASYNC_RELEASES}")
 
     @property
     def pooled(self) -> bool:
         """A pool can outgrow its update group (`AsyncSampling.pooled`): every draw is scored on its own."""
         settings = self.settings
         return settings.sampler_class.max_pool_size(settings) > settings.num_generations
+
+    def prompts_per_batch(self, samples_per_step: int) -> int:
+        """Prompts per generation batch, by the worker's rule (`async_sampling`), unless `release="batch"`."""
+        settings = self.settings
+        if self.release == "worker" and settings.sampler_class.rules_are_per_prompt(settings):
+            return 1
+        return max(1, samples_per_step // settings.num_generations)
 
 
 @dataclass
@@ -1475,12 +1506,21 @@ class AsyncResult:
     """Draws of the groups / generation batches closed in the window, per prompt whose samples were queued."""
     mixed_share: float
     """Share of queued prompts whose kept group holds both outcomes."""
+    release_wait_s: float
+    """Pools: mean seconds between a prompt's pool being done (its last block scored, the exit rule spoken) and its
+    kept samples being queued, over the prompts released in the window (0 for TRL's groups)."""
     tokens_per_step: float
     samples_per_step: int
     max_inflight: int
+    prompts_per_batch: int
+    """Pools: prompts per generation batch (`AsyncSchedule.prompts_per_batch`); TRL's groups: 1."""
     step_ends: list[float] = field(default_factory=list)
     trained_staleness: list[int] = field(default_factory=list)
     """Every sample trained in the timed steps, its staleness (for the tests)."""
+    release_waits: list[float] = field(default_factory=list)
+    """Pools: every prompt released in the timed steps, its `release_wait_s` (for the tests)."""
+    released_pools: list[tuple[int, int, bool]] = field(default_factory=list)
+    """Pools: every prompt released in the timed steps, (dataset row, pool size, kept draws hold both outcomes)."""
 
 
 ASYNC_NUMERIC = (
@@ -1496,9 +1536,11 @@ ASYNC_NUMERIC = (
     "draws_per_step",
     "draws_per_kept_prompt",
     "mixed_share",
+    "release_wait_s",
     "tokens_per_step",
     "samples_per_step",
     "max_inflight",
+    "prompts_per_batch",
 )
 
 
@@ -1517,14 +1559,17 @@ def run_async(
       each sent to the least loaded of `config.engines` engines under the current weight version. TRL's work iterator
       (`uniform`, `dapo`): each dataset row `n` times under one group id, the group stamped with the version of its
       first request and closed when its `n` completions are back. trl-ada's (`seq_*`): generation batches of
-      `setup.batch_prompts` rows, each a `begin_streaming` step of the sampler (the real `ContinuousStep`), yielding
-      the next blocks of open prompts before the first blocks of a new batch; every draw is its own group, carrying
-      its own version. A closed group goes into the score queue; on a full score queue the generate loop blocks
-      (no result is taken back and nothing is submitted) until the score loop takes one.
+      `schedule.prompts_per_batch(samples_per_step)` rows (the worker's rule: 1 where every rule is per prompt, else
+      `setup.batch_prompts`; `release="batch"` forces the latter), each a `begin_streaming` step of the sampler (the
+      real `ContinuousStep`), yielding the next blocks of open prompts before the first blocks of a new batch; every
+      draw is its own group, carrying its own version. A closed group goes into the score queue; on a full score
+      queue the generate loop blocks (no result is taken back and nothing is submitted) until the score loop takes
+      one.
     - Score loop (TRL's `_score_loop`), one call at a time: a group (pools: every draw waiting, one reward call), then
       its samples go into the rollout buffer one by one, waiting while it is full. `dapo` drops a group with constant
       rewards; pools complete their draws in their step, queue the next blocks, and when every prompt of a batch is
-      done, `Selection` gives the kept draws, which enter the buffer then (trl-ada's `_finish_batches`).
+      done, `Selection` gives the kept draws, which enter the buffer then (trl-ada's `_finish_batches`): at once for
+      a batch of one prompt, after the batch's slowest pool for a step-sized one (`AsyncResult.release_wait_s`).
     - Trainer: pulls samples in order, drops one more than `max_staleness` versions behind its own version, trains on
       `microbatch_rows` at a time (`AsyncConfig.train_s_per_row` each); after `samples_per_step` it steps, and every
       `weight_sync_steps` steps syncs the weights: the engines pause (requests kept, prefix cache cleared) and the
@@ -1536,8 +1581,8 @@ def run_async(
     settings = schedule.settings
     n = settings.num_generations
     pooled = schedule.pooled
-    batch_prompts = setup.batch_prompts
-    samples_per_step = batch_prompts * n
+    samples_per_step = setup.batch_prompts * n
+    batch_prompts = schedule.prompts_per_batch(samples_per_step) if pooled else 1
     max_inflight = config.max_inflight if config.max_inflight > 0 else max(config.max_staleness, 1) * samples_per_step
     per_row = config.train_s_per_row(setup.step_costs)
     threshold, tolerance = settings.positive_threshold, settings.zero_variance_tolerance
@@ -1568,21 +1613,60 @@ def run_async(
     holding: list[int] = []  # staleness of the samples pulled for the next micro-batch
     training: list[int] = []
     counts = dict.fromkeys(
-        ("busy", "wait", "blocked", "draws", "stale", "trained", "staleness", "kept", "unit_draws", "mixed", "tokens"),
+        (
+            "busy",
+            "wait",
+            "blocked",
+            "draws",
+            "stale",
+            "trained",
+            "staleness",
+            "kept",
+            "unit_draws",
+            "mixed",
+            "tokens",
+            "released",
+            "release_wait",
+        ),
         0.0,
     )
     blocked_since = [0.0]
     snapshots: list[dict[str, float]] = [dict(counts)]
     step_ends: list[float] = []
     trained_staleness: list[int] = []
+    release_waits: list[float] = []
+    released_pools: list[tuple[int, int, bool]] = []
 
     def open_batch() -> None:
         nonlocal next_batch
         batch_id, next_batch = next_batch, next_batch + 1
         rows = [(batch_id * batch_prompts + i) % len(prompts) for i in range(batch_prompts)]
         step, _ = make_async_step(sampler, rows)
-        batches[batch_id] = {"step": step, "rows": rows, "versions": {}}
+        batches[batch_id] = {"step": step, "rows": rows, "versions": {}, "done_at": {}}
         fresh.extend((batch_id, local, draw) for local, draw in step.to_submit())
+        if step.done:  # every prompt skipped: the batch is released at once (the worker's _open_batch)
+            release(batch_id)
+
+    def release(batch_id: int) -> None:
+        """A done generation batch: `Selection` gives its kept draws, queued now (trl-ada's `_finish_batches`)."""
+        batch = batches.pop(batch_id)
+        selection = batch["step"].finish()
+        counts["unit_draws"] += batch["step"].stats.submitted
+        timed = len(step_ends) >= config.warmup_steps
+        for local, result in enumerate(selection.prompts):
+            wait = now - batch["done_at"].get(local, now)
+            counts["released"] += 1
+            counts["release_wait"] += wait
+            positives, negatives = rules.count_outcomes([selection.pools[local][i] for i in result.kept], threshold)
+            mixed = positives > 0 and negatives > 0
+            if timed:
+                release_waits.append(wait)
+                released_pools.append((batch["rows"][local], len(selection.pools[local]), mixed))
+            if settings.refills and not result.has_signal:
+                continue
+            counts["kept"] += 1
+            counts["mixed"] += mixed
+            outbox.extend(batch["versions"][(local, draw)] for draw in result.kept)
 
     def next_item() -> tuple[int, int, int]:
         if not pooled:
@@ -1639,24 +1723,19 @@ def run_async(
                 counts["mixed"] += positives > 0 and negatives > 0
                 outbox.extend([drawn_at] * n)
             return
+        touched: set[int] = set()
         for _, batch_id, local, draw, drawn_at, reward in entries:
             batch = batches[batch_id]
             batch["versions"][(local, draw)] = drawn_at
-            batch["step"].complete(local, draw, reward, False)
-            continuing.extend((batch_id, p, d) for p, d in batch["step"].to_submit())
-        for batch_id in [b for b, batch in batches.items() if batch["step"].done]:
-            batch = batches.pop(batch_id)
-            selection = batch["step"].finish()
-            counts["unit_draws"] += batch["step"].stats.submitted
-            for local, result in enumerate(selection.prompts):
-                if settings.refills and not result.has_signal:
-                    continue
-                positives, negatives = rules.count_outcomes(
-                    [selection.pools[local][i] for i in result.kept], threshold
-                )
-                counts["kept"] += 1
-                counts["mixed"] += positives > 0 and negatives > 0
-                outbox.extend(batch["versions"][(local, draw)] for draw in result.kept)
+            step = batch["step"]
+            step.complete(local, draw, reward, False)
+            continuing.extend((batch_id, p, d) for p, d in step.to_submit())
+            if local not in batch["done_at"] and step.current_request(local) == 0:
+                batch["done_at"][local] = now  # its pool is done: the exit rule spoke, nothing of it in flight
+            touched.add(batch_id)
+        # Only a batch with a draw completed here can have become done; in batch order, as the worker's dict is.
+        for batch_id in sorted(b for b in touched if batches[b]["step"].done):
+            release(batch_id)
 
     def trainer_pull() -> bool:
         """The trainer, when free, pulls samples for its next micro-batch; `True` when it took any."""
@@ -1803,11 +1882,15 @@ def run_async(
         draws_per_step=delta("draws") / steps,
         draws_per_kept_prompt=delta("unit_draws") / kept if kept else math.nan,
         mixed_share=delta("mixed") / kept if kept else math.nan,
+        release_wait_s=delta("release_wait") / delta("released") if delta("released") else 0.0,
         tokens_per_step=delta("tokens") / steps,
         samples_per_step=samples_per_step,
         max_inflight=max_inflight,
+        prompts_per_batch=batch_prompts,
         step_ends=step_ends,
         trained_staleness=trained_staleness,
+        release_waits=release_waits,
+        released_pools=released_pools,
     )
 
 
@@ -1833,7 +1916,11 @@ ASYNC_SYNC_REFERENCES = ("grpo_n4", "seq_balance/continuous_k8", "seq_balance/co
 ASYNC_SAME_POOLS = {
     "seq_balance/fixed": "seq_balance/continuous_k8",
     "seq_balance/predictive": "seq_balance/continuous_predictive",
+    "seq_balance/fixed/batch": "seq_balance/continuous_k8",
+    "seq_balance/predictive/batch": "seq_balance/continuous_predictive",
 }
+BATCH_RELEASE_SUFFIX = "/batch"
+"""Names the `release="batch"` variants: the previous worker (every generation batch one step's prompts)."""
 
 
 def async_schedules() -> list[AsyncSchedule]:
@@ -1849,6 +1936,15 @@ def async_schedules() -> list[AsyncSchedule]:
         # The continuous schedule's settings (`seq_balance/continuous_k8`, `.../continuous_predictive`): same pools.
         AsyncSchedule("seq_balance/fixed", _seq("seq_balance", round_size=8, max_rounds=4)),
         AsyncSchedule("seq_balance/predictive", _seq("seq_balance", "predictive", round_confidence=0.7)),
+        # The previous worker: the same pools, released a step's batch at a time (for comparison).
+        AsyncSchedule(
+            "seq_balance/fixed" + BATCH_RELEASE_SUFFIX, _seq("seq_balance", round_size=8, max_rounds=4), "batch"
+        ),
+        AsyncSchedule(
+            "seq_balance/predictive" + BATCH_RELEASE_SUFFIX,
+            _seq("seq_balance", "predictive", round_confidence=0.7),
+            "batch",
+        ),
     ]
 
 
@@ -1988,6 +2084,9 @@ def format_async_sensitivity(rows: dict[str, dict[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+NAME_WIDTH = 28
+"""The asynchronous tables' schedule column (`seq_balance/predictive/batch`)."""
+
 ASYNC_SOURCE_KEYS = (
     "async_topology",
     "async_engine_limits",
@@ -2025,10 +2124,15 @@ def format_async(
         f"populations; {setup.batch_prompts} prompts per step, max_staleness {config.max_staleness}, max_inflight "
         "max_staleness x samples_per_step.",
         f"Synchronous GRPO-n4 in this run (8 GPUs, colocated): {sync_n4:.1f} s per step.",
+        "seq_balance/*: trl-ada's worker as it is (every rule per prompt, so each prompt is a generation batch of its "
+        "own, queued",
+        f"as soon as its pool is done); seq_balance/*{BATCH_RELEASE_SUFFIX}: the PREVIOUS worker, the same pools "
+        "released a step's batch at a time",
+        f"({setup.batch_prompts} prompts, queued once the batch's slowest pool is done).",
         "",
         "Step time / SYNCHRONOUS GRPO-n4's step time (same run):",
     ]
-    header = f"  {'schedule':<24} " + " ".join(f"{s:>6}" for s in within) + f" {'best of 8':>15}"
+    header = f"  {'schedule':<{NAME_WIDTH}} " + " ".join(f"{s:>6}" for s in within) + f" {'best of 8':>15}"
     if EXTRA_HARDWARE in table:
         header += f" {EXTRA_HARDWARE + ' (16 GPUs)':>14}"
     lines += [header, "  " + "-" * (len(header) - 2)]
@@ -2036,7 +2140,7 @@ def format_async(
         best = best_split(table, name)
         cells = " ".join(f"{table[s][name]['mean']['step_s'] / sync_n4:6.2f}" for s in within)
         best_cell = f"{table[best][name]['mean']['step_s'] / sync_n4:.2f} ({best})"
-        row = f"  {name:<24} {cells} {best_cell:>15}"
+        row = f"  {name:<{NAME_WIDTH}} {cells} {best_cell:>15}"
         if EXTRA_HARDWARE in table:
             row += f" {table[EXTRA_HARDWARE][name]['mean']['step_s'] / sync_n4:14.2f}"
         lines.append(row)
@@ -2049,7 +2153,7 @@ def format_async(
             f"{table[s][name]['mean']['step_s'] / table[s]['grpo_n4']['mean']['step_s']:6.2f}" for s in within
         )
         best_cell = f"{table[best][name]['mean']['step_s'] / async_best:.2f} ({best})"
-        row = f"  {name:<24} {cells} {best_cell:>15}"
+        row = f"  {name:<{NAME_WIDTH}} {cells} {best_cell:>15}"
         if EXTRA_HARDWARE in table:
             extra = table[EXTRA_HARDWARE]
             row += f" {extra[name]['mean']['step_s'] / extra['grpo_n4']['mean']['step_s']:14.2f}"
@@ -2060,11 +2164,13 @@ def format_async(
         "an empty queue;",
         "blocked: the worker's generate loop blocked on a full score queue; stale: staleness of trained samples "
         "(versions), mean/max;",
-        "dropped: samples dropped as too stale per step; draws/kept: draws per prompt whose samples were queued.",
+        "dropped: samples dropped as too stale per step; draws/kept: draws per prompt whose samples were queued;",
+        "held s: mean seconds a prompt's samples waited, its pool done, for the rest of its generation batch.",
     ]
     header = (
-        f"  {'split':<5} {'schedule':<24} {'step s':>7} {'x sync':>6} {'x async':>7} {'train s':>7} {'busy':>5} "
-        f"{'wait':>5} {'blocked':>7} {'stale':>8} {'dropped':>7} {'draws/step':>10} {'draws/kept':>10} {'mixed':>6}"
+        f"  {'split':<5} {'schedule':<{NAME_WIDTH}} {'step s':>7} {'x sync':>6} {'x async':>7} {'train s':>7} "
+        f"{'busy':>5} {'wait':>5} {'blocked':>7} {'stale':>8} {'dropped':>7} {'held s':>6} {'draws/step':>10} "
+        f"{'draws/kept':>10} {'mixed':>6}"
     )
     lines += [header, "  " + "-" * (len(header) - 2)]
     for split in splits:
@@ -2072,11 +2178,12 @@ def format_async(
             row = table[split][name]["mean"]
             base = table[split]["grpo_n4"]["mean"]["step_s"]
             lines.append(
-                f"  {split:<5} {name:<24} {row['step_s']:7.1f} {row['step_s'] / sync_n4:6.2f} "
+                f"  {split:<5} {name:<{NAME_WIDTH}} {row['step_s']:7.1f} {row['step_s'] / sync_n4:6.2f} "
                 f"{row['step_s'] / base:7.2f} {row['train_s'] + row['sync_s']:7.1f} {row['engine_busy']:5.2f} "
                 f"{row['trainer_wait']:5.2f} {row['generate_blocked']:7.2f} "
                 f"{row['staleness_mean']:4.2f}/{row['staleness_max']:<3.0f} {row['stale_dropped_per_step']:7.0f} "
-                f"{row['draws_per_step']:10.0f} {row['draws_per_kept_prompt']:10.2f} {row['mixed_share']:6.3f}"
+                f"{row['release_wait_s']:6.2f} {row['draws_per_step']:10.0f} {row['draws_per_kept_prompt']:10.2f} "
+                f"{row['mixed_share']:6.3f}"
             )
     lines += ["", "Same pools as the synchronous continuous schedule (draws per kept prompt, same populations):"]
     any_split = splits[0]
@@ -2085,7 +2192,7 @@ def format_async(
         if name in table[any_split] and same in sync:
             draws = [table[s][name]["mean"]["draws_per_kept_prompt"] for s in splits]
             lines.append(
-                f"  {name:<24} async {min(draws):.2f}-{max(draws):.2f} over the splits; {same} "
+                f"  {name:<{NAME_WIDTH}} async {min(draws):.2f}-{max(draws):.2f} over the splits; {same} "
                 f"{sync[same]['mean']['completions'] / prompts:.2f}; mixed async "
                 f"{table[any_split][name]['mean']['mixed_share']:.3f} vs {sync[same]['mean']['mixed_share']:.3f}"
             )

@@ -561,22 +561,70 @@ def _keyed(prompts):
     ],
 )
 def test_async_seq_balance_draws_the_continuous_schedules_pools(name, continuous):
-    # Same draws per (prompt, draw): the asynchronous worker's batches (the dataset cycled, so each is the population)
-    # draw exactly the continuous schedule's pools, though its draws interleave across batches and weight versions.
+    # Same draws per (prompt, draw): the previous worker's step-sized batches (the dataset cycled, so each is the
+    # population) draw exactly the continuous schedule's pools, though its draws interleave across batches and weight
+    # versions; the worker's batches of one prompt draw, prompt by prompt, the same pools as those.
     setup = _small_setup(prompts=24)
     prompts = bench.sample_population(24, setup.workload, seed=7)
     outcome = _keyed(prompts)
     by_name = {s.name: s for s in bench.schedules()}
-    schedule = next(s for s in bench.async_schedules() if s.name == name)
-    assert schedule.settings == by_name[continuous].settings and schedule.pooled
+    by_async = {s.name: s for s in bench.async_schedules()}
+    schedule, batched = by_async[name], by_async[name + bench.BATCH_RELEASE_SUFFIX]
+    assert schedule.settings == batched.settings == by_name[continuous].settings and schedule.pooled
+    assert (schedule.release, batched.release) == ("worker", "batch")
     sync = bench.run_continuous(
         by_name[continuous], build_sampler(schedule.settings), prompts, setup, random.Random(0), outcome
     )
     config = _async_config(limits=setup.limits, warmup_steps=1, timed_steps=3, queue_maxsize=4 * 24 * 4)
-    result = bench.run_async(schedule, prompts, setup, config, seed=8, outcome=lambda unit, i, d: outcome(i, d))
-    assert result.draws_per_kept_prompt == pytest.approx(sync.completions / 24, rel=1e-12)
-    assert result.mixed_share == pytest.approx(sync.mixed_share, rel=1e-12)
+    results = {
+        one.release: bench.run_async(one, prompts, setup, config, seed=8, outcome=lambda unit, i, d: outcome(i, d))
+        for one in (schedule, batched)
+    }
+    assert (results["worker"].prompts_per_batch, results["batch"].prompts_per_batch) == (1, 24)
+    assert results["batch"].draws_per_kept_prompt == pytest.approx(sync.completions / 24, rel=1e-12)
+    assert results["batch"].mixed_share == pytest.approx(sync.mixed_share, rel=1e-12)
+    pools = {}
+    for release, result in results.items():
+        pools[release] = {}
+        for row, size, mixed in result.released_pools:
+            assert pools[release].setdefault(row, (size, mixed)) == (size, mixed)  # a row's pool, every time
+    assert len(pools["batch"]) == 24 and pools["worker"] == pools["batch"]
     assert bench.make_async_step(build_sampler(schedule.settings), [0, 1])[1].endswith("ContinuousStep")
+
+
+@pytest.mark.parametrize("name", ["seq_balance/fixed", "seq_balance/predictive"])
+def test_async_per_prompt_release_queues_each_pool_as_soon_as_it_is_done(name):
+    # Every rule of seq_balance is per prompt (no batch reward scale, linear objective), so trl-ada's worker makes
+    # each prompt a generation batch of its own: its kept samples are queued when ITS pool is done, never waiting for
+    # another prompt's. The previous worker's step-sized batches wait for their slowest pool, so their samples are
+    # older when trained and more of them are dropped as too stale, on the same seeds.
+    setup = _small_setup(prompts=24)
+    prompts = bench.sample_population(24, setup.workload, seed=7)
+    config = _async_config(limits=setup.limits, warmup_steps=2, timed_steps=4, queue_maxsize=4 * 24 * 4)
+    by_async = {s.name: s for s in bench.async_schedules()}
+    schedule, batched = by_async[name], by_async[name + bench.BATCH_RELEASE_SUFFIX]
+    assert schedule.settings.sampler_class.rules_are_per_prompt(schedule.settings)
+    worker = bench.run_async(schedule, prompts, setup, config, seed=8)
+    previous = bench.run_async(batched, prompts, setup, config, seed=8)
+    assert (worker.prompts_per_batch, previous.prompts_per_batch) == (1, 24)
+    assert worker.release_waits and max(worker.release_waits) == 0.0 == worker.release_wait_s
+    assert max(previous.release_waits) > 0.0 and previous.release_wait_s > 0.0
+    assert worker.staleness_mean < previous.staleness_mean
+    assert worker.stale_dropped_per_step < previous.stale_dropped_per_step
+
+
+def test_async_batch_rules_keep_step_sized_generation_batches():
+    # A rule over the batch (scale_rewards="batch") keeps one optimizer step's prompts per generation batch, as the
+    # worker's async_sampling does; release="batch" forces it where the rules are per prompt.
+    settings = bench._seq("seq_balance", round_size=8, max_rounds=4)
+    per_prompt = bench.AsyncSchedule("per_prompt", settings)
+    assert per_prompt.prompts_per_batch(4 * 24) == 1
+    assert bench.AsyncSchedule("forced", settings, "batch").prompts_per_batch(4 * 24) == 24
+    batch_scale = bench.AsyncSchedule("batch_scale", bench.replace(settings, scale_rewards="batch"))
+    assert not batch_scale.settings.sampler_class.rules_are_per_prompt(batch_scale.settings)
+    assert batch_scale.prompts_per_batch(4 * 24) == 24
+    with pytest.raises(ValueError, match="release="):
+        bench.AsyncSchedule("unknown", settings, "prompt")
 
 
 @pytest.mark.parametrize("max_staleness", [1, 2])
