@@ -238,6 +238,33 @@ def render_model_card(
     )
 
 
+def write_trainer_card(
+    trainer: Any,
+    settings: SamplerSettings,
+    *,
+    model_name: str | None,
+    trainer_name: str = SYNC_TRAINER_NAME,
+    rollouts: Sequence[str] = (),
+) -> ModelCard:
+    """[`write_model_card`] for a trainer that has run (either trl-ada trainer): its output folder, logs, Hub id,
+    paper, base model, training data and completion length, on the main process after TRL wrote its own card."""
+    from .trl_seam import get_config_model_id
+
+    return write_model_card(
+        trainer.args.output_dir,
+        settings=settings,
+        log_history=trainer.state.log_history,
+        model_name=model_name,
+        hub_model_id=trainer.hub_model_id,
+        paper=trainer._paper,
+        base_model_name_or_path=get_config_model_id(trainer.accelerator.unwrap_model(trainer.model).config),
+        train_dataset=trainer.train_dataset,
+        example_max_new_tokens=trainer.args.max_completion_length or 64,
+        rollouts=rollouts,
+        trainer_name=trainer_name,
+    )
+
+
 def write_model_card(
     output_dir: str | Path,
     *,

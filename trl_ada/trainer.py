@@ -18,7 +18,7 @@ from accelerate.utils import broadcast_object_list
 from datasets import IterableDataset
 from trl import GRPOConfig, GRPOTrainer
 
-from .card import describe_rollouts, write_model_card
+from .card import describe_rollouts, write_trainer_card
 from .checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state, resolve_resume_checkpoint
 from .config import AdaGRPOConfig
 from .data import check_prompt_column
@@ -279,22 +279,16 @@ class AdaGRPOTrainer(GRPOTrainer):
         """
         Write `README.md` from trl-ada's template (`hub_cards/`) with a Reinforce-Ada section, plus the plots and the
         logged metrics it shows, into `output_dir` (so `push_to_hub` uploads them together): see
-        `trl_ada.card.write_model_card`.
+        `trl_ada.card.write_trainer_card`.
         """
         # TRL decides the card's metadata (base model, tags, dataset); we only replace the text.
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return
-        write_model_card(
-            self.args.output_dir,
-            settings=self.ada_sampler.settings,
-            log_history=self.state.log_history,
+        write_trainer_card(
+            self,
+            self.ada_sampler.settings,
             model_name=model_name,
-            hub_model_id=self.hub_model_id,
-            paper=self._paper,
-            base_model_name_or_path=get_config_model_id(self.accelerator.unwrap_model(self.model).config),
-            train_dataset=self.train_dataset,
-            example_max_new_tokens=self.args.max_completion_length or 64,
             rollouts=describe_rollouts(
                 tools=self.tools,
                 environment_factories=self.environment_factories,

@@ -15,13 +15,12 @@ from typing import Any
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from .. import trl_seam
-from ..card import ASYNC_TRAINER_NAME, write_model_card
+from ..card import ASYNC_TRAINER_NAME, write_trainer_card
 from ..checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state
 from ..faults import VLLMServerError, VLLMServerUnresponsive, resume_advice, vllm_server_message
 from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
 from ..trainer import AdaGRPOTrainer
-from ..trl_seam import get_config_model_id
 from .config import AdaAsyncGRPOConfig
 from .rollout import AdaAsyncRolloutWorker, AsyncRolloutWorker, AsyncSampling
 
@@ -249,15 +248,4 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return
-        write_model_card(
-            self.args.output_dir,
-            settings=self.ada_sampling.settings,
-            log_history=self.state.log_history,
-            model_name=model_name,
-            hub_model_id=self.hub_model_id,
-            paper=self._paper,
-            base_model_name_or_path=get_config_model_id(self.accelerator.unwrap_model(self.model).config),
-            train_dataset=self.train_dataset,
-            example_max_new_tokens=self.args.max_completion_length or 64,
-            trainer_name=ASYNC_TRAINER_NAME,
-        )
+        write_trainer_card(self, self.ada_sampling.settings, model_name=model_name, trainer_name=ASYNC_TRAINER_NAME)
