@@ -52,6 +52,9 @@ from ..schedules import prompt_keys
 
 logger = logging.getLogger(__name__)
 
+STATE_WRITE_INTERVAL_S = 1.0
+"""Seconds between two writes of the sampler's state for checkpoints (a checkpoint copies the latest one)."""
+
 MAX_EMPTY_BATCHES = 1000
 """Consecutive generation batches without a single draw (all prompts skipped) after which the worker gives up."""
 
@@ -100,7 +103,7 @@ class _Batch:
     rows: list[dict[str, Any]]
     row_ids: list[int]  # TRL's group id of each row (its position in the row stream): the id its samples carry
     samples: dict[tuple[int, int], list[Any]]  # (prompt, draw) -> its RolloutSamples (a conversation may fork)
-    versions: dict[tuple[int, int], int]
+    versions: dict[int, list[int]]  # prompt -> the policy version of each of its draws
     opened_at: float
 
 
@@ -127,6 +130,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._next_group_id = 0
         self._next_batch = 0
         self._rows: Iterator[tuple[int, dict[str, Any]]] | None = None
+        self._state_written_at = -math.inf
         self._server_failing_since: float | None = None  # monotonic time of the first failure since a success
 
     # -- the work iterator ------------------------------------------------------------------------------------------
@@ -170,7 +174,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         )
         if self._queue_draws(batch_id, self._fresh):
             return True
-        self._finish_batches()  # every prompt skipped: its statistics still count
+        self._finish_batches({batch_id})  # every prompt skipped: its statistics still count
         return False
 
     def _queue_draws(self, batch_id: int, queue: deque[tuple[int, dict[str, Any]]]) -> int:
@@ -190,7 +194,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         groups = [group, *trl_seam.take_waiting_groups(self)]
         samples = await self._scored(trl_seam.merge_rollout_groups(groups))
         per_draw = trl_seam.samples_per_conversation(groups, samples)
-        for batch_id in {self._draws[one.group_id].batch for one in groups}:
+        touched = {self._draws[one.group_id].batch for one in groups}
+        for batch_id in touched:
             self._batches[batch_id].step.stats.scoring_batches += 1  # one reward call served this batch
         for one, (rewards, draw_samples) in zip(groups, per_draw, strict=True):
             draw = self._draws.pop(one.group_id)
@@ -198,14 +203,15 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             for sample in draw_samples:  # its own draw's version and id, not the merged group's
                 sample.model_version, sample.group_id = one.model_version, one.group_id
             batch.samples[(draw.prompt, draw.draw)] = draw_samples
-            batch.versions[(draw.prompt, draw.draw)] = one.model_version
+            batch.versions.setdefault(draw.prompt, []).append(one.model_version)
             batch.step.complete(draw.prompt, draw.draw, rewards)
             self._queue_draws(draw.batch, self._continuing)
-        return self._finish_batches()
+        return self._finish_batches(touched)
 
-    def _finish_batches(self) -> list[Any]:
+    def _finish_batches(self, batch_ids: set[int]) -> list[Any]:
+        """Finish those of `batch_ids` (the batches a scoring call touched) whose every prompt is done."""
         kept = []
-        for batch_id in [b for b, batch in self._batches.items() if batch.step.done]:
+        for batch_id in sorted(b for b in batch_ids if self._batches[b].step.done):
             batch = self._batches.pop(batch_id)
             selection = batch.step.finish()
             batch.step.stats.seconds = time.monotonic() - batch.opened_at
@@ -216,7 +222,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 if self.ada_sampling.settings.refills and not result.has_signal:
                     dropped += 1
                     continue
-                versions = [v for (p, _), v in batch.versions.items() if p == prompt]
+                versions = batch.versions.get(prompt, [])
                 spans.append(max(versions) - min(versions) if versions else 0)
                 pool_std = rules.mean_and_std(selection.pools[prompt])[1]
                 for draw, advantage in zip(result.kept, result.advantages, strict=True):
@@ -236,8 +242,11 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     def _write_sampler_state(self) -> None:
         """The sampler's state for the trainer's next checkpoint, replaced atomically (a reader never sees half)."""
         path = self.ada_sampling.state_path
-        if path is None:
+        now = time.monotonic()
+        # At most once a second: with a batch per prompt this would otherwise serialise the whole state per prompt.
+        if path is None or now - self._state_written_at < STATE_WRITE_INTERVAL_S:
             return
+        self._state_written_at = now
         partial = f"{path}.partial"
         with open(partial, "w") as f:
             json.dump(self.sampler.state_dict(), f)
