@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import multiprocessing as mp
 import queue
 import random
+import statistics
 
 import pytest
 from async_fixtures import chat_tokenizer
@@ -41,7 +43,29 @@ def right_answer(completions, **kwargs):
     return [1.0 if completion[0]["content"] == "right" else 0.0 for completion in completions]
 
 
-def make_loop(settings: SamplerSettings, prompts_per_batch: int, tokenizer) -> AdaRolloutLoop:
+REWARD_CALLS: list[tuple[str, int]] = []
+"""`(reward function, completions scored)` of each call of the recording rewards below."""
+
+
+def right_answer_recorded(completions, **kwargs):
+    REWARD_CALLS.append(("sync", len(completions)))
+    return right_answer(completions)
+
+
+async def right_answer_async(completions, **kwargs):
+    """`right_answer` as an `async def` reward (TRL's worker awaits it): module-level, so it pickles."""
+    REWARD_CALLS.append(("async", len(completions)))
+    await asyncio.sleep(0)  # gives the event loop a turn, as a reward calling a remote verifier would
+    return right_answer(completions)
+
+
+def make_loop(
+    settings: SamplerSettings,
+    prompts_per_batch: int,
+    tokenizer,
+    train_on: str = "downsample",
+    reward_funcs: list | None = None,
+) -> AdaRolloutLoop:
     rows = {
         "prompt": [[{"role": "user", "content": f"question {i}"}] for i in range(NUM_PROMPTS)],
         "pass_rate": [0.15 * i for i in range(NUM_PROMPTS)],
@@ -49,7 +73,7 @@ def make_loop(settings: SamplerSettings, prompts_per_batch: int, tokenizer) -> A
     loop_kwargs = dict(
         model_name="tiny",
         dataset=Dataset.from_dict(rows),
-        reward_funcs=[right_answer],
+        reward_funcs=reward_funcs or [right_answer],
         processing_class=chat_tokenizer(tokenizer),
         eos_token_ids=[tokenizer.eos_token_id],
         rollout_buffer=queue.Queue(),
@@ -64,7 +88,8 @@ def make_loop(settings: SamplerSettings, prompts_per_batch: int, tokenizer) -> A
     # The installed TRL's arguments only (1.14's loop takes no `eos_token_ids`).
     accepted = inspect.signature(rollout_worker._AsyncRolloutLoop.__init__).parameters
     loop_kwargs = {key: value for key, value in loop_kwargs.items() if key in accepted}
-    return AdaRolloutLoop(ada_sampling=AsyncSampling(settings, prompts_per_batch=prompts_per_batch), **loop_kwargs)
+    sampling = AsyncSampling(settings, prompts_per_batch=prompts_per_batch, train_on=train_on)
+    return AdaRolloutLoop(ada_sampling=sampling, **loop_kwargs)
 
 
 def outcome(row: dict, draw: int) -> bool:
@@ -227,3 +252,160 @@ def test_a_changed_pinned_trl_method_fails_loudly(monkeypatch):
         trl_seam.check_async_pins(changed, version="9.9.9")
     monkeypatch.setenv(trl_seam.ALLOW_UNSUPPORTED_ENV, "1")
     trl_seam.check_async_pins(changed, version="9.9.9")  # warns instead
+
+
+# -- train_on="pool": every draw of the pool is a training sample ---------------------------------------------------
+
+
+def by_prompt(samples) -> dict[int, list[tuple[int, float, float, int, int]]]:
+    """Each prompt's samples in queue order: `(draw, reward, advantage, policy version, group id)`."""
+    out: dict[int, list[tuple[int, float, float, int, int]]] = {}
+    for sample in samples:
+        prompt, draw = int(sample.input_ids[1]) - 100, int(sample.input_ids[2])
+        out.setdefault(prompt, []).append(
+            (draw, sample.metrics["reward"], sample.advantage, sample.model_version, sample.group_id)
+        )
+    return out
+
+
+def pool_advantages(pools: dict[int, list[float]], settings: SamplerSettings) -> dict[int, list[float]]:
+    """
+    `w_x (r_i - p̂_x) / (std_x + 1e-4)` for every draw, written out from the 0/1 rewards alone: `p̂_x` the pool's mean
+    (its pass rate), `std_x` its unbiased std, `w_x` the objective's weight (est: the residual weight), clipped, then
+    normalised to mean 1 over the batch's prompts whose pool is not constant (those get zeros).
+    """
+    weights = {}
+    for prompt, rewards in pools.items():
+        p = statistics.fmean(rewards)
+        if settings.sampler == "est":
+            weight = (p + settings.est_epsilon) ** -(1.0 - settings.est_sample_power)
+        elif settings.objective == "log":
+            weight = 1.0 / p if p > 0 else math.inf
+        else:
+            weight = 1.0
+        weights[prompt] = min(weight, settings.max_weight)
+    mixed = {prompt for prompt, rewards in pools.items() if 0 < sum(rewards) < len(rewards)}
+    mean_weight = statistics.fmean(weights[prompt] for prompt in mixed) if mixed else 1.0
+    advantages = {}
+    for prompt, rewards in pools.items():
+        mean, std = statistics.fmean(rewards), statistics.stdev(rewards)
+        w = weights[prompt] / mean_weight
+        advantages[prompt] = [w * (r - mean) / (std + 1e-4) if prompt in mixed else 0.0 for r in rewards]
+    return advantages
+
+
+@pytest.mark.parametrize(
+    ("sampler_name", "knobs"),
+    [
+        ("seq_balance", {"round_size": 2, "max_rounds": 6}),
+        ("seq_pos", {"round_size": 2, "max_rounds": 6}),
+        ("seq_balance", {"round_size": 2, "max_rounds": 6, "objective": "log"}),  # weights normalised over the batch
+        ("est", {}),
+    ],
+)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_train_on_pool_trains_on_every_draw_in_submission_order_with_the_pool_advantage(
+    tokenizer, sampler_name, knobs, seed
+):
+    settings = SamplerSettings(sampler=sampler_name, num_generations=4, seed=3, **knobs).validated()
+    pooled = make_loop(settings, NUM_PROMPTS, tokenizer, train_on="pool")
+    downsampled = make_loop(settings, NUM_PROMPTS, tokenizer, train_on="downsample")
+    outgrew = False
+    # Two generation batches: est's second one has budgets from its tracker (its first gives every prompt n).
+    for batch in range(2):
+        samples, versions = drive_one_batch(pooled, seed + 10 * batch)
+        got = by_prompt(samples)
+        submitted = {prompt: sorted(d for p, d in versions if p == prompt) for prompt in range(NUM_PROMPTS)}
+        assert sorted(got) == list(range(NUM_PROMPTS))
+        pools = {}
+        for prompt, rows in got.items():
+            # Exactly the prompt's draws, each once, in submission order (they came back shuffled).
+            assert [draw for draw, *_ in rows] == submitted[prompt] == list(range(len(rows)))
+            assert all(version == versions[(prompt, draw)] for draw, _, _, version, _ in rows)  # its own draw's
+            assert {group_id for *_, group_id in rows} == {rows[0][4]}  # one group id per prompt
+            pools[prompt] = [reward for _, reward, *_ in rows]
+            outgrew |= len(rows) > settings.num_generations
+        want = pool_advantages(pools, settings)
+        for prompt, rows in got.items():
+            assert [advantage for _, _, advantage, _, _ in rows] == pytest.approx(want[prompt], rel=1e-12, abs=1e-15)
+
+        # "downsample" on the same draws is unchanged: its kept draws carry exactly the pool run's advantages.
+        kept_samples, kept_versions = drive_one_batch(downsampled, seed + 10 * batch)
+        assert kept_versions == versions  # the same draws, submitted alike
+        for prompt, rows in by_prompt(kept_samples).items():
+            # est trains on its whole pool either way (est_train_on='all'); seq_* on num_generations of it.
+            assert len(rows) == (len(got[prompt]) if sampler_name == "est" else settings.num_generations)
+            pool_rows = {draw: advantage for draw, _, advantage, _, _ in got[prompt]}
+            assert [advantage for _, _, advantage, _, _ in rows] == [pool_rows[draw] for draw, *_ in rows]
+    assert outgrew  # some pool was larger than its update group, so "pool" trained on more than "downsample"
+
+
+def async_config(tmp_path, **knobs):
+    from trl_ada import AdaAsyncGRPOConfig
+
+    return AdaAsyncGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", num_generations=4, **knobs
+    )
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ({"sampler": "uniform"}, r"sampler='uniform' draws num_generations = 4 per prompt: its pool is its update"),
+        ({"sampler": "dapo"}, r"sampler='dapo' draws num_generations = 4 .* use sampler='seq_pos', 'seq_balance'"),
+        ({"round_size": 2, "max_rounds": 2}, r"round_size \* max_rounds = 4 is num_generations.* Raise round_size"),
+        ({"baseline": "group"}, r"baseline='group' would centre it .* Remove baseline \(default 'pool'\)"),
+        ({"sampler": "est", "est_train_on": "downsample"}, r"est_train_on='downsample' cuts each pool .*choose one"),
+    ],
+)
+def test_train_on_pool_is_rejected_at_construction_where_the_pool_is_not_what_trains(tmp_path, knobs, message):
+    with pytest.raises(ValueError, match=message):
+        async_config(tmp_path, train_on="pool", **knobs)
+    async_config(tmp_path, **knobs)  # each is valid with train_on="downsample"
+
+
+def test_train_on_is_declared_once_and_checked_by_the_config_and_the_loop(tmp_path):
+    from transformers import HfArgumentParser
+
+    from trl_ada import AdaAsyncGRPOConfig
+    from trl_ada.async_grpo.config import TRAIN_ON_CHOICES
+
+    assert async_config(tmp_path).train_on == "downsample"
+    assert async_config(tmp_path, sampler="seq_pos", train_on="pool").train_on == "pool"
+    assert async_config(tmp_path, sampler="est", train_on="pool").est_train_on == "all"  # est's whole pool already
+    with pytest.raises(ValueError, match=r"train_on='everything' is not supported. Choose one of"):
+        async_config(tmp_path, train_on="everything")
+    # The rollout loop's own settings are held to the same rule (an injected worker builds them directly).
+    with pytest.raises(ValueError, match=r"sampler='dapo' draws num_generations"):
+        AsyncSampling(SamplerSettings(sampler="dapo", num_generations=4).validated(), 1, train_on="pool")
+    # Documented from its declaration, as the sampler knobs are: the docstring and --help.
+    declared = AdaAsyncGRPOConfig.__dataclass_fields__["train_on"]
+    help_text = " ".join(declared.metadata["help"].split())
+    doc = " ".join(AdaAsyncGRPOConfig.__doc__.split())
+    assert doc.count(" train_on (") == 1 and 'train_on (`str`, *optional*, defaults to `"downsample"`)' in doc
+    assert help_text in doc and "hard prompts, whose pools are larger, weigh more in the loss" in help_text
+    assert declared.metadata["choices"] == list(TRAIN_ON_CHOICES)
+    assert help_text.split("`")[0][:40] in " ".join(HfArgumentParser(AdaAsyncGRPOConfig).format_help().split())
+
+
+# -- async reward functions -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sampler_name", ["seq_balance", "est"])
+def test_an_async_reward_function_scores_batches_of_draws_as_the_sync_one_does(tokenizer, sampler_name):
+    extra = {"round_size": 2, "max_rounds": 6} if sampler_name != "est" else {}
+    settings = SamplerSettings(sampler=sampler_name, num_generations=4, seed=3, **extra).validated()
+    results = {}
+    for kind, reward in (("sync", right_answer_recorded), ("async", right_answer_async)):
+        REWARD_CALLS.clear()
+        loop = make_loop(settings, NUM_PROMPTS, tokenizer, reward_funcs=[reward])
+        samples, versions = drive_one_batch(loop, seed=0)
+        calls = [size for name, size in REWARD_CALLS if name == kind]
+        assert len(calls) == len(REWARD_CALLS)
+        # Every draw scored once, and batched: the draws waiting on the score queue went in one call.
+        assert sum(calls) == len(versions) and max(calls) > 1 and len(calls) < len(versions)
+        results[kind] = (
+            sorted((s.group_id, tuple(s.input_ids), s.metrics["reward"], s.advantage) for s in samples),
+            calls,
+        )
+    assert results["async"] == results["sync"]  # the same draws, rewards, advantages and reward calls

@@ -7,6 +7,8 @@ worker needs vLLM), built by the trainer itself with TRL's own arguments through
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 
@@ -148,6 +150,77 @@ def test_seq_balance_trains_with_pools_larger_than_the_update_group(
     assert "ada/async/pool_version_span_max" in logged and "sample/staleness_mean" in logged
     # More draws than GRPO's n per trained prompt reached the server.
     assert len(server.requests) > 4 * len(per_group)
+
+
+@pytest.mark.wall_clock_limit(240)
+def test_train_on_pool_trains_on_every_draw_of_the_pools(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard
+):
+    trainer, collated, logged = train(
+        tmp_path,
+        monkeypatch,
+        server,
+        model_dir,
+        tokenizer,
+        dataset,
+        sampler="seq_balance",
+        round_size=2,
+        max_rounds=6,
+        train_on="pool",
+    )
+    assert trainer.ada_sampling.train_on == "pool" and trainer.rollout_worker.loop.ada_sampling.train_on == "pool"
+    check_provenance(collated, server)  # every trained row is a completion the server produced
+    groups: dict[int, list[dict]] = {}
+    for sample in (s for batch in collated for s in batch):
+        groups.setdefault(sample["group_id"], []).append(sample)
+    # Prompts trained on more rows than their update group of 4: their whole pools.
+    assert max(len(rows) for rows in groups.values()) > 4
+    assert max(logged["ada/samples_per_prompt/max"]) > 4
+    # Every row of a prompt has the advantage (r - b) / (std + 1e-4) with one baseline b, its pool's mean (linear
+    # objective, weight 1; `reward_std` is the pool's std): zero where the pool is constant.
+    for rows in groups.values():
+        std = rows[0]["metrics"]["reward_std"]
+        if std == 0.0:
+            assert all(row["advantage"] == 0.0 for row in rows)
+            continue
+        baselines = [row["metrics"]["reward"] - row["advantage"] * (std + 1e-4) for row in rows]
+        assert baselines == pytest.approx([baselines[0]] * len(rows)) and 0.0 < baselines[0] < 1.0
+
+
+ASYNC_REWARD_CALLS: list[int] = []
+"""How many completions each call of `exact_match_reward_async` scored (the worker runs in this process's thread)."""
+
+
+async def exact_match_reward_async(completions, answer, **kwargs):
+    """`exact_match_reward` as an `async def` reward function (module-level, so TRL's spawned worker can pickle it)."""
+    ASYNC_REWARD_CALLS.append(len(completions))
+    await asyncio.sleep(0.05)  # a remote verifier's latency: draws keep coming back meanwhile, and wait to be scored
+    return exact_match_reward(completions, answer)
+
+
+@pytest.mark.wall_clock_limit(240)
+def test_an_async_reward_function_scores_batches_of_draws_and_trains(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard
+):
+    ASYNC_REWARD_CALLS.clear()
+    collated = record_collated(monkeypatch)
+    trainer = CPUAdaAsyncGRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=exact_match_reward_async,
+        args=config(tmp_path, server, sampler="seq_balance", round_size=2, max_rounds=6),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        weight_transfer=InProcessWeightTransfer(server),
+    )
+    trainer.train()
+    assert trainer.state.global_step == 3
+    check_provenance(collated, server)
+    # TRL's worker awaited the coroutine function (a sync call would have got a coroutine, not rewards), once per
+    # batch of the draws waiting to be scored: more draws than calls, and no draw scored twice.
+    answered = sum(1 for record in server.requests if record.answered_at is not None)
+    assert ASYNC_REWARD_CALLS and len(ASYNC_REWARD_CALLS) < sum(ASYNC_REWARD_CALLS) <= answered
+    rewards = [s["metrics"]["reward"] for batch in collated for s in batch]
+    assert set(rewards) <= {0.0, 1.0} and "rewards/exact_match_reward_async" in trainer.state.log_history[0]
 
 
 @pytest.mark.wall_clock_limit(240)

@@ -8,7 +8,7 @@ from dataclasses import MISSING, dataclass, fields
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from ..samplers import SamplerFields, SamplerSettings
-from ..samplers.settings import render_parameters
+from ..samplers.settings import knob, render_parameters
 
 logger = logging.getLogger(__name__)
 
@@ -31,9 +31,48 @@ HEADER = r"""
       `dapo_max_refills` and `dapo_on_exhausted` have nothing to bound and must keep their defaults.
     - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
     - `sampler="uniform"` is exactly `AsyncGRPOTrainer` (its worker, groups and advantages).
+    - `train_on="pool"` (below, the one knob of this trainer alone) trains on every draw of a pool instead of its
+      update group: TRL's packing needs no static shapes.
 
     Parameters:
 """
+
+SECTION_ASYNC = "Parameters of the asynchronous trainer"
+
+TRAIN_ON_CHOICES = ("downsample", "pool")
+
+
+def check_train_on(train_on: str, settings: SamplerSettings) -> None:
+    """
+    Raise `ValueError`, naming the fix, where `train_on` (see `AdaAsyncGRPOConfig.train_on`) cannot hold with the
+    validated `settings`. The one rule: the config checks it at construction, the rollout loop's `AsyncSampling` too.
+    """
+    if train_on not in TRAIN_ON_CHOICES:
+        raise ValueError(f"train_on={train_on!r} is not supported. Choose one of {list(TRAIN_ON_CHOICES)}.")
+    if train_on == "downsample":
+        return
+    if settings.max_pool_size <= settings.num_generations:
+        how = (
+            f"round_size * max_rounds = {settings.max_pool_size} is num_generations, so the pool is the update group. "
+            "Raise round_size or max_rounds, or remove train_on."
+            if settings.sampler_class.has_exit_rule
+            else f"sampler={settings.sampler!r} draws num_generations = {settings.num_generations} per prompt: its "
+            "pool is its update group. Remove train_on, or use sampler='seq_pos', 'seq_balance' or 'est'."
+        )
+        raise ValueError(f"train_on='pool' trains on every draw of a pool larger than its update group, and {how}")
+    if settings.baseline != "pool":
+        raise ValueError(
+            f"train_on='pool' trains on the whole pool, whose baseline is the pool's mean; baseline="
+            f"{settings.baseline!r} would centre it on the mean of a downsampled group that is not trained on. Remove "
+            "baseline (default 'pool'), or use train_on='downsample'."
+        )
+    if settings.sampler == "est" and settings.est_train_on == "downsample":
+        raise ValueError(
+            "train_on='pool' trains on every draw of the pool and est_train_on='downsample' cuts each pool to "
+            "num_generations: choose one. With sampler='est' training on the whole pool is est_train_on='all' (its "
+            "default), which train_on='pool' leaves as it is: remove est_train_on, or use train_on='downsample'."
+        )
+
 
 SYNC_ONLY_KNOBS = ("dapo_max_refills", "dapo_on_exhausted")
 """Sampler knobs that bound the synchronous trainer's refills; the asynchronous stream has none to bound."""
@@ -42,6 +81,23 @@ SYNC_ONLY_KNOBS = ("dapo_max_refills", "dapo_on_exhausted")
 @dataclass
 class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
     # The docstring is rendered from the fields' metadata (`__doc__` below), as AdaGRPOConfig's is.
+
+    train_on: str = knob(
+        "downsample",
+        'What a prompt of `seq_pos`, `seq_balance` or `est` trains on once its pool is done. `"downsample"`: its '
+        'update group, the pool cut to `num_generations` as in the synchronous trainer. `"pool"`: every draw of the '
+        "pool, in submission order, each with its own draw's policy version and the advantage the update group's rule "
+        "gives it, `w_x (r_i - p̂_x)` with the same baseline (the pool's mean reward `p̂_x`), weight `w_x` and std "
+        "scaling (TRL's asynchronous trainer packs its samples, so it needs no static shapes). A prompt then "
+        "contributes as many rows as it drew: hard prompts, whose pools are larger, weigh more in the loss (as "
+        '`est_train_on="all"` does in the synchronous trainer), and an optimizer step of '
+        "`per_device_train_batch_size * gradient_accumulation_steps * world_size` samples holds fewer prompts. Needs a "
+        "pool that can outgrow its update group (not `uniform` or `dapo`, whose pool is their group) and "
+        '`baseline="pool"`. With `est` it is what `est_train_on="all"` (the default) already does; '
+        '`est_train_on="downsample"` contradicts it and raises.',
+        choices=TRAIN_ON_CHOICES,
+        section=SECTION_ASYNC,
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -73,6 +129,7 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
                     f"{name}={getattr(self, name)!r}: the asynchronous worker draws further prompts for as long as "
                     f"training runs, so DAPO's refills have no cap to set. Remove {name} (AdaGRPOConfig reads it)."
                 )
+        check_train_on(self.train_on, settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
         for f in fields(SamplerFields):
             setattr(self, f.name, getattr(settings, f.name))
@@ -84,4 +141,9 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
         return SamplerSettings(**values).validated()
 
 
-AdaAsyncGRPOConfig.__doc__ = HEADER + render_parameters(list(fields(SamplerFields)))
+ASYNC_ONLY_FIELDS = ("train_on",)
+"""The asynchronous trainer's own knobs (not read by samplers), declared on `AdaAsyncGRPOConfig`."""
+
+AdaAsyncGRPOConfig.__doc__ = HEADER + render_parameters(
+    [*fields(SamplerFields), *(AdaAsyncGRPOConfig.__dataclass_fields__[name] for name in ASYNC_ONLY_FIELDS)]
+)

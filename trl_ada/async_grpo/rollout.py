@@ -18,7 +18,8 @@ seams and copies no TRL body:
   complete and the exit rule has spoken, so nothing is drawn past an exit and nothing is cancelled. When every prompt
   of a batch is done, `Selection` (the synchronous trainer's code: downsampling, pool baseline, weights) gives the
   kept draws and their advantages; the samples carry those advantages, their own draw's policy version, and one
-  group id per prompt.
+  group id per prompt. With `train_on="pool"` every draw of the pool is a sample, in submission order, with the
+  advantage the kept group's rule gives it (`PromptResult.advantage_of`: the same baseline, scale and weight).
 - Groups (`dapo`, or any sampler whose pool is its update group, with DAPO filtering): TRL's own groups and
   advantages; a group without a signal (constant rewards) is dropped, and the loop goes on drawing further prompts.
 
@@ -47,8 +48,10 @@ from .. import trl_seam
 from ..faults import VLLMServerUnresponsive
 from ..rewards import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, rules
+from ..samplers.base import PromptResult
 from ..samplers.continuous import begin_streaming
 from ..schedules import prompt_keys
+from .config import check_train_on
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +85,12 @@ class AsyncSampling:
     """Seconds the vLLM server's requests may keep failing (none answered since) before the worker gives up with
     [`~trl_ada.faults.VLLMServerUnresponsive`] (`vllm_server_timeout`); `None`: TRL's own retries only (30 x 3
     attempts of up to `request_timeout` each, with up to 16 s of backoff: hours for a server that stopped answering)."""
+    train_on: str = "downsample"
+    """What a prompt trains on (`AdaAsyncGRPOConfig.train_on`): its update group (`"downsample"`), or every draw of its
+    pool (`"pool"`)."""
+
+    def __post_init__(self) -> None:
+        check_train_on(self.train_on, self.settings)
 
     @property
     def pooled(self) -> bool:
@@ -225,7 +234,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 versions = batch.versions.get(prompt, [])
                 spans.append(max(versions) - min(versions) if versions else 0)
                 pool_std = rules.mean_and_std(selection.pools[prompt])[1]
-                for draw, advantage in zip(result.kept, result.advantages, strict=True):
+                for draw, advantage in self._trained_draws(selection.pools[prompt], result):
                     for sample in batch.samples.get((prompt, draw), []):
                         sample.advantage = float(advantage)
                         # TRL's group id for the row (its row counter): what its resume and epoch counting read.
@@ -234,10 +243,23 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                         kept.append(sample)
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
+            if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:
+                # The trained groups are the pools (their rewards are the baseline's: baseline="pool").
+                constant = [not result.has_signal for result in selection.prompts]
+                metrics["zero_variance_share/kept"] = sum(constant) / len(constant)
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
             self._push_metrics({f"ada/{name}": value for name, value in metrics.items() if not math.isnan(value)})
             self._write_sampler_state()
         return kept
+
+    def _trained_draws(self, pool: tuple[float, ...], result: PromptResult) -> list[tuple[int, float]]:
+        """
+        `(draw index, advantage)` of each sample a prompt trains on: its kept group (`train_on="downsample"`), or every
+        draw of its pool in submission order, each with the advantage the kept group's rule gives it (`"pool"`).
+        """
+        if self.ada_sampling.train_on == "pool":
+            return [(draw, result.advantage_of(reward)) for draw, reward in enumerate(pool)]
+        return list(zip(result.kept, result.advantages, strict=True))
 
     def _write_sampler_state(self) -> None:
         """The sampler's state for the trainer's next checkpoint, replaced atomically (a reader never sees half)."""

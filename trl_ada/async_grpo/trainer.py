@@ -55,6 +55,7 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
         estimator=pass_rate_estimator,
         state_path=os.path.abspath(os.path.join(args.output_dir, WORKER_STATE_NAME)),
         server_timeout=float(args.vllm_server_timeout),
+        train_on=args.train_on,
     )
 
 

@@ -61,6 +61,14 @@ class PromptResult:
     a signal every advantage is zero. The one definition read by weight normalisation and DAPO's batch filling.
     """
 
+    def advantage_of(self, reward: float) -> float:
+        """
+        The advantage this prompt's rule gives a completion of its pool with `reward`: `w * (r - b)` with its baseline,
+        scale and weight ([`rules.advantage`]), exactly zero without a signal. What `advantages` holds for the kept
+        completions; the asynchronous trainer's `train_on="pool"` applies it to every draw of the pool.
+        """
+        return rules.advantage(reward, self.baseline, self.scale, self.weight) if self.has_signal else 0.0
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -222,8 +230,8 @@ class SamplingStep:
         ):
             # Exactly zero without a signal (not float noise below the tolerance): DAPO pads batches with such
             # groups, which must add no gradient.
-            advantages = tuple(rules.advantage(r, baseline, scale, weight) if useful else 0.0 for r in rewards)
-            results.append(PromptResult(tuple(idx), baseline, scale, weight, pass_rate, advantages, useful))
+            result = PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful)
+            results.append(replace(result, advantages=tuple(result.advantage_of(r) for r in rewards)))
         selection = Selection(
             prompts=tuple(results),
             pools=tuple(tuple(pool) for pool in self.pools),
