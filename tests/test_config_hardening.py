@@ -220,3 +220,11 @@ def test_the_config_docstring_and_help_are_the_knob_declarations():
     # the config's own knobs too, and nothing is documented twice
     for name in ("generation_schedule", "continuous_max_in_flight", *DEPRECATED_NAMES):
         assert doc.count(f" {name} (") == 1, name
+
+
+def test_the_schedule_choices_are_the_schedules_there_are():
+    from trl_ada.samplers.simulate import GENERATION_SCHEDULES
+    from trl_ada.schedules import SCHEDULES
+
+    declared = AdaGRPOConfig.__dataclass_fields__["generation_schedule"].metadata
+    assert tuple(SCHEDULES) == GENERATION_SCHEDULES == tuple(declared["choices"])

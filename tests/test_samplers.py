@@ -437,7 +437,7 @@ def test_simulate_uniform_mixed_share_is_grpo_signal():
         trials=TRIALS,
         seed=2,
     )
-    mixed = 1 - 0.1**8 - 0.9**8  # the SPEC's arithmetic: 0.9^8 = 0.43 of groups all wrong
+    mixed = 1 - 0.1**8 - 0.9**8  # 0.9^8 = 0.43 of the groups of 8 at p = 0.1 are all wrong
     assert result.mean_samples == 8 and result.mean_rounds == 1
     assert result.mixed_share == pytest.approx(mixed, abs=4 * math.sqrt(mixed * (1 - mixed) / TRIALS))
 

@@ -13,6 +13,7 @@ from trl import GRPOConfig
 
 from .samplers import SamplerFields, SamplerSettings, sampler_class
 from .samplers.settings import check_knobs_read, knob, knob_extras, render_parameters
+from .samplers.simulate import GENERATION_SCHEDULES
 
 DEPRECATED_NAMES: dict[str, str] = {
     "est_decay": "pass_rate_decay",
@@ -80,7 +81,7 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
         "prompt in more than one request per step: `seq_pos`/`seq_balance` with `max_rounds > 1`, the continuous "
         'schedule or `vllm_mode="colocate"`, and `est` (its budgets differ per prompt, so its draws go one per '
         "request). `uniform` and `dapo` make `GRPOTrainer`'s own requests and accept it.",
-        choices=("rounds", "continuous"),
+        choices=GENERATION_SCHEDULES,
         section=SECTION_SCHEDULE,
     )
     continuous_max_in_flight: int = knob(

@@ -11,9 +11,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .samplers.rules import is_positive
+from .samplers.settings import SamplerFields
+
+POSITIVE_THRESHOLD = SamplerFields.__dataclass_fields__["positive_threshold"].default
+"""`positive_threshold`'s default: what evaluation counts as correct unless told otherwise."""
 
 
-def count_correct(rewards: Iterable[float | None], threshold: float = 0.5) -> int | None:
+def count_correct(rewards: Iterable[float | None], threshold: float = POSITIVE_THRESHOLD) -> int | None:
     """Number of rewards strictly above ``threshold`` (a completion counts as correct, as ``positive_threshold`` in
     `AdaGRPOConfig`), or ``None`` when every reward is ``None`` (the verifier does not apply to the problem)."""
     values = list(rewards)

@@ -494,6 +494,8 @@ __all__ = [
 # | `RolloutGroup` | dataclass | per-conversation lists, `reward_kwargs` (dict of per-conversation lists), `model_version`, `group_id`, `queued_at` |
 # | `AsyncRolloutWorker`, `_loop_cls` | class | forwards its keyword arguments to `_loop_cls(**kwargs)` in the spawned child |
 # | `AsyncRolloutWorker.start`, `stop`, `check_health`, `_process`, `_failed_event`, `_stop_event_mp` | call, attribute | `start` pickles the loop arguments and spawns the child (`_process`); `stop` sets `_stop_event_mp` (an mp Event, whose `set()` waits for the child's watcher: `AdaAsyncRolloutWorker.stop` reaps a dead child instead); `check_health` raises once `_failed_event` is set (the child's exception chained) or the heartbeat is stale |
+# | `AsyncRolloutWorker._loop_kwargs` | attribute | the keyword arguments the child's loop is built from, pickled at `start`; a resume puts the checkpoint's sampler state into `ada_sampling` there before the worker starts (TRL's own resume sets `dataset_start_index` the same way) |
+# | `AsyncGRPOTrainer._save_checkpoint(model, trial)` | override (wraps) | ours writes the model card, then TRL's saves the checkpoint and the rollout position |
 # | `_AsyncRolloutLoop._retry(coro_factory, *, label, max_attempts)` | override (wraps) | every vLLM request goes through it; a failure TRL does not list as retryable ends the loop |
 # | `_AsyncRolloutLoop.reward_funcs`, `reward_func_names`, `vllm_server_url`, `request_timeout` | attributes | what the loop scores with and where it sends requests |
 # | `async_grpo_trainer.AsyncRolloutWorker(...)` | module name | what `AsyncGRPOTrainer.__init__` instantiates (rank 0) when no `rollout_worker` is given |

@@ -16,9 +16,16 @@ generates and scores is a [`ScheduleDriver`].
   vLLM client and every process's collectives, so its driver must also hold that trainer (`driver.trainer`).
 
 Who drives: `AdaGRPOTrainer` through `trl_ada.schedules.driver` (its `TrainerDriver`, and `sample_step`, one training
-step's sampling: the batch layout, DAPO refills, the kept rows handed to TRL). Another trainer (e.g. an asynchronous
-one's rollout worker) drives the same schedules with a driver of its own: a sampler, whether truncated draws are
-masked, and `run_round`, which generates and scores requested rows.
+step's sampling: the batch layout, DAPO refills, the kept rows handed to TRL). A trainer that generates in rounds
+drives `"rounds"` with a driver of its own: a sampler, whether truncated draws are masked, and `run_round`, which
+generates and scores requested rows.
+
+Where the generation loop is not ours, the pure step under both schedules is the interface: the asynchronous trainer's
+rollout worker (`trl_ada.async_grpo.rollout`) runs inside TRL's own loop, which pulls one request at a time, so it
+drives `trl_ada.samplers.continuous.begin_streaming` (the `ContinuousStep` of `"continuous"`, or one request per
+prompt for `est`) directly: `requests()` says what to draw next, `complete(draw, reward)` takes each draw back in
+submission order, `finish()` gives the `Selection`. The exit rule, the pools and the selection are therefore the same
+code in all three places.
 """
 
 from __future__ import annotations
