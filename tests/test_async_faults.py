@@ -9,7 +9,8 @@ Then issue 23's faults, each bounded in time and leaving no process behind:
 - unpicklable reward functions (a lambda, a closure) fail in `__init__`, before the model loads, with TRL's message
   (TRL itself fails at train start, in `AsyncRolloutWorker.start`);
 - a reward function raising in the child: a `RolloutWorkerError` naming it, the child's traceback chained;
-- the child killed: a `RolloutWorkerError` at the trainer's next health check (5 s), not once the heartbeat is stale;
+- the child killed: a `RolloutWorkerError` at the trainer's next health check (5 s), not once the heartbeat is stale,
+  with every sampler (`uniform` runs TRL's own loop in our worker class, which finds a dead child and stops it);
 - the server gone or frozen (`/v1/completions` never answering): the worker gives up once requests have failed for
   `vllm_server_timeout` (TRL alone retries for hours), and the trainer raises `VLLMServerError` naming the server and
   the checkpoint to resume from.
@@ -48,7 +49,7 @@ from trl.experimental.async_grpo import async_grpo_trainer as trainer_module  # 
 from trl.experimental.async_grpo import async_rollout_worker  # noqa: E402
 
 from trl_ada import AdaAsyncGRPOConfig, AdaAsyncGRPOTrainer  # noqa: E402
-from trl_ada.async_grpo.rollout import AdaAsyncRolloutWorker, AdaRolloutLoop  # noqa: E402
+from trl_ada.async_grpo.rollout import AdaAsyncRolloutWorker, AdaRolloutLoop, RobustAsyncRolloutWorker  # noqa: E402
 from trl_ada.async_grpo.trainer import RolloutWorkerError, spawns_a_child  # noqa: E402
 from trl_ada.checkpoints import SAMPLER_STATE_NAME, checkpoint_problem, latest_complete_checkpoint  # noqa: E402
 from trl_ada.faults import VLLMServerError  # noqa: E402
@@ -380,9 +381,17 @@ def test_a_reward_function_raising_in_the_worker_stops_training_naming_it(
     assert raised_at - start < 45
 
 
+SAMPLER_SETTINGS = {
+    "seq_balance": {},  # the pooling worker (AdaAsyncRolloutWorker, AdaRolloutLoop)
+    "uniform": dict(sampler="uniform", round_size=8, max_rounds=4),  # TRL's own loop, in our worker class
+}
+"""Each kind of worker the trainer builds: `config`'s overrides for it."""
+
+
 @pytest.mark.wall_clock_limit(90)
+@pytest.mark.parametrize("sampler", SAMPLER_SETTINGS)
 def test_a_killed_worker_process_stops_training(
-    tmp_path, server, model_dir, tokenizer, dataset, real_worker, wall_clock_guard
+    tmp_path, server, model_dir, tokenizer, dataset, real_worker, wall_clock_guard, sampler
 ):
     pids = []
 
@@ -393,8 +402,11 @@ def test_a_killed_worker_process_stops_training(
     kill = AtStep(1, kill_worker)
     trainer = build(
         tmp_path, server, model_dir, tokenizer, dataset, callbacks=[kill], save_strategy="steps", save_steps=1,
-        **FAULT_SETTINGS,
+        **FAULT_SETTINGS, **SAMPLER_SETTINGS[sampler],
     )  # fmt: skip
+    if sampler == "uniform":  # TRL's loop, unchanged (its groups and advantages), in our worker class
+        worker = trainer.rollout_worker
+        assert type(worker) is RobustAsyncRolloutWorker and worker._loop_cls is async_rollout_worker._AsyncRolloutLoop
     error, raised_at = train_until_failure(trainer, RolloutWorkerError)
     print(f"raised {raised_at - kill.at:.1f} s after the kill")
     assert str(error) == (

@@ -249,9 +249,16 @@ def test_est_trains_from_the_tracker(tmp_path, monkeypatch, server, model_dir, t
 def test_uniform_builds_trls_own_worker_with_trls_arguments(
     tmp_path, monkeypatch, server, model_dir, tokenizer, dataset
 ):
-    # sampler="uniform" is AsyncGRPOTrainer: the trainer module's own worker class, with exactly the arguments TRL's
-    # trainer gives it (so the same loop, groups, rewards and advantages).
+    # sampler="uniform" is AsyncGRPOTrainer: TRL's own loop class, with exactly the arguments TRL's trainer gives its
+    # worker (so the same groups, rewards and advantages). The worker class is TRL's with a dead child found and
+    # stopped (`RobustAsyncRolloutWorker`, tests/test_async_faults.py); both run in a thread here.
+    from trl.experimental.async_grpo import async_rollout_worker
+
+    trls_loop = async_rollout_worker._AsyncRolloutLoop
+    real = AdaAsyncGRPOTrainer.uniform_worker_class
+    assert issubclass(real, async_rollout_worker.AsyncRolloutWorker) and real._loop_cls is trls_loop
     monkeypatch.setattr(trainer_module, "AsyncRolloutWorker", ThreadRolloutWorker)
+    monkeypatch.setattr(CPUAdaAsyncGRPOTrainer, "uniform_worker_class", ThreadRolloutWorker)
     common = dict(
         model=str(model_dir),
         reward_funcs=exact_match_reward,
@@ -268,7 +275,8 @@ def test_uniform_builds_trls_own_worker_with_trls_arguments(
         }
     )
     plain = async_grpo.AsyncGRPOTrainer(args=plain_args, **common)
-    assert type(ada.rollout_worker) is ThreadRolloutWorker and ada.rollout_worker._loop_cls is not AdaRolloutLoop
+    assert type(ada.rollout_worker) is ThreadRolloutWorker and ada.rollout_worker.loop_cls is trls_loop
+    assert plain.rollout_worker.loop_cls is trls_loop
     assert ada.rollout_worker._loop_kwargs.keys() == plain.rollout_worker._loop_kwargs.keys()
     for key, value in plain.rollout_worker._loop_kwargs.items():
         if key not in ("dataset", "processing_class"):
@@ -351,6 +359,7 @@ def test_the_model_card_names_the_asynchronous_trainer_and_its_sampler(
     card = (tmp_path / "out" / "README.md").read_text()
     assert "trl-ada's AdaAsyncGRPOTrainer, on TRL's asynchronous GRPO trainer" in card
     assert "| `sampler` | seq_balance |" in card and "async-grpo" in card
+    assert "| `train_on` | downsample |" in card  # the asynchronous trainer's own knob (ASYNC_ONLY_FIELDS)
 
 
 def test_prompts_wait_for_their_batch_only_where_a_rule_reads_it(tmp_path, server):

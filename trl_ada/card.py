@@ -193,6 +193,7 @@ def render_model_card(
     base_model_name_or_path: str | None = None,
     rollouts: Sequence[str] = (),
     trainer_name: str = SYNC_TRAINER_NAME,
+    trainer_settings: Sequence[tuple[str, Any]] = (),
 ) -> ModelCard:
     """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, keeping the metadata TRL computed.
 
@@ -204,6 +205,7 @@ def render_model_card(
             function, images), one phrase each, as [`describe_rollouts`] words them.
         output_dir: Where the model and this card are written; the quick start loads it from there.
         trainer_name: The trainer the card names (the synchronous or the asynchronous one).
+        trainer_settings: `(name, value)` rows of the trainer's own knobs, shown after the sampler's.
     """
     template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
     return ModelCard.from_template(
@@ -220,7 +222,7 @@ def render_model_card(
         paper_id=paper.get("id"),
         example_prompt=example_prompt.replace('"', '\\"'),
         example_max_new_tokens=example_max_new_tokens,
-        ada_settings=[(name, _fmt(value)) for name, value in sampler_rows(settings)],
+        ada_settings=[(name, _fmt(value)) for name, value in [*sampler_rows(settings), *trainer_settings]],
         final_metrics=final_metrics(log_history),
         plots=[
             (title, Path(path).relative_to(output_dir).as_posix(), PLOT_CAPTIONS.get(Path(path).stem, ""))
@@ -247,8 +249,15 @@ def write_trainer_card(
     rollouts: Sequence[str] = (),
 ) -> ModelCard:
     """[`write_model_card`] for a trainer that has run (either trl-ada trainer): its output folder, logs, Hub id,
-    paper, base model, training data and completion length, on the main process after TRL wrote its own card."""
+    paper, base model, training data and completion length, on the main process after TRL wrote its own card; the
+    asynchronous trainer's own knobs (`ASYNC_ONLY_FIELDS`) are shown after the sampler's."""
     from .trl_seam import get_config_model_id
+
+    trainer_settings = []
+    if trainer_name == ASYNC_TRAINER_NAME:
+        from .async_grpo.config import ASYNC_ONLY_FIELDS
+
+        trainer_settings = [(name, getattr(trainer.args, name)) for name in ASYNC_ONLY_FIELDS]
 
     return write_model_card(
         trainer.args.output_dir,
@@ -262,6 +271,7 @@ def write_trainer_card(
         example_max_new_tokens=trainer.args.max_completion_length or 64,
         rollouts=rollouts,
         trainer_name=trainer_name,
+        trainer_settings=trainer_settings,
     )
 
 
@@ -278,6 +288,7 @@ def write_model_card(
     example_max_new_tokens: int = 64,
     rollouts: Sequence[str] = (),
     trainer_name: str = SYNC_TRAINER_NAME,
+    trainer_settings: Sequence[tuple[str, Any]] = (),
 ) -> ModelCard:
     """Replace the `README.md` TRL wrote into `output_dir` with trl-ada's card, keeping TRL's metadata, and write the
     logged metrics (`metrics.json`, `metrics.csv`) and the training plots (`plots/`) it shows next to it.
@@ -286,7 +297,7 @@ def write_model_card(
         train_dataset: The run's training data; the quick start's example is its first prompt when it is a map-style
             `datasets.Dataset` of text prompts (else [`render_model_card`]'s default).
         settings, log_history, model_name, hub_model_id, paper, base_model_name_or_path, example_max_new_tokens,
-            rollouts, trainer_name: As for [`render_model_card`].
+            rollouts, trainer_name, trainer_settings: As for [`render_model_card`].
 
     Returns:
         The card written.
@@ -312,6 +323,7 @@ def write_model_card(
         example_max_new_tokens=example_max_new_tokens,
         rollouts=rollouts,
         trainer_name=trainer_name,
+        trainer_settings=trainer_settings,
     )
     card.save(output_dir / "README.md")
     return card

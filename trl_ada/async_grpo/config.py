@@ -30,7 +30,8 @@ HEADER = r"""
     - `dapo` drops groups without a signal and keeps drawing further prompts: the stream never runs out, so
       `dapo_max_refills` and `dapo_on_exhausted` have nothing to bound and must keep their defaults.
     - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
-    - `sampler="uniform"` is exactly `AsyncGRPOTrainer` (its worker, groups and advantages).
+    - `sampler="uniform"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages; its worker with the fixes
+      of `RobustAsyncRolloutWorker`).
     - `train_on="pool"` (below, the one knob of this trainer alone) trains on every draw of a pool instead of its
       update group: TRL's packing needs no static shapes.
 

@@ -336,10 +336,12 @@ def _set_within(event: Any, timeout: float) -> bool:
     return not setter.is_alive()
 
 
-class AdaAsyncRolloutWorker(AsyncRolloutWorker):
-    """TRL's `AsyncRolloutWorker` (the spawned worker process) running [`AdaRolloutLoop`]."""
-
-    _loop_cls = AdaRolloutLoop
+class RobustAsyncRolloutWorker(AsyncRolloutWorker):
+    """
+    TRL's `AsyncRolloutWorker` (the spawned worker process) running TRL's own `_AsyncRolloutLoop` (`sampler="uniform"`:
+    TRL's groups, rewards and advantages), with a child that died found at the next health check and a `stop()` that
+    cannot hang on it.
+    """
 
     def check_health(self, stale_after_s: float) -> None:
         """TRL's check, and a child process that is gone (killed, or exited without reporting) fails it at once
@@ -371,3 +373,9 @@ class AdaAsyncRolloutWorker(AsyncRolloutWorker):
             self._process = None
             return
         super().stop()
+
+
+class AdaAsyncRolloutWorker(RobustAsyncRolloutWorker):
+    """TRL's `AsyncRolloutWorker` (the spawned worker process) running [`AdaRolloutLoop`]."""
+
+    _loop_cls = AdaRolloutLoop

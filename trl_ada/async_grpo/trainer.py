@@ -22,7 +22,7 @@ from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
 from ..trainer import AdaGRPOTrainer
 from .config import AdaAsyncGRPOConfig
-from .rollout import AdaAsyncRolloutWorker, AsyncRolloutWorker, AsyncSampling
+from .rollout import AdaAsyncRolloutWorker, AsyncRolloutWorker, AsyncSampling, RobustAsyncRolloutWorker
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +140,10 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     itself is TRL's: what changes is the rollout worker's loop ([`~trl_ada.async_grpo.rollout.AdaRolloutLoop`]),
     which keeps a prompt's pool open until its exit rule holds, computes the pool baseline and weights with the
     synchronous trainer's code, and queues the kept samples with those advantages. `sampler="uniform"` runs TRL's own
-    worker unchanged. An injected `rollout_worker` is used as given (TRL's contract); to pool with one, build its loop
-    as `AdaRolloutLoop(ada_sampling=async_sampling(args), **TRL's loop arguments)`.
+    loop unchanged (its groups and advantages), in a worker that finds a dead child and stops it without hanging
+    ([`~trl_ada.async_grpo.rollout.RobustAsyncRolloutWorker`]). An injected `rollout_worker` is used as given (TRL's
+    contract); to pool with one, build its loop as `AdaRolloutLoop(ada_sampling=async_sampling(args), **TRL's loop
+    arguments)`.
     """
 
     _tag_names = ["trl", "async-grpo", "reinforce-ada"]
@@ -150,6 +152,8 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
 
     rollout_worker_class: type = AdaAsyncRolloutWorker
     """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected."""
+    uniform_worker_class: type = RobustAsyncRolloutWorker
+    """The worker built (with TRL's arguments: TRL's loop) for `sampler="uniform"` when none is injected."""
 
     def __init__(
         self,
@@ -173,17 +177,16 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
         allow_cpu()
         uniform = args.sampler == "uniform"
+        worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
         if named.get("rollout_worker") is None:
-            from trl.experimental.async_grpo import async_grpo_trainer
-
             # What TRL's worker pickles only at train start (after the model loaded), checked before anything loads.
-            if spawns_a_child(async_grpo_trainer.AsyncRolloutWorker if uniform else self.rollout_worker_class):
+            if spawns_a_child(worker_class):
                 to_pickle = {key: named.get(key) for key in ("reward_funcs", "tools", "environment_factory")}
                 check_picklable(**to_pickle, **({} if uniform else {"ada_sampling": self.ada_sampling}))
-        if uniform or named.get("rollout_worker") is not None:
+        if named.get("rollout_worker") is not None:
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
         else:
-            worker = functools.partial(self.rollout_worker_class, ada_sampling=self.ada_sampling)
+            worker = worker_class if uniform else functools.partial(worker_class, ada_sampling=self.ada_sampling)
             with trl_seam.async_rollout_worker_class(worker):
                 super().__init__(model, reward_funcs, args, *positional, **kwargs)
         if self.rollout_worker is not None:
