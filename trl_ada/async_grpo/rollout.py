@@ -47,7 +47,7 @@ from typing import Any
 from .. import trl_seam
 from ..faults import VLLMServerUnresponsive
 from ..rewards import failing_reward_name
-from ..samplers import SamplerSettings, build_sampler, rules
+from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.base import PromptResult
 from ..samplers.continuous import begin_streaming
 from ..schedules import prompt_keys
@@ -228,7 +228,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             dropped = 0
             spans = []
             for prompt, result in enumerate(selection.prompts):
-                if self.ada_sampling.settings.refills and not result.has_signal:
+                if dapo.drops(self.ada_sampling.settings, result.has_signal):
                     dropped += 1
                     continue
                 versions = batch.versions.get(prompt, [])
@@ -291,9 +291,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         if not self.ada_sampling.settings.refills:
             return samples
         rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
-        constant = rules.has_zero_variance(rewards, self.ada_sampling.settings.zero_variance_tolerance)
-        self._push_metrics({"ada/dapo/groups_dropped_total": float(constant), "ada/dapo/groups_total": 1.0})
-        return [] if constant else samples
+        dropped = dapo.drops(self.ada_sampling.settings, dapo.group_has_signal(rewards, self.ada_sampling.settings))
+        self._push_metrics({"ada/dapo/groups_dropped_total": float(dropped), "ada/dapo/groups_total": 1.0})
+        return [] if dropped else samples
 
     # -- a server that stopped answering ------------------------------------------------------------------------
 

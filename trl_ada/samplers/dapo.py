@@ -6,6 +6,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import rules
 from .base import Selection, UniformSampler
 from .registry import register_sampler
 from .settings import SamplerSettings
@@ -29,6 +30,18 @@ class DapoSampler(UniformSampler):
                 "sampler='dapo' is uniform sampling with batch refilling; dapo_refill=False contradicts it. "
                 "Remove dapo_refill, or use sampler='uniform'."
             )
+
+
+def group_has_signal(rewards: Sequence[float], settings: SamplerSettings) -> bool:
+    """Whether a group that is its own pool (`uniform`, `dapo`) carries a signal: its rewards are not constant within
+    `zero_variance_tolerance`, the rule `SamplingStep.finish` decides `PromptResult.has_signal` by."""
+    return not rules.has_zero_variance(rewards, settings.zero_variance_tolerance)
+
+
+def drops(settings: SamplerSettings, has_signal: bool) -> bool:
+    """DAPO's filter, the one place it is decided: with refilling on (`settings.refills`), a prompt without a signal
+    leaves the update and a further prompt takes its place (the synchronous [`BatchFiller`], the asynchronous worker)."""
+    return settings.refills and not has_signal
 
 
 class BatchExhaustedError(RuntimeError):
