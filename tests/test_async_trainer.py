@@ -238,6 +238,58 @@ def test_dapo_drops_groups_without_a_signal_and_trains(
     assert groups and all(len(set(rewards)) > 1 for rewards in groups.values() if len(rewards) == 4)
 
 
+def signal_on_even_rows(completions, constant, **kwargs):
+    """Rewards 0, 1, 0, 1 for a group of a row with a signal, all 0 for a `constant` row (DAPO drops its group)."""
+    return [0.0 if flat else float(i % 2) for i, flat in enumerate(constant)]
+
+
+@pytest.mark.wall_clock_limit(240)
+def test_a_checkpoint_resumes_past_the_rows_dapo_dropped(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard
+):
+    import itertools
+    import json
+    import os
+
+    # Every odd row is constant: TRL's row ids (dataset_start_index 0) 1, 3, 5, ... are dropped, never trained.
+    data = dataset.add_column("constant", [i % 2 == 1 for i in range(len(dataset))])
+    collated = record_collated(monkeypatch)
+    trainer = CPUAdaAsyncGRPOTrainer(
+        model=str(model_dir),
+        reward_funcs=signal_on_even_rows,
+        args=config(tmp_path, server, sampler="dapo", max_steps=2, save_strategy="steps", save_steps=2),
+        train_dataset=data,
+        processing_class=tokenizer,
+        weight_transfer=InProcessWeightTransfer(server),
+    )
+    path = trainer.ada_sampling.dropped_rows_path
+    with open(path, "w") as f:  # a previous run's rows (relative to its own start): gone before the worker starts
+        json.dump({"rows": list(range(100))}, f)
+    seen = {}
+    handed_over = trainer._dropped_rows
+
+    def recording_dropped_rows():
+        rows = handed_over()
+        seen.update(rows=set(rows), trained={s["group_id"] for batch in collated for s in batch})
+        return rows
+
+    monkeypatch.setattr(trainer, "_dropped_rows", recording_dropped_rows)
+    start = trainer.rollout_worker.start
+    monkeypatch.setattr(trainer.rollout_worker, "start", lambda: (seen.update(stale=os.path.exists(path)), start()))
+    trainer.train()
+    assert seen["stale"] is False
+    position = json.loads((tmp_path / "out" / "checkpoint-2" / "rollout_state.json").read_text())["prompt_index"]
+    dropped, trained = seen["rows"], seen["trained"]
+    assert dropped and all(row % 2 == 1 for row in dropped), dropped  # the worker's drops, nothing stale
+    assert trained and all(row % 2 == 0 for row in trained), trained
+    # The resume position is the first row neither trained nor dropped: past the run's first dropped row, row 1 (TRL's
+    # own, from the trained rows alone), so a resume draws no trained row again.
+    assert position == next(g for g in itertools.count() if g not in trained | dropped)
+    assert min(dropped) == 1 < position
+    # TRL's own count of trained groups (epochs, `batch/groups_per_step`) is unchanged.
+    assert not dropped & trainer._trained_groups and trained <= trainer._trained_groups
+
+
 @pytest.mark.wall_clock_limit(240)
 def test_est_trains_from_the_tracker(tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard):
     trainer, collated, logged = train(tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, sampler="est")

@@ -496,6 +496,7 @@ __all__ = [
 # | `AsyncRolloutWorker.start`, `stop`, `check_health`, `_process`, `_failed_event`, `_stop_event_mp` | call, attribute | `start` pickles the loop arguments and spawns the child (`_process`); `stop` sets `_stop_event_mp` (an mp Event, whose `set()` waits for the child's watcher: `AdaAsyncRolloutWorker.stop` reaps a dead child instead); `check_health` raises once `_failed_event` is set (the child's exception chained) or the heartbeat is stale |
 # | `AsyncRolloutWorker._loop_kwargs` | attribute | the keyword arguments the child's loop is built from, pickled at `start`; a resume puts the checkpoint's sampler state into `ada_sampling` there before the worker starts (TRL's own resume sets `dataset_start_index` the same way) |
 # | `AsyncGRPOTrainer._save_checkpoint(model, trial)` | override (wraps) | ours writes the model card, then TRL's saves the checkpoint and the rollout position |
+# | `AsyncGRPOTrainer._trained_groups` | attribute | the set of row ids (samples' `group_id`) the collator trained; TRL's `_save_checkpoint` resumes at `dataset_start_index` + the smallest id not in it, and its epoch stop and `batch/groups_per_step` read its size; `rows_trained_for_the_position` swaps in its union with the rows the worker dropped for the save only, then restores the same set object (the collator holds it) |
 # | `_AsyncRolloutLoop._retry(coro_factory, *, label, max_attempts)` | override (wraps) | every vLLM request goes through it; a failure TRL does not list as retryable ends the loop |
 # | `_AsyncRolloutLoop.reward_funcs`, `reward_func_names`, `vllm_server_url`, `request_timeout` | attributes | what the loop scores with and where it sends requests |
 # | `async_grpo_trainer.AsyncRolloutWorker(...)` | module name | what `AsyncGRPOTrainer.__init__` instantiates (rank 0) when no `rollout_worker` is given |
@@ -633,6 +634,21 @@ def async_rollout_worker_class(worker_factory: Any):
         yield
     finally:
         async_grpo_trainer.AsyncRolloutWorker = original
+
+
+@contextlib.contextmanager
+def rows_trained_for_the_position(trainer: Any, rows: set[int]):
+    """
+    While open, `AsyncGRPOTrainer._save_checkpoint` reads the resume position as if `rows` (TRL's row ids) had been
+    trained too: `trainer._trained_groups` is their union, and the very set (the collator's) is back afterwards.
+    """
+    trained = trainer._trained_groups
+    if rows - trained:
+        trainer._trained_groups = trained | rows
+    try:
+        yield
+    finally:
+        trainer._trained_groups = trained
 
 
 def install_peak_flops_fallback() -> bool:

@@ -28,10 +28,15 @@ with the version at its first request), and its sample carries it. The pool's st
 every draw of the pool; TRL's own staleness rule then applies per sample where the trainer reads the queue (a sample
 more than `max_staleness` versions old is dropped and counted in `sample/dropped_stale_total`; trained samples'
 staleness is `sample/staleness_mean|max`). `ada/async/pool_version_span_max` logs how many versions a pool spans.
+
+Resume position. TRL's checkpoint resumes the row stream at the smallest row id no trained sample carried; a row the
+worker finished without a sample (a DAPO drop, a prompt given no draws) would hold it there for the rest of the run. The
+worker hands those rows to the trainer (`DROPPED_ROWS_NAME`), whose checkpoints count them as done for the position.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -56,7 +61,16 @@ from .config import check_train_on
 logger = logging.getLogger(__name__)
 
 STATE_WRITE_INTERVAL_S = 1.0
-"""Seconds between two writes of the sampler's state for checkpoints (a checkpoint copies the latest one)."""
+"""Seconds between two writes of the sampler's state for checkpoints (a checkpoint copies the latest one), and between
+two writes of the dropped rows (`DROPPED_ROWS_NAME`)."""
+
+DROPPED_ROWS_NAME = ".ada_worker_dropped_rows.json"
+"""File next to the worker's sampler state (`AsyncSampling.dropped_rows_path`) through which the worker hands the
+trainer the rows it finished without a sample: `{"rows": [row id, ...]}`, sorted, in TRL's row ids (relative to the
+run's `dataset_start_index`, as the samples' `group_id`). A hand-off, so it stays small: the trainer takes the file
+(renames it away) when it saves a checkpoint, and the worker's next write holds only the rows recorded since the
+version the trainer took (every row it had written before, while that file is still there: a row may be handed twice,
+never lost)."""
 
 MAX_EMPTY_BATCHES = 1000
 """Consecutive generation batches without a single draw (all prompts skipped) after which the worker gives up."""
@@ -91,6 +105,12 @@ class AsyncSampling:
 
     def __post_init__(self) -> None:
         check_train_on(self.train_on, self.settings)
+
+    @property
+    def dropped_rows_path(self) -> str | None:
+        """Where the worker hands the trainer the rows it finished without a sample (`DROPPED_ROWS_NAME`, next to
+        `state_path`)."""
+        return None if self.state_path is None else os.path.join(os.path.dirname(self.state_path), DROPPED_ROWS_NAME)
 
     @property
     def pooled(self) -> bool:
@@ -140,6 +160,11 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._next_batch = 0
         self._rows: Iterator[tuple[int, dict[str, Any]]] | None = None
         self._state_written_at = -math.inf
+        # Rows finished without a sample (`_drop_row`): recorded since the last write, and in the file last written.
+        self._dropped_unwritten: set[int] = set()
+        self._dropped_written: set[int] = set()
+        self._dropped_written_at = -math.inf
+        self._dropped_write_due = False  # a write is scheduled on the event loop
         self._server_failing_since: float | None = None  # monotonic time of the first failure since a success
 
     # -- the work iterator ------------------------------------------------------------------------------------------
@@ -228,8 +253,10 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             dropped = 0
             spans = []
             for prompt, result in enumerate(selection.prompts):
+                trained_before = len(kept)
                 if dapo.drops(self.ada_sampling.settings, result.has_signal):
                     dropped += 1
+                    self._drop_row(batch.row_ids[prompt])
                     continue
                 versions = batch.versions.get(prompt, [])
                 spans.append(max(versions) - min(versions) if versions else 0)
@@ -241,6 +268,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                         sample.group_id = batch.row_ids[prompt]
                         sample.metrics["reward_std"] = pool_std  # TRL's reward_std: the rewards the baseline reads
                         kept.append(sample)
+                if len(kept) == trained_before:  # no draw (all skipped), or none with a training sequence
+                    self._drop_row(batch.row_ids[prompt])
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:
@@ -250,6 +279,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
             self._push_metrics({f"ada/{name}": value for name, value in metrics.items() if not math.isnan(value)})
             self._write_sampler_state()
+        self._write_dropped_rows()
         return kept
 
     def _trained_draws(self, pool: tuple[float, ...], result: PromptResult) -> list[tuple[int, float]]:
@@ -274,6 +304,43 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             json.dump(self.sampler.state_dict(), f)
         os.replace(partial, path)
 
+    def _drop_row(self, row_id: int) -> None:
+        """Record that row `row_id` (TRL's row id) is done without a sample: no sample will ever carry its id, so TRL's
+        resume position (the smallest row id not trained) would stop at it for the rest of the run."""
+        self._dropped_unwritten.add(row_id)
+
+    def _write_dropped_rows(self) -> None:
+        """Hand the rows recorded since the last write to the trainer (`DROPPED_ROWS_NAME`), atomically, at most once
+        a second: sooner than that, the write is scheduled on the loop for when the second is over, so a recorded row
+        reaches the file within a second even while the worker waits (a full rollout buffer)."""
+        path = self.ada_sampling.dropped_rows_path
+        if path is None or not self._dropped_unwritten:
+            return
+        now = time.monotonic()
+        wait = self._dropped_written_at + STATE_WRITE_INTERVAL_S - now
+        if wait > 0:
+            if not self._dropped_write_due:
+                try:
+                    loop = asyncio.get_running_loop()
+                except RuntimeError:  # driven outside the event loop (by hand): the next call writes
+                    return
+                self._dropped_write_due = True
+                loop.call_later(wait, self._write_due_dropped_rows)
+            return
+        self._dropped_written_at = now
+        if not os.path.exists(path):  # the trainer took the file last written (or none was written yet)
+            self._dropped_written.clear()
+        self._dropped_written |= self._dropped_unwritten
+        self._dropped_unwritten.clear()
+        partial = f"{path}.partial"
+        with open(partial, "w") as f:
+            json.dump({"rows": sorted(self._dropped_written)}, f)
+        os.replace(partial, path)
+
+    def _write_due_dropped_rows(self) -> None:
+        self._dropped_write_due = False
+        self._write_dropped_rows()
+
     async def _scored(self, group: Any) -> list[Any]:
         """TRL's `_score_group`; an error of a reward function names it (the parent only sees this message)."""
         try:
@@ -288,12 +355,17 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     async def _score_update_group(self, group: Any) -> list[Any]:
         """A group of `num_generations` (TRL's): its own advantages; without a signal it is dropped under DAPO."""
         samples = await self._scored(group)
-        if not self.ada_sampling.settings.refills:
-            return samples
-        rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
-        dropped = dapo.drops(self.ada_sampling.settings, dapo.group_has_signal(rewards, self.ada_sampling.settings))
-        self._push_metrics({"ada/dapo/groups_dropped_total": float(dropped), "ada/dapo/groups_total": 1.0})
-        return [] if dropped else samples
+        if self.ada_sampling.settings.refills:
+            rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
+            settings = self.ada_sampling.settings
+            dropped = dapo.drops(settings, dapo.group_has_signal(rewards, settings))
+            self._push_metrics({"ada/dapo/groups_dropped_total": float(dropped), "ada/dapo/groups_total": 1.0})
+            if dropped:
+                samples = []
+        if not samples:
+            self._drop_row(group.group_id)  # TRL's group id is the row's id here (`_repeat_iterator`)
+        self._write_dropped_rows()
+        return samples
 
     # -- a server that stopped answering ------------------------------------------------------------------------
 

@@ -175,6 +175,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         elif not isinstance(args, AdaAsyncGRPOConfig):
             args = AdaAsyncGRPOConfig.from_async_config(args)
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
+        self._dropped_row_ids: set[int] = set()  # rows the worker finished without a sample (`_dropped_rows`)
         allow_cpu()
         uniform = args.sampler == "uniform"
         worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
@@ -238,12 +239,50 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.ada_sampling = dataclasses.replace(self.ada_sampling, initial_state=state["sampler"])
         worker._loop_kwargs["ada_sampling"] = self.ada_sampling
 
-    # -- the model card ----------------------------------------------------------------------------------------------
+    # -- the resume position -----------------------------------------------------------------------------------------
+    # TRL's `_save_checkpoint` writes `rollout_state.json` with the smallest row id not in `_trained_groups` (the row
+    # ids of the samples trained). A row the worker finished without a sample (a DAPO drop) is never in it, so the
+    # position would stop at the run's first dropped row and a resume would draw and train everything after it again.
+    # The worker hands those rows over (`rollout.DROPPED_ROWS_NAME`); TRL's save sees them as done for the position
+    # only. `_trained_groups` itself is unchanged, so TRL's epoch count (`num_train_epochs` counts prompt-groups
+    # trained: a dropped prompt is not one, and the worker draws on past the dataset's end) and
+    # `batch/groups_per_step` are TRL's. A resume sets TRL's epoch offset to the position, so there the rows dropped
+    # before the checkpoint count as passed. The hand-off lags the worker by up to a second, which only leaves the
+    # position lower: every row it names is done.
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        # Row ids restart at 0 from each run's `dataset_start_index`: rows dropped by a previous run name other rows.
+        self._dropped_row_ids = set()
+        path = self.ada_sampling.dropped_rows_path
+        if path is not None and self.accelerator.is_main_process:
+            for stale in (path, f"{path}.taken"):
+                if os.path.exists(stale):
+                    os.remove(stale)
+        return super().train(*args, **kwargs)
+
+    def _dropped_rows(self) -> set[int]:
+        """The rows (TRL's row ids, as `_trained_groups`) the worker has handed over as finished without a sample."""
+        path = self.ada_sampling.dropped_rows_path
+        if path is None or not self.accelerator.is_main_process:
+            return self._dropped_row_ids
+        taken = f"{path}.taken"
+        try:
+            os.replace(path, taken)  # taken away: the worker's next write holds only what it recorded since
+        except FileNotFoundError:
+            return self._dropped_row_ids
+        with open(taken) as f:
+            self._dropped_row_ids.update(json.load(f)["rows"])
+        os.remove(taken)
+        return self._dropped_row_ids
+
+    # -- the model card (and the resume position) --------------------------------------------------------------------
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         # As GRPOTrainer does: the card (with its plots and metrics) is saved along with every checkpoint.
         self.create_model_card(model_name=Path(self.args.output_dir).name)
-        super()._save_checkpoint(model, trial)
+        # TRL's save resumes past the rows the worker dropped, as if trained (see "the resume position" above).
+        with trl_seam.rows_trained_for_the_position(self, self._dropped_rows()):
+            super()._save_checkpoint(model, trial)
 
     def create_model_card(
         self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
