@@ -19,6 +19,14 @@ its own timeout inside a global budget (`--budget-s`, default 480 s), highest pr
 5. server-mode REAL weight sync (`seq_balance`, 2 steps, NCCL push as in production). Expected to fail on a single
    GPU for the reason above; the outcome is classified from the log ("ok", "nccl-duplicate-gpu", "timeout", ...). It
    runs after phase 4 because a failed rendezvous can leave the server stuck.
+5b. asynchronous trainers (`benchmarks/async_learning.py`, the code path of BENCHMARKS.md's CPU measurement):
+   `vllm serve` (not `trl vllm-serve`) started by `trl_ada.testing.vllm_serve.AsyncVLLMServer`, then TRL's
+   `AsyncGRPOTrainer` n=4 and `AdaAsyncGRPOTrainer` with `seq_balance` (n=4, rounds of 8, at most 4), `--async-steps`
+   steps each, no held-out evaluation; prints the median step seconds and seq_balance's step-time ratio to GRPO n=4.
+   Weights go over NCCL (`weight_path="nccl"`, full weights) when the server and the trainer have GPUs of their own
+   (`--async-gpus 0,1`); on one GPU over HTTP as a LoRA adapter (`weight_path="lora"`), since NCCL refuses two ranks
+   on one device. The model is phase 2's, random: its rewards are nearly all 0, so seq_balance draws its cap (32 per
+   prompt) for almost every prompt; the ratio is its worst case, not a learning result.
 6. colocate mode (`vllm_mode="colocate"`: vLLM inside the training process, REAL weight sync through
    `load_weights` each step): the same three configurations, each in its own process, as long as the budget lasts.
 
@@ -49,6 +57,8 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HELPER = REPO_ROOT / "scripts" / "_vllm_server_run.py"
+ASYNC_BENCHMARK = REPO_ROOT / "benchmarks" / "async_learning.py"
+ASYNC_METHODS = ("grpo_n4", "seq_balance")  # names of benchmarks/async_learning.py's METHODS
 
 # name, sampler, num_generations, round_size, max_rounds, generation_schedule
 CONFIGS: list[tuple[str, str, int, int, int, str]] = [
@@ -110,7 +120,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--skip",
         default="",
-        help="Comma-separated phases to skip: server-timing, server-requests, server-sync, colocate.",
+        help="Comma-separated phases to skip: server-timing, server-requests, server-sync, async, colocate.",
+    )
+    parser.add_argument("--async-steps", type=int, default=6, help="Steps per asynchronous run (phase 5b).")
+    parser.add_argument(
+        "--async-gpus",
+        default=None,
+        help="SERVER,TRAINER CUDA_VISIBLE_DEVICES of phase 5b's `vllm serve` and trainers (default: --gpu for both).",
+    )
+    parser.add_argument(
+        "--async-weight-path",
+        choices=["auto", "nccl", "lora"],
+        default="auto",
+        help="Phase 5b's weight path: auto = nccl when the server and the trainer have different GPUs, else lora.",
     )
     return parser.parse_args(argv)
 
@@ -383,6 +405,91 @@ def summarise(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def async_plan(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Phase 5b's command: `benchmarks/async_learning.py` on the GPUs, with the weight path the GPUs allow."""
+    server_gpu, trainer_gpu = (args.async_gpus or f"{args.gpu},{args.gpu}").split(",", 1)
+    weight_path = args.async_weight_path
+    if weight_path == "auto":
+        weight_path = "nccl" if server_gpu != trainer_gpu else "lora"
+    server_args = f"--gpu-memory-utilization {args.server_gpu_memory_utilization}"
+    if args.enforce_eager:
+        server_args += " --enforce-eager"
+    command = [
+        sys.executable, str(ASYNC_BENCHMARK),
+        "--out", str(work / "async"),
+        "--methods", *ASYNC_METHODS,
+        "--seeds", "0",
+        "--device", "cuda",
+        "--weight_path", weight_path,
+        "--model", str(work / "model"),
+        "--server_gpu", server_gpu,
+        "--trainer_gpu", trainer_gpu,
+        f"--server_args={server_args}",
+        "--max_steps", str(args.async_steps),
+        "--budget_s", "100000",  # the steps stop the runs; the phase's timeout bounds them
+        "--eval_every_s", "0",
+        "--prompts_per_step", str(args.prompts_per_step),
+        "--max_completion_length", str(args.max_completion_length),
+    ]  # fmt: skip
+    return {"command": command, "weight_path": weight_path, "server_gpu": server_gpu, "trainer_gpu": trainer_gpu}
+
+
+def run_async(args: argparse.Namespace, work: Path, timeout_s: float) -> dict[str, Any]:
+    """Phase 5b: the asynchronous comparison, in one process that starts and stops its own `vllm serve`."""
+    plan = async_plan(args, work)
+    log_path = work / "logs" / "async.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {k: v for k, v in plan.items() if k != "command"}
+    result["timeout_s"] = round(timeout_s)
+    if timeout_s < 60:
+        log(f"async: skipped, {timeout_s:.0f} s left in the budget")
+        return {**result, "status": "skipped (budget)"}
+    log(f"async: {' '.join(plan['command'])} (timeout {timeout_s:.0f} s)")
+    start = time.perf_counter()
+    env = base_env(args, work)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(REPO_ROOT / "tests")])
+    with open(log_path, "wb") as handle:
+        proc = subprocess.Popen(
+            plan["command"], stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+            result["status"] = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            stop_process(proc, "async")  # on SIGTERM the benchmark stops its `vllm serve` (a session of its own)
+            result["status"] = "timeout"
+    result["wall_s"] = round(time.perf_counter() - start, 1)
+    summary_path = work / "async" / "summary.json"
+    if summary_path.is_file():
+        methods = json.loads(summary_path.read_text())["methods"]
+        steps = {m: (methods.get(m) or {}).get("median_step_seconds", {}).get("mean") for m in ASYNC_METHODS}
+        result["median_step_s"] = steps
+        draws = (methods.get("seq_balance") or {}).get("draws_per_prompt", {}).get("mean")
+        result["seq_balance_draws_per_prompt"] = draws
+        if steps.get("grpo_n4") and steps.get("seq_balance"):
+            result["seq_balance_over_grpo_n4"] = round(steps["seq_balance"] / steps["grpo_n4"], 3)
+    if result["status"] != "ok":
+        result["tail"] = tail(log_path, 25)
+    log(f"async: {result['status']} in {result['wall_s']} s" + (f"\n{result['tail']}" if "tail" in result else ""))
+    return result
+
+
+def format_async(result: dict[str, Any]) -> str:
+    steps = result.get("median_step_s") or {}
+    cells = ", ".join(f"{m} {s:.3f} s/step" for m, s in steps.items() if s is not None) or "no step times"
+    ratio = result.get("seq_balance_over_grpo_n4")
+    return (
+        f"asynchronous trainers (vllm serve, weights over {result.get('weight_path')}, server GPU "
+        f"{result.get('server_gpu')}, trainer GPU {result.get('trainer_gpu')}): {result.get('status')}; {cells}"
+        + (f"; seq_balance / GRPO n=4 step time {ratio:.2f}x" if ratio is not None else "")
+        + (
+            f" ({result['seq_balance_draws_per_prompt']:.1f} draws per prompt)"
+            if result.get("seq_balance_draws_per_prompt")
+            else ""
+        )
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------------------------------------------------
@@ -564,6 +671,9 @@ def main(argv: list[str] | None = None) -> int:
             server.stop()
             server = None
 
+        if "async" not in skip:
+            summary["async"] = run_async(args, work, budget.timeout(240))
+
         if "colocate" not in skip:
             # seq_balance first: the configuration this package adds; the uniform ones as the budget allows.
             for config in (CONFIGS[1], CONFIGS[0], CONFIGS[2]):  # the continuous schedule is server mode only
@@ -585,6 +695,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{front_end['s_per_batched_completion']} s per extra completion in one batched request "
                 f"({front_end['points']})"
             )
+        if summary.get("async"):
+            table += "\n" + format_async(summary["async"])
         print("\n" + table + "\n", flush=True)
         (out_dir / "table.txt").write_text(table + "\n")
         (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -600,7 +712,7 @@ def slug(name: str) -> str:
 
 def pack_logs(work: Path, target: Path) -> None:
     with tarfile.open(target, "w:gz") as tar:
-        for sub in ("logs", "runs"):
+        for sub in ("logs", "runs", "async"):
             folder = work / sub
             if folder.exists():
                 for path in folder.rglob("*"):
@@ -641,8 +753,19 @@ def dry_run(args: argparse.Namespace, work: Path, summary: dict[str, Any]) -> in
             f"weight push={'skipped' if parsed.no_weight_push else 'real'}"
         )
     log("[plan] server front end (timeout 60 s): K one-draw requests against one batched request, K = 1 ... 1,024")
+    plan = async_plan(args, work)
+    log(f"[plan] async (timeout <= 240 s, weights over {plan['weight_path']}): {' '.join(plan['command'])}")
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import async_learning
+
+    bench_args = async_learning.parse_args(plan["command"][2:])
+    for method in bench_args.methods:
+        spec = {**vars(bench_args), "method": method, "seed": 0, "server_url": "http://127.0.0.1:8000"}
+        config = async_learning.async_config({**spec, "device": "cpu"}, str(work / "async-plan"))  # no GPU here
+        log(f"[plan] async {method}: {type(config).__name__} n={config.num_generations} "
+            f"rows/step={config.per_device_train_batch_size} max_steps={config.max_steps}")  # fmt: skip
     summary["model"] = info
-    log(f"dry run OK: {info['parameters'] / 1e6:.1f}M-parameter model, {len(plans)} phases validated")
+    log(f"dry run OK: {info['parameters'] / 1e6:.1f}M-parameter model, {len(plans) + 1} phases validated")
     return 0
 
 

@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # GPU check of AdaGRPOTrainer + vLLM on one GPU (server mode, colocate mode, bf16, step-time table), ~8 minutes.
+# Phase 5b compares the asynchronous trainers (TRL's AsyncGRPOTrainer n=4 against AdaAsyncGRPOTrainer seq_balance,
+# benchmarks/async_learning.py on `vllm serve`): `--async-gpus 0,1` gives the server and the trainer a GPU each and
+# syncs weights over NCCL; on one GPU the adapter goes over HTTP (`--skip async` leaves the phase out).
 #
 #   bash scripts/gpu_check.sh                       # on a GPU machine where vllm, trl and datasets import
 #   bash scripts/gpu_check.sh --dry-run             # anywhere: model build + config validation + the plan
