@@ -84,7 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base-url", required=True, help="http://HOST:PORT of `vllm serve` (LoRA enabled).")
     parser.add_argument("--model-dir", required=True, help="The served model's directory (with a chat template).")
-    parser.add_argument("--sampler", choices=["uniform", "seq_balance", "dapo"], default="seq_balance")
+    parser.add_argument(
+        "--sampler", choices=["uniform", "seq_pos", "seq_balance", "est", "dapo"], default="seq_balance"
+    )
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--max-staleness", type=int, default=2)
     parser.add_argument("--output-dir", required=True)
