@@ -77,12 +77,14 @@ def dataset():
 
 
 class FaultyServer(FakeCompletionsServer):
-    """The fake server, able to die ([`kill`]: the port refuses connections and open ones are dropped unanswered)
-    or freeze ([`freeze`]: `/v1/completions` never answers, while `/health` still does, as a stuck engine's)."""
+    """The fake server, able to die ([`kill`]: the port refuses connections and open ones are dropped unanswered),
+    freeze ([`freeze`]: `/v1/completions` never answers, while `/health` still does, as a stuck engine's) or stop
+    ([`stop`]: it accepts connections and answers nothing at all, as a SIGSTOPped server)."""
 
     def __init__(self, *args, **kwargs):
         self.dead = False
         self._frozen = threading.Event()
+        self._stopped = threading.Event()
         self._thaw = threading.Event()
         super().__init__(*args, **kwargs)
         self._http.handle_error = lambda request, client_address: None  # a thawed answer to a closed socket: quiet
@@ -94,6 +96,9 @@ class FaultyServer(FakeCompletionsServer):
 
     def freeze(self) -> None:
         self._frozen.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
 
     def close(self) -> None:
         self._thaw.set()
@@ -110,13 +115,17 @@ class FaultyServer(FakeCompletionsServer):
 
         class Handler(super()._handler_class()):
             def do_GET(self):
-                if server.dead:  # a keep-alive connection still open: dropped, unanswered
+                if server._stopped.is_set():
+                    server._thaw.wait()
+                if server.dead or server._stopped.is_set():  # a keep-alive connection still open: dropped, unanswered
                     self.close_connection = True
                     return
                 super().do_GET()
 
             def do_POST(self):
-                if server.dead:
+                if server._stopped.is_set():
+                    server._thaw.wait()
+                if server.dead or server._stopped.is_set():
                     self.close_connection = True
                     return
                 super().do_POST()
@@ -420,14 +429,16 @@ def test_a_killed_worker_process_stops_training(
 
 
 @pytest.mark.wall_clock_limit(90)
-@pytest.mark.parametrize("fault", ["kill", "freeze"])
+@pytest.mark.parametrize("fault", ["kill", "freeze", "stop"])
 def test_a_dead_or_frozen_server_stops_training_with_the_server_and_the_checkpoint(
     tmp_path, server, model_dir, tokenizer, dataset, real_worker, wall_clock_guard, fault
 ):
+    # "stop" keeps TRL's default request_timeout (600 s): the worker must not wait for a request to fail.
+    request_timeout = 600 if fault == "stop" else 2
     stop_server = AtStep(1, lambda trainer: getattr(server, fault)())
     trainer = build(
         tmp_path, server, model_dir, tokenizer, dataset, callbacks=[stop_server], save_strategy="steps",
-        save_steps=1, request_timeout=2, vllm_server_timeout=3, **FAULT_SETTINGS,
+        save_steps=1, request_timeout=request_timeout, vllm_server_timeout=3, **FAULT_SETTINGS,
     )  # fmt: skip
     error, raised_at = train_until_failure(trainer, VLLMServerError)
     print(f"raised {raised_at - stop_server.at:.1f} s after the server's {fault}")
@@ -436,7 +447,10 @@ def test_a_dead_or_frozen_server_stops_training_with_the_server_and_the_checkpoi
         f"The vLLM server at {server.base_url} stopped answering during generation of training step "
         f"{trainer.state.global_step + 1} (VLLMServerUnresponsive: "
     )
-    assert f"to {server.base_url} has failed for " in message and "vllm_server_timeout=3, request_timeout=2" in message
+    assert f"to {server.base_url} has failed for " in message
+    assert f"vllm_server_timeout=3, request_timeout={request_timeout}" in message
+    if fault == "stop":
+        assert "/health does not answer" in message
     assert message.endswith(
         "Training cannot continue without it. Restart the server with the same model on the same host and port, "
         f"then {resume_advice(trainer)}"

@@ -72,6 +72,11 @@ run's `dataset_start_index`, as the samples' `group_id`). A hand-off, so it stay
 version the trainer took (every row it had written before, while that file is still there: a row may be handed twice,
 never lost)."""
 
+HEALTH_POLL_S = 1.0
+"""While a request waits, how often the loop checks whether the server still answers (`_check_server_answers`)."""
+HEALTH_PROBE_TIMEOUT_S = 5.0
+"""How long one `/health` probe may take (at most `vllm_server_timeout`)."""
+
 MAX_EMPTY_BATCHES = 1000
 """Consecutive generation batches without a single draw (all prompts skipped) after which the worker gives up."""
 
@@ -166,6 +171,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._dropped_written_at = -math.inf
         self._dropped_write_due = False  # a write is scheduled on the event loop
         self._server_failing_since: float | None = None  # monotonic time of the first failure since a success
+        self._last_answer_at = time.monotonic()  # of the last request answered (any request: they run concurrently)
+        self._health_checked_at = -math.inf
 
     # -- the work iterator ------------------------------------------------------------------------------------------
 
@@ -380,8 +387,13 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         import aiohttp
 
         async def attempt() -> Any:
+            request = asyncio.ensure_future(coro_factory())
             try:
-                result = await coro_factory()
+                # A request to a server that accepts and never answers (a stuck or stopped process) does not fail
+                # before `request_timeout` (TRL's default: 600 s): watch `/health` meanwhile.
+                while not (await asyncio.wait({request}, timeout=HEALTH_POLL_S))[0]:
+                    await self._check_server_answers(label, timeout)
+                result = request.result()
             except (TimeoutError, aiohttp.ClientError, ConnectionResetError) as error:
                 now = time.monotonic()
                 if self._server_failing_since is None:
@@ -394,10 +406,39 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                         f"{self.request_timeout}; last: {last})"
                     ) from error
                 raise
+            finally:
+                if not request.done():
+                    request.cancel()
             self._server_failing_since = None
+            self._last_answer_at = time.monotonic()
             return result
 
         return await super()._retry(attempt, label=label, max_attempts=max_attempts)
+
+    async def _check_server_answers(self, label: str, timeout: float) -> None:
+        """Raise `VLLMServerUnresponsive` once no request has been answered for `timeout` seconds and the server's
+        `/health` does not answer either (asked at most once per `HEALTH_POLL_S`, whichever request is waiting). A
+        server that is up but slow (a long generation, a first compile) answers `/health` and is left alone."""
+        import aiohttp
+
+        now = time.monotonic()
+        silent = now - self._last_answer_at
+        if silent < timeout or now - self._health_checked_at < HEALTH_POLL_S:
+            return
+        self._health_checked_at = now
+        probe = min(HEALTH_PROBE_TIMEOUT_S, timeout)
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=probe)) as session:
+                async with session.get(f"{self.vllm_server_url}/health") as response:
+                    if response.status == 200:
+                        return
+                    answer = f"status {response.status}"
+        except (TimeoutError, aiohttp.ClientError, OSError) as error:
+            answer = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        raise VLLMServerUnresponsive(
+            f"{label} to {self.vllm_server_url} has failed for {silent:.0f} s with no request answered since, and "
+            f"/health does not answer ({answer}; vllm_server_timeout={timeout:g}, request_timeout={self.request_timeout})"
+        )
 
 
 def _set_within(event: Any, timeout: float) -> bool:
