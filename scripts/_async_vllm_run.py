@@ -30,7 +30,13 @@ changes. Each process writes `<report stem>.rank<N>.json` with:
 
 The reward function (`recorded_exact_match`, TRL's reward contract) runs in the rollout worker's child process and
 appends every call to `<output dir>/rewards/rewards.<pid>.jsonl`: prompts, completions, completion token ids, rewards.
-A run that raises still writes its report, with `ok: false` and the error, then re-raises.
+A run that raises still writes its report, with `ok: false` and the error (with the time it was raised), then
+re-raises.
+
+Fault injection (rank 0): `--stop-server-pid PID --stop-server-at-step N` stops the server's process group (SIGSTOP:
+its sockets stay open and nothing is answered, as a stuck host) at the end of optimizer step N, before that step's
+weight sync. The report's `server_stop` says when. `--server-timeout` and `--save-steps` set `vllm_server_timeout` and
+checkpointing (default: none). The caller continues (SIGCONT) or kills the server afterwards.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import gc
 import hashlib
 import json
 import os
+import signal
 import time
 import traceback
 import urllib.request
@@ -99,7 +106,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=32,
         help="Rollout queue bound (TRL's default 1024 lets the worker run far ahead on CPU, into stale samples).",
     )
-    return parser.parse_args(argv)
+    parser.add_argument("--server-timeout", type=float, default=240.0, help="vllm_server_timeout (TRL's default).")
+    parser.add_argument("--save-steps", type=int, default=0, help="Checkpoint every N steps (0: no checkpoints).")
+    parser.add_argument("--weight-sync-steps", type=int, default=1, help="Sync the policy every N steps.")
+    parser.add_argument("--stop-server-pid", type=int, default=None, help="Fault injection: the server's pid.")
+    parser.add_argument("--stop-server-at-step", type=int, default=None, help="Fault injection: after this step.")
+    args = parser.parse_args(argv)
+    if (args.stop_server_pid is None) != (args.stop_server_at_step is None):
+        parser.error("--stop-server-pid and --stop-server-at-step go together")
+    return args
+
+
+def _server_stopper(pid: int, step: int, report: dict[str, Any]) -> Any:
+    """A callback stopping the server's process group (SIGSTOP) on the main process at the end of optimizer `step`;
+    it runs before TRL's weight sync of that step (the trainer's own callbacks come after those passed to it)."""
+    from transformers import TrainerCallback
+
+    class StopServer(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            if state.global_step == step and state.is_world_process_zero and "server_stop" not in report:
+                os.killpg(os.getpgid(pid), signal.SIGSTOP)
+                report["server_stop"] = {"step": step, "pid": pid, "time": time.time()}
+                print(f"[_async_vllm_run] stopped the vLLM server at the end of step {step}", flush=True)
+
+    return StopServer()
 
 
 def _dataset(seed: int):
@@ -305,13 +335,15 @@ def main(argv: list[str] | None = None) -> None:
             max_completion_length=6,
             max_steps=args.steps,
             learning_rate=1e-3,
-            weight_sync_steps=1,
+            weight_sync_steps=args.weight_sync_steps,
             max_inflight_tasks=8,
             max_staleness=args.max_staleness,
             queue_maxsize=args.queue_maxsize,
             token_budget=0,  # fixed-count micro-batches: one of per_device_train_batch_size samples per rank per step
             report_to="none",
-            save_strategy="no",
+            save_strategy="steps" if args.save_steps else "no",
+            save_steps=args.save_steps or 500,
+            vllm_server_timeout=args.server_timeout,
             logging_steps=1,
             disable_tqdm=True,
             seed=args.seed,
@@ -320,8 +352,12 @@ def main(argv: list[str] | None = None) -> None:
         )
         dataset = _dataset(args.seed)
         report["dataset_size"] = len(dataset)
+        callbacks = []
+        if args.stop_server_pid is not None:
+            callbacks.append(_server_stopper(args.stop_server_pid, args.stop_server_at_step, report))
         trainer = _recording_trainer_class()(
             model=args.model_dir,
+            callbacks=callbacks,
             reward_funcs=recorded_exact_match,
             args=config,
             train_dataset=dataset,
@@ -347,7 +383,15 @@ def main(argv: list[str] | None = None) -> None:
         if trainer.accelerator.is_main_process:
             report["served"] = _served(args.base_url, trainer)
     except BaseException as error:
-        report["error"] = {"type": type(error).__name__, "message": str(error), "traceback": traceback.format_exc()}
+        from trl_ada.async_grpo.trainer import RAISED_ON_EVERY_PROCESS
+
+        report["error"] = {
+            "type": type(error).__name__,
+            "message": str(error),
+            "traceback": traceback.format_exc(),
+            "time": time.time(),
+            "on_every_process": bool(getattr(error, RAISED_ON_EVERY_PROCESS, False)),
+        }
         raise
     finally:
         report.update(
@@ -359,11 +403,14 @@ def main(argv: list[str] | None = None) -> None:
         path = Path(args.report)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.with_name(f"{path.stem}.rank{rank}.json").write_text(json.dumps(report, indent=1, default=str))
+        import torch.distributed
+
+        if torch.distributed.is_initialized() and report.get("error", {}).get("on_every_process"):
+            # Raised on every process at once: none exits (torchrun then kills the others) before all wrote theirs.
+            torch.distributed.barrier()
         # Two processes: destroy gloo's group once no DDP reducer holds it (see tests/conftest.shut_down_distributed).
         RECORDER.trainer = trainer = None
         gc.collect()
-        import torch.distributed
-
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 

@@ -192,14 +192,24 @@ class WorkerPids(TrainerCallback):
         self.pids.append(self.trainer.rollout_worker._process.pid)
 
 
-def build(tmp_path, server, model_dir, tokenizer, dataset, callbacks=(), reward_funcs=exact_match_reward, **overrides):
+def build(
+    tmp_path,
+    server,
+    model_dir,
+    tokenizer,
+    dataset,
+    callbacks=(),
+    reward_funcs=exact_match_reward,
+    weight_transfer=None,
+    **overrides,
+):
     trainer = AdaAsyncGRPOTrainer(
         model=str(model_dir),
         reward_funcs=reward_funcs,
         args=config(tmp_path, server, **overrides),
         train_dataset=dataset,
         processing_class=tokenizer,
-        weight_transfer=InProcessWeightTransfer(server),
+        weight_transfer=weight_transfer or InProcessWeightTransfer(server),
         callbacks=list(callbacks),
     )
     for callback in callbacks:
@@ -457,6 +467,49 @@ def test_a_dead_or_frozen_server_stops_training_with_the_server_and_the_checkpoi
     )
     # vllm_server_timeout of failing requests (each up to request_timeout, retried after 1-2 s), then the next check.
     assert raised_at - stop_server.at < 30
+
+
+class PausingOverHTTP(InProcessWeightTransfer):
+    """The weights go in-process, but the pause and resume around them are TRL's HTTP calls (`VLLMClient.pause` and
+    `resume`, timeout 1800 s), as TRL's NCCL `WeightTransferClient` and its LoRA sync make them."""
+
+    def __init__(self, server):
+        from trl.experimental.async_grpo.vllm_client import VLLMClient
+
+        super().__init__(server)
+        self.client = VLLMClient(server.base_url)
+
+    def pause(self):
+        self.client.pause()
+
+    def resume(self):
+        self.client.resume()
+
+
+@pytest.mark.wall_clock_limit(90)
+def test_a_server_that_stops_answering_before_a_weight_sync_stops_training_there(
+    tmp_path, server, model_dir, tokenizer, dataset, real_worker, wall_clock_guard
+):
+    # The server stops answering (everything: requests and /health) at the end of step 2, before its weight sync.
+    # TRL's trainer waits in the sync's pause for 1800 s (the guard fails the test); ours gives up after
+    # vllm_server_timeout and raises, naming the sync, the server and the checkpoint of step 1.
+    stop_server = AtStep(2, lambda trainer: server.stop())
+    trainer = build(
+        tmp_path, server, model_dir, tokenizer, dataset, callbacks=[stop_server], save_strategy="steps",
+        save_steps=1, vllm_server_timeout=3, weight_transfer=PausingOverHTTP(server), **FAULT_SETTINGS,
+    )  # fmt: skip
+    error, raised_at = train_until_failure(trainer, VLLMServerError)
+    print(f"raised {raised_at - stop_server.at:.1f} s after the server stopped")
+    assert str(error).startswith(
+        f"The vLLM server at {server.base_url} stopped answering during the weight sync at the end of training step 2 "
+        f"(VLLMServerUnresponsive: {server.base_url}/health has not answered for "
+    )
+    assert str(error).endswith(
+        "Training cannot continue without it. Restart the server with the same model on the same host and port, "
+        f"then {resume_advice(trainer)}"
+    )
+    assert "checkpoint-1" in str(error) and trainer.state.global_step == 2
+    assert 3 <= raised_at - stop_server.at < 30
 
 
 def test_a_synchronous_checkpoint_still_needs_its_refill_position(tmp_path):

@@ -17,6 +17,7 @@ from trl_ada.faults import (
     VLLMServerError,
     VLLMServerUnresponsive,
     call_watching_health,
+    server_calls_of_one_sync,
     vllm_server_errors,
 )
 
@@ -236,3 +237,91 @@ def test_health_watch_counts_failures_in_a_row_since_the_server_last_answered(he
     watch.check()  # healthy: the clock stops
     health_server.RequestHandlerClass.healthy = False
     watch.check()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The asynchronous trainer's weight sync: the main process's server calls between barriers (issue 23, item 6)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class SyncCalls:
+    """What TRL's main process calls during a weight sync: a pause and resume over HTTP (TRL's own `VLLMClient`
+    calls, timeout 1800 s), and a transfer taking an iterator."""
+
+    def __init__(self, base_url: str) -> None:
+        from trl.experimental.async_grpo.vllm_client import VLLMClient
+
+        self.client = VLLMClient(base_url)
+        self.called: list[str] = []
+
+    def pause(self) -> None:
+        self.called.append("pause")
+        self.client.pause()
+
+    def send_weights(self, iterator) -> str:
+        self.called.append("send_weights")
+        for _ in iterator:
+            pass
+        return "sent"
+
+    def resume(self) -> None:
+        self.called.append("resume")
+        self.client.resume()
+
+
+def _parameters(taken: list[int]):
+    for index in range(3):
+        taken.append(index)  # on another process, a collective (FSDP's full_tensor) each
+        yield f"p{index}", index
+
+
+def test_a_weight_sync_goes_on_without_a_server_that_stopped_answering(frozen_server):
+    calls = SyncCalls(frozen_server.base_url)
+    taken: list[int] = []
+
+    def sync():
+        with server_calls_of_one_sync(
+            [calls], ("pause", "send_weights", "resume"), f"{frozen_server.base_url}/health", timeout=1.0
+        ) as failures:
+            results = [calls.pause(), calls.send_weights(_parameters(taken)), calls.resume()]
+        return failures, results
+
+    start = time.monotonic()
+    outcome = in_thread(sync, 20)
+    failures, results = outcome["value"]
+    # The pause is given up once /health has failed for the timeout (not after TRL's 1800 s); the rest is skipped,
+    # the transfer's iterator drained all the same (the other processes' collectives), and the sync returns.
+    assert 1.0 <= time.monotonic() - start < 10
+    assert [type(failure) for failure in failures] == [VLLMServerUnresponsive]
+    assert "/health has not answered" in str(failures[0])
+    assert calls.called == ["pause"] and results == [None, None, None] and taken == [0, 1, 2]
+    # Closing gives the object its own methods back.
+    assert "pause" not in vars(calls) and calls.send_weights(iter(())) == "sent"
+
+
+def test_a_weight_sync_on_an_answering_server_is_unchanged_and_a_failed_transfer_is_kept(health_server):
+    base_url = f"http://127.0.0.1:{health_server.server_address[1]}"
+    calls = SyncCalls(base_url)
+    calls.client.pause = calls.client.resume = lambda: None  # the health server serves /health only
+    taken: list[int] = []
+    with server_calls_of_one_sync(
+        [calls], ("pause", "send_weights", "resume"), f"{base_url}/health", timeout=1.0
+    ) as failures:
+        assert calls.send_weights(_parameters(taken)) == "sent"
+        calls.pause()
+    assert failures == [] and calls.called == ["send_weights", "pause"]
+
+    def broken_transfer(iterator):
+        next(iterator)
+        raise RuntimeError("Weight sync to the vLLM server failed")
+
+    taken.clear()
+    calls.send_weights = broken_transfer
+    with server_calls_of_one_sync(
+        [calls], ("send_weights", "resume"), f"{base_url}/health", timeout=1.0, in_caller_thread=("send_weights",)
+    ) as failures:
+        assert calls.send_weights(_parameters(taken)) is None
+        calls.resume()
+    assert [str(failure) for failure in failures] == ["Weight sync to the vLLM server failed"]
+    assert taken == [0, 1, 2]  # what the failed transfer left of its iterator was drained
+    assert calls.called == ["send_weights", "pause"]  # resume was skipped

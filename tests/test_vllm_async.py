@@ -130,9 +130,18 @@ def _env(workdir: Path, processes: int) -> dict[str, str]:
     return env
 
 
-def _run(workdir: Path, server, model_dir: Path, sampler: str, processes: int) -> tuple[list[dict], list[dict]]:
-    """Train; (per-process reports, the reward function's calls in the worker)."""
-    name = f"{sampler}-{processes}p"
+def _run(
+    workdir: Path,
+    server,
+    model_dir: Path,
+    sampler: str,
+    processes: int,
+    extra: tuple[str, ...] = (),
+    name: str | None = None,
+    fails: bool = False,
+) -> tuple[list[dict], list[dict]]:
+    """Train (`fails`: the run must exit non-zero); (per-process reports, the reward function's calls in the worker)."""
+    name = name or f"{sampler}-{processes}p"
     run_dir = workdir / name
     shutil.rmtree(run_dir, ignore_errors=True)  # the reward log appends
     # TRL names the adapter of sync N `trl-policy-v<N>` in every run and leaves the last ones loaded.
@@ -146,6 +155,7 @@ def _run(workdir: Path, server, model_dir: Path, sampler: str, processes: int) -
         "--max-staleness", str(MAX_STALENESS),
         "--output-dir", str(run_dir / "out"),
         "--report", str(run_dir / "report.json"),
+        *extra,
     ]  # fmt: skip
     if processes == 1:
         command = [sys.executable, *script_args]
@@ -162,7 +172,7 @@ def _run(workdir: Path, server, model_dir: Path, sampler: str, processes: int) -
     seconds = time.perf_counter() - began
     (run_dir / "stdout.log").write_text(result.stdout)
     (run_dir / "stderr.log").write_text(result.stderr)
-    assert result.returncode == 0, (
+    assert (result.returncode != 0) == fails, (
         f"{name}: exited with {result.returncode}\n{result.stdout[-2000:]}\n{result.stderr[-8000:]}\n"
         f"server log:\n{server.log_tail(30)}"
     )
@@ -398,3 +408,59 @@ def test_trains_against_vllm_serve(workdir, server, model_dir, sampler, processe
         _check_group_advantages(trained, calls, sampler, name)
     versions = Counter(s["version"] for _, s in trained)
     _log(f"{name}: trained {len(trained)} samples in {len(_groups(trained))} groups, versions {dict(versions)}")
+
+
+# The fault run: the server is stopped (SIGSTOP: its sockets stay open, nothing is answered) at the end of this step,
+# right before the step's weight sync; the run must end on every process within `vllm_server_timeout` plus
+# FAULT_MARGIN_S (the other checks, the worker's stop, the interpreter's exit). TRL alone waits in `VLLMClient.pause`
+# (timeout 1800 s) on the main process while the other waits at the sync's barrier.
+FAULT_STEP = 2
+FAULT_SERVER_TIMEOUT_S = 10
+FAULT_MARGIN_S = 40
+
+
+def test_a_server_stopped_before_a_weight_sync_stops_every_process_with_the_server_and_the_checkpoint(
+    workdir, server, model_dir
+):
+    # Last in the module: it stops the module's server, and continues it at the end.
+    name = "server-stopped-2p"
+    fault = (
+        "--save-steps", "1",
+        "--server-timeout", str(FAULT_SERVER_TIMEOUT_S),
+        "--stop-server-pid", str(server.process.pid),
+        "--stop-server-at-step", str(FAULT_STEP),
+    )  # fmt: skip
+    try:
+        reports, _ = _run(workdir, server, model_dir, "seq_balance", 2, extra=fault, name=name, fails=True)
+        ended = time.time()
+    finally:
+        server.thaw()
+    stop = reports[0].get("server_stop")
+    assert stop is not None, f"{name}: the server was not stopped: {reports[0].get('error')}"
+    # Step FAULT_STEP's checkpoint would be saved after its sync: the latest is the step before's.
+    checkpoint = workdir / name / "out" / f"checkpoint-{FAULT_STEP - 1}"
+    assert (checkpoint / "trainer_state.json").is_file(), sorted(p.name for p in checkpoint.parent.iterdir())
+    assert not checkpoint.with_name(f"checkpoint-{FAULT_STEP}").exists()
+    expected_start = (
+        f"The vLLM server at {server.url} stopped answering during the weight sync at the end of training step "
+        f"{FAULT_STEP} (VLLMServerUnresponsive: {server.url}/health has not answered for "
+    )
+    expected_end = (
+        "Training cannot continue without it. Restart the server with the same model on the same host and port, then "
+        f"resume from the latest complete checkpoint, {checkpoint}: `trainer.train(resume_from_checkpoint=True)` "
+        "(`--resume_from_checkpoint true` with scripts/train_ada.py)."
+    )
+    for rank, report in enumerate(reports):
+        error = report.get("error")
+        assert error is not None and error["type"] == "VLLMServerError", f"{name}: rank {rank}: {error}"
+        assert error["message"].startswith(expected_start), f"{name}: rank {rank}: {error['message']}"
+        assert error["message"].endswith(expected_end), f"{name}: rank {rank}: {error['message']}"
+        raised_after = error["time"] - stop["time"]
+        _log(f"{name}: rank {rank} raised {raised_after:.1f} s after the stop")
+        assert FAULT_SERVER_TIMEOUT_S <= raised_after <= FAULT_SERVER_TIMEOUT_S + FAULT_MARGIN_S, (name, rank)
+    assert reports[0]["error"]["message"] == reports[1]["error"]["message"]
+    exited_after = ended - stop["time"]
+    _log(
+        f"{name}: every process exited {exited_after:.1f} s after the stop (vllm_server_timeout {FAULT_SERVER_TIMEOUT_S} s)"
+    )
+    assert exited_after <= FAULT_SERVER_TIMEOUT_S + FAULT_MARGIN_S

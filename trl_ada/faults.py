@@ -60,12 +60,16 @@ def _server_url(trainer: Any) -> str:
     return args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
 
 
-def vllm_server_message(trainer: Any, round_index: int | None, error: BaseException, during: str | None = None) -> str:
-    """What happened (server, round or `during`, step, the client's error) and how to continue."""
+def vllm_server_message(
+    trainer: Any, round_index: int | None, error: BaseException, during: str | None = None, step: int | None = None
+) -> str:
+    """What happened (server, round or `during`, step: the one under way unless given, the client's error) and how
+    to continue."""
     during = during or f"sampling round {round_index}"
+    step = trainer.state.global_step + 1 if step is None else step
     return (
         f"The vLLM server at {_server_url(trainer)} stopped answering during {during} of "
-        f"training step {trainer.state.global_step + 1} ({type(error).__name__}: {error}). Training cannot continue "
+        f"training step {step} ({type(error).__name__}: {error}). Training cannot continue "
         f"without it. Restart the server with the same model on the same host and port, then "
         f"{resume_advice(trainer.args.output_dir)}"
     )
@@ -131,7 +135,9 @@ class HealthWatch:
             )
 
 
-def call_watching_health(call: Callable[[], T], health_url: str, timeout: float) -> T:
+def call_watching_health(
+    call: Callable[[], T], health_url: str, timeout: float, waiting_for: str = "a generation request"
+) -> T:
     """
     `call()`, abandoned with [`VLLMServerUnresponsive`] once `GET health_url` has failed for `timeout` seconds in a row.
 
@@ -150,7 +156,7 @@ def call_watching_health(call: Callable[[], T], health_url: str, timeout: float)
             done.set()
 
     threading.Thread(target=run, name="trl-ada-vllm-request", daemon=True).start()
-    watch = HealthWatch(health_url, timeout)
+    watch = HealthWatch(health_url, timeout, waiting_for)
     while not done.wait(watch.interval):
         try:
             watch.check()
@@ -195,3 +201,67 @@ def vllm_server_errors(trainer: Any, round_index: int) -> Iterator[None]:
         if not (server_mode and _is_server_failure(error)):
             raise
         raise VLLMServerError(vllm_server_message(trainer, round_index, error)) from error
+
+
+_CLASS_METHOD = object()
+
+
+@contextlib.contextmanager
+def server_calls_of_one_sync(
+    targets: list[Any],
+    method_names: tuple[str, ...],
+    health_url: str,
+    timeout: float,
+    in_caller_thread: tuple[str, ...] = (),
+) -> Iterator[list[BaseException]]:
+    """
+    While open, the calls `method_names` of each of `targets` (the main process's server-facing objects during one
+    weight sync) are watched: one is abandoned once `GET health_url` has failed for `timeout` s in a row
+    ([`call_watching_health`]), except those `in_caller_thread`, which run as they are (bounded by their own timeouts).
+    The first call that fails (abandoned or raising) is appended to the yielded list and returns `None`, and every
+    later call is skipped, so that the main process still reaches each barrier of the sync instead of raising between
+    two of them while the other processes wait there. What a failed or skipped call leaves of its iterator arguments is
+    drained (their items may be collectives the other processes take part in). The caller raises the failure after the sync, on every process.
+    Closing restores the objects' own methods.
+    """
+    failures: list[BaseException] = []
+    patched: list[tuple[Any, str, Any]] = []  # (target, name, its own instance attribute or _CLASS_METHOD)
+
+    def watched(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            in_thread = name in in_caller_thread
+            if not failures:
+                try:
+                    if in_thread:
+                        return method(*args, **kwargs)
+                    call_with_arguments = functools.partial(method, *args, **kwargs)
+                    return call_watching_health(
+                        call_with_arguments, health_url, timeout, f"the weight sync's `{name}`"
+                    )
+                except Exception as error:
+                    failures.append(error)
+                    if not in_thread:
+                        return None  # an abandoned call's thread may still be reading its arguments
+            for argument in (*args, *kwargs.values()):  # what a failed or skipped call left of its iterators
+                if isinstance(argument, Iterator):
+                    for _ in argument:
+                        pass
+            return None
+
+        return call
+
+    try:
+        for target in targets:
+            for name in method_names:
+                method = getattr(target, name, None)
+                if callable(method):
+                    patched.append((target, name, vars(target).get(name, _CLASS_METHOD)))
+                    setattr(target, name, watched(name, method))  # an instance attribute, shadowing the method
+        yield failures
+    finally:
+        for target, name, own in reversed(patched):
+            if own is _CLASS_METHOD:
+                delattr(target, name)
+            else:
+                setattr(target, name, own)

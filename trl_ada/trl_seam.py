@@ -499,9 +499,17 @@ __all__ = [
 # | `AsyncGRPOTrainer._trained_groups` | attribute | the set of row ids (samples' `group_id`) the collator trained; TRL's `_save_checkpoint` resumes at `dataset_start_index` + the smallest id not in it, and its epoch stop and `batch/groups_per_step` read its size; `rows_trained_for_the_position` swaps in its union with the rows the worker dropped for the save only, then restores the same set object (the collator holds it) |
 # | `_AsyncRolloutLoop._retry(coro_factory, *, label, max_attempts)` | override (wraps) | every vLLM request goes through it; a failure TRL does not list as retryable ends the loop |
 # | `_AsyncRolloutLoop.reward_funcs`, `reward_func_names`, `vllm_server_url`, `request_timeout` | attributes | what the loop scores with and where it sends requests |
+# | `AsyncGRPOTrainer._sync_weight()`, `vllm_client`, `weight_transfer` | override (wraps), attributes | called at train begin and every `weight_sync_steps` on every process; only the main process calls the server, through `vllm_client` (LoRA: `pause`, `load_lora_adapter`, `resume`, `unload_lora_adapter`) or `weight_transfer` (`pause`, `send_weights(iterator)`, `resume`), between `accelerator.wait_for_everyone()` barriers; ours watches those calls (`WEIGHT_SYNC_CALLS`) and raises a lost server on every process after TRL's sync |
 # | `async_grpo_trainer.AsyncRolloutWorker(...)` | module name | what `AsyncGRPOTrainer.__init__` instantiates (rank 0) when no `rollout_worker` is given |
 # | `async_grpo_trainer.get_peak_flops_per_device(accelerator, dtype)` | module function, 1.15 and 1.16 | called in `__init__`; calls `torch.cuda.get_device_name` even off CUDA, so `install_peak_flops_fallback` wraps it (`None` off CUDA, as TRL returns for an unknown peak) |
 # | `packing.tree_attention`, `packing.register_tree_attention()` | module variable, 1.16 only | `register_tree_attention` (called by `AsyncGRPOTrainer.__init__`) registers whatever `packing.tree_attention` names under `"tree_fa3"`; `trl_ada/async_grpo/tree_attention.py` rebinds it to a plain-torch version without the GPU kernel |
+
+WEIGHT_SYNC_CALLS = ("pause", "send_weights", "resume", "load_lora_adapter", "unload_lora_adapter")
+"""What the main process calls on the server (TRL's `vllm_client` or `weight_transfer`) during `_sync_weight`."""
+WEIGHT_SYNC_CALLS_IN_CALLER_THREAD = ("send_weights",)
+"""Of `WEIGHT_SYNC_CALLS`, those that must run in the trainer's thread: `send_weights` consumes an iterator whose
+items may be collectives (FSDP's `full_tensor`) and moves tensors to the current CUDA device (per thread); TRL bounds
+its HTTP side by `weight_sync_timeout`."""
 
 ASYNC_PINNED_SOURCES: dict[str, dict[str, str]] = {
     "_AsyncRolloutLoop._repeat_iterator": {

@@ -12,12 +12,19 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from accelerate.utils import broadcast_object_list
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from .. import trl_seam
 from ..card import ASYNC_TRAINER_NAME, write_trainer_card
 from ..checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state
-from ..faults import VLLMServerError, VLLMServerUnresponsive, resume_advice, vllm_server_message
+from ..faults import (
+    VLLMServerError,
+    VLLMServerUnresponsive,
+    resume_advice,
+    server_calls_of_one_sync,
+    vllm_server_message,
+)
 from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
 from ..trainer import AdaGRPOTrainer
@@ -27,6 +34,9 @@ from .rollout import AdaAsyncRolloutWorker, AsyncRolloutWorker, AsyncSampling, R
 logger = logging.getLogger(__name__)
 
 _ASYNC_INIT_SIGNATURE = inspect.signature(AsyncGRPOTrainer.__init__)
+
+RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
+"""Set (True) on a `VLLMServerError` that every process raises at the same point (`_sync_weight`)."""
 
 WORKER_STATE_NAME = ".ada_worker_sampler_state.json"
 """File in `output_dir` where the rollout worker keeps its sampler's latest state; each checkpoint copies it."""
@@ -176,6 +186,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             args = AdaAsyncGRPOConfig.from_async_config(args)
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
         self._dropped_row_ids: set[int] = set()  # rows the worker finished without a sample (`_dropped_rows`)
+        self._weight_syncs = 0  # in this run (`_sync_weight`)
         allow_cpu()
         uniform = args.sampler == "uniform"
         worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
@@ -253,12 +264,23 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     def train(self, *args: Any, **kwargs: Any) -> Any:
         # Row ids restart at 0 from each run's `dataset_start_index`: rows dropped by a previous run name other rows.
         self._dropped_row_ids = set()
+        self._weight_syncs = 0  # in this run (`_sync_weight`)
         path = self.ada_sampling.dropped_rows_path
         if path is not None and self.accelerator.is_main_process:
             for stale in (path, f"{path}.taken"):
                 if os.path.exists(stale):
                     os.remove(stale)
-        return super().train(*args, **kwargs)
+        try:
+            return super().train(*args, **kwargs)
+        except VLLMServerError as error:
+            if not getattr(error, RAISED_ON_EVERY_PROCESS, False):
+                raise
+            # Every process raises it (`_sync_weight`), and the main process stops its rollout worker first (TRL's
+            # `finally`, seconds on a frozen server). No process leaves before the others: torchrun kills the rest
+            # once one exits, which cut the main process's error off before it was printed.
+            if self.accelerator.num_processes > 1:
+                self.accelerator.wait_for_everyone()
+            raise
 
     def _dropped_rows(self) -> set[int]:
         """The rows (TRL's row ids, as `_trained_groups`) the worker has handed over as finished without a sample."""
@@ -274,6 +296,36 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             self._dropped_row_ids.update(json.load(f)["rows"])
         os.remove(taken)
         return self._dropped_row_ids
+
+    # -- a server lost during a weight sync ----------------------------------------------------------------------
+    # Only the main process talks to the server during TRL's sync (pause, the transfer or the adapter's load, resume),
+    # with timeouts of up to 1800 s, between barriers that the other processes wait at: a frozen server held the run
+    # for as long. Here each of those calls gives up once the server's /health has failed for `vllm_server_timeout`,
+    # the main process goes on through the sync's barriers without the server, and then every process raises the same
+    # `VLLMServerError` (the main process's failure, broadcast).
+
+    def _sync_weight(self) -> None:
+        servers = (getattr(self, "vllm_client", None), getattr(self, "weight_transfer", None))
+        health_url = f"{self.args.vllm_server_base_url.rstrip('/')}/health"
+        timeout = float(self.args.vllm_server_timeout)
+        targets = [server for server in servers if server is not None] if self.accelerator.is_main_process else []
+        with server_calls_of_one_sync(
+            targets, trl_seam.WEIGHT_SYNC_CALLS, health_url, timeout, trl_seam.WEIGHT_SYNC_CALLS_IN_CALLER_THREAD
+        ) as failures:
+            super()._sync_weight()
+        first_sync = self._weight_syncs == 0  # TRL's cold sync at train begin, before step `global_step + 1`
+        self._weight_syncs += 1
+        message = None
+        if failures:
+            during = "the first weight sync" if first_sync else "the weight sync at the end"
+            step = None if first_sync else self.state.global_step
+            message = vllm_server_message(self, None, failures[0], during=during, step=step)
+        if self.accelerator.num_processes > 1:
+            (message,) = broadcast_object_list([message], from_process=0)
+        if message is not None:
+            error = VLLMServerError(message)
+            setattr(error, RAISED_ON_EVERY_PROCESS, True)
+            raise error from (failures[0] if failures else None)
 
     # -- the model card (and the resume position) --------------------------------------------------------------------
 
