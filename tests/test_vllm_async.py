@@ -32,6 +32,10 @@ What is checked, from the per-process reports (see the script's docstring for wh
   `max_staleness` (TRL's staleness rule; older samples taken were dropped, never trained), and at most
   `max_staleness + 1` behind the trainer's version at the optimizer step that trained it (accelerate's dispatcher
   fetches one micro-batch ahead); the expected number of steps ran on every process.
+
+Last, a fault: the server is SIGSTOPped at the end of step 2, right before its weight sync, on two processes; both
+raise the same `VLLMServerError` (the sync, the step, the server, the checkpoint of step 1) within
+`vllm_server_timeout` plus a margin, and exit.
 """
 
 from __future__ import annotations
