@@ -136,7 +136,7 @@ def _dataset(seed: int):
     """Levels 0-2 (the tiny model is right about half the time: most groups have a signal), one row per prompt."""
     from trl_ada.tasks.arithmetic import make_dataset
 
-    dataset = make_dataset(64, seed=seed, levels=[0, 1, 2])
+    dataset = make_dataset(128, seed=seed, levels=[0, 1, 2])  # 118 distinct: more than a DAPO run scores
     seen: set[str] = set()
     unique = [i for i, p in enumerate(dataset["prompt"]) if not (p in seen or seen.add(p))]
     # Distinct prompts, so a pool's draws are found in the reward log by prompt text.
