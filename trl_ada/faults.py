@@ -221,8 +221,8 @@ def server_calls_of_one_sync(
     The first call that fails (abandoned or raising) is appended to the yielded list and returns `None`, and every
     later call is skipped, so that the main process still reaches each barrier of the sync instead of raising between
     two of them while the other processes wait there. What a failed or skipped call leaves of its iterator arguments is
-    drained (their items may be collectives the other processes take part in). The caller raises the failure after the sync, on every process.
-    Closing restores the objects' own methods.
+    drained (their items may be collectives the other processes take part in). The caller raises the failure after
+    the sync, on every process. Closing restores the objects' own methods.
     """
     failures: list[BaseException] = []
     patched: list[tuple[Any, str, Any]] = []  # (target, name, its own instance attribute or _CLASS_METHOD)
