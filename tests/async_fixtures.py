@@ -12,6 +12,8 @@ None of them runs on CPU CI, so these fixtures stand in, through the trainer's o
   trainer asks them when `token_budget` is unset), `GET /server_info` and `POST /pause`, `/resume`. It records every
   request, can delay an answer per completion token (so short completions return first, as on an engine), and swaps
   its weights with [`FakeCompletionsServer.load_state_dict`] (thread-safe; counted in `weight_version`).
+- [`FaultyServer`]: the fake server, able to die, freeze (`/v1/completions` never answers) or stop (nothing
+  answers, as a SIGSTOPped server), for the fault tests.
 - [`InProcessWeightTransfer`]: TRL's `WeightTransferProtocol`, loading the tensors the trainer streams
   (`_iter_vllm_named_params` names, which are the HF model's own parameter names) into the fake server's model, so
   the served policy really changes at every sync.
@@ -421,6 +423,63 @@ class FakeCompletionsServer:
 # ---------------------------------------------------------------------------------------------------------------------
 # Weight transfer into the fake server
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+class FaultyServer(FakeCompletionsServer):
+    """The fake server, able to die ([`kill`]: the port refuses connections and open ones are dropped unanswered),
+    freeze ([`freeze`]: `/v1/completions` never answers, while `/health` still does, as a stuck engine's) or stop
+    ([`stop`]: it accepts connections and answers nothing at all, as a SIGSTOPped server)."""
+
+    def __init__(self, *args, **kwargs):
+        self.dead = False
+        self._frozen = threading.Event()
+        self._stopped = threading.Event()
+        self._thaw = threading.Event()
+        super().__init__(*args, **kwargs)
+        self._http.handle_error = lambda request, client_address: None  # a thawed answer to a closed socket: quiet
+
+    def kill(self) -> None:
+        self.dead = True
+        self._http.shutdown()
+        self._http.server_close()
+
+    def freeze(self) -> None:
+        self._frozen.set()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def close(self) -> None:
+        self._thaw.set()
+        super().close()
+
+    def _complete(self, payload):
+        if self._frozen.is_set():
+            self._thaw.wait()
+            return 503, {"error": "frozen"}
+        return super()._complete(payload)
+
+    def _handler_class(self):
+        server = self
+
+        class Handler(super()._handler_class()):
+            def do_GET(self):
+                if server._stopped.is_set():
+                    server._thaw.wait()
+                if server.dead or server._stopped.is_set():  # a keep-alive connection still open: dropped, unanswered
+                    self.close_connection = True
+                    return
+                super().do_GET()
+
+            def do_POST(self):
+                if server._stopped.is_set():
+                    server._thaw.wait()
+                if server.dead or server._stopped.is_set():
+                    self.close_connection = True
+                    return
+                super().do_POST()
+
+        return Handler
 
 
 class InProcessWeightTransfer:

@@ -25,7 +25,6 @@ import json
 import multiprocessing
 import os
 import signal
-import threading
 import time
 import traceback
 
@@ -36,7 +35,7 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("trl.experimental.async_grpo.packing", reason="TRL's async trainer trains on CPU from 1.16")
 
 from async_fixtures import (
-    FakeCompletionsServer,
+    FaultyServer,
     InProcessWeightTransfer,
     ThreadRolloutWorker,
     chat_tokenizer,
@@ -74,63 +73,6 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def dataset():
     return conversational(make_dataset(48, seed=0, levels=[0, 1, 2, 3]))
-
-
-class FaultyServer(FakeCompletionsServer):
-    """The fake server, able to die ([`kill`]: the port refuses connections and open ones are dropped unanswered),
-    freeze ([`freeze`]: `/v1/completions` never answers, while `/health` still does, as a stuck engine's) or stop
-    ([`stop`]: it accepts connections and answers nothing at all, as a SIGSTOPped server)."""
-
-    def __init__(self, *args, **kwargs):
-        self.dead = False
-        self._frozen = threading.Event()
-        self._stopped = threading.Event()
-        self._thaw = threading.Event()
-        super().__init__(*args, **kwargs)
-        self._http.handle_error = lambda request, client_address: None  # a thawed answer to a closed socket: quiet
-
-    def kill(self) -> None:
-        self.dead = True
-        self._http.shutdown()
-        self._http.server_close()
-
-    def freeze(self) -> None:
-        self._frozen.set()
-
-    def stop(self) -> None:
-        self._stopped.set()
-
-    def close(self) -> None:
-        self._thaw.set()
-        super().close()
-
-    def _complete(self, payload):
-        if self._frozen.is_set():
-            self._thaw.wait()
-            return 503, {"error": "frozen"}
-        return super()._complete(payload)
-
-    def _handler_class(self):
-        server = self
-
-        class Handler(super()._handler_class()):
-            def do_GET(self):
-                if server._stopped.is_set():
-                    server._thaw.wait()
-                if server.dead or server._stopped.is_set():  # a keep-alive connection still open: dropped, unanswered
-                    self.close_connection = True
-                    return
-                super().do_GET()
-
-            def do_POST(self):
-                if server._stopped.is_set():
-                    server._thaw.wait()
-                if server.dead or server._stopped.is_set():
-                    self.close_connection = True
-                    return
-                super().do_POST()
-
-        return Handler
 
 
 @pytest.fixture

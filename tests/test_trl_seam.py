@@ -1,7 +1,11 @@
 """The TRL seam: every private TRL touchpoint goes through `trl_ada/trl_seam.py`, which refuses unsupported TRLs."""
 
+import ast
+import inspect
 import logging
+import pickle
 import re
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -10,6 +14,7 @@ from packaging.specifiers import SpecifierSet
 from trl import GRPOTrainer
 
 from trl_ada import trl_seam
+from trl_ada.faults import VLLMServerError
 
 PACKAGE = Path(trl_seam.__file__).parent
 
@@ -133,3 +138,30 @@ def test_every_private_name_of_trls_async_trainer_we_touch_is_in_the_seams_table
             if name in trl_private and name not in ours and not re.search(rf"\b{name}\b", table):
                 untabled.append(f"{path.name}: {name}")
     assert not untabled, f"TRL private names used by trl_ada.async_grpo but not in trl_seam's table: {untabled}"
+
+
+def test_an_error_broadcast_to_the_processes_waiting_for_a_batch_is_raised_where_it_is_received():
+    # What `fail_the_processes_waiting_for_a_batch` sends: each receiving process unpickles it, which raises a copy
+    # (type, message, attributes) there. tests/test_async_multiprocess.py runs it on two processes.
+    error = VLLMServerError("The vLLM server at http://h:8000 stopped answering during generation of training step 3.")
+    error.raised_on_every_process = True
+    sent = pickle.dumps(trl_seam._RaisedWhenReceived(error))
+    with pytest.raises(VLLMServerError) as received:
+        pickle.loads(sent)
+    assert str(received.value) == str(error) and received.value.raised_on_every_process is True
+
+
+def test_accelerates_dispatcher_broadcasts_the_number_of_objects_the_seam_sends_in_their_place():
+    # The other processes wait in `broadcast_object_list(batch_info)`: a list of another length would not match.
+    from accelerate.data_loader import DataLoaderDispatcher
+
+    source = textwrap.dedent(inspect.getsource(DataLoaderDispatcher._fetch_batches))
+    lengths = {
+        len(node.value.elts)
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Assign)
+        and any(isinstance(target, ast.Name) and target.id == "batch_info" for target in node.targets)
+        and isinstance(node.value, ast.List)
+    }
+    assert lengths == {trl_seam.DISPATCHED_BATCH_INFO_ITEMS}, lengths
+    assert "broadcast_object_list(batch_info)" in source

@@ -33,9 +33,10 @@ What is checked, from the per-process reports (see the script's docstring for wh
   `max_staleness + 1` behind the trainer's version at the optimizer step that trained it (accelerate's dispatcher
   fetches one micro-batch ahead); the expected number of steps ran on every process.
 
-Last, a fault: the server is SIGSTOPped at the end of step 2, right before its weight sync, on two processes; both
-raise the same `VLLMServerError` (the sync, the step, the server, the checkpoint of step 1) within
-`vllm_server_timeout` plus a margin, and exit.
+Last, two faults on two processes: the server is SIGSTOPped at the end of step 2, right before its weight sync (both
+processes raise the same `VLLMServerError`: the sync, the step, the server, the checkpoint of step 1), or with no
+sync after it (the worker finds it lost while the trainer waits for samples: the same error on both, naming the step
+that waited and the checkpoint before it); either within `vllm_server_timeout` plus a margin, and every process exits.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -414,25 +416,30 @@ def test_trains_against_vllm_serve(workdir, server, model_dir, sampler, processe
     _log(f"{name}: trained {len(trained)} samples in {len(_groups(trained))} groups, versions {dict(versions)}")
 
 
-# The fault run: the server is stopped (SIGSTOP: its sockets stay open, nothing is answered) at the end of this step,
-# right before the step's weight sync; the run must end on every process within `vllm_server_timeout` plus
-# FAULT_MARGIN_S (the other checks, the worker's stop, the interpreter's exit). TRL alone waits in `VLLMClient.pause`
-# (timeout 1800 s) on the main process while the other waits at the sync's barrier.
+# The fault runs: the server is stopped (SIGSTOP: its sockets stay open, nothing is answered) at the end of step
+# FAULT_STEP, either right before that step's weight sync (`weight_sync`; TRL alone waits in `VLLMClient.pause`,
+# timeout 1800 s, on the main process while the other waits at the sync's barrier), or with no sync after it
+# (`generation`: `--weight-sync-steps` past the run, so the worker finds it lost while the trainer trains on what was
+# queued, then waits for samples; before, only the main process raised, and the other waited for its batch until
+# gloo's "Connection closed by peer" or torchrun's SIGTERM). Either way the run must end on every process, with the
+# same error, within `vllm_server_timeout` plus FAULT_MARGIN_S (the other checks, the worker's stop, the exit).
 FAULT_STEP = 2
 FAULT_SERVER_TIMEOUT_S = 10
 FAULT_MARGIN_S = 40
+FAULTS = {"weight_sync": (), "generation": ("--weight-sync-steps", "1000", "--steps", "1000")}
+"""Each fault run's further arguments: `generation` runs past what the worker had queued when the server stopped."""
 
 
-def test_a_server_stopped_before_a_weight_sync_stops_every_process_with_the_server_and_the_checkpoint(
-    workdir, server, model_dir
-):
+@pytest.mark.parametrize("where", FAULTS)
+def test_a_stopped_server_stops_every_process_with_the_server_and_the_checkpoint(workdir, server, model_dir, where):
     # Last in the module: it stops the module's server, and continues it at the end.
-    name = "server-stopped-2p"
+    name = f"server-stopped-{where}-2p"
     fault = (
         "--save-steps", "1",
         "--server-timeout", str(FAULT_SERVER_TIMEOUT_S),
         "--stop-server-pid", str(server.process.pid),
         "--stop-server-at-step", str(FAULT_STEP),
+        *FAULTS[where],
     )  # fmt: skip
     try:
         reports, _ = _run(workdir, server, model_dir, "seq_balance", 2, extra=fault, name=name, fails=True)
@@ -441,14 +448,23 @@ def test_a_server_stopped_before_a_weight_sync_stops_every_process_with_the_serv
         server.thaw()
     stop = reports[0].get("server_stop")
     assert stop is not None, f"{name}: the server was not stopped: {reports[0].get('error')}"
-    # Step FAULT_STEP's checkpoint would be saved after its sync: the latest is the step before's.
-    checkpoint = workdir / name / "out" / f"checkpoint-{FAULT_STEP - 1}"
+    message = reports[0]["error"]["message"]
+    if where == "weight_sync":
+        # Step FAULT_STEP's checkpoint would be saved after its sync: the latest is the step before's.
+        failed_step = FAULT_STEP
+        expected_start = f"during the weight sync at the end of training step {FAULT_STEP} (VLLMServerUnresponsive: "
+        expected_start += f"{server.url}/health has not answered for "
+    else:
+        # The queued samples train on for a step or more; it fails in the step that waits for samples.
+        found = re.search(r"during generation of training step (\d+) \(VLLMServerUnresponsive: ", message)
+        assert found, f"{name}: {message}"
+        failed_step = int(found.group(1))
+        assert failed_step > FAULT_STEP, message
+        expected_start = found.group(0)
+    checkpoint = workdir / name / "out" / f"checkpoint-{failed_step - 1}"
     assert (checkpoint / "trainer_state.json").is_file(), sorted(p.name for p in checkpoint.parent.iterdir())
-    assert not checkpoint.with_name(f"checkpoint-{FAULT_STEP}").exists()
-    expected_start = (
-        f"The vLLM server at {server.url} stopped answering during the weight sync at the end of training step "
-        f"{FAULT_STEP} (VLLMServerUnresponsive: {server.url}/health has not answered for "
-    )
+    assert not checkpoint.with_name(f"checkpoint-{failed_step}").exists()
+    expected_start = f"The vLLM server at {server.url} stopped answering {expected_start}"
     expected_end = (
         "Training cannot continue without it. Restart the server with the same model on the same host and port, then "
         f"resume from the latest complete checkpoint, {checkpoint}: `trainer.train(resume_from_checkpoint=True)` "
@@ -457,6 +473,7 @@ def test_a_server_stopped_before_a_weight_sync_stops_every_process_with_the_serv
     for rank, report in enumerate(reports):
         error = report.get("error")
         assert error is not None and error["type"] == "VLLMServerError", f"{name}: rank {rank}: {error}"
+        assert error["on_every_process"], f"{name}: rank {rank}: {error}"
         assert error["message"].startswith(expected_start), f"{name}: rank {rank}: {error['message']}"
         assert error["message"].endswith(expected_end), f"{name}: rank {rank}: {error['message']}"
         raised_after = error["time"] - stop["time"]

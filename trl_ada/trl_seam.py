@@ -500,6 +500,7 @@ __all__ = [
 # | `_AsyncRolloutLoop._retry(coro_factory, *, label, max_attempts)` | override (wraps) | every vLLM request goes through it; a failure TRL does not list as retryable ends the loop |
 # | `_AsyncRolloutLoop.reward_funcs`, `reward_func_names`, `vllm_server_url`, `request_timeout` | attributes | what the loop scores with and where it sends requests |
 # | `AsyncGRPOTrainer._sync_weight()`, `vllm_client`, `weight_transfer` | override (wraps), attributes | called at train begin and every `weight_sync_steps` on every process; only the main process calls the server, through `vllm_client` (LoRA: `pause`, `load_lora_adapter`, `resume`, `unload_lora_adapter`) or `weight_transfer` (`pause`, `send_weights(iterator)`, `resume`), between `accelerator.wait_for_everyone()` barriers; ours watches those calls (`WEIGHT_SYNC_CALLS`) and raises a lost server on every process after TRL's sync |
+# | `AsyncGRPOTrainer.get_train_dataloader()`, accelerate's `DataLoaderDispatcher` | override (wraps), behaviour | TRL's dataset is the main process's rollout queue (the others get an empty one) and accelerate dispatches each batch from it (`DataLoaderDispatcher`, checked by `batches_are_dispatched`); the dispatcher fetches a batch ahead, so while the main process waits for samples (where TRL calls `rollout_worker.check_health` every 5 s without one) every other process waits in the `broadcast_object_list` of `_fetch_batches`' `DISPATCHED_BATCH_INFO_ITEMS` objects (`[structure, stop]`, accelerate 1.x), which `fail_the_processes_waiting_for_a_batch` answers |
 # | `async_grpo_trainer.AsyncRolloutWorker(...)` | module name | what `AsyncGRPOTrainer.__init__` instantiates (rank 0) when no `rollout_worker` is given |
 # | `async_grpo_trainer.get_peak_flops_per_device(accelerator, dtype)` | module function, 1.15 and 1.16 | called in `__init__`; calls `torch.cuda.get_device_name` even off CUDA, so `install_peak_flops_fallback` wraps it (`None` off CUDA, as TRL returns for an unknown peak) |
 # | `packing.tree_attention`, `packing.register_tree_attention()` | module variable, 1.16 only | `register_tree_attention` (called by `AsyncGRPOTrainer.__init__`) registers whatever `packing.tree_attention` names under `"tree_fa3"`; `trl_ada/async_grpo/tree_attention.py` rebinds it to a plain-torch version without the GPU kernel |
@@ -510,6 +511,50 @@ WEIGHT_SYNC_CALLS_IN_CALLER_THREAD = ("send_weights",)
 """Of `WEIGHT_SYNC_CALLS`, those that must run in the trainer's thread: `send_weights` consumes an iterator whose
 items may be collectives (FSDP's `full_tensor`) and moves tensors to the current CUDA device (per thread); TRL bounds
 its HTTP side by `weight_sync_timeout`."""
+
+DISPATCHED_BATCH_INFO_ITEMS = 2
+"""How many objects accelerate's `DataLoaderDispatcher._fetch_batches` broadcasts from the main process per batch (the
+batch's structure and the stop flag), which every other process waits to receive."""
+
+
+def batches_are_dispatched(dataloader: Any) -> bool:
+    """Whether `dataloader` (prepared by accelerate) hands every process its slice of batches the main process
+    fetches (`DataLoaderDispatcher`), as TRL's asynchronous trainer needs: its other processes have no data."""
+    from accelerate.data_loader import DataLoaderDispatcher
+
+    return isinstance(dataloader, DataLoaderDispatcher)
+
+
+def _raise_received(error_type: type[BaseException], args: tuple, attributes: dict[str, Any]) -> None:
+    error = error_type(*args)
+    error.__dict__.update(attributes)
+    raise error
+
+
+class _RaisedWhenReceived:
+    """An error sent in a broadcast: unpickling it (in each receiving process) raises a copy of it there."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __reduce__(self) -> tuple:
+        return _raise_received, (type(self.error), self.error.args, dict(vars(self.error)))
+
+
+def fail_the_processes_waiting_for_a_batch(error: BaseException) -> None:
+    """
+    On the main process, while it fetches a batch from TRL's rollout queue: make every other process raise `error`
+    (its type, arguments and attributes; not its traceback or cause, which stay on the main process) where it waits
+    for that batch. They wait in the dispatcher's broadcast of the batch's structure; this sends them, in its place,
+    an object whose unpickling raises. Raising on the main process alone would leave them waiting until the process
+    group's timeout (30 min) or until torchrun kills them, without saying why. The main process raises `error` itself
+    after this returns.
+    """
+    from accelerate.utils import broadcast_object_list
+
+    items = [_RaisedWhenReceived(error)] + [True] * (DISPATCHED_BATCH_INFO_ITEMS - 1)
+    broadcast_object_list(items, from_process=0)
+
 
 ASYNC_PINNED_SOURCES: dict[str, dict[str, str]] = {
     "_AsyncRolloutLoop._repeat_iterator": {

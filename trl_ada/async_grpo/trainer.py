@@ -36,7 +36,8 @@ logger = logging.getLogger(__name__)
 _ASYNC_INIT_SIGNATURE = inspect.signature(AsyncGRPOTrainer.__init__)
 
 RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
-"""Set (True) on a `VLLMServerError` that every process raises at the same point (`_sync_weight`)."""
+"""Set (True) on an error that every process raises at the same point: a lost server in `_sync_weight`, or a failed
+rollout worker found while the trainer waits for samples (`_explain_worker_failures`)."""
 
 WORKER_STATE_NAME = ".ada_worker_sampler_state.json"
 """File in `output_dir` where the rollout worker keeps its sampler's latest state; each checkpoint copies it."""
@@ -187,6 +188,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
         self._dropped_row_ids: set[int] = set()  # rows the worker finished without a sample (`_dropped_rows`)
         self._weight_syncs = 0  # in this run (`_sync_weight`)
+        self._batches_dispatched = False  # set by `get_train_dataloader`
         allow_cpu()
         uniform = args.sampler == "uniform"
         worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
@@ -208,6 +210,8 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         # TRL's trainer calls `worker.check_health` each time it has waited 5 s for a sample; its errors ("Rollout
         # worker child has failed; see chained exception.") name neither what failed, nor the server, nor where to
         # resume from. `worker_failure` does, with TRL's error chained.
+        # It is called while the main process fetches a batch, which the other processes wait to receive: they get
+        # the same error there (`fail_the_processes_waiting_for_a_batch`), not a hang until torchrun kills them.
         check_health = worker.check_health
 
         @functools.wraps(check_health)
@@ -215,9 +219,23 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             try:
                 check_health(stale_after_s)
             except Exception as error:
-                raise worker_failure(self, error) from error
+                failure = worker_failure(self, error)
+                if self.accelerator.num_processes > 1 and self._batches_dispatched:
+                    setattr(failure, RAISED_ON_EVERY_PROCESS, True)
+                    try:
+                        trl_seam.fail_the_processes_waiting_for_a_batch(failure)
+                    except Exception as unsent:  # another process is gone already: no barrier to wait at then
+                        setattr(failure, RAISED_ON_EVERY_PROCESS, False)
+                        logger.error("The other processes could not be told (%s: %s).", type(unsent).__name__, unsent)
+                raise failure from error
 
         worker.check_health = explained_check_health
+
+    def get_train_dataloader(self) -> Any:
+        dataloader = super().get_train_dataloader()
+        # Only a dispatched batch has the other processes waiting in the broadcast that a worker failure answers.
+        self._batches_dispatched = trl_seam.batches_are_dispatched(dataloader)
+        return dataloader
 
     # -- the sampler's state in checkpoints --------------------------------------------------------------------------
     # The sampler lives in the rollout worker (its own process), which writes its state after every generation batch
@@ -272,12 +290,12 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
                     os.remove(stale)
         try:
             return super().train(*args, **kwargs)
-        except VLLMServerError as error:
+        except Exception as error:
             if not getattr(error, RAISED_ON_EVERY_PROCESS, False):
                 raise
-            # Every process raises it (`_sync_weight`), and the main process stops its rollout worker first (TRL's
-            # `finally`, seconds on a frozen server). No process leaves before the others: torchrun kills the rest
-            # once one exits, which cut the main process's error off before it was printed.
+            # Every process raises it (`_sync_weight`, `_explain_worker_failures`), and the main process stops its
+            # rollout worker first (TRL's `finally`, seconds on a frozen server). No process leaves before the others:
+            # torchrun kills the rest once one exits, which cut the main process's error off before it was printed.
             if self.accelerator.num_processes > 1:
                 self.accelerator.wait_for_everyone()
             raise
