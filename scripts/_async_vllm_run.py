@@ -35,8 +35,9 @@ re-raises.
 
 Fault injection (rank 0): `--stop-server-pid PID --stop-server-at-step N` stops the server's process group (SIGSTOP:
 its sockets stay open and nothing is answered, as a stuck host) at the end of optimizer step N, before that step's
-weight sync (if `--weight-sync-steps` has one there). The report's `server_stop` says when. `--server-timeout` and `--save-steps` set `vllm_server_timeout` and
-checkpointing (default: none). The caller continues (SIGCONT) or kills the server afterwards.
+weight sync (if `--weight-sync-steps` has one there). The report's `server_stop` says when. `--server-timeout` and
+`--save-steps` set `vllm_server_timeout` and checkpointing (default: none). The caller continues (SIGCONT) or kills
+the server afterwards.
 """
 
 from __future__ import annotations
