@@ -251,7 +251,7 @@ def test_finite_smoke_run(bench, tmp_path, monkeypatch):
     argv = [
         "--out", str(out), "--train_data", str(train_path), "--heldout_data", str(heldout_path),
         "--epochs", "2", "--prompts_per_step", "8", "--eval_every", "2", "--eval_samples", "2",
-        "--methods", "grpo_n4", "seq_balance", "--seeds", "0", "1", "--jobs", "1", "--learning_rate", "1e-4",
+        "--methods", "grpo_n4", "seq_balance", "--seeds", "0", "1", "--jobs", "2", "--learning_rate", "1e-4",
     ]  # fmt: skip
     assert bench.main(argv) == 0
 
