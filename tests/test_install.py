@@ -1,8 +1,8 @@
 """The installed package: `pip install` of the built wheel (not editable) runs the main job without the repository,
 ships what that job needs, and leaves a user's torch/TRL stack alone.
 
-Each test builds the wheel from a copy of this checkout and installs it into a fresh virtualenv that sees the main
-environment's packages (`--system-site-packages`), so nothing large is downloaded.
+Each test builds the wheel from a copy of this checkout and installs it into a fresh virtualenv that sees the packages
+of the environment running the tests (a virtualenv or not; see `make_venv`), so nothing large is downloaded.
 """
 
 import email.parser
@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import zipfile
@@ -75,12 +76,37 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def make_venv(path: Path) -> Path:
-    """A fresh virtualenv over the main environment's packages; its `python -m pip` is the main environment's pip,
-    installing into the virtualenv."""
-    subprocess.run(
-        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True, timeout=120
+    """A fresh virtualenv over the packages of the environment running the tests; its `python -m pip` is that
+    environment's pip, installing into the virtualenv.
+
+    Not `--system-site-packages`: from inside a virtualenv (as the README's commands run) that sees the *base*
+    interpreter's packages, not the running virtualenv's (no torch, no TRL). A `.pth` file adds the running
+    interpreter's own site directories instead, after the new virtualenv's, with `site.addsitedir` so their `.pth`
+    files are processed as `--system-site-packages` would; the same whether the tests run in a virtualenv or not."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    python = path / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    (Path(purelib) / "_outer_environment.pth").write_text(
+        "".join(f"import site; site.addsitedir({directory!r})\n" for directory in site.getsitepackages())
     )
-    return path / "bin" / "python"
+    return python
+
+
+def test_throwaway_virtualenv_sees_the_packages_of_the_environment_running_the_tests(tmp_path):
+    # From a virtualenv (the README's set-up), `--system-site-packages` saw the base interpreter's packages: no torch.
+    python = make_venv(tmp_path / "venv")
+    probe = "import importlib.util as u, json, sys; print(json.dumps([sys.prefix, u.find_spec('trl').origin]))"
+    result = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    prefix, trl_origin = json.loads(result.stdout)
+    assert Path(prefix) == tmp_path / "venv"  # pip installs into the throwaway virtualenv...
+    assert trl_origin == importlib.util.find_spec("trl").origin  # ... over this environment's TRL
 
 
 @pytest.fixture(scope="module")
