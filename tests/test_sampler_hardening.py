@@ -1,6 +1,7 @@
 """Upgrading a plain `GRPOConfig` never rejects a config that `GRPOTrainer` accepts, and keeps every value set."""
 
 import logging
+import math
 import random
 from dataclasses import fields
 
@@ -180,3 +181,38 @@ def test_the_continuous_schedule_stops_an_unscorable_prompt_too():
         step.complete(prompt, draw, NAN)
     assert step.done and step.to_submit() == []
     assert len(step.finish().pools[0]) == 8
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Weight clips are finite: an infinite max_weight made NaN advantages (issue 32, item 18)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0.0, -1.0])
+@pytest.mark.parametrize("name", ["max_weight", "est_epsilon"])
+def test_weight_clips_must_be_positive_and_finite(tmp_path, name, value):
+    sampler = "est" if name == "est_epsilon" else "seq_balance"
+    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):
+        SamplerSettings(sampler=sampler, **{name: value}).validated()
+    with pytest.raises(ValueError, match=f"{name} must be a positive finite number"):  # at config time, too
+        AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", sampler=sampler, **{name: value})
+
+
+def test_the_largest_finite_max_weight_keeps_advantages_finite():
+    # A graded reward below the threshold (p̂ = 0, yet a signal) under the log objective: its weight is the clip.
+    settings = SamplerSettings(
+        sampler="seq_balance",
+        objective="log",
+        max_weight=1e300,
+        num_generations=4,
+        round_size=4,
+        max_rounds=1,
+        positive_quota=1,
+        negative_quota=1,
+        scale_rewards="none",
+    )
+    step = build_sampler(settings.validated()).begin(2)
+    step.observe(step.requests(), [0.1, 0.3, 0.2, 0.4, 1.0, 0.0, 1.0, 0.0])
+    hard, mixed = step.finish().prompts
+    assert all(math.isfinite(a) for a in hard.advantages + mixed.advantages)
+    assert hard.weight > 1.0 and mixed.weight > 0.0  # the other prompt keeps a (small) weight

@@ -163,9 +163,11 @@ class SamplerFields:
     max_weight: float = knob(
         10.0,
         "Upper clip of the per-prompt weight `w(p̂)`, applied before normalisation. Needed because 1/p̂ is unbounded "
-        "as p̂ → 0.",
-        check=lambda v: v > 0.0,
-        requirement="must be positive",
+        "as p̂ → 0. Positive and finite.",
+        check=_positive_finite,
+        requirement="must be a positive finite number (it bounds 1/p̂, which is infinite at p̂ = 0: an infinite "
+        "clip gives such a prompt an infinite weight, NaN advantages and, after normalisation, every other prompt a "
+        "zero weight); use e.g. the default 10.0",
     )
     normalize_weights: bool = knob(
         True,
@@ -288,8 +290,8 @@ class SamplerFields:
     est_epsilon: float = knob(
         0.01,
         "`ε` in the residual weight, which keeps it finite when a pool has no positive.",
-        check=lambda v: v > 0.0,
-        requirement="must be positive",
+        check=_positive_finite,
+        requirement="must be a positive finite number",
     )
     est_train_on: str = knob(
         "all",
