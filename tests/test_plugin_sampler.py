@@ -122,3 +122,69 @@ def test_the_readme_shows_the_example_file_verbatim():
     section = readme.split("## Write your own sampler", 1)[1].split("\n## ", 1)[0]
     block = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert block == (EXAMPLES / "knapsack_sampler.py").read_text()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The registry: a taken name is never silently replaced by another class (issue 32, item 19)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def registry_snapshot():
+    """Whatever a test registers is gone afterwards (and anything it replaced is back)."""
+    from trl_ada.samplers import registry
+
+    saved, imported = dict(registry.SAMPLERS), dict(registry._IMPORTED)
+    yield registry
+    registry.SAMPLERS.clear()
+    registry.SAMPLERS.update(saved)
+    registry._IMPORTED.clear()
+    registry._IMPORTED.update(imported)
+
+
+PLUG_IN_SOURCE = """
+from trl_ada.samplers import UniformSampler, register_sampler
+
+
+@register_sampler("my_uniform")
+class MyUniform(UniformSampler):
+    pass
+"""
+
+
+def load_file_as(monkeypatch, module_name, path):
+    """Import `path` as module `module_name`, as `import` (or running it as `__main__`) would."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, module_name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_class_named_like_a_built_in_cannot_take_its_name(registry_snapshot):
+    from trl_ada.samplers import SAMPLERS, EstSampler, UniformSampler, register_sampler
+
+    class Impostor(UniformSampler):
+        __module__ = "someone_elses_plugins"
+        __qualname__ = "EstSampler"  # the built-in's name, in another module
+
+    with pytest.raises(ValueError, match=r"'est' is already registered by trl_ada\.samplers\.est\.EstSampler"):
+        register_sampler("est")(Impostor)
+    assert SAMPLERS["est"] is EstSampler
+
+
+def test_the_same_definition_registers_again_and_another_file_does_not(registry_snapshot, tmp_path, monkeypatch):
+    path = tmp_path / "my_uniform_plugin.py"
+    path.write_text(PLUG_IN_SOURCE)
+    first = load_file_as(monkeypatch, "my_uniform_plugin", path).MyUniform
+    # The same file run again (importlib.reload, a notebook cell) or under another module name (run as __main__,
+    # then imported by its import path): a new class object for the same definition, which replaces the first.
+    again = load_file_as(monkeypatch, "my_uniform_plugin", path).MyUniform
+    as_main = load_file_as(monkeypatch, "__main_stand_in__", path).MyUniform
+    assert first is not again and registry_snapshot.SAMPLERS["my_uniform"] is as_main
+    copy = tmp_path / "copied_plugin.py"
+    copy.write_text(PLUG_IN_SOURCE)
+    with pytest.raises(ValueError, match=r"'my_uniform' is already registered by __main_stand_in__\.MyUniform"):
+        load_file_as(monkeypatch, "copied_plugin", copy)

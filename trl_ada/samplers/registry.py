@@ -19,6 +19,8 @@ Pure Python: no torch, no TRL.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
@@ -37,8 +39,8 @@ def register_sampler(name: str):
     """
     Class decorator: register a [`Sampler`] subclass under `name` (sets its `name`). It is then selectable as
     `sampler=name` in `AdaGRPOConfig`, `--sampler name` on the command line and in `trl-ada simulate`, and its knobs
-    appear on the model card. Registering another class under a taken name raises; re-registering the same class (a
-    module imported twice) is a no-op.
+    appear on the model card. Registering another class under a taken name raises; re-registering the same class
+    replaces it (see [`_same_definition`]).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"a sampler name must be a Python identifier (it is a config value), got {name!r}")
@@ -51,16 +53,44 @@ def register_sampler(name: str):
                 f"@register_sampler({name!r}) decorates a subclass of trl_ada.samplers.Sampler, got {cls!r}"
             )
         taken = SAMPLERS.get(name)
-        if taken is not None and taken.__qualname__ != cls.__qualname__:
+        if taken is not None and not _same_definition(taken, cls):
             raise ValueError(
-                f"sampler name {name!r} is already registered by {taken.__module__}.{taken.__qualname__}. Choose "
-                "another name."
+                f"sampler name {name!r} is already registered by {_where(taken)}; {_where(cls)} cannot take it. "
+                f"Register it under another name, e.g. @register_sampler({name + '_2'!r})."
             )
         cls.name = name
         SAMPLERS[name] = cls
         return cls
 
     return register
+
+
+def _same_definition(registered: type, candidate: type) -> bool:
+    """
+    Whether `candidate` is `registered` defined again: the same qualified name, in the same module or the same source
+    file. Not identity, because running a definition again makes a new class object for the same code
+    (`importlib.reload`, a notebook cell run twice, a script run as `__main__` that is also imported by its import path
+    `my_script:MySampler`), and that must keep working; not the qualified name alone, because a class of another
+    module that happens to be named like a built-in one (`EstSampler`) would silently replace it.
+    """
+    if registered is candidate:
+        return True
+    if registered.__qualname__ != candidate.__qualname__:
+        return False
+    if registered.__module__ == candidate.__module__:
+        return True
+    source = _source_file(registered)
+    return source is not None and source == _source_file(candidate)
+
+
+def _source_file(cls: type) -> str | None:
+    """The file that defines `cls`'s module (its module is in `sys.modules` while it runs), or `None`."""
+    path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+    return os.path.realpath(path) if path else None
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 ENTRY_POINT_GROUP = "trl_ada.samplers"
