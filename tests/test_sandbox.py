@@ -7,6 +7,7 @@ except under CI=true, where they fail (CI installs it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -598,3 +599,172 @@ def test_sandbox_module_has_no_heavy_imports():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
     assert sandbox_module.Sandbox is Sandbox
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Memory no process maps, the kernel keyring, zombies, and who says the sandbox failed
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def _shmem_kib() -> int:
+    """Machine-wide shared memory (System V segments, tmpfs, memfds) in KiB, from /proc/meminfo."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Shmem:"):
+            return int(line.split()[1])
+    raise AssertionError("no Shmem line in /proc/meminfo")
+
+
+@needs_bwrap
+def test_memory_no_process_maps_cannot_be_held(box):
+    # System V segments created, filled and detached stay resident, charged to no process (RLIMIT_AS counts mapped
+    # memory only), until the sandbox's IPC namespace is freed after the call; a memfd's pages live as long as its fd.
+    program = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+held = 0
+for _ in range(3):
+    segment = libc.shmget(0, 64 << 20, 0o1600)
+    if segment < 0:
+        print("shmget refused", ctypes.get_errno())
+        break
+    address = libc.shmat(segment, None, 0)
+    ctypes.memset(address, 1, 64 << 20)
+    libc.shmdt(ctypes.c_void_p(address))
+    held += 64 << 20
+print("HELD", held)
+print("msgget", libc.msgget(0, 0o1600), ctypes.get_errno())
+print("semget", libc.semget(0, 1, 0o1600), ctypes.get_errno())
+try:
+    fd = os.memfd_create("x")
+    os.ftruncate(fd, 8 << 20)
+    print("MEMFD", fd)
+except OSError as error:
+    print("memfd refused", error.errno)
+"""
+    before = _shmem_kib()
+    result, elapsed, left, _ = run_marked(box, program)
+    grown_mib = (_shmem_kib() - before) / 1024
+    assert result.status == "ok", result.stderr
+    assert "HELD 0" in result.stdout and "shmget refused 1" in result.stdout  # EPERM from the seccomp filter
+    assert "msgget -1 1" in result.stdout and "semget -1 1" in result.stdout
+    assert "memfd refused 1" in result.stdout and "MEMFD" not in result.stdout
+    assert grown_mib < 96, f"shared memory grew by {grown_mib:.0f} MiB across the call"  # 192 MiB when held
+    assert elapsed < FAST.wall_time_s + SLACK and not left
+
+
+_KEYRING_PROBE = """
+import ctypes, json, os, platform, sys
+sys.path[:0] = {paths!r}
+from trl_ada.sandbox import Sandbox, SandboxLimits
+ADD_KEY, KEYCTL = {{"x86_64": (248, 250), "aarch64": (217, 219)}}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+def call(number, *args):
+    result = libc.syscall(number, *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return result, ctypes.get_errno()
+JOIN_SESSION, READ, SESSION = 1, 11, -3
+assert call(KEYCTL, JOIN_SESSION, b"trl-ada-trainer")[0] > 0  # a new session keyring for this process
+secret = {secret!r}.encode()
+key, _ = call(ADD_KEY, b"user", b"trl-ada-trainer-key", secret, len(secret), SESSION)
+assert key > 0
+def read(serial):
+    buffer = ctypes.create_string_buffer(4096)
+    size, error = call(KEYCTL, READ, serial, buffer, 4096)
+    return buffer.raw[:size] if size >= 0 else error
+result = Sandbox(SandboxLimits(wall_time_s=5)).run(program={program!r})
+print(json.dumps({{
+    "status": result.status, "stdout": result.stdout, "stderr": result.stderr,
+    "key_intact": read(key) == secret,
+    "session_keys": len(read(SESSION)) // 4,  # serials, 4 bytes each
+    "planted_seen": "planted" in open("/proc/keys").read(),
+}}))
+"""
+
+_KEYRING_ATTACK = """
+import ctypes, platform
+ADD_KEY, KEYCTL = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+def call(number, *args):
+    result = libc.syscall(number, *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return result, ctypes.get_errno()
+GET_ID, REVOKE, SEARCH, READ = 0, 3, 10, 11
+print("session", call(KEYCTL, GET_ID, -3, 0))
+found, _ = call(KEYCTL, SEARCH, -3, b"user", b"trl-ada-trainer-key", 0)
+print("search", found)
+if found > 0:
+    buffer = ctypes.create_string_buffer(4096)
+    call(KEYCTL, READ, found, buffer, 4096)
+    print("READ", buffer.value)
+    print("revoke", call(KEYCTL, REVOKE, found))
+for ring in (-1, -2, -3, -4, -5):  # thread, process, session, user, user-session keyrings
+    print("add", ring, call(ADD_KEY, b"user", b"planted", b"x", 1, ring))
+print(open("/proc/keys").read())
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="syscall numbers for x86_64/aarch64 only")
+def test_the_trainers_kernel_keyring_is_out_of_reach(tmp_path):
+    # The trainer (a child process here, so this process's keyring is untouched) joins a session keyring holding a
+    # secret, as after a PAM login or `keyctl session`; the program tries to read, revoke and outlive it.
+    paths = [str(Path(sandbox_module.__file__).resolve().parents[1])]
+    probe = _KEYRING_PROBE.format(paths=paths, secret=SECRET, program=_KEYRING_ATTACK)
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["status"] == "ok", report["stderr"]
+    assert SECRET not in report["stdout"] + report["stderr"]
+    assert "READ" not in report["stdout"] and "search -1" in report["stdout"]
+    assert report["key_intact"], "the trainer's key was revoked or changed"
+    assert report["session_keys"] == 1 and not report["planted_seen"], "a key planted by the program outlived it"
+
+
+_ZOMBIE_PROBE = """
+import os, sys
+sys.path[:0] = {paths!r}
+from trl_ada.sandbox import Sandbox, SandboxLimits
+assert os.getpid() == 1, os.getpid()
+box = Sandbox(SandboxLimits(wall_time_s=1))
+statuses = [box.run(program="print(1)").status for _ in range({runs})]
+statuses.append(box.run(program="import time; time.sleep(30)").status)  # killed at its wall-clock limit
+zombies = 0
+for entry in os.listdir("/proc"):
+    try:
+        zombies += entry.isdigit() and open(f"/proc/{{entry}}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        pass
+print(statuses, zombies)
+"""
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and util-linux unshare")
+def test_no_zombie_is_left_when_the_trainer_is_pid_1():
+    # A container whose entry point is the trainer: it is PID 1, so the sandbox's init, orphaned when bubblewrap's
+    # monitor exits first, is reparented to it, and nobody else would reap it.
+    runs = 4
+    probe = _ZOMBIE_PROBE.format(paths=[str(Path(sandbox_module.__file__).resolve().parents[1])], runs=runs)
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", probe]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    statuses, zombies = out.stdout.strip().rsplit("]", 1)
+    assert statuses == "[" + ", ".join(["'ok'"] * runs + ["'timeout'"]), out.stdout
+    assert int(zombies) == 0, f"{zombies.strip()} zombies after {runs + 2} sandboxes (the check run included)"
+
+
+@needs_bwrap
+def test_sandbox_error_is_what_bubblewrap_reports_not_the_programs_stderr(box, monkeypatch, tmp_path):
+    forged = box.run(
+        program="import sys\nsys.stderr.write('bwrap: Can\\'t mount proc on /newroot/proc\\n')\nsys.exit(1)"
+    )
+    assert forged.status == "error" and forged.returncode == 1, forged
+    # A real set-up failure: bubblewrap cannot bind a path that does not exist, so the program never runs.
+    real_args = box._bwrap_args
+    missing = str(tmp_path / "missing")
+    monkeypatch.setattr(
+        box, "_bwrap_args", lambda *a: real_args(*a)[:1] + ["--ro-bind", missing, "/x"] + real_args(*a)[1:]
+    )
+    failed = box.run(program="print('ran')")
+    assert failed.status == "sandbox_error" and "ran" not in failed.stdout, failed
+    assert missing in failed.detail

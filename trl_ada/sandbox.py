@@ -25,10 +25,15 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   and the program runs in a new session (no ``TIOCSTI`` into the trainer's terminal). The program sees only its own
   processes in ``/proc``; the trainer's PIDs do not exist there, so it can neither signal nor ``ptrace`` nor read the
   ``environ`` of any process outside.
+- **System calls refused** (a seccomp filter, EPERM; x86_64 and aarch64): System V shared memory, semaphores and
+  message queues and ``memfd_create``, whose memory no process maps, so ``RLIMIT_AS`` would not count it; and the
+  kernel keyring (``add_key``, ``request_key``, ``keyctl``), since every child inherits the trainer's session keyring
+  (a PAM login, ``keyctl session``) and could read, revoke or add to it. Calls of a second ABI (32-bit, x32) are
+  refused too. Other system calls are not filtered.
 - **A clean environment**: bubblewrap itself is started with an empty environment and ``--clearenv``, and the program
   gets only ``PATH``, ``HOME=/tmp``, ``LANG``, ``PYTHONDONTWRITEBYTECODE``, one-thread settings for BLAS/OpenMP
-  (``OMP_NUM_THREADS=1``, ...) and, when a channel is asked for, ``SANDBOX_CHANNEL_FD``. ``HF_TOKEN`` and every other variable of the trainer are absent, also from
-  ``/proc/1/environ``.
+  (``OMP_NUM_THREADS=1``, ...) and, when a channel is asked for, ``SANDBOX_CHANNEL_FD``. ``HF_TOKEN`` and every
+  other variable of the trainer are absent, also from ``/proc/1/environ``.
 - **An unprivileged user**: when the trainer runs as root, bubblewrap is started as ``run_as_uid`` (``nobody``,
   65534, by default). This is what makes ``RLIMIT_NPROC`` bite: the kernel does not enforce it for uid 0. Inside the
   sandbox's own user namespace the process count is per sandbox, so a fork bomb in one sandbox does not starve the
@@ -40,7 +45,11 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
 - **Nothing outlives the call**: the program's processes live in the sandbox's PID namespace, whose init is
   bubblewrap; when the program's main process exits, or when the caller kills bubblewrap on a timeout
   (``--die-with-parent`` takes the init with it), the kernel kills every process left in the namespace, daemons
-  (``setsid``, double fork) included.
+  (``setsid``, double fork) included. When the trainer is PID 1 (a container's entry point) the orphaned init is
+  reparented to it, and ``run`` reaps it (by its pidfd: no other child's exit status is taken).
+- **Not bounded**: the kernel memory of the scratch ``tmpfs``'s inodes (empty files cost no ``scratch_bytes``;
+  bubblewrap cannot set ``nr_inodes``), and pipe and socket buffers (bounded by the open-file limit); all of it is
+  freed with the call.
 
 ``isolation="none"`` runs the program in a plain subprocess (clean environment, the same resource limits, a
 temporary working directory). It is **not a security boundary**: the program can read and write everything the
@@ -50,15 +59,18 @@ and for measuring the sandbox's overhead, and it logs a warning when constructed
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import os
+import platform
 import pwd
 import selectors
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import tempfile
@@ -81,8 +93,34 @@ PROGRAM_FILE = "main.py"
 _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # One thread per BLAS/OpenMP pool: under the process limit a pool sized to the machine's cores would fail to start.
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
-_BWRAP_ERROR_PREFIX = b"bwrap: "
 _READ_CHUNK = 65536
+
+# System calls a sandboxed program gets EPERM for (a seccomp filter bubblewrap installs before exec'ing the program):
+# - System V IPC and memfds hold memory that no process maps, so RLIMIT_AS does not count it and (for SysV) it
+#   outlives the process that made it until the IPC namespace is freed;
+# - the kernel keyring calls would reach the trainer's session keyring, which every child inherits.
+# Numbers per architecture: (AUDIT_ARCH_* of seccomp_data.arch, {name: number}, first number of a second ABI that
+# shares the arch value (x86_64's x32), whose calls are all refused).
+_DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+            "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "add_key": 248,
+            "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
+        },
+        0x40000000,
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190, "semctl": 191,
+            "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
+            "add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
+        },
+        None,
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -131,7 +169,7 @@ class SandboxLimits:
         if self.memory_bytes < 64 << 20:
             raise ValueError(
                 f"SandboxLimits.memory_bytes={self.memory_bytes} is below 64 MiB, where the Python interpreter itself "
-                "cannot start; use at least 64 << 20 (the default is 1 << 30)."
+                "cannot start; use at least 64 << 20 (the default is 512 << 20)."
             )
         # The sandbox's init, prlimit/the interpreter and one child at least.
         if not isinstance(self.max_processes, int) or self.max_processes < 3:
@@ -148,7 +186,8 @@ class SandboxResult:
         status: ``ok`` (exit status 0), ``error`` (another exit status, or killed by a signal other than the limits'),
             ``timeout`` (wall clock or CPU limit), ``memory`` (``MemoryError``), ``output_limit`` (an output stream or
             a file over its limit), ``sandbox_error`` (bubblewrap could not set the sandbox up; the program did not
-            run).
+            run: bubblewrap recorded no exit status for it on its ``--json-status-fd``, which the program cannot
+            reach).
         returncode: The program's exit status (``128 + signal`` when a signal killed it, as bubblewrap reports it);
             ``None`` when the caller killed the sandbox.
         stdout, stderr: The program's output, decoded as UTF-8 (invalid bytes replaced), at most
@@ -277,8 +316,17 @@ class Sandbox:
                 "leave processes behind. Use it only for trusted code or measurements."
             )
         self.python = self._resolve_python(python)
+        self._seccomp_program: bytes | None = None
         if isolation == "bwrap":
             _check_prefix(_interpreter_prefix(self.python))
+            self._seccomp_program = _seccomp_program(platform.machine())
+            if self._seccomp_program is None:
+                logger.warning(
+                    "Sandbox: no system-call table for %s (x86_64 and aarch64 have one), so sandboxed programs can "
+                    "use System V IPC, memfds and the kernel keyring: memory they hold there escapes the memory "
+                    "limit, and the trainer's session keyring is reachable.",
+                    platform.machine(),
+                )
         self._check_works()
 
     # -----------------------------------------------------------------------------------------------------------------
@@ -349,7 +397,9 @@ class Sandbox:
             env["SANDBOX_CHANNEL_FD"] = str(channel_fd)
         return env
 
-    def _bwrap_args(self, files: Mapping[str, int], channel_fd: int | None, info_fd: int | None = None) -> list[str]:
+    def _bwrap_args(
+        self, files: Mapping[str, int], channel_fd: int | None, status_fd: int, seccomp_fd: int | None
+    ) -> list[str]:
         args = [
             self._bwrap,
             "--unshare-all",
@@ -381,8 +431,11 @@ class Sandbox:
         args += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", SCRATCH_DIR, "--clearenv"]
         for key, value in self._env(channel_fd, SCRATCH_DIR).items():
             args += ["--setenv", key, value]
-        if info_fd is not None:  # bubblewrap reports the host PID of the sandbox's init there
-            args += ["--info-fd", str(info_fd)]
+        # bubblewrap reports there the host PID of the sandbox's init and, once the program has run, its exit status:
+        # out of the program's reach (bubblewrap closes it before exec), unlike its stderr.
+        args += ["--json-status-fd", str(status_fd)]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
         return args + ["--"]
 
     # -----------------------------------------------------------------------------------------------------------------
@@ -443,30 +496,35 @@ class Sandbox:
         self, argv: list[str], files: Mapping[str, str | bytes], stdin: bytes, channel: bool
     ) -> SandboxResult:
         file_fds: dict[str, int] = {}
-        read_fd = write_fd = None
-        info_read, info_write = os.pipe()
-        open_fds = {info_read, info_write}
+        read_fd = write_fd = seccomp_fd = None
+        status_read, status_write = os.pipe()
+        open_fds = {status_read, status_write}
+
+        def memfd(name: str, data: bytes) -> int:
+            fd = os.memfd_create(name, os.MFD_CLOEXEC)
+            open_fds.add(fd)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.lseek(fd, 0, os.SEEK_SET)
+            return fd
+
         try:
             for name, content in files.items():
-                fd = os.memfd_create(f"sandbox-{name}", os.MFD_CLOEXEC)
-                file_fds[name] = fd
-                open_fds.add(fd)
-                data = content.encode() if isinstance(content, str) else bytes(content)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.lseek(fd, 0, os.SEEK_SET)
+                file_fds[name] = memfd(f"sandbox-{name}", content.encode() if isinstance(content, str) else content)
+            if self._seccomp_program is not None:
+                seccomp_fd = memfd("sandbox-seccomp", self._seccomp_program)
             if channel:
                 read_fd, write_fd = os.pipe()
                 open_fds.update((read_fd, write_fd))
-            command = self._bwrap_args(file_fds, write_fd, info_write) + self._limit_args() + argv
-            pass_fds = [*file_fds.values(), info_write, *([write_fd] if write_fd is not None else [])]
+            command = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd) + self._limit_args() + argv
+            write_ends = [status_write, *([write_fd] if write_fd is not None else [])]
+            pass_fds = [*file_fds.values(), *write_ends, *([seccomp_fd] if seccomp_fd is not None else [])]
             user = {}
             if self._drops_privileges():
                 user = {"user": self.run_as_uid, "group": self.run_as_uid, "extra_groups": []}
-            write_ends = [info_write, *([write_fd] if write_fd is not None else [])]
             return self._communicate(
-                command, stdin, pass_fds, read_fd, write_ends, open_fds, info_read, env={}, cwd="/", **user
+                command, stdin, pass_fds, read_fd, write_ends, open_fds, status_read, env={}, cwd="/", **user
             )
         finally:
             for fd in open_fds:
@@ -511,12 +569,13 @@ class Sandbox:
         read_fd: int | None,
         write_ends: list[int],
         open_fds: set[int],
-        info_fd: int | None,
+        status_fd: int | None,
         **popen_kwargs: object,
     ) -> SandboxResult:
         """Starts ``command``, feeds ``stdin``, collects stdout, stderr and the channel (``read_fd``) within the limits,
         and kills the sandbox on a limit. ``write_ends`` (the sandbox's ends of our pipes) are closed once it has
-        started, and removed from ``open_fds``, the set of descriptors the caller closes afterwards."""
+        started, and removed from ``open_fds``, the set of descriptors the caller closes afterwards. ``status_fd``:
+        the read end of bubblewrap's ``--json-status-fd``."""
         limits = self.limits
         start = time.monotonic()
         deadline = start + limits.wall_time_s
@@ -535,9 +594,7 @@ class Sandbox:
         for fd in write_ends:  # only the sandbox holds them now: EOF when it is gone
             os.close(fd)
             open_fds.discard(fd)
-        info = bytearray()
-        if info_fd is not None:
-            os.set_blocking(info_fd, False)
+        status = _BwrapStatus(status_fd)
         assert process.stdout is not None and process.stderr is not None and process.stdin is not None
         out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
         buffers: dict[int, bytearray] = {}
@@ -568,6 +625,7 @@ class Sandbox:
                     break
                 if exited_at is None and process.poll() is not None:
                     exited_at = now
+                status.read()  # the init's PID, pinned by a pidfd while bubblewrap, its parent, is alive
                 if exited_at is not None and self.isolation == "none" and now - exited_at > 0.5:
                     break  # a leftover child holds a pipe open; the process group is killed below
                 for key, _ in selector.select(timeout=min(0.1, deadline - now)):
@@ -606,11 +664,15 @@ class Sandbox:
                 except subprocess.TimeoutExpired:
                     killed_for = "timeout"
                 except BaseException:  # interrupted: do not leave the sandbox running
-                    self._kill(process, info_fd, info)
+                    self._kill(process, status)
+                    status.close()
                     raise
             if killed_for is not None or process.poll() is None or self.isolation == "none":
-                self._kill(process, info_fd, info)
+                self._kill(process, status)
             returncode = process.wait()
+            status.read()
+            status.reap_init()
+            status.close()
             for stream in (process.stdin, process.stdout, process.stderr):
                 if stream is not None and not stream.closed:
                     try:
@@ -620,16 +682,20 @@ class Sandbox:
         wall = time.monotonic() - start
         stdout_bytes, stderr_bytes = bytes(buffers[out_fd]), bytes(buffers[err_fd])
         channel_bytes = bytes(buffers[read_fd]) if read_fd is not None else b""
-        status: Status
+        outcome: Status
         detail = ""
         if killed_for is not None:
-            status, code = killed_for, None
+            outcome, code = killed_for, None
             detail = "wall-clock limit" if killed_for == "timeout" else "output limit"
         else:
             code = returncode if returncode >= 0 else 128 - returncode
-            status, detail = self._classify(code, stderr_bytes)
+            if status_fd is not None and status.exit_code is None:
+                # bubblewrap records the exit status of every program that ran: none means it failed to set up.
+                outcome, detail = "sandbox_error", (stderr_bytes.decode("utf-8", "replace").strip() or f"exit {code}")
+            else:
+                outcome, detail = self._classify(code, stderr_bytes)
         return SandboxResult(
-            status=status,
+            status=outcome,
             returncode=code,
             stdout=stdout_bytes.decode("utf-8", "replace"),
             stderr=stderr_bytes.decode("utf-8", "replace"),
@@ -641,8 +707,6 @@ class Sandbox:
     def _classify(self, code: int, stderr: bytes) -> tuple[Status, str]:
         if code == 0:
             return "ok", ""
-        if self.isolation == "bwrap" and code == 1 and stderr.startswith(_BWRAP_ERROR_PREFIX):
-            return "sandbox_error", stderr.decode("utf-8", "replace").strip()
         if code in (128 + signal.SIGXCPU, 128 + signal.SIGKILL):
             return "timeout", "CPU limit" if code == 128 + signal.SIGXCPU else "killed (CPU hard limit)"
         if code == 128 + signal.SIGXFSZ:
@@ -652,13 +716,14 @@ class Sandbox:
             return "memory", "memory limit"
         return "error", f"exit status {code}"
 
-    def _kill(self, process: subprocess.Popen[bytes], info_fd: int | None, info: bytearray) -> None:
+    def _kill(self, process: subprocess.Popen[bytes], status: _BwrapStatus) -> None:
         """Kills the sandbox and returns once every process in it is gone.
 
-        Under bubblewrap the sandbox's init (its host PID comes from ``--info-fd``) is killed: the kernel then kills
-        every process of the PID namespace and makes the init reapable only once they are all dead, and bubblewrap,
-        which waits for it, exits after that. Killing bubblewrap instead would return while the namespace is still
-        being torn down. Without isolation the program's process group is killed (a ``setsid`` child escapes it).
+        Under bubblewrap the sandbox's init (its host PID comes from ``--json-status-fd``) is killed: the kernel then
+        kills every process of the PID namespace and makes the init reapable only once they are all dead, and
+        bubblewrap, which waits for it, exits after that. Killing bubblewrap instead would return while the namespace
+        is still being torn down. Without isolation the program's process group is killed (a ``setsid`` child escapes
+        it).
         """
         if self.isolation == "none":
             try:
@@ -666,20 +731,20 @@ class Sandbox:
             except (ProcessLookupError, PermissionError):
                 pass
             return
-        child = _read_child_pid(info_fd, info)
-        try:
-            if child is not None:
-                os.kill(child, signal.SIGKILL)
-            else:  # bubblewrap had not started the sandbox yet; its init follows it (--die-with-parent)
+        status.read()
+        # Before bubblewrap has started the sandbox its init follows it (--die-with-parent).
+        if not status.kill_init():
+            try:
                 process.kill()
-        except ProcessLookupError:
-            pass
+            except ProcessLookupError:
+                pass
         try:
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-        child = child if child is not None else _read_child_pid(info_fd, info)
+        status.read()
+        child = status.child_pid
         deadline = time.monotonic() + 10
         while child is not None and _alive(child) and time.monotonic() < deadline:
             time.sleep(0.005)
@@ -697,19 +762,108 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _read_child_pid(info_fd: int | None, info: bytearray) -> int | None:
-    """The host PID of the sandbox's init from bubblewrap's ``--info-fd`` JSON (``{"child-pid": N, ...}``)."""
-    if info_fd is not None:
+class _BwrapStatus:
+    """What bubblewrap writes to its ``--json-status-fd``: one JSON object a line, ``{"child-pid": N, ...}`` once the
+    sandbox's init exists, ``{"exit-code": N}`` once the program has run (none when bubblewrap failed to set the
+    sandbox up). Holds a pidfd of that init, opened while bubblewrap, its parent, still keeps it from being reaped, so
+    the signal and the wait below reach that process and no other that got its PID later."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+        self.data = bytearray()
+        self.child_pid: int | None = None
+        self.exit_code: int | None = None
+        self.pidfd: int | None = None
+        if fd is not None:
+            os.set_blocking(fd, False)
+
+    def read(self) -> None:
+        if self.fd is None:
+            return
         try:
-            while chunk := os.read(info_fd, 4096):
-                info += chunk
-        except (BlockingIOError, OSError):
+            while chunk := os.read(self.fd, 4096):
+                self.data += chunk
+        except OSError:  # BlockingIOError: nothing more for now
             pass
-    try:
-        pid = json.loads(bytes(info).decode()).get("child-pid")
-    except (ValueError, AttributeError):
+        for line in bytes(self.data).split(b"\n"):
+            try:
+                record = json.loads(line)
+            except ValueError:  # the line is not complete yet
+                continue
+            if not isinstance(record, dict):
+                continue
+            pid, code = record.get("child-pid"), record.get("exit-code")
+            if self.child_pid is None and isinstance(pid, int) and pid > 1:
+                self.child_pid = pid
+                try:
+                    self.pidfd = os.pidfd_open(pid)
+                except OSError:  # already gone
+                    pass
+            if isinstance(code, int):
+                self.exit_code = code
+
+    def kill_init(self) -> bool:
+        """SIGKILLs the sandbox's init; whether its PID was known."""
+        if self.child_pid is None:
+            return False
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.child_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return True
+
+    def reap_init(self) -> None:
+        """Reaps the sandbox's init if it became this process's child, once bubblewrap has been reaped.
+
+        bubblewrap's monitor can exit before the init it forked is reaped; the init is then reparented to the nearest
+        child subreaper, else to PID 1 of this PID namespace. When that is this process (a container whose entry
+        point is the trainer) nobody else reaps it: a zombie per run. The wait names the init's pidfd, so no other
+        child's exit status (``subprocess``'s, ``asyncio``'s) is taken; when the init is not this process's child,
+        its own parent reaps it and this returns at once.
+        """
+        if self.pidfd is None:
+            return
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED | os.WNOHANG) is not None:
+                    return
+            except ChildProcessError:
+                return
+            if time.monotonic() > deadline:
+                logger.warning("The sandbox's init (PID %s) did not exit within 10 s of bubblewrap.", self.child_pid)
+                return
+            time.sleep(0.001)
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+def _seccomp_program(machine: str) -> bytes | None:
+    """The classic-BPF program for bubblewrap's ``--seccomp``: EPERM for the calls of ``_DENIED_SYSCALLS`` on
+    ``machine`` (``platform.machine()``) and for every call of another ABI (32-bit, x32), whose numbers differ;
+    ``None`` on an architecture without a table."""
+    if machine not in _DENIED_SYSCALLS:
         return None
-    return pid if isinstance(pid, int) and pid > 1 else None
+    arch, numbers, second_abi = _DENIED_SYSCALLS[machine]
+    # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
+    load_word, jump_equal, jump_greater_equal, ret = 0x20, 0x15, 0x35, 0x06
+    arch_offset, nr_offset = 4, 0  # in struct seccomp_data
+    denied = sorted(set(numbers.values()))
+    checks = [(jump_greater_equal, second_abi)] if second_abi is not None else []
+    checks += [(jump_equal, number) for number in denied]
+    deny_at = 3 + len(checks) + 1  # load arch, check arch, load nr, the checks, allow, deny
+    program = [(load_word, 0, 0, arch_offset), (jump_equal, 0, deny_at - 2, arch), (load_word, 0, 0, nr_offset)]
+    for index, (code, value) in enumerate(checks, start=3):
+        program.append((code, deny_at - index - 1, 0, value))
+    program.append((ret, 0, 0, 0x7FFF0000))  # SECCOMP_RET_ALLOW
+    program.append((ret, 0, 0, 0x00050000 | errno.EPERM))  # SECCOMP_RET_ERRNO
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
 
 
 def bwrap_available() -> bool:
