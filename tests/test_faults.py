@@ -223,6 +223,34 @@ def test_a_frozen_server_on_the_continuous_schedule_is_a_vllm_server_error_on_ev
     assert str(on_follower.value) == message
 
 
+def test_a_server_nothing_listens_on_is_a_vllm_server_error_on_the_continuous_schedule(tmp_path, monkeypatch):
+    # Issue 32, item 22: the draw's connection was opened outside the request's `try`, so a refused connection came out
+    # as a bare ConnectionRefusedError (announced to the other processes as "some other failure"), not as the error
+    # that names the server and says how to go on.
+    import trl_ada.schedules.continuous as schedule
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+    base_url = f"http://127.0.0.1:{port}"  # closed again: nothing listens there
+    announced: list = []
+    monkeypatch.setattr(schedule, "sync_server_weights_for_step", lambda trainer: None)
+    monkeypatch.setattr(schedule, "tokenize_prompts", lambda trainer, prompts: [[1, 2]] * len(prompts))
+    monkeypatch.setattr(schedule, "server_sampling_params", lambda generation: {})
+    monkeypatch.setattr(schedule, "completions_payload", lambda client, params, prompt: {"model": "m"})
+    monkeypatch.setattr(schedule, "broadcast_object_list", lambda objects: announced.extend(objects) or objects)
+    main = _continuous_trainer(tmp_path, base_url, main=True)
+    outcome = in_thread(lambda: schedule.sample_continuously(main, [{"prompt": "x"}] * 2, ["a", "b"], [[], []]), 30)
+    error = outcome.get("error")
+    assert isinstance(error, VLLMServerError), outcome
+    message = str(error)
+    assert message.startswith(
+        f"The vLLM server at {base_url} stopped answering during continuous sampling (the draws of scoring batch 1) "
+        f"of training step 3 (ServerDrawError: cannot connect to the vLLM server at 127.0.0.1:{port}: "
+    ), message
+    assert "Restart the server with the same model on the same host and port, then start the run again" in message
+    assert announced == [("failed", ("server", message))]
+
+
 def test_health_watch_counts_failures_in_a_row_since_the_server_last_answered(health_server):
     watch = HealthWatch(_url(health_server), timeout=1.0)
     health_server.RequestHandlerClass.healthy = False

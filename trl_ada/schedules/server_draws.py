@@ -58,7 +58,7 @@ def ensure_open_files(connections: int) -> None:
 
 
 class ServerDrawError(RuntimeError):
-    """A draw's request failed: the server answered with an error, or the connection broke."""
+    """A draw's request failed: the server answered with an error, or the connection could not be made or broke."""
 
 
 class ServerDraws:
@@ -197,7 +197,12 @@ class ServerDraws:
 
     async def _post(self, body: bytes) -> dict[str, Any]:
         async with self._slots:
-            reader, writer = await asyncio.open_connection(self._host, self._port, ssl=self._ssl or None)
+            try:
+                reader, writer = await asyncio.open_connection(self._host, self._port, ssl=self._ssl or None)
+            except OSError as error:  # refused, unreachable, unknown host: the server is not there
+                raise ServerDrawError(
+                    f"cannot connect to the vLLM server at {self._host}:{self._port}: {error}"
+                ) from error
             try:
                 head = (
                     f"POST {self._path} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n"
