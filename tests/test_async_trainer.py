@@ -345,8 +345,8 @@ def test_a_plain_async_config_gets_the_reinforce_ada_defaults(tmp_path, server):
 def test_bad_knobs_fail_before_any_model_loads(tmp_path, server):
     with pytest.raises(ValueError, match="round_size=3 has no effect with sampler='uniform'"):
         config(tmp_path, server, sampler="uniform", round_size=3)
-    with pytest.raises(ValueError, match="dapo_max_refills=2: the asynchronous worker draws further prompts"):
-        config(tmp_path, server, sampler="dapo", dapo_max_refills=2)
+    with pytest.raises(ValueError, match="dapo_on_exhausted='keep_partial': the asynchronous worker has no partial"):
+        config(tmp_path, server, sampler="dapo", dapo_on_exhausted="keep_partial")
     with pytest.raises(ValueError, match="no_such_sampler.* is not supported. Choose one of"):
         config(tmp_path, server, sampler="no_such_sampler")
 

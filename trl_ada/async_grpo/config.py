@@ -27,8 +27,10 @@ HEADER = r"""
       batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`, `scale_rewards="batch"`) do the
       prompts wait for one another, in batches of `per_device_train_batch_size * gradient_accumulation_steps *
       world_size / num_generations` prompts (one optimizer step's worth).
-    - `dapo` drops groups without a signal and keeps drawing further prompts: the stream never runs out, so
-      `dapo_max_refills` and `dapo_on_exhausted` have nothing to bound and must keep their defaults.
+    - `dapo` drops groups without a signal and keeps drawing further prompts. `dapo_max_refills` bounds the drawing
+      as in the synchronous trainer: once `(dapo_max_refills + 1)` generation batches' worth of prompts in a row have
+      not filled one batch with prompts that carry a signal (a reward that is constant everywhere), the worker fails
+      naming the cause. There is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
     - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
     - `sampler="uniform"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages; its worker with the fixes
       of `RobustAsyncRolloutWorker`).
@@ -75,8 +77,8 @@ def check_train_on(train_on: str, settings: SamplerSettings) -> None:
         )
 
 
-SYNC_ONLY_KNOBS = ("dapo_max_refills", "dapo_on_exhausted")
-"""Sampler knobs that bound the synchronous trainer's refills; the asynchronous stream has none to bound."""
+SYNC_ONLY_KNOBS = ("dapo_on_exhausted",)
+"""Sampler knobs of the synchronous trainer's refills that the asynchronous stream has no use for."""
 
 
 @dataclass
@@ -127,8 +129,8 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
             default = SamplerFields.__dataclass_fields__[name].default
             if getattr(self, name) != default:
                 raise ValueError(
-                    f"{name}={getattr(self, name)!r}: the asynchronous worker draws further prompts for as long as "
-                    f"training runs, so DAPO's refills have no cap to set. Remove {name} (AdaGRPOConfig reads it)."
+                    f"{name}={getattr(self, name)!r}: the asynchronous worker has no partial batch to keep (it "
+                    f"fails once dapo_max_refills is reached). Remove {name} (AdaGRPOConfig reads it)."
                 )
         check_train_on(self.train_on, settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.

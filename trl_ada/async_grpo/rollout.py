@@ -173,6 +173,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._server_failing_since: float | None = None  # monotonic time of the first failure since a success
         self._last_answer_at = time.monotonic()  # of the last request answered (any request: they run concurrently)
         self._health_checked_at = -math.inf
+        # DAPO's bound (`_count_dapo_prompt`): prompts judged since the last batch's worth of prompts with a signal.
+        self._dapo_prompts_judged = 0
+        self._dapo_prompts_with_signal = 0
 
     # -- the work iterator ------------------------------------------------------------------------------------------
 
@@ -261,6 +264,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             spans = []
             for prompt, result in enumerate(selection.prompts):
                 trained_before = len(kept)
+                if self.ada_sampling.settings.refills:
+                    self._count_dapo_prompt(result.has_signal)
                 if dapo.drops(self.ada_sampling.settings, result.has_signal):
                     dropped += 1
                     self._drop_row(batch.row_ids[prompt])
@@ -367,12 +372,41 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             settings = self.ada_sampling.settings
             dropped = dapo.drops(settings, dapo.group_has_signal(rewards, settings))
             self._push_metrics({"ada/dapo/groups_dropped_total": float(dropped), "ada/dapo/groups_total": 1.0})
+            self._count_dapo_prompt(not dropped)
             if dropped:
                 samples = []
         if not samples:
             self._drop_row(group.group_id)  # TRL's group id is the row's id here (`_repeat_iterator`)
         self._write_dropped_rows()
         return samples
+
+    def _count_dapo_prompt(self, has_signal: bool) -> None:
+        """
+        DAPO's bound, the synchronous trainer's `dapo_max_refills`: a generation batch is `prompts_per_batch` prompts,
+        and once `dapo_max_refills + 1` batches' worth of prompts in a row have not given one batch's worth with a
+        signal, the worker fails with [`~trl_ada.samplers.dapo.BatchExhaustedError`] naming the cause (the trainer
+        raises it on every process) rather than draw and drop for ever while the trainer waits.
+        """
+        settings = self.ada_sampling.settings
+        batch = self.ada_sampling.prompts_per_batch
+        self._dapo_prompts_judged += 1
+        self._dapo_prompts_with_signal += bool(has_signal)
+        if self._dapo_prompts_with_signal >= batch:
+            self._dapo_prompts_judged = self._dapo_prompts_with_signal = 0
+            return
+        if self._dapo_prompts_judged < (settings.dapo_max_refills + 1) * batch:
+            return
+        message = (
+            f"DAPO found only {self._dapo_prompts_with_signal} of {batch} prompts with a non-zero reward variance "
+            f"(zero_variance_tolerance={settings.zero_variance_tolerance:g}) in the last {self._dapo_prompts_judged} "
+            f"prompts drawn ({settings.dapo_max_refills} extra generation batches of {batch}: dapo_max_refills="
+            f"{settings.dapo_max_refills}); every group of the others had a constant reward and was dropped. Check that "
+            "the reward functions can tell these completions apart (a reward that always returns the same value), raise "
+            "dapo_max_refills, or use sampler='seq_balance', which spends extra samples on the same prompts instead of "
+            "dropping them."
+        )
+        logger.error(message)
+        raise dapo.BatchExhaustedError(message)
 
     # -- a server that stopped answering ------------------------------------------------------------------------
 
