@@ -107,7 +107,10 @@ def test_readme_gpu_install_is_one_command_with_the_gpu_constraints():
     # The very command .ci/gpu_resolve_check.sh resolves in CI.
     check = (ROOT / ".ci" / "gpu_resolve_check.sh").read_text()
     assert 'CONSTRAINTS="${1:-constraints/trl-1.16-gpu.txt}"' in check and "EXTRAS:-vllm,deepspeed}" in check
-    assert "bash .ci/gpu_resolve_check.sh" in (ROOT / ".ci" / "run").read_text()
+    # .ci/run starts it in the background with the stage venvs' set-up (.ci/build_stage_venvs.sh) and waits for it.
+    run = (ROOT / ".ci" / "run").read_text()
+    assert "bash .ci/build_stage_venvs.sh" in run and 'wait "$setup_pid"' in run
+    assert "bash .ci/gpu_resolve_check.sh" in (ROOT / ".ci" / "build_stage_venvs.sh").read_text()
 
 
 def test_readme_python_floor_is_setup_pys(monkeypatch):
@@ -128,8 +131,15 @@ def test_installed_package_users_get_an_accelerate_config_that_exists():
     for command in config_files:
         (config,) = re.findall(r"--config_file (\S+)", command)
         assert "configs/accelerate" not in config, command
+        # `python` in the README's command is the environment's: the interpreter running the tests, first on PATH (as
+        # in an activated virtualenv, even when the tests are started by the venv's interpreter's path).
+        path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
         resolved = subprocess.run(
-            ["bash", "-c", script + f"printf '%s' {config}"], capture_output=True, text=True, timeout=120
+            ["bash", "-c", script + f"printf '%s' {config}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PATH": path},
         ).stdout
         assert Path(resolved).is_file(), (command, resolved)
         assert Path(resolved).parent == trl_accelerate_configs()
