@@ -188,3 +188,24 @@ def test_the_same_definition_registers_again_and_another_file_does_not(registry_
     copy.write_text(PLUG_IN_SOURCE)
     with pytest.raises(ValueError, match=r"'my_uniform' is already registered by __main_stand_in__\.MyUniform"):
         load_file_as(monkeypatch, "copied_plugin", copy)
+
+
+def test_an_import_path_resolves_from_the_working_directory(registry_snapshot, tmp_path, monkeypatch):
+    # As `trl-ada train --sampler cwd_only_sampler:CwdOnly` in a directory holding the module: a console script does
+    # not have the working directory on sys.path (`python -m` would), `trl grpo` imports --reward_funcs from it.
+    from trl_ada.samplers import sampler_class
+
+    (tmp_path / "cwd_only_sampler.py").write_text(
+        PLUG_IN_SOURCE.replace("my_uniform", "cwd_only").replace("MyUniform", "CwdOnly")
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "cwd_only_sampler", raising=False)
+    with pytest.raises(ValueError, match="nor an importable class .*No module named 'not_here'.* working directory"):
+        sampler_class("not_here:Sampler")
+    assert str(tmp_path) not in sys.path  # a failed import leaves sys.path as it was
+    try:
+        cls = sampler_class("cwd_only_sampler:CwdOnly")
+        assert cls.__name__ == "CwdOnly" and cls.name == "cwd_only" and sys.path[0] == str(tmp_path)
+    finally:
+        sys.modules.pop("cwd_only_sampler", None)

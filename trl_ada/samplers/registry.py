@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from .base import Sampler
@@ -101,9 +101,10 @@ def sampler_class(name: str) -> type[Sampler]:
     """
     The class registered under `name`. A name not registered yet is looked up, in this order, among the entry points
     of group `trl_ada.samplers` (an installed package's plug-in, imported on first use) and as an import path
-    (`"my_package.samplers:KnapsackSampler"` or `"my_package.samplers.KnapsackSampler"`: importing it registers it),
-    so a plug-in is also selectable in a fresh process (`--sampler my_package.samplers:KnapsackSampler`).
-    `ValueError` naming the registered ones otherwise.
+    (`"my_package.samplers:KnapsackSampler"` or `"my_package.samplers.KnapsackSampler"`: importing it registers it;
+    a module not installed is imported from the working directory, as `trl grpo` imports `--reward_funcs`), so a
+    plug-in is also selectable in a fresh process (`--sampler my_package.samplers:KnapsackSampler`). `ValueError`
+    naming the registered ones otherwise.
     """
     if isinstance(name, str) and name not in SAMPLERS and name not in _IMPORTED:
         _load_plugin(name)
@@ -117,7 +118,6 @@ def sampler_class(name: str) -> type[Sampler]:
 
 
 def _load_plugin(name: str) -> None:
-    from importlib import import_module
     from importlib.metadata import entry_points
 
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
@@ -128,11 +128,12 @@ def _load_plugin(name: str) -> None:
     if not module_name:
         return
     try:
-        cls = getattr(import_module(module_name), attribute)
+        cls = getattr(_import_module_or_from_working_directory(module_name), attribute)
     except (ImportError, AttributeError) as error:
         raise ValueError(
             f"sampler={name!r} is neither a registered sampler ({sampler_names()}) nor an importable class "
-            f"({type(error).__name__}: {error}). Fix the import path, or register the sampler first."
+            f"({type(error).__name__}: {error}), from the installed packages or the working directory "
+            f"{os.getcwd()}. Fix the import path, or register the sampler first."
         ) from None
     registered = getattr(cls, "name", None)
     if SAMPLERS.get(registered) is not cls:
@@ -141,6 +142,30 @@ def _load_plugin(name: str) -> None:
             "@trl_ada.samplers.register_sampler('some_name')."
         )
     _IMPORTED[name] = cls  # the path the user gave selects it from now on (the class keeps its registered name)
+
+
+def _import_module_or_from_working_directory(module_name: str) -> Any:
+    """
+    Import `module_name`; if its top-level package is not found, import it from the working directory, as `trl grpo`
+    imports a dotted `--reward_funcs` path (it puts the working directory first on `sys.path`). A console script
+    (`trl-ada train`, `trl-ada simulate`) does not have the working directory on `sys.path`, `python -m` does, so
+    `--sampler my_module:MySampler` next to the user's `my_reward.py` resolves the same either way. The working
+    directory stays on `sys.path` only when the import found the module there (a spawned worker inherits it).
+    """
+    from importlib import import_module
+
+    try:
+        return import_module(module_name)
+    except ModuleNotFoundError as error:
+        cwd = os.getcwd()
+        if error.name != module_name.partition(".")[0] or cwd in sys.path:
+            raise
+        sys.path.insert(0, cwd)
+        try:
+            return import_module(module_name)
+        except ImportError:
+            sys.path.remove(cwd)
+            raise
 
 
 def sampler_names() -> list[str]:
