@@ -4,9 +4,11 @@ import importlib
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from conftest import launch_two_processes
@@ -411,13 +413,25 @@ def test_dotted_reward_funcs_import_from_the_working_directory(tmp_path, monkeyp
     monkeypatch.delitem(sys.modules, "myrewards_cwd", raising=False)
 
 
-def test_train_help_lists_config_and_a_bad_value_is_reported_in_a_few_lines(capsys):
+@pytest.fixture
+def help_cache(tmp_path, monkeypatch):
+    """`trl-ada train --help`'s cache in a fresh folder (not the user's), at a fixed width."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("COLUMNS", "100")
+    return tmp_path / "cache" / "trl-ada"
+
+
+def train_help(capsys) -> str:
     from trl_ada.cli import main as trl_ada_main
 
-    with pytest.raises(SystemExit) as exit_info:
-        trl_ada_main(["train", "--help"])
-    assert exit_info.value.code == 0
-    help_text = capsys.readouterr().out
+    assert trl_ada_main(["train", "--help"]) == 0
+    return capsys.readouterr().out
+
+
+def test_train_help_lists_config_and_a_bad_value_is_reported_in_a_few_lines(capsys, help_cache):
+    from trl_ada.cli import main as trl_ada_main
+
+    help_text = train_help(capsys)
     assert "--config FILE_OR_RECIPE" in help_text and "qwen2.5-math-1.5b/seq_balance" in help_text
     assert "--reward_model_name_or_path" in help_text and "--test_split_size" in help_text
 
@@ -432,6 +446,74 @@ def test_train_help_lists_config_and_a_bad_value_is_reported_in_a_few_lines(caps
     assert trl_ada_main(["train", "--num_generations", "3", "--per_device_train_batch_size", "8"]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert error == ["trl-ada train: error: generation_batch_size (8) must be divisible by num_generations (3)."]
+
+
+HELP_GROUP_TITLE = re.compile(r"^(\S[^\n]*):$", re.MULTILINE)
+
+
+def flag_help(help_text: str, flag: str) -> str:
+    """The help of `flag`, on one line: from its own line to the next flag's or group's."""
+    lines = help_text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"  {flag} ") or line == f"  {flag}")
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("  -") or not lines[i].startswith(" "))
+    return " ".join(" ".join(lines[start:end]).split())
+
+
+def test_train_help_groups_the_flags_trl_ada_first_and_shows_trls_defaults(capsys, help_cache):
+    from trl import DatasetMixtureConfig, GRPOConfig, ModelConfig, TrlParser
+
+    from trl_ada.config import AdaGRPOConfig
+
+    script = load_script()
+    help_text = train_help(capsys)
+    titles = HELP_GROUP_TITLE.findall(help_text)
+    # The old help was one "options" group of ~1,460 lines, --sampler at line 1,112 and --config last.
+    assert titles[:5] == [
+        "options",
+        "trl-ada: Reinforce-Ada sampling",
+        "script, model and data",
+        "TRL's GRPOConfig",
+        "transformers' TrainingArguments (defaults as GRPOConfig sets them)",
+    ]
+    ada, rest = help_text.split("trl-ada: Reinforce-Ada sampling:\n", 1)[1].split("script, model and data:\n", 1)
+    assert [line.split()[0] for line in ada.splitlines() if line.startswith("  --")][0] == "--sampler"
+    before_trl = rest.split("TRL's GRPOConfig:\n", 1)[0]
+    assert "  --config FILE_OR_RECIPE" in before_trl and "  --model_name_or_path " in before_trl
+
+    # TRL's defaults, and the embedded run's where it has its own (lr 1e-4 and 8 tokens were shown as the defaults).
+    assert f"(default: {GRPOConfig.learning_rate}; embedded run: 0.0001)" in flag_help(help_text, "--learning_rate")
+    assert f"(default: {GRPOConfig.max_completion_length}; embedded run: 8)" in flag_help(
+        help_text, "--max_completion_length"
+    )
+    assert "embedded run: True unless a GPU is available" in flag_help(help_text, "--use_cpu")
+    for name, embedded in script.embedded_defaults().items():
+        default = AdaGRPOConfig.__dataclass_fields__[name].default
+        default = getattr(default, "value", default)  # an enum's value, as the help shows it
+        if name != "use_cpu" and embedded != default:
+            assert f"(default: {default}; embedded run: {embedded})" in flag_help(help_text, f"--{name}"), name
+
+    # Nothing lost: every option string of the ungrouped parser (the old help) is still listed.
+    plain = TrlParser((script.AdaScriptArguments, AdaGRPOConfig, ModelConfig, DatasetMixtureConfig))
+    options = {option for action in plain._actions for option in action.option_strings} | {"--config"}
+    listed = set(re.findall(r"(?<![\w-])(--?[\w-]+)", help_text))
+    assert options - listed == set()
+
+
+def test_train_help_is_answered_from_the_cache_without_importing_torch(capsys, help_cache):
+    built = train_help(capsys)  # builds the text (this process has imported torch already) and caches it
+    (cached,) = help_cache.glob("train-help-*.txt")
+    code = (
+        "import sys; from trl_ada.cli import main; code = main(['train', '--help']); "
+        "sys.stderr.write(f'{code} torch imported: {\"torch\" in sys.modules}')"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert run.stderr == "0 torch imported: False" and run.stdout == built
+    # An installation that changed (here: another TRL version) builds the text again.
+    key = cached.read_text().split("\n", 1)[0]
+    with mock.patch("trl_ada.cli.version", lambda name: "0.0.0"):
+        from trl_ada.cli import train_help_cache
+
+        assert train_help_cache()[1] != key
 
 
 def test_missing_prepared_data_names_trl_ada_prepare_data_before_loading_anything(tmp_path, capsys, monkeypatch):

@@ -3,19 +3,25 @@ The `trl-ada` command line. `trl-ada simulate` plans a sampling budget with no m
 the main job (`trl_ada.train`, the code of `scripts/train_ada.py`); `trl-ada prepare-data` and `trl-ada evaluate` are
 `scripts/prepare_data.py` and `scripts/evaluate.py` (`trl_ada.prepare_data`, `trl_ada.evaluate`), with the same flags.
 
-Import-light: only `trl-ada train`, `prepare-data` and `evaluate` import torch, transformers or TRL.
+Import-light: only `trl-ada train`, `prepare-data` and `evaluate` import torch, transformers or TRL. `trl-ada train
+--help` answers from a cached copy of its text when the installation has not changed since it was built.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
+import shutil
 import sys
 import types
 import typing
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import Field, fields
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
 from .samplers import SamplerSettings, sampler_names, simulate
@@ -167,12 +173,61 @@ def _add_data_commands(subparsers: argparse._SubParsersAction) -> None:
     )
 
 
+TRAIN_PROG = "trl-ada train"
+
+
+def train_help_cache() -> tuple[Path, str]:
+    """Where `trl-ada train --help`'s text is cached, and the key of the installation it was built for.
+
+    Building it imports transformers' `TrainingArguments` (with torch and peft: most of the ~20 s the help took), so
+    it is built once and kept under `$XDG_CACHE_HOME/trl-ada/` (default `~/.cache`), one file per installation of
+    trl-ada. The key covers what the text depends on: Python, the versions of trl-ada, TRL and transformers, every
+    source file of trl-ada (an editable install changes without a version bump) and the terminal's width.
+    """
+    package = Path(__file__).resolve().parent
+    sources = []
+    for path in sorted(package.rglob("*.py")):
+        stat = path.stat()
+        sources.append((path.relative_to(package).as_posix(), stat.st_mtime_ns, stat.st_size))
+    versions = [version(name) for name in ("trl-ada", "trl", "transformers")]
+    key = json.dumps([sys.version, versions, shutil.get_terminal_size().columns, sources])
+    cache_root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trl-ada"
+    installation = hashlib.sha256(f"{sys.executable}|{package}".encode()).hexdigest()[:16]
+    return cache_root / f"train-help-{installation}.txt", hashlib.sha256(key.encode()).hexdigest()
+
+
+def train_help() -> str:
+    """`trl-ada train --help`'s text: the cached copy when its key matches, else built (and cached) by
+    `trl_ada.train.help_text`. A cache that cannot be read or written only costs the time."""
+    path, key = train_help_cache()
+    try:
+        cached_key, text = path.read_text().split("\n", 1)
+        if cached_key == key:
+            return text
+    except (OSError, ValueError):
+        pass
+    from .train import help_text
+
+    text = help_text(TRAIN_PROG)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(f"{key}\n{text}")
+        os.replace(partial, path)  # a concurrent reader sees the old copy or the new one, never half of one
+    except OSError:
+        pass
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"] and argv[1:] in (["--help"], ["-h"]):
+        sys.stdout.write(train_help())
+        return 0
     if argv[:1] == ["train"]:
         from .train import cli_main  # torch, transformers and TRL: only here
 
-        return cli_main(argv[1:], prog="trl-ada train")
+        return cli_main(argv[1:], prog=TRAIN_PROG)
     if argv[:1] == ["prepare-data"]:
         from .prepare_data import main as prepare_data_main
 

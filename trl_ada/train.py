@@ -178,31 +178,105 @@ def is_embedded_run(argv: Sequence[str]) -> bool:
 
 USAGE = "%(prog)s [--config FILE_OR_RECIPE] [--FLAG VALUE ...]"
 
+EMBEDDED_HELP_NOTES = {"use_cpu": "True unless a GPU is available"}
+"""How `--help` words an embedded-run default that depends on the machine."""
+
+HELP_GROUPS = {
+    "ada": (
+        "trl-ada: Reinforce-Ada sampling",
+        "AdaGRPOConfig's own knobs (`trl-ada simulate` takes the same). A knob the chosen --sampler does not read "
+        "must keep its default.",
+    ),
+    "script": (
+        "script, model and data",
+        "The flags of `trl grpo`'s script with trl-ada's, ModelConfig and DatasetMixtureConfig. With no "
+        "--model_name_or_path and no dataset, the embedded run trains trl-ada's tiny arithmetic model on CPU.",
+    ),
+    "trl": (
+        "TRL's GRPOConfig",
+        "Defaults shown are TRL's: they apply when --model_name_or_path or a dataset is given. The embedded run "
+        "(neither given) has its own for a few flags, shown as 'embedded run: VALUE'.",
+    ),
+    "transformers": (
+        "transformers' TrainingArguments (defaults as GRPOConfig sets them)",
+        "Defaults shown are TRL's: they apply when --model_name_or_path or a dataset is given. The embedded run "
+        "(neither given) has its own for a few flags, shown as 'embedded run: VALUE'.",
+    ),
+}
+"""`--help`'s groups, in the order shown: key -> (title, description)."""
+
+
+def help_group_of(name: str) -> str:
+    """The `--help` group (a key of [`HELP_GROUPS`]) of the field `name` of the script's dataclasses."""
+    from trl import GRPOConfig
+
+    from .config import ADA_ONLY_FIELDS
+    from .samplers.settings import SamplerFields
+
+    if name in SamplerFields.__dataclass_fields__ or name in ADA_ONLY_FIELDS:
+        return "ada"
+    if name in TrainingArguments.__dataclass_fields__:
+        return "transformers"
+    if name in GRPOConfig.__dataclass_fields__:
+        return "trl"
+    return "script"
+
 
 class TrainParser(TrlParser):
-    """`TrlParser` with a one-line usage: a mistyped value is reported in two lines, not after ~240 lines of flags."""
+    """`TrlParser` with a one-line usage (a mistyped value is reported in two lines, not after every flag), and
+    `--help` in groups ([`HELP_GROUPS`]): trl-ada's sampling knobs first, then the script, model and data flags
+    (with `--config`), then TRL's `GRPOConfig` and transformers' `TrainingArguments`."""
 
     def __init__(self, dataclass_types: Sequence[type], **kwargs: Any) -> None:
+        self._help_groups: dict[str, argparse._ArgumentGroup] = {}
         super().__init__(dataclass_types, usage=USAGE, **kwargs)
-        # `TrlParser` reads `--config` itself, before argparse runs; listed here so that `--help` shows it.
-        self.add_argument(
-            "--config",
-            metavar="FILE_OR_RECIPE",
-            default=argparse.SUPPRESS,
-            help="YAML file of settings, or the name of a recipe shipped with trl-ada (e.g. "
-            "qwen2.5-math-1.5b/seq_balance); flags on the command line override its values.",
-        )
+
+    def _parse_dataclass_field(self, parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+        # HfArgumentParser adds every field of one dataclass to one container; the script's AdaGRPOConfig spans
+        # three groups, so each field goes to its own.
+        super()._parse_dataclass_field(self.help_group(help_group_of(field.name)), field)
+
+    def help_group(self, key: str) -> argparse._ArgumentGroup:
+        """The argument group `key` of [`HELP_GROUPS`]; all of them are made on first use, in their order."""
+        if not self._help_groups:
+            for name, (title, description) in HELP_GROUPS.items():
+                self._help_groups[name] = self.add_argument_group(title, description)
+            # `TrlParser` reads `--config` itself, before argparse runs; listed here so that `--help` shows it.
+            self._help_groups["script"].add_argument(
+                "--config",
+                metavar="FILE_OR_RECIPE",
+                default=argparse.SUPPRESS,
+                help="YAML file of settings, or the name of a recipe shipped with trl-ada (e.g. "
+                "qwen2.5-math-1.5b/seq_balance); flags on the command line override its values.",
+            )
+        return self._help_groups[key]
+
+    def note_embedded_defaults(self, defaults: dict[str, Any]) -> None:
+        """Add the embedded run's default to the help of each flag where it differs from TRL's."""
+        for action in self._actions:
+            if action.dest not in defaults or action.help in (None, argparse.SUPPRESS):
+                continue
+            if action.option_strings[0].startswith("--no_") or defaults[action.dest] == action.default:
+                continue
+            embedded = EMBEDDED_HELP_NOTES.get(action.dest, defaults[action.dest])
+            action.help = f"{action.help} (default: %(default)s; embedded run: {embedded})"
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every flag.)\n")
 
 
+def asks_for_help(argv: Sequence[str]) -> bool:
+    """Whether `argv` asks for `--help` (argparse then prints it and exits, whatever else is given)."""
+    return any(arg in ("-h", "--help") for arg in argv)
+
+
 def make_parser(argv: Sequence[str]) -> TrlParser:
     """The script's parser: TRL's `trl grpo` dataclasses with trl-ada's; on the embedded run its defaults are
-    [`embedded_defaults`]."""
+    [`embedded_defaults`]. `--help` shows TRL's defaults, each followed by the embedded run's where it differs."""
     parser = TrainParser((AdaScriptArguments, AdaGRPOConfig, ModelConfig, DatasetMixtureConfig))
-    if is_embedded_run(argv):
+    parser.note_embedded_defaults(embedded_defaults())
+    if is_embedded_run(argv) and not asks_for_help(argv):
         # Defaults only: any flag or config value the user passes (e.g. --max_steps 5) still wins.
         defaults = embedded_defaults()
         explicit = explicit_settings(argv)
@@ -211,6 +285,13 @@ def make_parser(argv: Sequence[str]) -> TrlParser:
             defaults["save_strategy"] = "steps"
         parser.set_defaults(**defaults)
     return parser
+
+
+def help_text(prog: str) -> str:
+    """`trl-ada train --help`'s text (see [`make_parser`])."""
+    parser = make_parser(["--help"])
+    parser.prog = prog
+    return parser.format_help()
 
 
 _RESUME_LATEST = frozenset({"true", "1", "yes"})
