@@ -30,13 +30,20 @@ TRL_GPU_CONFIGS = ("single_gpu", "multi_gpu", "zero2", "zero3", "fsdp2")  # conf
 
 
 def section(text: str, heading: str) -> str:
-    """The body of the markdown section titled `heading` (up to the next heading of the same or a higher level)."""
+    """The body of the markdown section titled `heading` (up to the next heading of the same or a higher level; a
+    `# comment` line inside a code block is no heading)."""
     match = re.search(rf"^(#+) {re.escape(heading)}\s*$", text, flags=re.MULTILINE)
     assert match, f"no section {heading!r}"
     level = len(match.group(1))
     rest = text[match.end() :]
-    end = re.search(rf"^#{{1,{level}}} ", rest, flags=re.MULTILINE)
-    return rest[: end.start()] if end else rest
+    in_code, offset = False, 0
+    for line in rest.splitlines(keepends=True):
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and re.match(rf"#{{1,{level}}} ", line):
+            return rest[:offset]
+        offset += len(line)
+    return rest
 
 
 def code_blocks(text: str) -> list[str]:

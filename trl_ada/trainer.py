@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import textwrap
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,6 +66,12 @@ class _FinishedEpisode:
 
     def reset(self, **kwargs: Any) -> None:
         return None
+
+
+TRL_MODEL_METHOD_DEPRECATIONS = (
+    r"`(is_gradient_checkpointing|gradient_checkpointing_enable|gradient_checkpointing_disable)` is deprecated"
+)
+"""transformers' deprecation messages for the model methods TRL itself calls while training (filtered in `train`)."""
 
 
 class AdaGRPOTrainer(GRPOTrainer):
@@ -193,7 +200,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         resume_from_checkpoint = resolve_resume_checkpoint(
             resume_from_checkpoint, self.args.output_dir, is_main_process=self.accelerator.is_main_process
         )
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        with warnings.catch_warnings():
+            # TRL's `unwrap_model_for_generation` calls the model's `gradient_checkpointing_*` methods, which
+            # transformers 5.24 deprecates (FutureWarning): TRL's code, nothing a user of this trainer can change.
+            warnings.filterwarnings("ignore", message=TRL_MODEL_METHOD_DEPRECATIONS, category=FutureWarning)
+            return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
         # `Trainer.__init__` calls this first, so here GRPOTrainer has validated its own arguments (its errors about
