@@ -768,3 +768,36 @@ def test_sandbox_error_is_what_bubblewrap_reports_not_the_programs_stderr(box, m
     failed = box.run(program="print('ran')")
     assert failed.status == "sandbox_error" and "ran" not in failed.stdout, failed
     assert missing in failed.detail
+
+
+@needs_bwrap
+def test_the_sandboxs_total_memory_is_bounded_where_a_memory_cgroup_can_be_made(box):
+    if box.memory_cgroup is None:
+        pytest.skip("no cgroup v1 memory hierarchy this process may write (root on a cgroup v1/hybrid machine)")
+    limits = SandboxLimits(wall_time_s=8, cpu_time_s=8, memory_bytes=64 << 20, scratch_bytes=8 << 20)
+    small = Sandbox(limits)
+    # Kernel memory no process maps: empty files cost the tmpfs no scratch_bytes, but each costs an inode and a
+    # dentry (long names: ~1.5 KiB a file).
+    inodes = (
+        "import os\nn = 0\nwhile True:\n    os.close(os.open(f'{n:0200d}', os.O_CREAT | os.O_WRONLY))\n    n += 1\n"
+    )
+    # Processes each within their address-space limit, together over the sandbox's total.
+    processes = (
+        "import os, signal, time\n"
+        "children = []\n"
+        "for _ in range(3):\n"
+        "    if (pid := os.fork()) == 0:\n"
+        "        block = bytearray(48 << 20)\n"
+        "        time.sleep(1)\n"
+        "        os._exit(0)\n"
+        "    children.append(pid)\n"
+        "killed = sum(os.waitpid(pid, 0)[1] == signal.SIGKILL for pid in children)\n"
+        "print('KILLED', killed)\n"
+        "raise SystemExit(killed)\n"
+    )
+    for program in (inodes, processes):
+        result, elapsed, left, _ = run_marked(small, program)
+        assert result.status == "memory" and "sandbox memory limit" in result.detail, (program, result)
+        assert elapsed < limits.wall_time_s, (program, elapsed)  # killed at the limit, not at the wall clock
+        assert not left
+    assert not [name for name in os.listdir(small.memory_cgroup) if name.startswith("trl-ada-sandbox-")]

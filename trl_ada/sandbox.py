@@ -47,9 +47,14 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   (``--die-with-parent`` takes the init with it), the kernel kills every process left in the namespace, daemons
   (``setsid``, double fork) included. When the trainer is PID 1 (a container's entry point) the orphaned init is
   reparented to it, and ``run`` reaps it (by its pidfd: no other child's exit status is taken).
-- **Not bounded**: the kernel memory of the scratch ``tmpfs``'s inodes (empty files cost no ``scratch_bytes``;
-  bubblewrap cannot set ``nr_inodes``), and pipe and socket buffers (bounded by the open-file limit); all of it is
-  freed with the call.
+- **The sandbox's total memory**, where this process may create a cgroup in the cgroup v1 memory hierarchy (root on
+  a cgroup v1 or hybrid machine; ``Sandbox.memory_cgroup`` says where): each run gets its own memory cgroup capped at
+  ``memory_bytes + scratch_bytes``, which its init enters before the program starts (bubblewrap waits on
+  ``--block-fd``). Every process of the sandbox, its tmpfs and the kernel memory it causes (inodes, pipe and socket
+  buffers) are charged to it; past the cap the kernel's OOM killer kills inside the sandbox (status ``memory``).
+  Elsewhere (cgroup v2, a container without a writable ``/sys/fs/cgroup``, a non-root trainer) there is no such
+  total: the kernel memory of the scratch tmpfs's inodes is unbounded (empty files cost no ``scratch_bytes``, and
+  bubblewrap cannot set the tmpfs's ``nr_inodes``), freed with the call.
 
 ``isolation="none"`` runs the program in a plain subprocess (clean environment, the same resource limits, a
 temporary working directory). It is **not a security boundary**: the program can read and write everything the
@@ -60,6 +65,7 @@ and for measuring the sandbox's overhead, and it logs a warning when constructed
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import logging
 import math
@@ -132,9 +138,12 @@ class SandboxLimits:
         cpu_time_s: CPU seconds of each process (``RLIMIT_CPU``; ``SIGXCPU`` then ``SIGKILL`` a second later, status
             ``timeout``). Rounded up to whole seconds.
         memory_bytes: Address space of each process (``RLIMIT_AS``); Python raises ``MemoryError`` past it
-            (status ``memory``). Python itself needs ~30 MB; threads reserve their stacks from it. The limit is per
-            process: a sandbox's worst case is ``memory_bytes * max_processes`` (4 GiB with the defaults), and a
-            machine's is that times the sandboxes running at once; size both to the machine.
+            (status ``memory``). Python itself needs ~30 MB; threads reserve their stacks from it. With a memory
+            cgroup (see ``Sandbox.memory_cgroup``) the whole sandbox, every process, its tmpfs and the kernel memory
+            it causes, is also capped at ``memory_bytes + scratch_bytes`` (576 MiB with the defaults). Without one
+            the limit is per process: a sandbox's worst case is ``memory_bytes * max_processes + scratch_bytes``
+            (4.06 GiB with the defaults) plus the kernel memory of its tmpfs's inodes; a machine's is that times the
+            sandboxes running at once; size both to the machine.
         file_size_bytes: Largest file a process may write (``RLIMIT_FSIZE``).
         scratch_bytes: Size of the writable ``tmpfs`` at ``/tmp`` (RAM), files given to ``run`` included.
         max_processes: Processes and threads of the sandbox's user inside its namespace (``RLIMIT_NPROC``), the
@@ -269,6 +278,11 @@ class Sandbox:
             a virtualenv's own site-packages are not (its base interpreter runs).
         run_as_uid: When this process is root, the unprivileged uid (and gid) bubblewrap runs as; default ``nobody``.
             Ignored when not root (the sandbox then runs as the current user, who is not exempt from process limits).
+
+    Attributes:
+        memory_cgroup: The cgroup v1 memory directory under which each run gets its own capped cgroup, found at
+            construction (this process's own memory cgroup, when it may create cgroups there); ``None`` when there is
+            none, and then the sandbox's memory is bounded per process only (see ``SandboxLimits.memory_bytes``).
     """
 
     def __init__(
@@ -317,6 +331,7 @@ class Sandbox:
             )
         self.python = self._resolve_python(python)
         self._seccomp_program: bytes | None = None
+        self.memory_cgroup: str | None = _memory_cgroup_parent() if isolation == "bwrap" else None
         if isolation == "bwrap":
             _check_prefix(_interpreter_prefix(self.python))
             self._seccomp_program = _seccomp_program(platform.machine())
@@ -398,7 +413,12 @@ class Sandbox:
         return env
 
     def _bwrap_args(
-        self, files: Mapping[str, int], channel_fd: int | None, status_fd: int, seccomp_fd: int | None
+        self,
+        files: Mapping[str, int],
+        channel_fd: int | None,
+        status_fd: int,
+        seccomp_fd: int | None,
+        cgroup: _MemoryCgroup | None = None,
     ) -> list[str]:
         args = [
             self._bwrap,
@@ -436,6 +456,8 @@ class Sandbox:
         args += ["--json-status-fd", str(status_fd)]
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
+        if cgroup is not None:  # set up, the sandbox waits there until its init is in the memory cgroup
+            args += ["--block-fd", str(cgroup.block_read)]
         return args + ["--"]
 
     # -----------------------------------------------------------------------------------------------------------------
@@ -497,6 +519,7 @@ class Sandbox:
     ) -> SandboxResult:
         file_fds: dict[str, int] = {}
         read_fd = write_fd = seccomp_fd = None
+        cgroup: _MemoryCgroup | None = None
         status_read, status_write = os.pipe()
         open_fds = {status_read, status_write}
 
@@ -517,18 +540,37 @@ class Sandbox:
             if channel:
                 read_fd, write_fd = os.pipe()
                 open_fds.update((read_fd, write_fd))
-            command = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd) + self._limit_args() + argv
             write_ends = [status_write, *([write_fd] if write_fd is not None else [])]
+            if self.memory_cgroup is not None:
+                try:
+                    cgroup = _MemoryCgroup(self.memory_cgroup, self.limits.memory_bytes + self.limits.scratch_bytes)
+                except OSError as error:
+                    return SandboxResult("sandbox_error", None, detail=f"could not create a memory cgroup: {error}")
+                open_fds.add(cgroup.block_write)
+                write_ends.append(cgroup.block_read)
+            command = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd, cgroup) + self._limit_args()
             pass_fds = [*file_fds.values(), *write_ends, *([seccomp_fd] if seccomp_fd is not None else [])]
             user = {}
             if self._drops_privileges():
                 user = {"user": self.run_as_uid, "group": self.run_as_uid, "extra_groups": []}
             return self._communicate(
-                command, stdin, pass_fds, read_fd, write_ends, open_fds, status_read, env={}, cwd="/", **user
+                command + argv,
+                stdin,
+                pass_fds,
+                read_fd,
+                write_ends,
+                open_fds,
+                status_read,
+                cgroup,
+                env={},
+                cwd="/",
+                **user,
             )
         finally:
             for fd in open_fds:
                 os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
 
     def _run_plain(
         self, argv: list[str], files: Mapping[str, str | bytes], stdin: bytes, channel: bool
@@ -553,6 +595,7 @@ class Sandbox:
                     write_ends,
                     open_fds,
                     None,
+                    None,
                     env=self._env(write_fd, workdir),
                     cwd=workdir,
                     start_new_session=True,
@@ -570,12 +613,14 @@ class Sandbox:
         write_ends: list[int],
         open_fds: set[int],
         status_fd: int | None,
+        cgroup: _MemoryCgroup | None,
         **popen_kwargs: object,
     ) -> SandboxResult:
         """Starts ``command``, feeds ``stdin``, collects stdout, stderr and the channel (``read_fd``) within the limits,
         and kills the sandbox on a limit. ``write_ends`` (the sandbox's ends of our pipes) are closed once it has
         started, and removed from ``open_fds``, the set of descriptors the caller closes afterwards. ``status_fd``:
-        the read end of bubblewrap's ``--json-status-fd``."""
+        the read end of bubblewrap's ``--json-status-fd``; ``cgroup``: the run's memory cgroup, which the sandbox's
+        init enters before bubblewrap (blocked on ``--block-fd``) starts the program."""
         limits = self.limits
         start = time.monotonic()
         deadline = start + limits.wall_time_s
@@ -595,6 +640,9 @@ class Sandbox:
             os.close(fd)
             open_fds.discard(fd)
         status = _BwrapStatus(status_fd)
+        killed_for: Status | None = None
+        if cgroup is not None and not cgroup.enter(status, deadline):
+            killed_for = "sandbox_error"
         assert process.stdout is not None and process.stderr is not None and process.stdin is not None
         out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
         buffers: dict[int, bytearray] = {}
@@ -615,10 +663,9 @@ class Sandbox:
             selector.register(stdin_fd, selectors.EVENT_WRITE, "stdin")
         else:
             process.stdin.close()
-        killed_for: Status | None = None
         exited_at: float | None = None
         try:
-            while selector.get_map():
+            while killed_for is None and selector.get_map():
                 now = time.monotonic()
                 if now >= deadline:
                     killed_for = "timeout"
@@ -671,7 +718,7 @@ class Sandbox:
                 self._kill(process, status)
             returncode = process.wait()
             status.read()
-            status.reap_init()
+            status.wait_for_init()
             status.close()
             for stream in (process.stdin, process.stdout, process.stderr):
                 if stream is not None and not stream.closed:
@@ -686,7 +733,9 @@ class Sandbox:
         detail = ""
         if killed_for is not None:
             outcome, code = killed_for, None
-            detail = "wall-clock limit" if killed_for == "timeout" else "output limit"
+            detail = {"timeout": "wall-clock limit", "output_limit": "output limit"}.get(killed_for, "")
+            if killed_for == "sandbox_error":
+                detail = f"could not move the sandbox into its memory cgroup {cgroup.path if cgroup else ''}"
         else:
             code = returncode if returncode >= 0 else 128 - returncode
             if status_fd is not None and status.exit_code is None:
@@ -694,6 +743,8 @@ class Sandbox:
                 outcome, detail = "sandbox_error", (stderr_bytes.decode("utf-8", "replace").strip() or f"exit {code}")
             else:
                 outcome, detail = self._classify(code, stderr_bytes)
+                if outcome != "ok" and cgroup is not None and cgroup.oom_killed():
+                    outcome, detail = "memory", "sandbox memory limit (memory_bytes + scratch_bytes, all processes)"
         return SandboxResult(
             status=outcome,
             returncode=code,
@@ -744,22 +795,10 @@ class Sandbox:
             process.kill()
             process.wait()
         status.read()
-        child = status.child_pid
-        deadline = time.monotonic() + 10
-        while child is not None and _alive(child) and time.monotonic() < deadline:
-            time.sleep(0.005)
+        status.wait_for_init()
 
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, python={self.python!r}, limits={self.limits!r})"
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie, dead but not yet reaped, is not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 class _BwrapStatus:
@@ -774,6 +813,7 @@ class _BwrapStatus:
         self.child_pid: int | None = None
         self.exit_code: int | None = None
         self.pidfd: int | None = None
+        self.ended = False  # end of file: bubblewrap and its init have closed it
         if fd is not None:
             os.set_blocking(fd, False)
 
@@ -783,6 +823,7 @@ class _BwrapStatus:
         try:
             while chunk := os.read(self.fd, 4096):
                 self.data += chunk
+            self.ended = True
         except OSError:  # BlockingIOError: nothing more for now
             pass
         for line in bytes(self.data).split(b"\n"):
@@ -815,33 +856,144 @@ class _BwrapStatus:
             pass
         return True
 
-    def reap_init(self) -> None:
-        """Reaps the sandbox's init if it became this process's child, once bubblewrap has been reaped.
+    def wait_for_init(self, timeout_s: float = 10.0) -> None:
+        """Returns once the sandbox's init has exited, which the kernel lets happen only after every other process of
+        its PID namespace is gone, and reaps it if it became this process's child.
 
         bubblewrap's monitor can exit before the init it forked is reaped; the init is then reparented to the nearest
         child subreaper, else to PID 1 of this PID namespace. When that is this process (a container whose entry
         point is the trainer) nobody else reaps it: a zombie per run. The wait names the init's pidfd, so no other
         child's exit status (``subprocess``'s, ``asyncio``'s) is taken; when the init is not this process's child,
-        its own parent reaps it and this returns at once.
+        its own parent reaps it.
         """
         if self.pidfd is None:
             return
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED | os.WNOHANG) is not None:
-                    return
-            except ChildProcessError:
-                return
-            if time.monotonic() > deadline:
-                logger.warning("The sandbox's init (PID %s) did not exit within 10 s of bubblewrap.", self.child_pid)
-                return
-            time.sleep(0.001)
+        if not _wait_readable(self.pidfd, time.monotonic() + timeout_s):  # a pidfd is readable once it has exited
+            logger.warning(
+                "The sandbox's init (PID %s) did not exit within %s s of bubblewrap.", self.child_pid, timeout_s
+            )
+            return
+        try:
+            os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            pass
 
     def close(self) -> None:
         if self.pidfd is not None:
             os.close(self.pidfd)
             self.pidfd = None
+
+
+_cgroup_numbers = itertools.count()
+_cgroups_to_remove: list[str] = []  # of runs whose processes had not all exited when the run ended
+
+
+def _memory_cgroup_parent() -> str | None:
+    """This process's directory in the cgroup v1 memory hierarchy when it may create cgroups there (root on a host
+    or VM with cgroup v1 or hybrid), else ``None``."""
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            mounts = [line.split() for line in handle]
+        with open("/proc/self/cgroup") as handle:
+            memberships = [line.rstrip("\n").split(":", 2) for line in handle]
+    except OSError:
+        return None
+    for fields in mounts:
+        tail = fields[fields.index("-") + 1 :] if "-" in fields else []
+        if len(tail) < 3 or tail[0] != "cgroup" or "memory" not in tail[2].split(","):
+            continue
+        root, mount_point = fields[3], fields[4]
+        for membership in memberships:
+            if len(membership) != 3 or "memory" not in membership[1].split(","):
+                continue
+            path = membership[2]
+            if not (path + "/").startswith(root.rstrip("/") + "/"):
+                continue
+            parent = os.path.join(mount_point, path[len(root.rstrip("/")) :].lstrip("/"))
+            if os.path.isfile(os.path.join(parent, "memory.limit_in_bytes")) and os.access(parent, os.W_OK):
+                return parent
+    return None
+
+
+class _MemoryCgroup:
+    """The memory cgroup (v1) of one run: every process of the sandbox and the kernel memory they cause (tmpfs inodes,
+    pipe and socket buffers) are charged to it, and it is capped, so the sandbox's total is bounded, not only each
+    process's address space. ``block_read`` goes to bubblewrap's ``--block-fd``: the sandbox, set up, waits there
+    until its init is in the cgroup, so everything the program does is charged to it."""
+
+    def __init__(self, parent: str, limit_bytes: int) -> None:
+        for path in list(_cgroups_to_remove):  # earlier runs' leftovers, empty by now
+            try:
+                os.rmdir(path)
+                _cgroups_to_remove.remove(path)
+            except (OSError, ValueError):
+                pass
+        self.path = os.path.join(parent, f"trl-ada-sandbox-{os.getpid()}-{next(_cgroup_numbers)}")
+        os.mkdir(self.path)
+        try:
+            self._write("memory.limit_in_bytes", limit_bytes)
+            try:  # with swap accounting, swap counts too (memsw >= memory)
+                self._write("memory.memsw.limit_in_bytes", limit_bytes)
+            except OSError:
+                pass
+        except OSError:
+            os.rmdir(self.path)
+            raise
+        self.block_read, self.block_write = os.pipe()
+
+    def _write(self, name: str, value: int) -> None:
+        with open(os.path.join(self.path, name), "w") as handle:
+            handle.write(str(value))
+
+    def enter(self, status: _BwrapStatus, deadline: float) -> bool:
+        """Moves the sandbox's init into the cgroup, then lets it start the program. ``False`` when the init could
+        not be moved (it is then not let go: the caller kills it). When bubblewrap fails before creating the init
+        there is nothing to move."""
+        while status.child_pid is None and status.fd is not None and not status.ended:
+            if not _wait_readable(status.fd, deadline):
+                break
+            status.read()
+        if status.child_pid is not None:
+            try:
+                self._write("cgroup.procs", status.child_pid)
+            except OSError:
+                # An init that already exited (bubblewrap failed while setting up) has nothing left to charge.
+                return status.pidfd is not None and _wait_readable(status.pidfd, time.monotonic())
+        try:
+            os.write(self.block_write, b"x")
+        except BrokenPipeError:  # bubblewrap failed while setting up: nothing waits
+            pass
+        return True
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the sandbox at the cgroup's limit."""
+        try:
+            with open(os.path.join(self.path, "memory.oom_control")) as handle:
+                counters = dict(line.split(None, 1) for line in handle if line.strip())
+        except OSError:
+            return False
+        return counters.get("oom_kill", "0").strip() != "0"
+
+    def remove(self) -> None:
+        deadline = time.monotonic() + 1
+        while True:
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # EBUSY: a process of the sandbox has not exited yet
+                if time.monotonic() > deadline:
+                    _cgroups_to_remove.append(self.path)
+                    return
+                time.sleep(0.001)
+
+
+def _wait_readable(fd: int, deadline: float) -> bool:
+    """Waits until ``fd`` is readable (data or end of file); ``False`` at the deadline."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=max(0.0, deadline - time.monotonic())))
 
 
 def _seccomp_program(machine: str) -> bytes | None:
