@@ -182,6 +182,28 @@ def test_est_state_round_trips_through_json_with_identical_next_budgets():
     assert len(set(budgets)) > 1  # the learned predictor spreads first-visit budgets
 
 
+def test_a_resume_keeps_the_runs_learning_rate(caplog):
+    # The checkpoint was trained at 0.1; the resumed run asks for 0.5: the user's setting wins (issue 32, item 21).
+    problems = fresh_prompts(64, seed=0)
+    sampler = build_sampler(est_settings(pass_rate_predictor_learning_rate=0.1))
+    run_est_step(sampler, problems[:32], random.Random(0))
+    saved = json.loads(json.dumps(sampler.state_dict()))
+    resumed = build_sampler(est_settings(pass_rate_predictor_learning_rate=0.5))
+    with caplog.at_level("INFO", logger="trl_ada.samplers.predictor"):
+        resumed.load_state_dict(saved)
+    assert resumed.estimator.learning_rate == 0.5
+    assert "learning rate 0.5" in caplog.text and "trained with 0.1" in caplog.text
+    keys = keys_of(problems)
+    assert resumed.estimator.predict(keys) == sampler.estimator.predict(keys)  # everything else is the checkpoint's
+    # the next update steps at 0.5: as a predictor built at 0.5 from the same state
+    expected = LearnedPassRatePredictor(learning_rate=0.5, prior_alpha=1.0, prior_beta=1.0)
+    expected.load_model_state(saved["estimator"]["model"], keep_learning_rate=True)
+    batch = keys_of(problems[32:])
+    resumed.estimator.update(batch, [4] * 32, [1] * 32)
+    expected.update(batch, [4] * 32, [1] * 32)
+    assert resumed.estimator.predict(keys) == expected.predict(keys) != sampler.estimator.predict(keys)
+
+
 def test_est_logs_the_calibration_of_the_estimates_its_budgets_came_from():
     sampler = build_sampler(est_settings())
     problems = fresh_prompts(64, seed=0)

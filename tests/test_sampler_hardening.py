@@ -9,7 +9,7 @@ import pytest
 from trl import GRPOConfig
 
 from trl_ada import AdaGRPOConfig
-from trl_ada.samplers import SamplerSettings, build_sampler, rules
+from trl_ada.samplers import DecayedBetaTracker, SamplerSettings, build_sampler, rules
 
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
 
@@ -216,3 +216,49 @@ def test_the_largest_finite_max_weight_keeps_advantages_finite():
     hard, mixed = step.finish().prompts
     assert all(math.isfinite(a) for a in hard.advantages + mixed.advantages)
     assert hard.weight > 1.0 and mixed.weight > 0.0  # the other prompt keeps a (small) weight
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A custom estimator's Beta parameters are checked where the round policies read them (issue 32, item 21)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class BadPriorEstimator(DecayedBetaTracker):
+    """A custom estimator whose Beta parameters are `parameters`, whatever the keys (alpha = 0: the report's case)."""
+
+    def __init__(self, parameters):
+        super().__init__(decay=0.9, prior_alpha=1.0, prior_beta=1.0)
+        self.parameters = parameters
+
+    def beta_parameters(self, keys):
+        return list(self.parameters)
+
+    prior_parameters = beta_parameters
+
+
+@pytest.mark.parametrize(
+    ("policy", "parameters", "message"),
+    [
+        ("tracked", [(0.0, 1.0)], r"BadPriorEstimator\.beta_parameters returned \(alpha, beta\) = \(0\.0, 1\.0\)"),
+        ("predictive", [(0.0, 1.0)], r"BadPriorEstimator\.prior_parameters returned \(alpha, beta\) = \(0\.0, 1\.0\)"),
+        ("tracked", [(math.inf, 1.0)], r"\(alpha, beta\) = \(inf, 1\.0\) for prompt 'prompt'"),
+        ("tracked", [(1.0, math.nan)], r"\(alpha, beta\) = \(1\.0, nan\)"),
+        ("tracked", [], r"returned 0 \(alpha, beta\) pairs for 1 prompts"),
+    ],
+)
+def test_round_policies_check_an_estimators_beta_parameters(policy, parameters, message):
+    settings = SamplerSettings(sampler="seq_pos", num_generations=4, round_policy=policy, scale_rewards="none")
+    sampler = build_sampler(settings, estimator=BadPriorEstimator(parameters))
+    with pytest.raises(ValueError, match=message):
+        step = sampler.begin(1, ["prompt"])
+        step.requests()  # before the fix: "math domain error" here (alpha = 0), or NaN requests
+
+
+def test_est_names_the_estimator_that_returned_a_bad_estimate():
+    class Certain(DecayedBetaTracker):
+        def estimate(self, keys):
+            return [1.0 for _ in keys]
+
+    sampler = build_sampler(SamplerSettings(sampler="est", num_generations=4), estimator=Certain(0.9, 1.0, 1.0))
+    with pytest.raises(ValueError, match=r"Certain\.estimate returned 1\.0 for prompt 'a'; estimates must lie"):
+        sampler.begin(1, ["a"])

@@ -32,7 +32,7 @@ from . import rules
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
 from .registry import register_sampler
 from .settings import SamplerSettings
-from .tracker import PassRateEstimator
+from .tracker import PassRateEstimator, checked_beta_parameters
 
 if TYPE_CHECKING:
     from .continuous import ContinuousStep
@@ -653,10 +653,8 @@ class SequentialSampler(Sampler):
             if prompt_keys is None or len(prompt_keys) != num_prompts:
                 raise ValueError("round_policy='tracked' needs one stable key per prompt")
             step.keys = list(prompt_keys)
-            if self.settings.round_policy == "tracked":
-                step.priors = self.tracker.beta_parameters(step.keys)
-            else:
-                step.priors = self.tracker.prior_parameters(step.keys)
+            method = "beta_parameters" if self.settings.round_policy == "tracked" else "prior_parameters"
+            step.priors = checked_beta_parameters(self.tracker, method, step.keys)
             step.skipped = rules.skipped_prompts(
                 [alpha / (alpha + beta) for alpha, beta in step.priors],
                 self.settings.num_generations,

@@ -132,9 +132,17 @@ class EstSampler(Sampler):
         step = SamplingStep(self, num_prompts)
         step.keys = list(prompt_keys)
         step.estimates = self.estimator.estimate(step.keys)
-        for estimate in step.estimates:
-            if not 0.0 < estimate < 1.0:
-                raise ValueError(f"a pass-rate estimator returned {estimate}; estimates must lie strictly in (0, 1)")
+        if len(step.estimates) != num_prompts:
+            raise ValueError(
+                f"{type(self.estimator).__name__}.estimate returned {len(step.estimates)} estimates for {num_prompts} "
+                "prompts; return one per key."
+            )
+        for key, estimate in zip(step.keys, step.estimates, strict=True):
+            if not 0.0 < estimate < 1.0:  # also NaN
+                raise ValueError(
+                    f"{type(self.estimator).__name__}.estimate returned {estimate} for prompt {str(key)!r}; estimates "
+                    "must lie strictly in (0, 1). Fix the estimator."
+                )
         settings = self.settings
         scores = [p**-settings.est_sample_power for p in step.estimates]
         total = round(num_prompts * settings.est_mean_samples)

@@ -323,7 +323,20 @@ class LearnedPassRatePredictor:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.load_model_state(state["model"])
+        """
+        Resume from what [`state_dict`] returned. The learning rate stays this object's (the run's
+        `pass_rate_predictor_learning_rate`): a resumed run may change it, as it may change its optimizer's, and the
+        checkpoint's must not silently win. The Adagrad accumulators do not depend on it.
+        """
+        saved = float(state["model"].get("learning_rate", self.learning_rate))
+        if saved != self.learning_rate:
+            logger.info(
+                "Resuming the learned pass-rate predictor with learning rate %g (pass_rate_predictor_learning_rate); "
+                "the checkpoint was trained with %g.",
+                self.learning_rate,
+                saved,
+            )
+        self.load_model_state(state["model"], keep_learning_rate=True)
         if self.counts is not None:
             self.counts.load_state_dict(state.get("counts", {"counts": {}}))
 

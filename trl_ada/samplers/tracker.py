@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -61,3 +62,34 @@ class DecayedBetaTracker:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.counts = {key: (float(total), float(hits)) for key, (total, hits) in state["counts"].items()}
+
+
+def checked_beta_parameters(estimator: Any, method: str, keys: Sequence[Hashable]) -> list[tuple[float, float]]:
+    """
+    `estimator.<method>(keys)` (`beta_parameters` or `prior_parameters`, what the predictive round policies read),
+    checked: one `(alpha, beta)` per key, each positive and finite. A Beta distribution needs both, and the round
+    policy's beta-binomial sums would otherwise fail deep inside with "math domain error" (alpha = 0) or NaN; the error
+    names the estimator, the method and the first bad prompt.
+    """
+    parameters = list(getattr(estimator, method)(keys))
+    name = f"{type(estimator).__name__}.{method}"
+    if len(parameters) != len(keys):
+        raise ValueError(
+            f"{name} returned {len(parameters)} (alpha, beta) pairs for {len(keys)} prompts; return one per key."
+        )
+    checked = []
+    for key, pair in zip(keys, parameters, strict=True):
+        try:
+            alpha, beta = (float(value) for value in pair)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"{name} returned {pair!r} for prompt {str(key)!r}; return an (alpha, beta) pair."
+            ) from None
+        if not (alpha > 0.0 and beta > 0.0 and math.isfinite(alpha) and math.isfinite(beta)):
+            raise ValueError(
+                f"{name} returned (alpha, beta) = ({alpha}, {beta}) for prompt {str(key)!r}; the Beta parameters of a "
+                "pass rate must be positive and finite (add a prior, e.g. pass_rate_prior_alpha and "
+                "pass_rate_prior_beta, to the counts). Fix the estimator."
+            )
+        checked.append((alpha, beta))
+    return checked
