@@ -22,7 +22,7 @@ from trl_ada.code_reward import (
     normalize_output,
     parse_verification_info,
 )
-from trl_ada.sandbox import INSTALL_HINT, SandboxLimits
+from trl_ada.sandbox import INSTALL_HINT, SandboxLimits, SandboxResult
 
 CI = os.environ.get("CI", "").lower() == "true"
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -96,17 +96,22 @@ def test_assert_plan_keeps_expected_values_out_of_the_sandbox():
         "import math\nassert add(1, 2) == 3\nassert 5 == add(2, 3)\nassert math.isclose(add(0.1, 0.2), 0.3)"
     )
     kinds = [kind for kind, _ in plan.steps]
-    assert kinds == ["setup", "value", "value", "assert"]
+    assert kinds == ["import", "setup", "value", "value", "assert"]
+    assert plan.steps[0] == ("import", "add")  # the tests see the program's `add`, not its other globals
     sources = json.dumps(plan.steps)
     assert "== 3" not in sources and "5 ==" not in sources  # only the expressions enter the sandbox
-    assert dict(plan.expected) == {1: 3, 2: 5}
+    assert dict(plan.expected) == {2: 3, 3: 5}
     humaneval = (
-        "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == [2, 1]\n    assert True\n\ncheck(rev)"
+        "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == [2, 1]\n"
+        "    assert abs(candidate([0])[0]) < 1\n\ncheck(rev)"
     )
     plan = build_assert_plan(humaneval, "rev")
-    assert [kind for kind, _ in plan.steps] == ["setup", "setup", "value", "assert"]
-    assert plan.steps[1] == ("setup", "candidate = rev")
+    assert [kind for kind, _ in plan.steps] == ["import", "setup", "setup", "value", "assert"]
+    assert plan.steps[2] == ("setup", "candidate = rev")
     assert build_assert_plan(humaneval) == plan  # the entry point read from `check(rev)`
+    # MBPP's `set(...) == set(...)`: the expected side is built outside, from literals and the builtins.
+    plan = build_assert_plan("assert set(similar_elements((3, 4), (4, 5))) == set((4,))")
+    assert plan.steps[1] == ("value", "set(similar_elements((3, 4), (4, 5)))") and plan.expected == ((1, {4}),)
     assert build_assert_plan("x = 1") is None
     with pytest.raises(ValueError, match="does not parse"):
         build_assert_plan("assert (")
@@ -238,7 +243,7 @@ ASSERT_HACKS = {
     ),
     "patched builtins and json": (
         "import builtins, json\nbuiltins.repr = lambda value: '3'\njson.dumps = lambda record: '{\"i\": 0, \"ok\": true}'\n"
-        "def add(a, b):\n    return 0"
+        "def add(a, b):\n    return None"
     ),
     "forged records on the channel": (
         "import os, json\nfd = int(os.environ['SANDBOX_CHANNEL_FD'])\n"
@@ -275,19 +280,24 @@ def test_programs_cannot_mark_their_own_assert_tests_passed(reward):
 
 @needs_bwrap
 def test_a_non_literal_assert_is_checked_inside_and_reported_so(reward):
-    """The documented limit: an assert that is not `<expr> == <literal>` runs in the program's interpreter, so a
-    program that forges its record passes it. `count_checks` exposes how many tests of a row are of that kind."""
+    """The documented limit: an assert that is not `<expr> == <expected>` runs in the program's interpreter, so a
+    program that patches a module the test imports, or reaches the tests' namespace through its caller's frame,
+    passes it. `count_checks` exposes how many tests of a row are of that kind."""
     tests = "import math\nassert math.isclose(add(0.1, 0.2), 0.3)\nassert add(1, 2) == 3"
-    assert reward.count_checks(tests) == {"value": 1, "assert": 1}
+    assert reward.count_checks(tests) == {"value": 1, "assert": 1, "ignored": 0}
     forger = (
         "import os, json\nfd = int(os.environ['SANDBOX_CHANNEL_FD'])\n"
-        "os.write(fd, (json.dumps({'i': 1, 'ok': True}) + '\\n').encode())\n"
+        "for i in range(8):\n    os.write(fd, (json.dumps({'i': i, 'ok': True}) + '\\n').encode())\n"
         "def add(a, b):\n    return 0"
     )
     patcher = "import math\nmath.isclose = lambda *a, **k: True\ndef add(a, b):\n    return 0"
-    # The forged record and the harness's own make two records for test 1: it fails. Patching `math.isclose`
-    # passes it; the literal test holds in both.
-    assert reward.score([forger, patcher, ADD], tests=[tests] * 3) == [0.0, 0.5, 1.0]
+    abs_tests = "assert abs(add(5, 5) - 10) < 1e-9\nassert abs(add(1, 2) - 3) < 1e-9"
+    frame_walker = "import sys\ndef add(a, b):\n    sys._getframe(1).f_globals['abs'] = lambda x: 0\n    return 0"
+    # The forged records and the harness's own make two records for each test: they fail. Patching `math.isclose`
+    # passes that test; the `== 3` test holds in both. The frame walker's first call comes after `abs` was looked
+    # up (that test fails); the second test sees its `abs`.
+    rewards = reward.score([forger, patcher, ADD, frame_walker, ADD], tests=[tests] * 3 + [abs_tests] * 2)
+    assert rewards == [0.0, 0.5, 1.0, 0.5, 1.0]
 
 
 @needs_bwrap
@@ -426,4 +436,218 @@ def test_trainer_with_code_execution_and_no_bubblewrap_fails_before_the_model_lo
             reward_funcs="code_execution",
             args=AdaGRPOConfig(**tiny_args(tmp_path, max_steps=1)),
             train_dataset=[{"prompt": "p", "tests": "assert True"}],
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the tests run against, when a run counts, and what the reward does with what it cannot judge
+# ---------------------------------------------------------------------------------------------------------------------
+
+HUMANEVAL_TESTS = (
+    "METADATA = {'author': 'jt'}\n\n\ndef check(candidate):\n"
+    "    assert candidate([1, 2, 3]) == 6\n"
+    "    assert True, 'This prints if this assert fails 1 (good for debugging!)'\n"
+    "    assert candidate([]) == 0\n"
+    "    assert True, 'This prints if this assert fails 2 (also good for debugging!)'\n"
+    "    assert abs(candidate([0.5, 0.25]) - 0.75) < 1e-9\n"
+)
+
+
+@needs_bwrap
+def test_asserts_that_do_not_exercise_the_candidate_are_not_tests(reward):
+    """`assert True, "..."` in HumanEval's `check` is no test (an empty function scored 0.4 on it), and a `check`
+    nothing names an entry point for cannot be run against the program: `None`, not the 1.0 `print('hello')` got."""
+    assert reward.count_checks(HUMANEVAL_TESTS, "total") == {"value": 2, "assert": 1, "ignored": 2}
+    assert build_assert_plan(HUMANEVAL_TESTS) is None  # no entry point: no column value, no `check(name)` call
+    assert build_assert_plan("assert True\nassert 1 + 1 == 2") is None  # asserts, none of them about a program
+    honest = "def total(xs):\n    return sum(xs)"
+    rewards = reward.score(
+        ["def total(xs):\n    pass", honest, "print('hello')", "print('hello')"],
+        tests=[HUMANEVAL_TESTS] * 4,
+        entry_point=["total", "total", None, ""],
+    )
+    assert rewards == [0.0, 1.0, None, None]
+    assert reward.last_row_outcomes == ["wrong_answer", "passed", "not_applicable", "not_applicable"]
+
+
+REBINDING_TESTS = (
+    "assert abs(half(-4) + 2) < 1e-9\nassert abs(half(3) - 1.5) < 1e-9\nassert sorted(evens([4, 1, 2])) in ([2, 4],)"
+)
+MBPP_TASK_2_TESTS = [  # verbatim
+    "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
+    "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))",
+    "assert set(similar_elements((11, 12, 14, 13),(17, 15, 14, 13))) == set((13, 14))",
+]
+REBINDING_HACKS = {
+    "its own `set`, equal to everything (MBPP task 2)": (
+        "class set:\n    def __init__(self, *args):\n        pass\n    def __eq__(self, other):\n        return True\n"
+        "def similar_elements(a, b):\n    return ()"
+    ),
+    "rebinds `abs` and `sorted` in its globals": (
+        "abs = lambda x: 0\nsorted = lambda xs: [2, 4]\ndef half(x):\n    return 0\ndef evens(xs):\n    return []"
+    ),
+    "rebinds `abs` and `sorted` module-wide": (
+        "import builtins\nbuiltins.abs = lambda x: 0\nbuiltins.sorted = lambda xs: [2, 4]\n"
+        "def half(x):\n    return 0\ndef evens(xs):\n    return []"
+    ),
+}
+
+
+@needs_bwrap
+def test_a_program_cannot_rebind_what_the_tests_compute_with(reward):
+    """The tests run in a namespace of their own (only the program's tested names imported, builtins copied before
+    the program ran), so a program's own `set`, `abs` or `sorted`, in its globals or in `builtins`, gains nothing."""
+    assert reward.count_checks(REBINDING_TESTS) == {"value": 0, "assert": 3, "ignored": 0}  # all decided inside
+    honest_half = "def half(x):\n    return x / 2\ndef evens(xs):\n    return [x for x in xs if x % 2 == 0]"
+    honest_similar = "def similar_elements(a, b):\n    return tuple(set(a) & set(b))"
+    names = list(REBINDING_HACKS)
+    rewards = reward.score(
+        [*REBINDING_HACKS.values(), honest_half, honest_similar],
+        tests=[MBPP_TASK_2_TESTS, REBINDING_TESTS, REBINDING_TESTS, REBINDING_TESTS, MBPP_TASK_2_TESTS],
+    )
+    assert dict(zip([*names, "honest half", "honest similar"], rewards)) == {
+        **{name: 0.0 for name in names},
+        "honest half": 1.0,
+        "honest similar": 1.0,
+    }
+
+
+@needs_bwrap
+def test_passing_then_spinning_until_the_wall_limit_is_a_timeout():
+    """Every test reports a pass, then an `atexit` handler (and a forked child) spin: the run does not end in time,
+    so it fails, as a stdin/stdout case that does not end does."""
+    short = CodeExecutionReward(limits=SandboxLimits(wall_time_s=1.5, cpu_time_s=5), concurrency=2)
+    spinner = (
+        ADD + "\nimport atexit, os\ndef spin():\n    os.fork()\n    while True:\n        pass\natexit.register(spin)"
+    )
+    start = time.monotonic()
+    assert short.score([spinner, ADD], tests=[ADD_TESTS] * 2) == [0.0, 1.0]
+    assert short.last_row_outcomes == ["timeout", "passed"]
+    assert time.monotonic() - start < 10
+
+
+def test_an_expected_output_of_zero_is_not_the_empty_string():
+    cases = parse_verification_info(
+        {"test_cases": [{"input": 0, "output": 0}, {"input": None, "output": 0.0}, {"output": False}]}
+    )
+    assert [(case.input, case.output) for case in cases] == [("0", "0"), ("", "0.0"), ("", "False")]
+
+
+@needs_bwrap
+def test_a_program_that_prints_nothing_fails_an_expected_zero(reward):
+    info = {"language": "python", "test_cases": [{"type": "stdin_stdout", "input": "5\n", "output": 0}]}
+    assert reward.score(["pass", "print(int(input()) % 5)"], verification_info=[info] * 2) == [0.0, 1.0]
+
+
+class _SandboxThatDoesNotStart:
+    def run(self, *args, **kwargs) -> SandboxResult:
+        return SandboxResult("sandbox_error", None, detail="bwrap: setting up uid map: Permission denied")
+
+
+def test_a_sandbox_that_fails_to_start_scores_none_counted_and_warned(caplog):
+    """No program ran, so there is no verdict: `None` (unscorable, which the samplers count as neither positive nor
+    negative), not 0.0; counted as `sandbox_error` and warned."""
+    broken = CodeExecutionReward(check_sandbox=False)
+    broken._sandbox = _SandboxThatDoesNotStart()
+    logged = {}
+    with caplog.at_level("WARNING", logger="trl_ada.code_reward"):
+        rewards = broken.score(
+            [ADD, SUM],
+            tests=[ADD_TESTS, None],
+            verification_info=[None, SUM_INFO],
+            log_metric=lambda name, value: logged.__setitem__(name, value),
+        )
+    assert rewards == [None, None]
+    assert broken.last_outcomes == {"sandbox_error": 2} and broken.last_row_outcomes == ["sandbox_error"] * 2
+    assert logged["code_execution/sandbox_error"] == 1.0
+    assert "could not be run" in caplog.text and "None" in caplog.text
+
+
+@needs_bwrap
+def test_a_huge_reported_value_is_a_wrong_answer_judged_off_the_event_loop():
+    """A program returning a ~200 kB value for an expected `3`: it is rejected by its length, before any parsing,
+    in the executor, and the trainer's event loop keeps running (a heartbeat's longest gap stays short; parsing it on
+    the loop stalled it about a second per completion)."""
+    roomy = CodeExecutionReward(
+        limits=SandboxLimits(wall_time_s=10, cpu_time_s=5, output_bytes=1 << 20), concurrency=2
+    )
+    program = "def add(a, b):\n    return [[0]] * 40000"
+    extract_program(program)  # its first call imports trl_ada.rewards (torch: seconds); a trainer has done that
+
+    async def main():
+        gaps, done = [], asyncio.Event()
+
+        async def heartbeat():
+            last = time.monotonic()
+            while not done.is_set():
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        beat = asyncio.create_task(heartbeat())
+        try:
+            rewards = await roomy([program] * 2, tests=["assert add(1, 2) == 3"] * 2)
+        finally:
+            done.set()
+            await beat
+        return rewards, max(gaps)
+
+    rewards, longest_gap = asyncio.run(main())
+    assert rewards == [0.0, 0.0] and roomy.last_outcomes == {"wrong_answer": 2}
+    assert longest_gap < 0.5, longest_gap
+
+
+def test_available_cpus_reads_the_affinity_and_the_cgroup_quota(monkeypatch, tmp_path):
+    from trl_ada import code_reward
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
+    proc = tmp_path / "cgroup"
+    root = tmp_path / "fs"
+    (root / "outer" / "job").mkdir(parents=True)
+    monkeypatch.setattr(code_reward, "_PROC_SELF_CGROUP", str(proc))
+    monkeypatch.setattr(code_reward, "_CGROUP_ROOT", str(root))
+    assert code_reward.available_cpus() == 6  # no /proc/self/cgroup: the affinity mask
+    proc.write_text("0::/outer/job\n")
+    (root / "outer" / "job" / "cpu.max").write_text("max 100000\n")
+    assert code_reward.available_cpus() == 6  # no quota
+    (root / "outer" / "cpu.max").write_text("250000 100000\n")
+    assert code_reward.available_cpus() == 3  # a parent's 2.5 CPUs, rounded up
+    (root / "outer" / "job" / "cpu.max").write_text("50000 100000\n")
+    assert code_reward.available_cpus() == 1  # the smallest quota on the way up; never below one
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3})
+    (root / "outer" / "job" / "cpu.max").write_text("max 100000\n")
+    assert code_reward.available_cpus() == 1  # the affinity mask, under the quota
+    proc.write_text("12:cpu,cpuacct:/docker/abc\n")  # cgroup v1 only: its quota is not read
+    assert code_reward.available_cpus() == 1
+    assert CodeExecutionReward(check_sandbox=False).concurrency == 1  # the default concurrency
+
+
+@needs_bwrap
+def test_the_readme_direct_call_example_runs():
+    """The README's example of calling the reward outside a trainer (an async callable: `score` is the sync form)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Code: a sandboxed code-execution reward", 1)[1].split("\n## ", 1)[0]
+    example = re.findall(r"^```python\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)[0]
+    assert "reward.score(" in example
+    exec(compile(example, "README.md", "exec"), {})
+
+
+def test_code_task_evaluation_refuses_to_report_a_rate_from_unscorable_programs(monkeypatch):
+    """The CPU code task's `pass_rate_by_level` read every reward as a float: with the sandbox down (`None`) it
+    names the cause instead of failing on `float(None)` (or, before, reporting a 0.0 pass rate)."""
+    from trl_ada.tasks import code_synthesis
+
+    broken = CodeExecutionReward(check_sandbox=False)
+    broken._sandbox = _SandboxThatDoesNotStart()
+    problems = code_synthesis.make_problems(2, seed=0)
+    monkeypatch.setattr(
+        code_synthesis, "sample_completions", lambda model, tokenizer, prompts, **kw: ["x"] * len(prompts)
+    )
+    with pytest.raises(RuntimeError, match="sandbox failed to start"):
+        code_synthesis.pass_rate_by_level(
+            None, None, problems, reward=code_synthesis.CodeSynthesisReward(broken), temperature=0.0
         )

@@ -360,6 +360,10 @@ def pass_rate_by_level(
     that reads a clock or a random source, e.g. through ``__import__``, could score differently per copy).
 
     Returns ``{"overall", "per_level": {level: rate}, "num_completions", "distinct_runs", "outcomes"}``.
+
+    Raises:
+        RuntimeError: when a program could not be scored (the sandbox failed to start): no rate is reported from
+            part of the completions.
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
@@ -373,6 +377,11 @@ def pass_rate_by_level(
     unique = list(dict.fromkeys(keys)) if deduplicate else keys
     scores = reward.score([expression for expression, _ in unique], tests=[tests for _, tests in unique])
     outcomes = dict(reward.reward.last_outcomes)
+    if any(score is None for score in scores):  # unscorable (the sandbox did not start): no pass rate to report
+        raise RuntimeError(
+            f"{sum(score is None for score in scores)} of {len(scores)} programs could not be scored (outcomes "
+            f"{outcomes}); the sandbox failed to start: fix it (see trl_ada.sandbox) and rerun the evaluation."
+        )
     by_key = dict(zip(unique, scores, strict=True)) if deduplicate else None
     rewards = [float(by_key[key]) for key in keys] if by_key is not None else [float(s) for s in scores]
     per_level: dict[int, list[float]] = {}
