@@ -6,10 +6,14 @@ log-probs in vLLM's format). A completion is a random digit then `<eos>`-termina
 (first digit below 5) are shorter, and a request is answered after `seconds_per_token` per completion token, so short
 (correct) completions come back first, as on a real engine. A client that closes its connection before the answer
 aborts the request: the server sees the close while it "decodes" and records the request as aborted.
+
+With `dies_at_request=k`, the server's engine "dies" when the k-th `/v1/completions` request arrives, as a vLLM server
+whose engine died mid-generation: that request and every later one are never answered, and `/health` answers 503.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import select
@@ -35,6 +39,7 @@ class FakeVLLMServer:
     eos_id: int
     seconds_per_token: float = 0.01
     seed: int = 0
+    dies_at_request: int | None = None
     requests: list[Request] = field(default_factory=list)
     completion_requests: int = 0
 
@@ -51,7 +56,7 @@ class FakeVLLMServer:
 
             def do_GET(self) -> None:
                 if self.path.rstrip("/") == "/health":
-                    self._reply({})
+                    self._reply({}, status=503 if server.dead else 200)
                 elif self.path.rstrip("/") == "/v1/models":
                     self._reply({"data": [{"id": "fake-tiny"}]})
                 else:
@@ -80,6 +85,10 @@ class FakeVLLMServer:
         self._thread.start()
 
     @property
+    def dead(self) -> bool:
+        return self.dies_at_request is not None and self.completion_requests >= self.dies_at_request
+
+    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self._http.server_address[1]}"
 
@@ -100,6 +109,12 @@ class FakeVLLMServer:
 
     def _complete(self, handler: BaseHTTPRequestHandler, payload: dict[str, Any]) -> None:
         self.completion_requests += 1
+        if self.dead:  # never answered: wait until the client or the server closes the connection
+            with contextlib.suppress(OSError):
+                while handler.connection.recv(1024):
+                    pass
+            handler.close_connection = True
+            return
         draws = [
             self._draw(prompt, payload.get("max_tokens", 16))
             for prompt in payload["prompt"]

@@ -110,6 +110,70 @@ def test_other_errors_pass_through(tmp_path, mode):
                 raise requests.exceptions.ConnectionError("colocate mode has no server")
 
 
+class _Generation:
+    """TRL's `VLLMGeneration` in server mode, as the main process runs it: the gathers, the client's request, then the
+    completions broadcast the other processes wait in."""
+
+    def __init__(self, client) -> None:
+        self.vllm_client = client
+
+    def generate(self, prompts):
+        return self.vllm_client.generate(prompts=prompts)
+
+
+def _two_process_trainer(tmp_path, client):
+    trainer = _trainer(tmp_path)
+    trainer.vllm_generation = _Generation(client)
+    trainer.accelerator = SimpleNamespace(num_processes=2)
+    return trainer
+
+
+def _failing_client(error: Exception):
+    def generate(**kwargs):
+        raise error
+
+    return SimpleNamespace(base_url="http://10.0.0.1:8000", generate=generate)
+
+
+def test_a_failed_request_is_sent_to_the_processes_waiting_for_its_completions(tmp_path, monkeypatch):
+    # Issue 32, item 22: the other processes wait in TRL's completions broadcast; they receive the main process's
+    # VLLMServerError there (tests/test_multiprocess.py runs it on two processes).
+    import trl_ada.faults as faults
+
+    sent: list[BaseException] = []
+    monkeypatch.setattr(faults, "fail_the_processes_waiting_for_completions", sent.append)
+    client = _failing_client(requests.exceptions.ConnectionError("Connection aborted"))
+    trainer = _two_process_trainer(tmp_path, client)
+    with pytest.raises(VLLMServerError) as info:
+        with vllm_server_errors(trainer, round_index=2):
+            trainer.vllm_generation.generate([[1, 2]])
+    assert sent == [info.value]
+    assert str(info.value).startswith(
+        "The vLLM server at http://10.0.0.1:8000 stopped answering during sampling round 2"
+    )
+    assert isinstance(info.value.__cause__, requests.exceptions.ConnectionError)
+    # Any other failure of the request is sent as itself; the methods are the objects' own again afterwards.
+    client.generate = _failing_client(Exception("Request failed: 400, bad prompt")).generate
+    with pytest.raises(Exception, match="Request failed: 400") as info:
+        with vllm_server_errors(trainer, round_index=3):
+            trainer.vllm_generation.generate([[1, 2]])
+    assert sent[1:] == [info.value]
+    assert "generate" not in vars(trainer.vllm_generation)
+
+
+def test_a_request_outside_trls_generation_is_not_sent(tmp_path, monkeypatch):
+    # A rollout_func may call the client itself: the other processes do not wait in TRL's broadcast then.
+    import trl_ada.faults as faults
+
+    sent: list[BaseException] = []
+    monkeypatch.setattr(faults, "fail_the_processes_waiting_for_completions", sent.append)
+    trainer = _two_process_trainer(tmp_path, _failing_client(requests.exceptions.ConnectionError("refused")))
+    with pytest.raises(VLLMServerError):
+        with vllm_server_errors(trainer, round_index=1):
+            trainer.vllm_generation.vllm_client.generate(prompts=[[1, 2]])
+    assert sent == []
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The continuous schedule: its draws are its own requests, watched the same way (issue 21, item 1)
 # ---------------------------------------------------------------------------------------------------------------
@@ -192,6 +256,7 @@ def test_a_frozen_server_on_the_continuous_schedule_is_a_vllm_server_error_on_ev
     tmp_path, frozen_server, monkeypatch
 ):
     import trl_ada.schedules.continuous as schedule
+    from trl_ada.samplers import ScheduleStats
 
     checkpoint = tmp_path / "checkpoint-2"
     checkpoint.mkdir()
@@ -219,7 +284,7 @@ def test_a_frozen_server_on_the_continuous_schedule_is_a_vllm_server_error_on_ev
     monkeypatch.setattr(schedule, "broadcast_object_list", lambda objects: announced)
     follower = _continuous_trainer(tmp_path, frozen_server.base_url, main=False)
     with pytest.raises(VLLMServerError) as on_follower:
-        schedule._follow(follower, rows, [{}, {}])
+        schedule._follow(follower, rows, ["a", "b"], [{}, {}], ScheduleStats())
     assert str(on_follower.value) == message
 
 

@@ -80,3 +80,76 @@ def test_rollout_func_rows_keep_their_masks_fields_and_rewards_on_every_process(
         assert run["local_rows"] == [6] * len(run["local_rows"])
     # Some kept rows changed process, so the check covers rows routed between processes.
     assert any(moved > 0 for moved in two_process_reports[0]["rollout"]["moved"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# vLLM server mode on two processes (tests/server_mode_run.py, against tests/fake_vllm_server.py)
+# ---------------------------------------------------------------------------------------------------------------------
+
+SERVER_MODE_SCRIPT = Path(__file__).parent / "server_mode_run.py"
+
+
+@pytest.fixture(scope="module")
+def server_mode_reports(tmp_path_factory, tokenizer):
+    from fake_vllm_server import FakeVLLMServer
+
+    out_dir = tmp_path_factory.mktemp("server_mode")
+    digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    servers = [
+        FakeVLLMServer(digit_ids=digit_ids, eos_id=tokenizer.eos_token_id, seconds_per_token=0.005, **dies)
+        for dies in ({}, {"dies_at_request": 2})
+    ]
+    try:
+        (out_dir / "server_url").write_text(servers[0].base_url)
+        (out_dir / "dying_server_url").write_text(servers[1].base_url)
+        reports = launch_two_processes(SERVER_MODE_SCRIPT, out_dir, timeout=300)
+    finally:
+        for server in servers:
+            server.close()
+    return reports, servers[1].base_url
+
+
+def test_continuous_schedule_broadcasts_no_sampler_state_and_the_ranks_agree(server_mode_reports):
+    # Issue 32, item 22: the main process broadcast the whole sampler state (generator, tracker, a learned predictor's
+    # weights) after every generation batch; now every process runs the sampling step on the scoring batches it scores.
+    import server_mode_run
+
+    runs = [report["continuous"] for report in server_mode_reports[0]]
+    for run in runs:
+        assert run["error"] is None, run.get("traceback")
+    main, follower = runs
+    assert main["tracked_prompts"] >= server_mode_run.TRACKED_PROMPTS and main["state_bytes"] > 500_000
+    # Per batch: the scoring batches' (prompt, draw) pairs and the end, a few kB, whatever the tracker holds.
+    assert len(main["broadcast_bytes"]) == 2 and max(main["broadcast_bytes"]) < 20_000, main["broadcast_bytes"]
+    assert main["selections"] and main["selections"] == follower["selections"]
+    assert main["state_digest"] == follower["state_digest"]
+    assert main["tracked_prompts"] == follower["tracked_prompts"]
+
+
+def test_a_reward_failing_on_the_main_process_ends_the_step_on_every_process(server_mode_reports):
+    # Issue 21, item 4: the main process's reward raises inside a scoring batch while the other process sits in that
+    # batch's reward gather. Both must raise the error; a hang fails the launch's timeout instead of hanging CI.
+    main, follower = (report["reward_failure"] for report in server_mode_reports[0])
+    expected = (
+        "Reward function 'fails_on_the_main_process' raised during scoring batch 1 of training step 1: ValueError: "
+        "the main process's verifier is down"
+    )
+    assert main["error"] is not None and main["error"].startswith(f"RuntimeError: {expected}"), main
+    assert follower["error"] is not None, follower
+    assert follower["error"].startswith(
+        f"RuntimeError: The main process's continuous sampling failed: RuntimeError: {expected}"
+    ), follower
+
+
+def test_a_lost_server_in_a_sampling_round_raises_the_same_error_on_every_process(server_mode_reports):
+    # Issue 32, item 22: the main process's request was abandoned (the server's engine died) while the other process
+    # waited for its completions in TRL's broadcast; that process then failed on gloo's "Connection closed by peer".
+    reports, dying_url = server_mode_reports
+    main, follower = (report["lost_server"] for report in reports)
+    assert main["error"] is not None and follower["error"] is not None, (main, follower)
+    assert main["error"].startswith(
+        f"VLLMServerError: The vLLM server at {dying_url} stopped answering during sampling round 2 of training "
+        "step 1 (VLLMServerUnresponsive: "
+    ), main["error"]
+    assert "start the run again" in main["error"]
+    assert follower["error"] == main["error"], follower.get("traceback")

@@ -165,3 +165,62 @@ def test_accelerates_dispatcher_broadcasts_the_number_of_objects_the_seam_sends_
     }
     assert lengths == {trl_seam.DISPATCHED_BATCH_INFO_ITEMS}, lengths
     assert "broadcast_object_list(batch_info)" in source
+
+
+def test_trls_server_generation_broadcasts_the_number_of_objects_the_seam_sends_in_their_place():
+    # While the main process's request is in flight, the other processes wait in `VLLMGeneration.generate`'s broadcast
+    # of the completions; `fail_the_processes_waiting_for_completions` answers it with a list of the same length, and
+    # only the client calls `trl_ada.faults` watches come between the prompts' gathers and that broadcast.
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    from trl_ada.faults import _CLIENT_REQUESTS
+
+    source = textwrap.dedent(inspect.getsource(VLLMGeneration.generate))
+    tree = ast.parse(source)
+    broadcasts = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "broadcast_object_list"
+    ]
+    assert len(broadcasts) == 1 and [keyword.arg for keyword in broadcasts[0].keywords] == ["from_process"]
+    assert ast.literal_eval(broadcasts[0].keywords[0].value) == 0
+    sent = broadcasts[0].args[0].id
+    lengths = {
+        len(node.value.elts)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(target, ast.Name) and target.id == sent for target in node.targets)
+        and isinstance(node.value, ast.List)
+    }
+    assert lengths == {trl_seam.SERVER_COMPLETIONS_BROADCAST_ITEMS}, lengths
+    requests = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and ast.unparse(node.func.value) == "self.vllm_client"
+    ]
+    assert sorted({node.func.attr for node in requests}) == sorted(_CLIENT_REQUESTS)
+    gathers = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "gather_object"
+    ]
+    assert max(gathers) < min(node.lineno for node in requests) < broadcasts[0].lineno
+
+
+def test_completions_the_main_process_could_not_get_are_raised_where_the_others_wait_for_them(monkeypatch):
+    # What `fail_the_processes_waiting_for_completions` broadcasts raises, once unpickled, on each receiving process.
+    import accelerate.utils
+
+    broadcast: list = []
+    monkeypatch.setattr(
+        accelerate.utils, "broadcast_object_list", lambda items, from_process: broadcast.append((items, from_process))
+    )
+    error = VLLMServerError("The vLLM server at http://h:8000 stopped answering during sampling round 2.")
+    trl_seam.fail_the_processes_waiting_for_completions(error)
+    [(items, from_process)] = broadcast
+    assert from_process == 0 and len(items) == trl_seam.SERVER_COMPLETIONS_BROADCAST_ITEMS
+    with pytest.raises(VLLMServerError) as received:
+        pickle.loads(pickle.dumps(items[0]))
+    assert str(received.value) == str(error)

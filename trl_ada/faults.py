@@ -27,10 +27,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from .checkpoints import latest_complete_checkpoint
+from .trl_seam import fail_the_processes_waiting_for_completions
 
 T = TypeVar("T")
 
 _WATCHED = "_trl_ada_health_watched"
+_CLASS_METHOD = object()
+"""Marks a patched method that was the class's own (no instance attribute to put back)."""
 
 
 class VLLMServerError(RuntimeError):
@@ -188,22 +191,91 @@ def vllm_server_errors(trainer: Any, round_index: int) -> Iterator[None]:
     """
     Around one sampling round's generation. In server mode, the main process's TRL client is made to watch the server's
     health (once, see [`watch_server_health`]), and a lost server (a failed or abandoned request) becomes a
-    [`VLLMServerError`] naming the server, the round and the step, and saying how to resume. Anything else, and every
-    error outside server mode, passes through unchanged.
+    [`VLLMServerError`] naming the server, the round and the step, and saying how to resume. With several processes,
+    a request that fails while the others wait for its completions raises on every process
+    ([`_request_failures_reach_every_process`]). Anything else, and every error outside server mode, passes through
+    unchanged.
     """
     server_mode = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "server"
-    client = getattr(getattr(trainer, "vllm_generation", None), "vllm_client", None) if server_mode else None
+    generation = getattr(trainer, "vllm_generation", None) if server_mode else None
+    client = getattr(generation, "vllm_client", None)
     if client is not None:  # only the main process talks to the server
         watch_server_health(client, float(trainer.args.vllm_server_timeout))
     try:
-        yield
+        with _request_failures_reach_every_process(trainer, round_index, generation, client):
+            yield
     except Exception as error:
         if not (server_mode and _is_server_failure(error)):
             raise
         raise VLLMServerError(vllm_server_message(trainer, round_index, error)) from error
 
 
-_CLASS_METHOD = object()
+_CLIENT_REQUESTS = ("generate", "image_features")
+"""The `VLLMClient` calls `VLLMGeneration.generate` makes on the main process while the others wait for the answer."""
+
+
+@contextlib.contextmanager
+def _request_failures_reach_every_process(
+    trainer: Any, round_index: int, generation: Any, client: Any
+) -> Iterator[None]:
+    """
+    On the main process of several, in server mode: while open, a request of TRL's `VLLMGeneration.generate` that
+    fails raises on every process. The others wait in that method's broadcast of the completions
+    (`trl_seam.fail_the_processes_waiting_for_completions`), which is answered with the error: a lost server as the
+    [`VLLMServerError`] the main process raises, word for word; any other failure as itself. Raising on the main
+    process alone left them to fail on gloo's "Connection closed by peer" once it exited, without saying why. Only
+    requests made inside `VLLMGeneration.generate` are answered so (a `rollout_func` may call the client elsewhere,
+    where the other processes do not wait in that broadcast).
+    """
+    if client is None or getattr(getattr(trainer, "accelerator", None), "num_processes", 1) < 2:
+        yield
+        return
+    inside_generate = False
+
+    def trls_generate(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal inside_generate
+            inside_generate = True
+            try:
+                return method(*args, **kwargs)
+            finally:
+                inside_generate = False
+
+        return call
+
+    def request(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except Exception as error:
+                if not inside_generate:
+                    raise
+                if not _is_server_failure(error):
+                    fail_the_processes_waiting_for_completions(error)
+                    raise
+                lost = VLLMServerError(vllm_server_message(trainer, round_index, error))
+                fail_the_processes_waiting_for_completions(lost)
+                raise lost from error
+
+        return call
+
+    patched: list[tuple[Any, str, Any]] = []  # (target, name, its own instance attribute or _CLASS_METHOD)
+    targets = [(generation, "generate", trls_generate)] + [(client, name, request) for name in _CLIENT_REQUESTS]
+    try:
+        for target, name, wrap in targets:
+            method = getattr(target, name, None)
+            if callable(method):
+                patched.append((target, name, vars(target).get(name, _CLASS_METHOD)))
+                setattr(target, name, wrap(method))  # an instance attribute, shadowing the method
+        yield
+    finally:
+        for target, name, own in reversed(patched):
+            if own is _CLASS_METHOD:
+                delattr(target, name)
+            else:
+                setattr(target, name, own)
 
 
 @contextlib.contextmanager

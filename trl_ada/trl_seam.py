@@ -32,6 +32,7 @@ the same in the three releases except where the last column says otherwise:
 | `vllm_generation.enable_sleep_mode`, `vllm_generation.llm` (`.sleep`), `vllm_generation._llm_weights_sleeping` | attributes | colocate mode: `VLLMGeneration.generate` re-syncs the weights first when `enable_sleep_mode and _llm_weights_sleeping`, calls `llm.wake_up(tags=["kv_cache"])` before and `llm.sleep(level=2)` after generating (then sets `_llm_weights_sleeping = True`), and `sync_weights` calls `llm.wake_up(tags=["weights"])`, every one only while `enable_sleep_mode` is true (read at each call); `trl_ada/weight_sync.py` relies on that to keep the engine awake between a step's rounds |
 | `_tokenize_prompts(prompts)` | call | returns `(prompt_ids, images, multimodal_fields)`: the ids `_generate` sends to vLLM |
 | `VLLMClient.generate`, `VLLMClient._post(url, json=...)`, `VLLMGeneration` sampling attributes | call, attribute | server mode: `VLLMGeneration.generate` calls `vllm_client.generate(prompts=unique prompt ids, n=num_generations, repetition_penalty, temperature, top_p, top_k, min_p, max_tokens, logprobs, structured_outputs_regex, generation_kwargs)` from its attributes of those names, which posts one `/v1/completions` body through `_post` and parses its `choices` (prompt-major); the continuous schedule sends that body per draw itself and replays the choices through `_post` (each replay checks the body TRL built) |
+| `VLLMGeneration.generate` (server mode) | behaviour | every process gathers its prompts (and images) to the main process (`gather_object`), which alone calls `vllm_client.image_features` and `vllm_client.generate`, then broadcasts the completions from process 0 as a one-object list (`broadcast_object_list([payload], from_process=0)`): while the main process's request is in flight every other process waits in that broadcast, which `fail_the_processes_waiting_for_completions` answers with the request's error (`trl_ada/faults.py`) |
 | `_last_loaded_step` | attribute | `_generate_single_turn` calls `vllm_generation.sync_weights()` when `state.global_step != _last_loaded_step`, then sets it to the step: server (and sleep-less colocate) mode syncs once per step (read by tests only) |
 """
 
@@ -553,6 +554,24 @@ def fail_the_processes_waiting_for_a_batch(error: BaseException) -> None:
     from accelerate.utils import broadcast_object_list
 
     items = [_RaisedWhenReceived(error)] + [True] * (DISPATCHED_BATCH_INFO_ITEMS - 1)
+    broadcast_object_list(items, from_process=0)
+
+
+SERVER_COMPLETIONS_BROADCAST_ITEMS = 1
+"""How many objects TRL's `VLLMGeneration.generate` (server mode) broadcasts from the main process with the completions
+(one payload tuple), which every other process waits to receive while the main process's request is in flight."""
+
+
+def fail_the_processes_waiting_for_completions(error: BaseException) -> None:
+    """
+    On the main process, when a request of TRL's `VLLMGeneration.generate` (server mode) failed: make every other
+    process raise `error` (its type, arguments and attributes) where it waits for that request's completions, TRL's
+    broadcast of them, by sending in their place an object whose unpickling raises. The main process raises `error`
+    itself after this returns.
+    """
+    from accelerate.utils import broadcast_object_list
+
+    items = [_RaisedWhenReceived(error)] + [None] * (SERVER_COMPLETIONS_BROADCAST_ITEMS - 1)
     broadcast_object_list(items, from_process=0)
 
 

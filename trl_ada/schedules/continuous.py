@@ -11,7 +11,10 @@ process runs the trainer's round code on it (`trl_ada.schedules.rounds.run_round
 with the server's request replaced by the completions already generated (`trl_seam.replayed_completions`). So a scoring
 batch is decoded, scored, gathered and held exactly like a round, the rows stay on the process that scored them (placed
 in their pool by draw index), and the step ends as rounds end: downsampling, baselines, weights and the routing of kept
-rows are unchanged. The weights are pushed once, before the first draw.
+rows are unchanged. Every process also runs the sampling step itself, fed the same scoring batches with the same
+(gathered) rewards in the same order, so the selection and the sampler's state (its generator, tracker or learned
+predictor) come out the same everywhere, as in rounds, without being sent: of the schedule's own messages, only each
+scoring batch's (prompt, draw) pairs cross processes. The weights are pushed once, before the first draw.
 
 Failures end the step on every process. While the main process waits for draws it watches the server's `/health`
 (`vllm_server_timeout`, as rounds do), so a dead or frozen server becomes a `VLLMServerError` everywhere. A reward
@@ -92,14 +95,11 @@ def sample_continuously(
                 broadcast_object_list([(_FAILED, (_OTHER, f"{type(error).__name__}: {error}"))])
             raise
         broadcast_object_list([(_DONE, None)])
-        shared = [selection, trainer.ada_sampler.state_dict()]
     else:
-        _follow(trainer, group_inputs, entries)
-        shared = [None, None]
-    # The sampler's generator (downsampling) and tracker advanced on the main process only.
-    selection, state = broadcast_object_list(shared)
-    if not trainer.accelerator.is_main_process:
-        trainer.ada_sampler.load_state_dict(state)
+        # The same step, fed the same scoring batches and rewards in the same order: the selection and the sampler's
+        # state (generator, tracker, learned predictor) come out as on the main process, with nothing sent but the
+        # batches' (prompt, draw) pairs.
+        selection = _follow(trainer, group_inputs, keys, entries, stats)
     for pool, by_draw, rewards in zip(pools, entries, selection.pools, strict=True):
         # Every submitted draw entered the pool: draws 0..k-1, k the pool's size.
         pool.extend(by_draw[draw] for draw in range(len(rewards)))
@@ -149,21 +149,40 @@ def _drive(
     return step.finish()
 
 
-def _follow(trainer: Any, group_inputs: list[dict[str, Any]], entries: list[dict[int, PoolEntry]]) -> None:
-    """A process other than the main one: score the batches the main process announces, until it says done."""
-    batches = 0
+def _follow(
+    trainer: Any,
+    group_inputs: list[dict[str, Any]],
+    keys: list[str],
+    entries: list[dict[int, PoolEntry]],
+    stats: ScheduleStats,
+) -> Selection:
+    """
+    A process other than the main one: score the batches the main process announces, until it says done, and run the
+    sampling step as the main process does (`_drive`: the draws submitted before each batch, then the batch's draws
+    completed in its order); return the step's selection.
+    """
+    started = time.perf_counter()
+    step = None  # begun with the first announcement, so a failure the main process announces first is raised first
+    masked = trainer.mask_truncated_completions
     while True:
         [(kind, content)] = broadcast_object_list([None])
-        if kind == _DONE:
-            return
         if kind == _FAILED:
             failure, message = content
             if failure == _SERVER:
                 raise VLLMServerError(message)
             raise RuntimeError(f"The main process's continuous sampling failed: {message}")
-        batches += 1
-        for (g, draw), (entry, _) in zip(content, _score_batch(trainer, group_inputs, content, batches), strict=True):
+        if step is None:
+            step = trainer.ada_sampler.begin_continuous(len(group_inputs), keys)
+            step.stats = stats
+        if kind == _DONE:
+            stats.seconds = time.perf_counter() - started
+            return step.finish()
+        step.to_submit()
+        stats.scoring_batches += 1
+        scored = _score_batch(trainer, group_inputs, content, stats.scoring_batches)
+        for (g, draw), (entry, reward) in zip(content, scored, strict=True):
             entries[g][draw] = entry
+            step.complete(g, draw, reward, masked=masked and entry.truncated)
 
 
 def _score_batch(
