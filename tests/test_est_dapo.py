@@ -210,7 +210,7 @@ def test_est_metrics_report_budget_and_tracked_quantiles():
         <= metrics["est/tracked_pass_rate/p90"]
         < 1
     )
-    assert 0 <= metrics["est/at_min_share"] <= 1 and 0 <= metrics["est/at_max_share"] <= 1
+    assert 0 <= metrics["est/budget_at_floor_share"] <= 1 and 0 <= metrics["est/budget_at_cap_share"] <= 1
 
 
 @pytest.mark.parametrize(

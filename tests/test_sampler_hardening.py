@@ -1,9 +1,12 @@
 """Upgrading a plain `GRPOConfig` never rejects a config that `GRPOTrainer` accepts, and keeps every value set."""
 
+import ast
 import logging
 import math
 import random
+import warnings
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 from trl import GRPOConfig
@@ -262,3 +265,103 @@ def test_est_names_the_estimator_that_returned_a_bad_estimate():
     sampler = build_sampler(SamplerSettings(sampler="est", num_generations=4), estimator=Certain(0.9, 1.0, 1.0))
     with pytest.raises(ValueError, match=r"Certain\.estimate returned 1\.0 for prompt 'a'; estimates must lie"):
         sampler.begin(1, ["a"])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Metric names: TRL's asynchronous trainer reduces a metric by the words of its name (issue 32, item 20)
+# ---------------------------------------------------------------------------------------------------------------------
+
+PACKAGE = Path(__file__).resolve().parents[1] / "trl_ada"
+
+SAMPLER_CONFIGS = [
+    {"sampler": "uniform"},
+    {"sampler": "seq_pos", "dapo_refill": True},
+    {"sampler": "seq_balance", "round_policy": "predictive", "objective": "log"},
+    {"sampler": "seq_balance", "round_policy": "tracked", "skip_unmixed_above": 0.5},
+    {"sampler": "seq_pos", "round_policy": "tracked", "pass_rate_predictor": "learned", "skip_unmixed_above": 0.5},
+    {"sampler": "est"},
+    {"sampler": "est", "pass_rate_predictor": "learned", "skip_unmixed_above": 0.5, "est_train_on": "downsample"},
+    {"sampler": "dapo"},
+]
+
+
+def metric_names_from_runs():
+    """Every metric the samplers, the schedules' records and DAPO's filling report for a few short pure runs."""
+    from trl_ada.samplers import BatchFiller, ScheduleStats
+    from trl_ada.samplers.simulate import run_population
+
+    population = [0.0, 0.05, 0.5, 0.95, 1.0, 0.3]
+    names = set()
+    for config in SAMPLER_CONFIGS:
+        sampler = build_sampler(SamplerSettings(num_generations=4, **config))
+        schedules = ["rounds", "continuous"] if config["sampler"].startswith("seq_") else ["rounds"]
+        for schedule in schedules:
+            selection = run_population(sampler, population, seed=0, steps=3, schedule=schedule)
+            names |= set(selection.metrics)
+            filler = BatchFiller(len(population))
+            filler.add(selection)
+            filler.take(keep_partial=True)
+            names |= set(filler.metrics())
+    names |= set(ScheduleStats(round_seconds=[0.1, 0.2]).metrics()) | set(ScheduleStats().metrics())
+    return {f"ada/{name}" for name in names}
+
+
+def metric_names_from_the_code():
+    """Metric names written as literals anywhere in trl_ada: `...metrics["name"]`, the keys of a dict given to a
+    `...metrics(...)` call (`_push_metrics({...})`, `metrics.update({...})`) and any `"ada/..."` dict key."""
+    names = set()
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and _called(node.value).endswith("metrics"):
+                if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                    names.add(node.slice.value)
+            elif isinstance(node, ast.Call) and "metrics" in _called(node.func) + _called(
+                getattr(node.func, "value", None)
+            ):
+                for argument in node.args:
+                    if isinstance(argument, ast.Dict):
+                        names |= {
+                            k.value for k in argument.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)
+                        }
+            elif isinstance(node, ast.Dict):
+                names |= {
+                    k.value
+                    for k in node.keys
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str) and k.value.startswith("ada/")
+                }
+    return names
+
+
+def _called(node):
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+def trl_reduction(name):
+    """What TRL's asynchronous trainer does to a logging window of `name`'s values (its own `_reduce_metric`)."""
+    with warnings.catch_warnings():  # TRL warns on any import from trl.experimental
+        warnings.simplefilter("ignore")
+        from trl.experimental.async_grpo.async_grpo_trainer import _reduce_metric
+
+    reduced = _reduce_metric(name, [1.0, 2.0, 4.0])
+    return {7 / 3: "mean", 4.0: "max", 1.0: "min", 7.0: "sum"}[reduced]
+
+
+def test_every_logged_metric_is_reduced_as_it_means_by_trls_rule():
+    from trl_ada.metrics import LOG_WINDOW_REDUCTIONS, log_window_reduction
+
+    from_runs, from_code = metric_names_from_runs(), metric_names_from_the_code()
+    names = {name if name.startswith(("ada/", "sample/")) else f"ada/{name}" for name in from_runs | from_code}
+    assert {"ada/samples_per_prompt/mean", "ada/est/tracked_prompts", "ada/skip/share", "ada/dapo/dropped_groups"} <= (
+        from_runs
+    )
+    assert {"ada/async/pool_version_span_max", "ada/dapo/groups_total", "ada/unscorable_share"} <= names
+    misread = {name: (trl_reduction(name), log_window_reduction(name)) for name in sorted(names)}
+    misread = {name: pair for name, pair in misread.items() if pair[0] != pair[1]}
+    assert not misread, f"TRL reduces these by their name, not as they mean: {misread} (TRL's, meant)"
+    # the table names only metrics that exist
+    assert {f"ada/{name}" for name in LOG_WINDOW_REDUCTIONS} - {"ada/sample/dropped_stale_total"} <= names

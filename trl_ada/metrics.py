@@ -1,4 +1,5 @@
-"""Evaluation and data-selection maths as pure functions: pass@k, Ave@k, pass-rate bands and histograms.
+"""Evaluation and data-selection maths as pure functions: pass@k, Ave@k, pass-rate bands and histograms; and how a
+logging window reduces each metric trl-ada logs ([`LOG_WINDOW_REDUCTIONS`]).
 
 No torch, no TRL: everything here is plain Python and exact where it can be (bands compare fractions, not floats).
 """
@@ -176,10 +177,41 @@ class PassRateBand:
         return f"{opening}{show(self.low)}, {show(self.high)}{closing}"
 
 
+LOG_WINDOW_REDUCTIONS: dict[str, str] = {
+    "samples_per_prompt/max": "max",
+    "samples_per_prompt/min": "min",
+    "round_time/max": "max",
+    "round_time/total": "sum",
+    "async/pool_version_span_max": "max",
+    "dapo/prompts_dropped_total": "sum",
+    "dapo/groups_dropped_total": "sum",
+    "dapo/groups_total": "sum",
+    "sample/dropped_stale_total": "sum",
+}
+"""
+The metrics trl-ada logs (names without the `ada/` prefix) that a logging window reduces by something other than the
+mean: extrema (`max`, `min`) and counters whose logged values are increments (`sum`). Every other metric is a per-batch
+value, averaged. The name carries the reduction, because TRL's asynchronous trainer picks it from the words of a
+name's last segment (`trl.experimental.async_grpo.async_grpo_trainer._reduce_metric`: a word `total` sums, `max` and
+`min` take the extremum, anything else is averaged), so an averaged metric must have none of those words in its last
+segment (`est/budget_at_cap_share`, not `est/at_max_share`). `tests/test_sampler_hardening.py` checks every name trl-ada
+logs against TRL's rule and this table. (TRL's synchronous `GRPOTrainer` averages every metric over the window, its own
+`completions/max_length` included.)
+"""
+
+
+def log_window_reduction(name: str) -> str:
+    """How a logging window should reduce metric `name` (with or without its `ada/` prefix): `"mean"`, `"max"`,
+    `"min"` or `"sum"`, from [`LOG_WINDOW_REDUCTIONS`]."""
+    return LOG_WINDOW_REDUCTIONS.get(name.removeprefix("ada/"), "mean")
+
+
 __all__ = [
+    "LOG_WINDOW_REDUCTIONS",
     "PassRateBand",
     "average_at_k",
     "count_correct",
+    "log_window_reduction",
     "mean_pass_at_k",
     "pass_at_k",
     "pass_rate_histogram",

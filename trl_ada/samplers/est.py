@@ -195,8 +195,8 @@ class EstSampler(Sampler):
                 "est/tracked_pass_rate/p10": _quantile(estimates, 0.1),
                 "est/tracked_pass_rate/p50": _quantile(estimates, 0.5),
                 "est/tracked_pass_rate/p90": _quantile(estimates, 0.9),
-                "est/at_min_share": sum(b == settings.est_min_samples for b in budgets) / len(budgets),
-                "est/at_max_share": sum(b == settings.est_max_samples for b in budgets) / len(budgets),
+                "est/budget_at_floor_share": sum(b == settings.est_min_samples for b in budgets) / len(budgets),
+                "est/budget_at_cap_share": sum(b == settings.est_max_samples for b in budgets) / len(budgets),
                 "est/tracked_prompts": float(_tracked_prompts(self.estimator)),
             }
         )
