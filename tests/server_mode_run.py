@@ -1,4 +1,4 @@
-"""Launched by tests/test_multiprocess.py in two gloo processes: AdaGRPOTrainer in vLLM server mode.
+"""Launched by tests/test_continuous_schedule.py in two gloo processes: AdaGRPOTrainer in vLLM server mode.
 
 Every scenario runs TRL's real `VLLMGeneration` and `VLLMClient` against a stand-in server (`fake_vllm_server.py`, run
 by the test; its URLs are in `out_dir`), with only the NCCL weight push replaced (vLLM is not installed here).

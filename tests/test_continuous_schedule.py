@@ -6,16 +6,21 @@ connection. Correct completions are shorter, so they come back first: a pool fil
 The checks are on the rows: every prompt's pool is its first draws in submission order, every scored completion is
 one of those, the kept rows carry the server's log-probs for their own draw, the server saw aborted requests, and the
 weights were pushed once per step. `tests/test_vllm_server.py` runs the same schedule against a real vLLM server.
+
+The two-process tests at the end run `tests/server_mode_run.py` (one launch for three scenarios): the continuous
+schedule's broadcasts and the ranks' sampler states, a reward failing on the main process only, and (in rounds) a
+server whose engine dies during a sampling round.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TINY_MODEL_KWARGS, tiny_args
+from conftest import TINY_MODEL_KWARGS, launch_two_processes, tiny_args
 from fake_vllm_server import FakeVLLMServer
 from trl.generation import vllm_client as vllm_client_module
 from trl.generation.vllm_client import VLLMClient
@@ -202,3 +207,77 @@ def test_continuous_schedule_rejects_agent_rollouts_before_loading(tmp_path, ari
     config.generation_schedule = "continuous"
     with pytest.raises(ValueError, match="tools .* cannot take part"):
         AdaGRPOTrainer("no/such-model", [starts_low_digit], args=config, train_dataset=arithmetic_dataset, tools=[len])
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# vLLM server mode on two processes (tests/server_mode_run.py, against tests/fake_vllm_server.py)
+# ---------------------------------------------------------------------------------------------------------------------
+
+SERVER_MODE_SCRIPT = Path(__file__).parent / "server_mode_run.py"
+
+
+@pytest.fixture(scope="module")
+def server_mode_reports(tmp_path_factory, tokenizer):
+    out_dir = tmp_path_factory.mktemp("server_mode")
+    digit_ids = [tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
+    servers = [
+        FakeVLLMServer(digit_ids=digit_ids, eos_id=tokenizer.eos_token_id, seconds_per_token=0.005, **dies)
+        for dies in ({}, {"dies_at_request": 2})
+    ]
+    try:
+        (out_dir / "server_url").write_text(servers[0].base_url)
+        (out_dir / "dying_server_url").write_text(servers[1].base_url)
+        reports = launch_two_processes(SERVER_MODE_SCRIPT, out_dir, timeout=300)
+    finally:
+        for server in servers:
+            server.close()
+    return reports, servers[1].base_url
+
+
+@pytest.mark.slow
+def test_continuous_schedule_broadcasts_no_sampler_state_and_the_ranks_agree(server_mode_reports):
+    # Issue 32, item 22: the main process broadcast the whole sampler state (generator, tracker, a learned predictor's
+    # weights) after every generation batch; now every process runs the sampling step on the scoring batches it scores.
+    import server_mode_run
+
+    runs = [report["continuous"] for report in server_mode_reports[0]]
+    for run in runs:
+        assert run["error"] is None, run.get("traceback")
+    main, follower = runs
+    assert main["tracked_prompts"] >= server_mode_run.TRACKED_PROMPTS and main["state_bytes"] > 500_000
+    # Per batch: the scoring batches' (prompt, draw) pairs and the end, a few kB, whatever the tracker holds.
+    assert len(main["broadcast_bytes"]) == 2 and max(main["broadcast_bytes"]) < 20_000, main["broadcast_bytes"]
+    assert main["selections"] and main["selections"] == follower["selections"]
+    assert main["state_digest"] == follower["state_digest"]
+    assert main["tracked_prompts"] == follower["tracked_prompts"]
+
+
+@pytest.mark.slow
+def test_a_reward_failing_on_the_main_process_ends_the_step_on_every_process(server_mode_reports):
+    # Issue 21, item 4: the main process's reward raises inside a scoring batch while the other process sits in that
+    # batch's reward gather. Both must raise the error; a hang fails the launch's timeout instead of hanging CI.
+    main, follower = (report["reward_failure"] for report in server_mode_reports[0])
+    expected = (
+        "Reward function 'fails_on_the_main_process' raised during scoring batch 1 of training step 1: ValueError: "
+        "the main process's verifier is down"
+    )
+    assert main["error"] is not None and main["error"].startswith(f"RuntimeError: {expected}"), main
+    assert follower["error"] is not None, follower
+    assert follower["error"].startswith(
+        f"RuntimeError: The main process's continuous sampling failed: RuntimeError: {expected}"
+    ), follower
+
+
+@pytest.mark.slow
+def test_a_lost_server_in_a_sampling_round_raises_the_same_error_on_every_process(server_mode_reports):
+    # Issue 32, item 22: the main process's request was abandoned (the server's engine died) while the other process
+    # waited for its completions in TRL's broadcast; that process then failed on gloo's "Connection closed by peer".
+    reports, dying_url = server_mode_reports
+    main, follower = (report["lost_server"] for report in reports)
+    assert main["error"] is not None and follower["error"] is not None, (main, follower)
+    assert main["error"].startswith(
+        f"VLLMServerError: The vLLM server at {dying_url} stopped answering during sampling round 2 of training "
+        "step 1 (VLLMServerUnresponsive: "
+    ), main["error"]
+    assert "start the run again" in main["error"]
+    assert follower["error"] == main["error"], follower.get("traceback")
