@@ -30,9 +30,13 @@ def test_card_renders_real_numbers_and_parses(trained):
     trained.create_model_card(model_name="tiny-ada", dataset_name="local/arithmetic")
     out = Path(trained.args.output_dir)
     card = ModelCard.load(out / "README.md")
-    assert set(card.data.tags) >= {"trl", "grpo", "reinforce-ada"}
-    assert card.data.datasets in ("local/arithmetic", ["local/arithmetic"])  # as TRL wrote it
+    assert set(card.data.tags) >= {"trl", "grpo", "reinforce-ada", "generated_from_trainer"}
+    assert card.data.datasets == ["local/arithmetic"] and card.data.library_name == "transformers"
+    assert "licence" not in card.data.to_dict()  # TRL's `licence: license` placeholder
     text = card.text
+    flat = " ".join(text.split())
+    assert "on the dataset [local/arithmetic](https://huggingface.co/datasets/local/arithmetic), rewarded by " in flat
+    assert "`starts_low_digit`." in flat
     assert "## Reinforce-Ada" in text and "| `sampler` | seq_balance |" in text and "| `round_size` | 4 |" in text
     logged = [e for e in trained.state.log_history if "loss" in e]
     mean_samples = sum(e["ada/samples_per_prompt/mean"] for e in logged) / len(logged)
@@ -212,9 +216,8 @@ def test_card_from_a_local_base_model_names_it_and_quick_starts_from_the_local_c
     card = render(tmp_path, output_dir=out, base_model_name_or_path=str(tiny_model_dir))
     assert f"fine-tuned version of the local model `{tiny_model_dir.resolve().as_posix()}`" in card.text
     assert card.data.base_model is None  # the Hub's metadata only takes Hub ids, as in TRL's own card
-    (local,) = QUICK_START.findall(card.text)  # no Hub id: only the local copy, no placeholder
-    assert Path(local) == out.resolve() and Path(local).is_dir()
-    assert "path/to/model" not in card.text
+    (local,) = QUICK_START.findall(card.text)  # no Hub id: the output folder by its name, no placeholder
+    assert local == "out" and "path/to/model" not in card.text
 
 
 def test_card_with_a_hub_id_quick_starts_from_the_hub_and_the_local_copy(tmp_path):
@@ -227,7 +230,8 @@ def test_card_with_a_hub_id_quick_starts_from_the_hub_and_the_local_copy(tmp_pat
         base_model_name_or_path="Qwen/Qwen2.5-0.5B",
     )
     assert "fine-tuned version of [Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B)" in card.text
-    assert QUICK_START.findall(card.text) == ["someone/tiny-ada", tmp_path.resolve().as_posix()]
+    assert QUICK_START.findall(card.text) == ["someone/tiny-ada"]
+    assert tmp_path.resolve().as_posix() not in card.text  # no absolute local path
 
 
 def test_card_of_the_embedded_run_names_the_shipped_tiny_model(tmp_path):
@@ -237,13 +241,14 @@ def test_card_of_the_embedded_run_names_the_shipped_tiny_model(tmp_path):
     assert f"fine-tuned version of trl-ada's shipped tiny arithmetic model `{TINY_ARITH_VERSION}`" in card.text
 
 
-def test_quick_start_of_a_trained_card_runs_from_the_output_directory(trained):
+def test_quick_start_of_a_trained_card_runs_from_the_output_directory(trained, monkeypatch):
     trained.save_model()
     trained.create_model_card(model_name="tiny-ada")
     out = Path(trained.args.output_dir)
     text = ModelCard.load(out / "README.md").text
     snippet = text.split("## Quick start", 1)[1].split("```python", 1)[1].split("```", 1)[0]
-    assert QUICK_START.findall(snippet) == [out.resolve().as_posix()]
+    assert QUICK_START.findall(snippet) == [out.name]  # was the absolute path of the machine that trained it
+    monkeypatch.chdir(out.parent)
     exec(compile(snippet, "quick_start", "exec"), {})  # the snippet as a reader would paste it
 
 
@@ -286,3 +291,111 @@ def test_card_of_a_run_that_logged_no_step_says_so(tmp_path):
     assert "statistic over 0 training steps" not in text and "completions drawn per prompt" not in text
     one = [{"step": 3, "loss": 0.1, "ada/samples_per_prompt/mean": 6.0}]
     assert "statistic over 3 training steps (mean of 1 logged value) |" in render(tmp_path, one).text
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the sampler did, what the data were, and the Hub metadata
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def procedure(text: str) -> str:
+    return text.split("## Training procedure", 1)[1].split("## Reinforce-Ada", 1)[0]
+
+
+@pytest.mark.parametrize(
+    "sampler, says",
+    [
+        ("uniform", ["plain GRPO: 4 completions per prompt in one generate call, all trained on", "group's mean"]),
+        ("seq_pos", ["drawn in rounds", "until its pool holds 1 positive or reaches 32", "(its whole pool)"]),
+        ("seq_balance", ["drawn in rounds", "until its pool holds 2 positives and 2 negatives", "(its whole pool)"]),
+        ("est", ["Reinforce-Ada-Est", "proportional to p̂^-0.5", "clipped to [2, 16]", "every completion drawn"]),
+        ("dapo", ["DAPO's dynamic sampling: 4 completions per prompt", "refilled", "at most 10 extra generation"]),
+    ],
+)
+def test_the_card_describes_the_sampler_the_run_used(tmp_path, sampler, says):
+    from trl_ada.samplers import SamplerSettings
+
+    settings = SamplerSettings(sampler=sampler, num_generations=4, seed=0).validated()
+    text = procedure(render(tmp_path, settings=settings).text)
+    assert settings.sampler_class.describe(settings) in text and f"Sampler `{sampler}`" in text
+    for phrase in says:
+        assert phrase in text, phrase
+    if sampler in ("uniform", "dapo", "est"):
+        # The old card said "draws completions in rounds ... whole pool's mean reward as baseline" for every sampler.
+        assert "round" not in text and "pool's mean" not in text
+    if sampler in ("uniform", "dapo"):
+        assert "pool" not in text
+
+
+def test_a_plug_in_sampler_is_named_by_its_class_unless_it_describes_itself(tmp_path, monkeypatch):
+    from trl_ada.samplers import SamplerSettings
+    from trl_ada.samplers.base import SeqBalanceSampler
+    from trl_ada.samplers.registry import SAMPLERS
+
+    class CardPlugin(SeqBalanceSampler):  # draws as it likes; inherits seq_balance's description
+        name = "card_plugin"
+
+    class DescribedPlugin(SeqBalanceSampler):
+        name = "described_plugin"
+
+        @classmethod
+        def describe(cls, settings):
+            return "Completions drawn by a rule of its own."
+
+    monkeypatch.setitem(SAMPLERS, "card_plugin", CardPlugin)
+    monkeypatch.setitem(SAMPLERS, "described_plugin", DescribedPlugin)
+    text = procedure(render(tmp_path, settings=SamplerSettings(sampler="card_plugin", num_generations=4)).text)
+    assert f"plug-in sampler `test_card.{CardPlugin.__qualname__}` (registered as `card_plugin`)" in text
+    assert "which does not describe its rule" in text and "round" not in text and "pool" not in text
+    text = procedure(render(tmp_path, settings=SamplerSettings(sampler="described_plugin", num_generations=4)).text)
+    assert "Completions drawn by a rule of its own." in text
+
+
+def test_front_matter_has_the_hub_ids_the_run_knows_and_no_placeholder(tmp_path):
+    from huggingface_hub import ModelCardData
+
+    # A base model loaded from the Hugging Face cache, whose own card declares a license; a Hub and a local dataset.
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-0.5B" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "README.md").write_text("---\nlicense: apache-2.0\n---\n# Qwen2.5\n")
+    local = tmp_path / "math.jsonl"
+    local.write_text("{}")
+    trl_data = ModelCardData(  # as TRL's generate_model_card writes it
+        base_model=None,
+        datasets=["open-r1/OpenR1-Math-220k", str(local)],
+        library_name="transformers",
+        licence="license",
+        model_name="tiny-ada",
+        tags=["generated_from_trainer", "trl", "grpo", "reinforce-ada"],
+    )
+    card = render(tmp_path, card_data=trl_data, base_model_name_or_path=str(snapshot), reward_names=["math_verify"])
+    data = card.data.to_dict()
+    assert data["base_model"] == "Qwen/Qwen2.5-0.5B" and data["license"] == "apache-2.0"
+    assert data["datasets"] == ["open-r1/OpenR1-Math-220k"]  # the Hub rejects local paths there
+    assert data["library_name"] == "transformers" and "reinforce-ada" in data["tags"] and "licence" not in data
+    text = " ".join(card.text.split())
+    assert (
+        "fine-tuned version of [Qwen/Qwen2.5-0.5B](https://huggingface.co/Qwen/Qwen2.5-0.5B) on the datasets " in text
+    )
+    assert "(https://huggingface.co/datasets/open-r1/OpenR1-Math-220k) and `math.jsonl` (a local file)" in text
+    assert "rewarded by `math_verify`." in text
+    assert str(tmp_path) not in card.content  # no absolute path anywhere, front matter included
+
+    # Nothing known: no base model, no datasets, and no license key at all.
+    bare = render(tmp_path, card_data=ModelCardData(licence="license", library_name="transformers")).content
+    front_matter = bare.split("---")[1]
+    assert "licence" not in front_matter and "license" not in front_matter and "datasets" not in front_matter
+
+
+def test_the_card_says_what_the_data_were_from_the_datasets_own_description(tmp_path):
+    from trl_ada.tiny import TINY_ARITH_ASSETS
+
+    card = render(
+        tmp_path,
+        base_model_name_or_path=str(TINY_ARITH_ASSETS),
+        data_description="trl-ada's embedded arithmetic task (20000 fresh problems of graded difficulty)",
+        reward_names=["exact_match_reward"],
+    )
+    text = " ".join(card.text.split())
+    assert "(`trl_ada.tiny.load_tiny_arith_model()`) on trl-ada's embedded arithmetic task (20000 fresh" in text
+    assert "of graded difficulty), rewarded by `exact_match_reward`." in text

@@ -91,6 +91,11 @@ def test_embedded_default_run_writes_every_artifact(tmp_path):
     assert f"| completions drawn per prompt (mean) | {mean_samples:.4g} |" in card.text
     assert "eval_heldout_accuracy_start" in card.text and "eval_heldout_accuracy`" in card.text
     assert "| `sampler` | seq_balance |" in card.text
+    # What the task was, and where to load the model from (not the absolute path of this machine).
+    text = " ".join(card.text.split())
+    assert "on trl-ada's embedded arithmetic task (400 fresh problems of graded difficulty from" in text
+    assert "rewarded by `exact_match_reward`." in text and "Sampler `seq_balance` (Reinforce-Ada-Seq)" in text
+    assert 'pipeline("text-generation", model="embedded")' in text and str(tmp_path) not in card.content
 
 
 def test_real_path_on_local_directories(tmp_path, local_model, math_jsonl):

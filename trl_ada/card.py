@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import fields
 from importlib import resources
@@ -13,7 +14,7 @@ from typing import Any
 from huggingface_hub import ModelCard, ModelCardData
 
 from .plots import PLOT_CAPTIONS, logged_series, training_entries, write_metrics, write_training_plots
-from .samplers import SamplerSettings
+from .samplers import Sampler, SamplerSettings
 from .samplers.settings import UNIVERSAL_KNOBS
 
 TEMPLATE = "reinforce_ada_model_card.md"
@@ -54,6 +55,16 @@ def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
     if options is not None:
         rows += [(f"sampler_kwargs.{f.name}", getattr(options, f.name)) for f in fields(options)]
     return rows
+
+
+def describe_sampler(settings: SamplerSettings) -> str:
+    """What the run's sampler did, in its own words (`Sampler.describe`). A plug-in that inherits its description
+    from a trl-ada sampler it subclasses gets the neutral sentence naming its class: it may draw differently."""
+    cls = settings.sampler_class
+    owner = next(klass for klass in cls.__mro__ if "describe" in vars(klass))
+    if owner is not cls and not cls.__module__.startswith("trl_ada."):
+        return Sampler.describe.__func__(cls, settings)
+    return cls.describe(settings)
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -118,19 +129,92 @@ def package_url(distribution: str = "trl-ada") -> str | None:
     return None
 
 
+_HUB_CACHE_SNAPSHOT = re.compile(r"(?:^|/)models--([^/]+)--([^/]+)/snapshots/[^/]+/?$")
+"""A model directory inside the Hugging Face cache: `.../models--{org}--{name}/snapshots/{revision}`."""
+
+
+def hub_id_of(name_or_path: str) -> str | None:
+    """The Hub id a model was loaded from: the name itself when it is no local directory (as TRL decides), the id a
+    directory of the Hugging Face cache is a snapshot of, else `None`."""
+    if not Path(name_or_path).is_dir():
+        return name_or_path
+    snapshot = _HUB_CACHE_SNAPSHOT.search(Path(name_or_path).resolve().as_posix())
+    return f"{snapshot.group(1)}/{snapshot.group(2)}" if snapshot else None
+
+
+def declared_license(name_or_path: str | None) -> str | None:
+    """The `license` a base model's own card declares, read only from disk (its directory, or the Hugging Face
+    cache for a Hub id): a fine-tuned model inherits it. `None` when no card is at hand (the card then names none)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if not name_or_path:
+        return None
+    readme = Path(name_or_path) / "README.md"
+    if not Path(name_or_path).is_dir():
+        cached = try_to_load_from_cache(name_or_path, "README.md")
+        readme = Path(cached) if isinstance(cached, str) else None
+    if readme is None or not readme.is_file():
+        return None
+    try:
+        license_id = ModelCard.load(readme).data.license
+    except (OSError, ValueError):
+        return None
+    return license_id if isinstance(license_id, str) and license_id else None
+
+
+def is_local_path(name: str) -> bool:
+    """Whether a dataset name is a local file or directory (named in the text, never in the Hub metadata)."""
+    return Path(name).expanduser().exists()
+
+
+def describe_training_data(dataset_names: str | Sequence[str] | None, description: str | None = None) -> str | None:
+    """The card's words for the training data: the datasets named (Hub ids linked, local files by their file name),
+    else the training dataset's own `info.description` (the embedded arithmetic task sets one), else `None`."""
+    names = [dataset_names] if isinstance(dataset_names, str) else list(dataset_names or [])
+    if not names:
+        return description or None
+    parts = [
+        f"`{Path(name).expanduser().name}` (a local file)"
+        if is_local_path(name)
+        else f"[{name}](https://huggingface.co/datasets/{name})"
+        for name in names
+    ]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + f" and {parts[-1]}"
+    return f"the dataset{'s' if len(parts) > 1 else ''} {listed}"
+
+
+def hub_metadata(
+    card_data: ModelCardData, base_model_name_or_path: str | None, dataset_names: str | Sequence[str] | None
+) -> ModelCardData:
+    """The card's front matter: TRL's (`library_name`, `tags`, `model_name`, `base_model`, `datasets`), with the
+    Hub ids filled where the run knows them (a base model loaded from the Hugging Face cache, every Hub dataset of a
+    mixture) and nothing else: no local path (the Hub rejects them) and no `licence: license` placeholder (TRL's);
+    the base model's own license when its card is on disk."""
+    values = {key: value for key, value in card_data.to_dict().items() if key not in ("licence", "license")}
+    base_model = hub_id_of(base_model_name_or_path) if base_model_name_or_path else card_data.base_model
+    names = [dataset_names] if isinstance(dataset_names, str) else list(dataset_names or [])
+    datasets = [name for name in names if not is_local_path(name)]
+    values.update(
+        base_model=base_model,
+        datasets=datasets or None,
+        license=declared_license(base_model_name_or_path or base_model),
+    )
+    return ModelCardData(**{key: value for key, value in values.items() if value is not None})
+
+
 def describe_base_model(card_data: ModelCardData, base_model_name_or_path: str | None) -> dict[str, str | None]:
     """How the card names the model the run started from, as the template's `base_model*` variables.
 
-    `base_model` is a Hub id (linked, and TRL's metadata); `base_model_shipped` names trl-ada's shipped tiny model
-    (the embedded run); `base_model_path` is any other local directory. TRL only records Hub ids in the metadata
-    (the Hub rejects a path there), so a local start is named in the text only.
+    `base_model` is a Hub id (linked, and in the metadata; a directory of the Hugging Face cache counts as the id it
+    is a snapshot of); `base_model_shipped` names trl-ada's shipped tiny model (the embedded run); `base_model_path`
+    is any other local directory. The Hub only takes ids in the metadata, so a local start is named in the text only.
     """
     name = base_model_name_or_path or card_data.base_model
     described: dict[str, str | None] = {"base_model": None, "base_model_shipped": None, "base_model_path": None}
     if not name:
         return described
-    if not Path(name).is_dir():
-        described["base_model"] = name
+    if hub_id_of(name) is not None:
+        described["base_model"] = hub_id_of(name)
         return described
     from .tiny import TINY_ARITH_ASSETS, TINY_ARITH_VERSION
 
@@ -194,28 +278,36 @@ def render_model_card(
     rollouts: Sequence[str] = (),
     trainer_name: str = SYNC_TRAINER_NAME,
     trainer_settings: Sequence[tuple[str, Any]] = (),
+    data_description: str | None = None,
+    reward_names: Sequence[str] = (),
 ) -> ModelCard:
-    """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, keeping the metadata TRL computed.
+    """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, with TRL's metadata completed by [`hub_metadata`].
 
     Args:
+        card_data: TRL's metadata; its `datasets` are the run's `dataset_name` (Hub ids, local paths, or a list).
         base_model_name_or_path: What the run's model was loaded from (`model.config._name_or_path`: a Hub id or a
             local directory). Default: the Hub id TRL put in `card_data.base_model`, if any.
-        hub_model_id: The Hub repository the model is pushed to; the quick start then shows it next to `output_dir`.
+        hub_model_id: The Hub repository the model is pushed to; the quick start then loads it from there.
         rollouts: What each completion was besides one generate call (tools, environments, a custom rollout
             function, images), one phrase each, as [`describe_rollouts`] words them.
-        output_dir: Where the model and this card are written; the quick start loads it from there.
+        output_dir: Where the model and this card are written; without a `hub_model_id` the quick start loads it by
+            its folder name (relative to the folder holding it), never by an absolute path.
+        data_description: The training data's own description, used when `card_data` names no dataset.
+        reward_names: The run's reward functions (GRPOTrainer's `reward_func_names`).
         trainer_name: The trainer the card names (the synchronous or the asynchronous one).
         trainer_settings: `(name, value)` rows of the trainer's own knobs, shown after the sampler's.
     """
     template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
     return ModelCard.from_template(
-        card_data,
+        hub_metadata(card_data, base_model_name_or_path, card_data.datasets),
         template_path=str(template),
         model_name=model_name or card_data.model_name,
         **describe_base_model(card_data, base_model_name_or_path),
         hub_model_id=hub_model_id,
-        local_model_path=Path(output_dir).resolve().as_posix(),
-        dataset_name=card_data.datasets[0] if isinstance(card_data.datasets, list) else card_data.datasets,
+        local_model_name=Path(output_dir).resolve().name,
+        training_data=describe_training_data(card_data.datasets, data_description),
+        reward_names=list(reward_names),
+        sampler_description=describe_sampler(settings),
         trainer_name=trainer_name,
         trainer_citation=paper.get("citation"),
         paper_title=paper.get("title"),
@@ -269,6 +361,7 @@ def write_trainer_card(
         base_model_name_or_path=get_config_model_id(trainer.accelerator.unwrap_model(trainer.model).config),
         train_dataset=trainer.train_dataset,
         example_max_new_tokens=trainer.args.max_completion_length or 64,
+        reward_names=getattr(trainer, "reward_func_names", ()),
         rollouts=rollouts,
         trainer_name=trainer_name,
         trainer_settings=trainer_settings,
@@ -289,26 +382,29 @@ def write_model_card(
     rollouts: Sequence[str] = (),
     trainer_name: str = SYNC_TRAINER_NAME,
     trainer_settings: Sequence[tuple[str, Any]] = (),
+    reward_names: Sequence[str] = (),
 ) -> ModelCard:
     """Replace the `README.md` TRL wrote into `output_dir` with trl-ada's card, keeping TRL's metadata, and write the
     logged metrics (`metrics.json`, `metrics.csv`) and the training plots (`plots/`) it shows next to it.
 
     Args:
         train_dataset: The run's training data; the quick start's example is its first prompt when it is a map-style
-            `datasets.Dataset` of text prompts (else [`render_model_card`]'s default).
+            `datasets.Dataset` of text prompts (else [`render_model_card`]'s default), and its `info.description`
+            says what the data was when TRL's metadata names no dataset.
         settings, log_history, model_name, hub_model_id, paper, base_model_name_or_path, example_max_new_tokens,
-            rollouts, trainer_name, trainer_settings: As for [`render_model_card`].
+            rollouts, trainer_name, trainer_settings, reward_names: As for [`render_model_card`].
 
     Returns:
         The card written.
     """
-    from datasets import Dataset
+    from datasets import Dataset, IterableDataset
 
     output_dir = Path(output_dir)
     trl_card = ModelCard.load(output_dir / "README.md")
     write_metrics(log_history, output_dir)
     plots = write_training_plots(log_history, output_dir)
     example = train_dataset[0].get("prompt") if isinstance(train_dataset, Dataset) else None
+    info = train_dataset.info if isinstance(train_dataset, (Dataset, IterableDataset)) else None
     card = render_model_card(
         trl_card.data,
         settings=settings,
@@ -324,6 +420,8 @@ def write_model_card(
         rollouts=rollouts,
         trainer_name=trainer_name,
         trainer_settings=trainer_settings,
+        data_description=info.description if info is not None else None,
+        reward_names=reward_names,
     )
     card.save(output_dir / "README.md")
     return card

@@ -514,6 +514,11 @@ def load_model_and_data(
 
         model, tokenizer = load_tiny_arith_model()
         train = make_dataset(script_args.arithmetic_train_size, seed=training_args.seed)
+        # What the model card says the data was (it names no dataset here).
+        train.info.description = (
+            f"trl-ada's embedded arithmetic task ({len(train)} fresh problems of graded difficulty from "
+            "`trl_ada.tasks.arithmetic`)"
+        )
         heldout = (
             held_out_problems(script_args.heldout_size, seed=training_args.seed) if script_args.heldout_size else []
         )
@@ -781,9 +786,9 @@ def main(
             "after": after["eval_heldout_accuracy"],
         }
     trainer.save_model(training_args.output_dir)
-    dataset_name = (
-        script_args.dataset_name if script_args.dataset_name and not os.path.exists(script_args.dataset_name) else None
-    )
+    # Every dataset the run read, as named: the card puts Hub ids in its metadata and names local files in its text.
+    mixture = dataset_args.datasets if dataset_args is not None else None
+    dataset_name = [dataset.path for dataset in mixture] if mixture else script_args.dataset_name
     trainer.create_model_card(
         model_name=os.path.basename(os.path.normpath(training_args.output_dir)), dataset_name=dataset_name
     )

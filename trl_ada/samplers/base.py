@@ -430,6 +430,15 @@ class Sampler:
             )
         return cls.options_class(**(kwargs or {}))
 
+    @classmethod
+    def describe(cls, settings: SamplerSettings) -> str:
+        """What this sampler did under `settings`, in a few Markdown sentences (the model card's). A plug-in that does
+        not override it is named by its class."""
+        return (
+            f"Completions were drawn by the plug-in sampler `{cls.__module__}.{cls.__qualname__}` (registered as "
+            f"`{settings.sampler}`), which does not describe its rule; its settings are listed below."
+        )
+
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         self.settings = settings.validated()
         self.options = self.settings.options
@@ -507,6 +516,13 @@ class UniformSampler(Sampler):
     @classmethod
     def check_contradictions(cls, settings: SamplerSettings) -> None:
         _reject_dapo_refill_without_rounds(settings)
+
+    @classmethod
+    def describe(cls, settings: SamplerSettings) -> str:
+        return (
+            f"Sampler `{settings.sampler}`, plain GRPO: {settings.num_generations} completions per prompt in one "
+            "generate call, all trained on, with the group's mean reward as baseline."
+        )
 
     @property
     def max_rounds(self) -> int:
@@ -601,6 +617,33 @@ class SequentialSampler(Sampler):
     def default_quotas(cls, settings: SamplerSettings) -> tuple[int, int]:
         """`(positive_quota, negative_quota)` with the `None`s filled in."""
         raise NotImplementedError
+
+    @classmethod
+    def describe(cls, settings: SamplerSettings) -> str:
+        positive_quota, negative_quota = cls.default_quotas(settings)
+        quotas = _count(positive_quota, "positive") + (
+            f" and {_count(negative_quota, 'negative')}" if negative_quota else ""
+        )
+        requests = {
+            "fixed": f"{settings.round_size} per round",
+            "predictive": f"{settings.round_size} in the first round, then the fewest that meet its remaining quotas "
+            f"with probability {settings.round_confidence} under a Beta posterior from its pool",
+            "tracked": f"the fewest that meet its quotas with probability {settings.round_confidence} under a prior "
+            "from a pass-rate tracker that remembers it across epochs",
+        }[settings.round_policy]
+        text = (
+            f"Sampler `{settings.sampler}` (Reinforce-Ada-Seq): completions are drawn in rounds, each active prompt "
+            f"asking for {requests}, until its pool holds {quotas} or reaches "
+            f"{cls.max_pool_size(settings)} completions ({settings.max_rounds} rounds at most). Each pool is then "
+            f"downsampled ({settings.downsample}) to an update group of {settings.num_generations}, with "
+            f"{_BASELINES[settings.baseline]} as baseline{_objective_phrase(settings)}."
+        )
+        if settings.dapo_refill:
+            text += (
+                " Prompts whose pool has no signal are dropped and the batch is refilled from further prompts (DAPO's "
+                f"dynamic sampling, at most {settings.dapo_max_refills} extra generation batches)."
+            )
+        return text
 
     @classmethod
     def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
@@ -838,6 +881,24 @@ class SeqBalanceSampler(SequentialSampler):
         if negative_quota < 1:
             raise ValueError(f"negative_quota must be at least 1 for sampler='seq_balance', got {negative_quota}.")
         return positive_quota, negative_quota
+
+
+_BASELINES = {
+    "pool": "the mean reward of every completion drawn for the prompt (its whole pool)",
+    "group": "the mean reward of the kept group",
+}
+"""How `describe` words each `baseline`."""
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _objective_phrase(settings: SamplerSettings) -> str:
+    """`describe`'s words for a non-linear objective's per-prompt weight (nothing for `"linear"`: every weight is 1)."""
+    if settings.objective == "linear":
+        return ""
+    return f", and each prompt's gradient weighted by the `{settings.objective}` objective's w(p̂) of its pool"
 
 
 def _reject_dapo_refill_without_rounds(settings: SamplerSettings) -> None:

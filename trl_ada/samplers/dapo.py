@@ -24,6 +24,20 @@ class DapoSampler(UniformSampler):
     refills_batches = True
 
     @classmethod
+    def describe(cls, settings: SamplerSettings) -> str:
+        exhausted = {
+            "raise": "the run stops",
+            "keep_partial": "it trains on the prompts found, padded with zero-advantage groups",
+        }[settings.dapo_on_exhausted]
+        return (
+            f"Sampler `{settings.sampler}`, DAPO's dynamic sampling: {settings.num_generations} completions per prompt "
+            "in one generate call, as in GRPO; prompts whose group has no signal (every reward the same) are dropped "
+            f"and the batch is refilled from further prompts, with at most {settings.dapo_max_refills} extra "
+            f"generation batches per step (when they do not fill it, {exhausted}). Each kept group is trained on "
+            "whole, with its mean reward as baseline."
+        )
+
+    @classmethod
     def check_contradictions(cls, settings: SamplerSettings) -> None:
         if settings.dapo_refill is False:
             raise ValueError(

@@ -9,6 +9,7 @@ from typing import Any
 
 from . import rules
 from .base import (
+    _BASELINES,
     Sampler,
     SamplingStep,
     Selection,
@@ -68,6 +69,22 @@ class EstSampler(Sampler):
     @classmethod
     def check_contradictions(cls, settings: SamplerSettings) -> None:
         _reject_dapo_refill_without_rounds(settings)
+
+    @classmethod
+    def describe(cls, settings: SamplerSettings) -> str:
+        settings = cls.resolve(settings)
+        trained_on = (
+            "every completion drawn is trained on (group sizes vary)"
+            if settings.est_train_on == "all"
+            else f"each pool is downsampled ({settings.downsample}) to {settings.num_generations}"
+        )
+        return (
+            f"Sampler `{settings.sampler}` (Reinforce-Ada-Est): each step gives every prompt a budget of completions "
+            f"proportional to p̂^-{settings.est_sample_power} from its tracked pass rate p̂, clipped to "
+            f"[{settings.est_min_samples}, {settings.est_max_samples}] and {settings.est_mean_samples:g} per prompt on "
+            f"average, all drawn in one generate call; {trained_on}. The advantage is the reward minus "
+            f"{_BASELINES[settings.baseline]}, weighted by (p̂ + {settings.est_epsilon:g})^-(1-{settings.est_sample_power:g})."
+        )
 
     @classmethod
     def rules_are_per_prompt(cls, settings: SamplerSettings) -> bool:
