@@ -238,6 +238,10 @@ ASSERT_HACKS = {
         "class Anything(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
         "def add(a, b):\n    return Anything(12345)"
     ),
+    "a bytes subclass whose repr and bytes() lie": (
+        "class Liar(bytes):\n    def __repr__(self):\n        return '3'\n    def __bytes__(self):\n        return self\n"
+        "def add(a, b):\n    return Liar(b'x')"
+    ),
     "disabled assert and AssertionError": (
         "import builtins\nbuiltins.AssertionError = type('Never', (Exception,), {})\ndef add(a, b):\n    return None"
     ),
