@@ -599,7 +599,7 @@ def test_a_huge_reported_value_is_a_wrong_answer_judged_off_the_event_loop():
 
     rewards, longest_gap = asyncio.run(main())
     assert rewards == [0.0, 0.0] and roomy.last_outcomes == {"wrong_answer": 2}
-    assert longest_gap < 0.5, longest_gap
+    assert longest_gap < 1.0, longest_gap  # 0.12 s measured on a busy 2-core machine; 4-5 s without the fix
 
 
 def test_available_cpus_reads_the_affinity_and_the_cgroup_quota(monkeypatch, tmp_path):

@@ -110,7 +110,6 @@ _SANDBOX_STATUS_OUTCOME: dict[str, Outcome] = {
     "output_limit": "output_limit",
     "sandbox_error": "sandbox_error",
     "error": "runtime_error",
-    "ok": "runtime_error",  # the run ended normally but a test reported nothing (e.g. os._exit in the program)
 }
 _SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
