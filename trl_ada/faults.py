@@ -261,14 +261,26 @@ def _request_failures_reach_every_process(
 
         return call
 
+    wrappers = [(generation, "generate", trls_generate)] + [(client, name, request) for name in _CLIENT_REQUESTS]
+    with _methods_wrapped(wrappers):
+        yield
+
+
+@contextlib.contextmanager
+def _methods_wrapped(
+    wrappers: list[tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]],
+) -> Iterator[None]:
+    """
+    While open, each `target.name` of `wrappers` that is callable is `wrap(that method)`, set as an instance attribute
+    (shadowing the method); closing puts back what the object had (its own instance attribute, or nothing).
+    """
     patched: list[tuple[Any, str, Any]] = []  # (target, name, its own instance attribute or _CLASS_METHOD)
-    targets = [(generation, "generate", trls_generate)] + [(client, name, request) for name in _CLIENT_REQUESTS]
     try:
-        for target, name, wrap in targets:
+        for target, name, wrap in wrappers:
             method = getattr(target, name, None)
             if callable(method):
                 patched.append((target, name, vars(target).get(name, _CLASS_METHOD)))
-                setattr(target, name, wrap(method))  # an instance attribute, shadowing the method
+                setattr(target, name, wrap(method))
         yield
     finally:
         for target, name, own in reversed(patched):
@@ -297,7 +309,6 @@ def server_calls_of_one_sync(
     the sync, on every process. Closing restores the objects' own methods.
     """
     failures: list[BaseException] = []
-    patched: list[tuple[Any, str, Any]] = []  # (target, name, its own instance attribute or _CLASS_METHOD)
 
     def watched(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -323,17 +334,7 @@ def server_calls_of_one_sync(
 
         return call
 
-    try:
-        for target in targets:
-            for name in method_names:
-                method = getattr(target, name, None)
-                if callable(method):
-                    patched.append((target, name, vars(target).get(name, _CLASS_METHOD)))
-                    setattr(target, name, watched(name, method))  # an instance attribute, shadowing the method
+    with _methods_wrapped(
+        [(target, name, functools.partial(watched, name)) for target in targets for name in method_names]
+    ):
         yield failures
-    finally:
-        for target, name, own in reversed(patched):
-            if own is _CLASS_METHOD:
-                delattr(target, name)
-            else:
-                setattr(target, name, own)
