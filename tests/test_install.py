@@ -352,6 +352,18 @@ def test_python_floor_is_one_every_tested_package_installed_here_accepts(monkeyp
     assert not refused, f"python_requires floor {floor} is refused by {refused}"
 
 
+def test_dev_extra_is_pinned_in_every_stack_that_installs_it_and_has_what_the_tool_tests_need(monkeypatch):
+    # `.ci/run` and `.ci/trl_stage.sh` install `-e ".[dev]"` under these files. jmespath: TRL's tool-call parsing on
+    # transformers < 5.13 and tests/test_trl_drop_in.py's environments with tools, which skip without it.
+    dev = [Requirement(r) for r in setup_py_arguments(monkeypatch)["extras_require"]["dev"]]
+    assert "jmespath" in {canonical(r.name) for r in dev}
+    for stack in ("trl-1.14.txt", "trl-1.15.txt", "trl-1.16.txt"):
+        pins = constraint_pins(ROOT / "constraints" / stack)
+        for requirement in dev:
+            assert canonical(requirement.name) in pins, (stack, requirement.name)
+            assert requirement.specifier.contains(pins[canonical(requirement.name)]), (stack, str(requirement))
+
+
 def test_gpu_constraints_are_the_main_stack_within_setup_pys_ranges_and_trls_extras(monkeypatch):
     # constraints/trl-1.16-gpu.txt (README, "GPU install") is constraints/trl-1.16.txt with what vLLM needs; every pin
     # lies inside setup.py's ranges and inside the installed TRL's `vllm` and `deepspeed` extras.
@@ -363,7 +375,7 @@ def test_gpu_constraints_are_the_main_stack_within_setup_pys_ranges_and_trls_ext
     assert changed == {"transformers", "huggingface-hub", "numpy"}, changed  # the file's header says why each
     assert gpu.keys() - main.keys() == {"vllm", "deepspeed"}
     # The `dev` tools (aiohttp: the main suite runs the asynchronous rollout loop; vLLM brings its own on GPUs).
-    assert main.keys() - gpu.keys() <= {"pytest", "ruff", "hypothesis", "sortedcontainers", "aiohttp"}
+    assert main.keys() - gpu.keys() <= {"pytest", "ruff", "hypothesis", "sortedcontainers", "aiohttp", "jmespath"}
 
     arguments = setup_py_arguments(monkeypatch)
     requirements = [Requirement(r) for r in arguments["install_requires"]]
