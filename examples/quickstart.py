@@ -28,4 +28,4 @@ trainer = AdaGRPOTrainer(
     train_dataset=make_dataset(2_000, seed=0),  # columns prompt ("  3+  5="), answer ("8"), level (0-5)
 )
 trainer.train()
-trainer.save_model()  # the model and tokenizer, in outputs/quickstart
+trainer.save_model()  # the model, tokenizer and model card (README.md), in outputs/quickstart
