@@ -272,7 +272,9 @@ def pool_advantages(pools: dict[int, list[float]], settings: SamplerSettings) ->
     """
     `w_x (r_i - p̂_x) / (std_x + 1e-4)` for every draw, written out from the 0/1 rewards alone: `p̂_x` the pool's mean
     (its pass rate), `std_x` its unbiased std, `w_x` the objective's weight (est: the residual weight), clipped, then
-    normalised to mean 1 over the batch's prompts whose pool is not constant (those get zeros).
+    normalised to mean 1 over the batch's prompts whose pool is not constant (those get zeros); times
+    `num_generations / pool size` for `seq_*` (a prompt weighs what its update group would), 1 for est (its kept group
+    is its pool).
     """
     weights = {}
     for prompt, rewards in pools.items():
@@ -290,6 +292,8 @@ def pool_advantages(pools: dict[int, list[float]], settings: SamplerSettings) ->
     for prompt, rewards in pools.items():
         mean, std = statistics.fmean(rewards), statistics.stdev(rewards)
         w = weights[prompt] / mean_weight
+        if settings.sampler != "est":
+            w *= settings.num_generations / len(rewards)
         advantages[prompt] = [w * (r - mean) / (std + 1e-4) if prompt in mixed else 0.0 for r in rewards]
     return advantages
 
@@ -329,14 +333,16 @@ def test_train_on_pool_trains_on_every_draw_in_submission_order_with_the_pool_ad
         for prompt, rows in got.items():
             assert [advantage for _, _, advantage, _, _ in rows] == pytest.approx(want[prompt], rel=1e-12, abs=1e-15)
 
-        # "downsample" on the same draws is unchanged: its kept draws carry exactly the pool run's advantages.
+        # "downsample" on the same draws is unchanged: its kept draws carry the pool run's advantages over its share.
         kept_samples, kept_versions = drive_one_batch(downsampled, seed + 10 * batch)
         assert kept_versions == versions  # the same draws, submitted alike
         for prompt, rows in by_prompt(kept_samples).items():
             # est trains on its whole pool either way (est_train_on='all'); seq_* on num_generations of it.
             assert len(rows) == (len(got[prompt]) if sampler_name == "est" else settings.num_generations)
-            pool_rows = {draw: advantage for draw, _, advantage, _, _ in got[prompt]}
-            assert [advantage for _, _, advantage, _, _ in rows] == [pool_rows[draw] for draw, *_ in rows]
+            share = 1.0 if sampler_name == "est" else settings.num_generations / len(got[prompt])
+            pool_rows = {draw: advantage / share for draw, _, advantage, _, _ in got[prompt]}
+            want_kept = [pool_rows[draw] for draw, *_ in rows]
+            assert [advantage for _, _, advantage, _, _ in rows] == pytest.approx(want_kept, rel=1e-12, abs=1e-15)
     assert outgrew  # some pool was larger than its update group, so "pool" trained on more than "downsample"
 
 
@@ -383,7 +389,9 @@ def test_train_on_is_declared_once_and_checked_by_the_config_and_the_loop(tmp_pa
     help_text = " ".join(declared.metadata["help"].split())
     doc = " ".join(AdaAsyncGRPOConfig.__doc__.split())
     assert doc.count(" train_on (") == 1 and 'train_on (`str`, *optional*, defaults to `"downsample"`)' in doc
-    assert help_text in doc and "hard prompts, whose pools are larger, weigh more in the loss" in help_text
+    assert (
+        help_text in doc and "A prompt's advantages then sum, over its pool, to what its update group's" in help_text
+    )
     assert declared.metadata["choices"] == list(TRAIN_ON_CHOICES)
     assert help_text.split("`")[0][:40] in " ".join(HfArgumentParser(AdaAsyncGRPOConfig).format_help().split())
 

@@ -6,7 +6,7 @@ import logging
 import math
 import warnings
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from trl import GRPOConfig
@@ -32,6 +32,24 @@ CONFIG_KNOB_USES: dict[str, tuple[Callable[[Any], bool], str, tuple[str, ...]]] 
 """The trainer-level knobs under the unread-knob rule: knob -> (reads(config), what reads it, settings deciding it)."""
 
 logger = logging.getLogger(__name__)
+
+
+def batch_rules(settings: SamplerSettings) -> str | None:
+    """
+    What in the validated `settings` reads a whole generation batch (named for messages), or `None` where every rule
+    reads one prompt's pool (`Sampler.rules_are_per_prompt`). Over a batch of one prompt such a rule does nothing:
+    `est` gives every prompt its mean budget, `normalize_weights` scales every weight back to 1.
+    """
+    if settings.sampler_class.rules_are_per_prompt(settings):
+        return None
+    named = []
+    if settings.sampler == "est":
+        named.append("sampler='est' (its budgets share the batch's mean, est_mean_samples)")
+    if settings.scale_rewards == "batch":
+        named.append("scale_rewards='batch' (the batch's reward std)")
+    if settings.normalize_weights and settings.objective != "linear":
+        named.append(f"objective={settings.objective!r} with normalize_weights=True (weights rescaled to mean 1)")
+    return " and ".join(named) or f"sampler={settings.sampler!r} (its rules_are_per_prompt() is False)"
 
 
 HEADER = r"""
@@ -181,9 +199,30 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
             ),
         )
         self._validate_generation_seed(settings)
+        self._warn_one_prompt_generation_batch(settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
         for f in fields(SamplerFields):
             setattr(self, f.name, getattr(settings, f.name))
+
+    def _warn_one_prompt_generation_batch(self, settings: SamplerSettings) -> None:
+        # The sampler's batch-level rules compare the prompts of a generation batch; over one prompt (TRL's defaults:
+        # 8 samples, num_generations 8) they do nothing. A warning, not an error: the batch is TRL's and GRPOTrainer
+        # accepts it. `scale_rewards="batch"` is TRL's own rule, which one prompt leaves as GRPOTrainer has it.
+        rules = batch_rules(replace(settings, scale_rewards="group"))
+        if rules is None or self.generation_batch_size // self.num_generations > 1:
+            return
+        logger.warning(
+            "A generation batch holds one prompt (generation_batch_size=%d = per_device_train_batch_size %d x "
+            "steps_per_generation %d x processes, over num_generations=%d), and %s compare the prompts of a "
+            "generation batch: over one prompt est gives every prompt its mean budget and the weight normalisation "
+            "scales every weight back to 1, so they do nothing. Raise per_device_train_batch_size or "
+            "steps_per_generation (or generation_batch_size) so that a generation batch holds several prompts.",
+            self.generation_batch_size,
+            self.per_device_train_batch_size,
+            self.steps_per_generation,
+            self.num_generations,
+            rules,
+        )
 
     def _carry_deprecated_names(self) -> None:
         """Move a value given under a deprecated name to its new name (`FutureWarning`); both names differing raises."""

@@ -7,6 +7,7 @@ from dataclasses import MISSING, dataclass, fields
 
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
+from ..config import batch_rules
 from ..samplers import SamplerFields, SamplerSettings
 from ..samplers.settings import knob, render_parameters
 
@@ -24,17 +25,18 @@ HEADER = r"""
       and the cap checked when a block is back, the pool in submission order), as `generation_schedule="continuous"`
       does in the synchronous trainer; `est` sends each prompt's budget at once.
     - A prompt's kept samples are queued as soon as its pool is done. Only where a rule reads the whole generation
-      batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`, `scale_rewards="batch"`) do the
-      prompts wait for one another, in batches of `per_device_train_batch_size * gradient_accumulation_steps *
-      world_size / num_generations` prompts (one optimizer step's worth).
+      batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`) do the prompts wait for one
+      another, in generation batches of `prompts_per_generation_batch` prompts (below).
     - `dapo` drops groups without a signal and keeps drawing further prompts. `dapo_max_refills` bounds the drawing
       as in the synchronous trainer: once `(dapo_max_refills + 1)` generation batches' worth of prompts in a row have
       not filled one batch with prompts that carry a signal (a reward that is constant everywhere), the worker fails
       naming the cause. There is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
     - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
-    - `sampler="uniform"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages; its worker with the fixes
-      of `RobustAsyncRolloutWorker`).
-    - `train_on="pool"` (below, the one knob of this trainer alone) trains on every draw of a pool instead of its
+    - `sampler="uniform"` with `objective="linear"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages;
+      its worker with the fixes of `RobustAsyncRolloutWorker`). Where the advantages are not TRL's (a weighting
+      `objective` with any sampler, `est`'s residual weight, a pool that outgrows its update group), the worker
+      computes them with the synchronous trainer's code, as `AdaGRPOTrainer` does: no knob is accepted and ignored.
+    - `train_on="pool"` (below, a knob of this trainer alone) trains on every draw of a pool instead of its
       update group: TRL's packing needs no static shapes.
 
     Parameters:
@@ -77,6 +79,46 @@ def check_train_on(train_on: str, settings: SamplerSettings) -> None:
         )
 
 
+MIN_PROMPTS_PER_GENERATION_BATCH = 8
+"""The fewest prompts a generation batch holds by default where a rule reads the whole batch
+(`AdaAsyncGRPOConfig.prompts_per_generation_batch=None`): TRL's defaults (8 samples per optimizer step, 8 per prompt)
+would otherwise make a batch of one prompt, over which those rules do nothing."""
+
+
+def check_prompts_per_generation_batch(prompts: int, settings: SamplerSettings) -> None:
+    """
+    Raise `ValueError`, naming the fix, where generation batches of `prompts` prompts cannot serve the validated
+    `settings`: fewer than one, or one where a rule reads the whole batch (over one prompt `est` gives every prompt its
+    mean budget and `normalize_weights` scales every weight back to 1). The one rule: the config checks its knob with
+    it, the rollout loop's `AsyncSampling` its batch size.
+    """
+    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
+        raise ValueError(f"prompts_per_generation_batch must be a positive integer or None, got {prompts!r}.")
+    rules = batch_rules(settings)
+    if prompts == 1 and rules is not None:
+        raise ValueError(
+            f"prompts_per_generation_batch=1 with {rules}: these rules compare the prompts of a generation batch, and "
+            "over one prompt est gives every prompt its mean budget and the weight normalisation scales every weight "
+            "back to 1, so they would do nothing. Use at least 2 prompts (default None: one optimizer step's prompts, "
+            f"and at least {MIN_PROMPTS_PER_GENERATION_BATCH})."
+        )
+
+
+def resolve_prompts_per_generation_batch(
+    requested: int | None, settings: SamplerSettings, samples_per_step: int
+) -> int:
+    """
+    The prompts of one generation batch (`AdaAsyncGRPOConfig.prompts_per_generation_batch`): 1 where every rule reads
+    one prompt's pool; else `requested`, by default one optimizer step's prompts (`samples_per_step //
+    num_generations`) and at least `MIN_PROMPTS_PER_GENERATION_BATCH`.
+    """
+    if batch_rules(settings) is None:
+        return 1
+    if requested is not None:
+        return requested
+    return max(MIN_PROMPTS_PER_GENERATION_BATCH, samples_per_step // settings.num_generations)
+
+
 SYNC_ONLY_KNOBS = ("dapo_on_exhausted",)
 """Sampler knobs of the synchronous trainer's refills that the asynchronous stream has no use for."""
 
@@ -91,15 +133,32 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
         'update group, the pool cut to `num_generations` as in the synchronous trainer. `"pool"`: every draw of the '
         "pool, in submission order, each with its own draw's policy version and the advantage the update group's rule "
         "gives it, `w_x (r_i - p̂_x)` with the same baseline (the pool's mean reward `p̂_x`), weight `w_x` and std "
-        "scaling (TRL's asynchronous trainer packs its samples, so it needs no static shapes). A prompt then "
-        "contributes as many rows as it drew: hard prompts, whose pools are larger, weigh more in the loss (as "
-        '`est_train_on="all"` does in the synchronous trainer), and an optimizer step of '
-        "`per_device_train_batch_size * gradient_accumulation_steps * world_size` samples holds fewer prompts. Needs a "
-        "pool that can outgrow its update group (not `uniform` or `dapo`, whose pool is their group) and "
-        '`baseline="pool"`. With `est` it is what `est_train_on="all"` (the default) already does; '
-        '`est_train_on="downsample"` contradicts it and raises.',
+        "scaling, times `num_generations / pool size` (TRL's asynchronous trainer packs its samples, so it needs no "
+        "static shapes). A prompt's advantages then sum, over its pool, to what its update group's would: it weighs "
+        "`w_x` in the loss (the paper's `1/p̂` under the log objective), however many draws its exit rule took, where "
+        "unscaled a `seq_pos` prompt drawing about `1/p̂` would weigh about `w_x / p̂`. An optimizer step of "
+        "`per_device_train_batch_size * gradient_accumulation_steps * world_size` samples holds fewer prompts, and "
+        "TRL's safety ceiling on `max_steps` (set when `max_steps` is not) grows by `round_size * max_rounds / "
+        "num_generations` so that it cannot end training before `num_train_epochs`. Needs a pool that can outgrow its "
+        'update group (not `uniform` or `dapo`, whose pool is their group) and `baseline="pool"`. With `est` it is '
+        'what `est_train_on="all"` (the default) already does (its kept group is its pool, its budget its implicit '
+        'weight: nothing is scaled); `est_train_on="downsample"` contradicts it and raises.',
         choices=TRAIN_ON_CHOICES,
         section=SECTION_ASYNC,
+    )
+    prompts_per_generation_batch: int | None = knob(
+        None,
+        'Prompts per generation batch where a rule reads the whole batch: `sampler="est"` (its budgets share the '
+        "batch's mean, `est_mean_samples`: a hard prompt draws more because an easy one of the same batch draws less) "
+        'and a weighting `objective` (`"log"`, `"power"`) with `normalize_weights` (weights rescaled to mean 1 '
+        "over the batch's prompts). The batch's samples are queued once its last prompt is done. `None`: one "
+        "optimizer step's prompts, `per_device_train_batch_size * gradient_accumulation_steps * world_size // "
+        f"num_generations`, and at least {MIN_PROMPTS_PER_GENERATION_BATCH} (TRL's defaults make one prompt per "
+        "step, over which those rules would do nothing). 1 is rejected with those rules. Where every rule reads one "
+        "prompt's pool (`seq_*`, `uniform`, `dapo` with a linear objective, or `normalize_weights=False`) each "
+        "prompt is a batch of its own, its samples queued as soon as its pool is done, and this knob must keep its "
+        "default.",
+        doc_type="`int` or `None`",
     )
 
     def __post_init__(self) -> None:
@@ -133,9 +192,24 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
                     f"fails once dapo_max_refills is reached). Remove {name} (AdaGRPOConfig reads it)."
                 )
         check_train_on(self.train_on, settings)
+        self._check_prompts_per_generation_batch(settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
         for f in fields(SamplerFields):
             setattr(self, f.name, getattr(settings, f.name))
+
+    def _check_prompts_per_generation_batch(self, settings: SamplerSettings) -> None:
+        requested = self.prompts_per_generation_batch
+        if requested is None:
+            return
+        check_prompts_per_generation_batch(requested, settings)
+        if batch_rules(settings) is None:  # the unread-knob rule: a value nothing reads would be silently ignored
+            raise ValueError(
+                f"prompts_per_generation_batch={requested!r} has no effect with sampler={settings.sampler!r}, "
+                f"objective={settings.objective!r}, normalize_weights={settings.normalize_weights!r}: every rule "
+                "reads one prompt's pool, so each prompt is a generation batch of its own (its samples queued as soon "
+                "as its pool is done). Remove prompts_per_generation_batch (default None). It is read by "
+                "sampler='est' and by objective='log' or 'power' with normalize_weights=True."
+            )
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
@@ -144,7 +218,7 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
         return SamplerSettings(**values).validated()
 
 
-ASYNC_ONLY_FIELDS = ("train_on",)
+ASYNC_ONLY_FIELDS = ("train_on", "prompts_per_generation_batch")
 """The asynchronous trainer's own knobs (not read by samplers), declared on `AdaAsyncGRPOConfig`."""
 
 AdaAsyncGRPOConfig.__doc__ = HEADER + render_parameters(

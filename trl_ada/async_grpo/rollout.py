@@ -7,11 +7,12 @@ group once `num_generations` of its completions are back, and hands it to the sc
 it (TRL's reward aggregation) and turns it into training samples. [`AdaRolloutLoop`] rides on that loop through two
 seams and copies no TRL body:
 
-- Pools (`seq_pos`, `seq_balance`, `est`, any sampler whose pool can outgrow its update group). The loop is built
-  with `num_generations=1`, so every draw is a TRL group of its own, closed and queued for scoring as soon as it is
-  back. The work iterator opens generation batches of `prompts_per_batch` rows, each a streaming step of the
-  sampler (`trl_ada.samplers.continuous.begin_streaming`: the round-free `ContinuousStep` for an exit rule, one
-  request per prompt otherwise), and yields the draws the steps ask for, the next blocks of open prompts before any
+- Pools (`seq_pos`, `seq_balance`, `est`, any sampler whose pool can outgrow its update group, or whose advantages
+  are not TRL's: a weighting `objective`, `AsyncSampling.pooled`). The loop is built with `num_generations=1`,
+  so every draw is a TRL group of its own, closed and queued for scoring as soon as it is back. The work iterator
+  opens generation batches of `prompts_per_batch` rows, each a streaming step of the sampler
+  (`trl_ada.samplers.continuous.begin_streaming`: the round-free `ContinuousStep` for an exit rule, one request per
+  prompt otherwise), and yields the draws the steps ask for, the next blocks of open prompts before any
   new prompt. `_score_group` takes every draw that is back (the queue's waiting groups too: one batched reward call),
   scores them with TRL's own `_score_group`, and completes them in their step by draw index, so a pool is its draws in
   SUBMISSION order whatever order they return in. A prompt's next block is submitted only once its current block is
@@ -19,9 +20,11 @@ seams and copies no TRL body:
   of a batch is done, `Selection` (the synchronous trainer's code: downsampling, pool baseline, weights) gives the
   kept draws and their advantages; the samples carry those advantages, their own draw's policy version, and one
   group id per prompt. With `train_on="pool"` every draw of the pool is a sample, in submission order, with the
-  advantage the kept group's rule gives it (`PromptResult.advantage_of`: the same baseline, scale and weight).
-- Groups (`dapo`, or any sampler whose pool is its update group, with DAPO filtering): TRL's own groups and
-  advantages; a group without a signal (constant rewards) is dropped, and the loop goes on drawing further prompts.
+  advantage the kept group's rule gives it (`PromptResult.advantage_of`: the same baseline, scale and weight)
+  times `num_generations / pool size`, so the prompt weighs what its update group would (`pool_draw_share`).
+- Groups (`dapo`, or any sampler whose pool is its update group and every weight 1, with DAPO filtering): TRL's
+  own groups and advantages; a group without a signal (constant rewards) is dropped, and the loop goes on drawing
+  further prompts.
 
 Policy versions. A pool can span weight syncs: every draw keeps the version it was generated with (TRL stamps a group
 with the version at its first request), and its sample carries it. The pool's statistics (exit rule, baseline, p̂) use
@@ -53,10 +56,10 @@ from .. import trl_seam
 from ..faults import VLLMServerUnresponsive
 from ..rewards import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
-from ..samplers.base import PromptResult
+from ..samplers.base import PromptResult, Sampler
 from ..samplers.continuous import begin_streaming
 from ..schedules import prompt_keys
-from .config import check_train_on
+from .config import check_prompts_per_generation_batch, check_train_on
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +93,9 @@ class AsyncSampling:
     settings: SamplerSettings
     """The validated sampler settings (`AdaAsyncGRPOConfig.sampler_settings()`)."""
     prompts_per_batch: int
-    """Prompts per generation batch: 1 where every rule is per prompt (`Sampler.rules_are_per_prompt`), else what one
-    optimizer step trains on, `samples_per_step / num_generations`."""
+    """Prompts per generation batch: 1 where every rule is per prompt (`Sampler.rules_are_per_prompt`), else
+    `AdaAsyncGRPOConfig.prompts_per_generation_batch` (`resolve_prompts_per_generation_batch`); never 1 where a rule
+    reads the whole batch (`check_prompts_per_generation_batch`)."""
     predictor_source: str | None = None
     """A local directory holding a saved pass-rate predictor to warm-start from (`pass_rate_predictor=<path>`)."""
     estimator: Any = None
@@ -110,6 +114,7 @@ class AsyncSampling:
 
     def __post_init__(self) -> None:
         check_train_on(self.train_on, self.settings)
+        check_prompts_per_generation_batch(self.prompts_per_batch, self.settings)
 
     @property
     def dropped_rows_path(self) -> str | None:
@@ -118,10 +123,43 @@ class AsyncSampling:
         return None if self.state_path is None else os.path.join(os.path.dirname(self.state_path), DROPPED_ROWS_NAME)
 
     @property
-    def pooled(self) -> bool:
-        """Whether a prompt's pool can outgrow its update group (then every draw is scored on its own)."""
+    def trl_advantages(self) -> bool:
+        """
+        Whether TRL's own groups and advantages are exactly what the sampler would train on, as the synchronous
+        trainer's `Selection.is_plain_grpo` decides per batch: the pool cannot outgrow its update group, every rule
+        reads one prompt's pool, and every weight is 1 (the base objective weight under `objective="linear"`, not
+        clipped below 1). Otherwise the loop computes the advantages with the synchronous trainer's code (`pooled`).
+        """
         settings = self.settings
-        return settings.sampler_class.max_pool_size(settings) > settings.num_generations
+        cls = settings.sampler_class
+        return (
+            cls.max_pool_size(settings) <= settings.num_generations
+            and cls.rules_are_per_prompt(settings)
+            and cls.weight is Sampler.weight
+            and settings.objective == "linear"
+            and settings.max_weight >= 1.0
+        )
+
+    @property
+    def pooled(self) -> bool:
+        """
+        Whether every draw is scored on its own and the sampler's `Selection` gives the advantages: a prompt's pool
+        can outgrow its update group, or the advantages are not TRL's (`trl_advantages`: a weighting `objective`,
+        est's residual weight, a rule over the batch). Otherwise the loop trains on TRL's groups and advantages.
+        """
+        return not self.trl_advantages
+
+
+def pool_draw_share(kept: int, pool: int) -> float:
+    """
+    What each draw of a pool trained on whole (`train_on="pool"`) is weighted by: `kept / pool`, so that a prompt's
+    advantages summed over its `pool` draws weigh in TRL's per-token mean what its update group's `kept` rows would:
+    its objective weight `w_x` (SPEC, "One training step", step 5), not `pool / kept` times it. Unweighted, a `seq_pos`
+    prompt drawing about `1/p̂` draws until its first positive would weigh about `w_x / p̂` (`1/p̂²` under the log
+    objective). With `est` the kept group is the whole pool (`est_train_on="all"`): its budget is its implicit weight
+    and the share is 1.
+    """
+    return kept / pool if pool else 0.0
 
 
 @dataclass
@@ -297,10 +335,12 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     def _trained_draws(self, pool: tuple[float, ...], result: PromptResult) -> list[tuple[int, float]]:
         """
         `(draw index, advantage)` of each sample a prompt trains on: its kept group (`train_on="downsample"`), or every
-        draw of its pool in submission order, each with the advantage the kept group's rule gives it (`"pool"`).
+        draw of its pool in submission order (`"pool"`), each with the advantage the kept group's rule gives it
+        (`PromptResult.advantage_of`) times `len(kept) / len(pool)` (`pool_draw_share`).
         """
         if self.ada_sampling.train_on == "pool":
-            return [(draw, result.advantage_of(reward)) for draw, reward in enumerate(pool)]
+            share = pool_draw_share(len(result.kept), len(pool))
+            return [(draw, share * result.advantage_of(reward)) for draw, reward in enumerate(pool)]
         return list(zip(result.kept, result.advantages, strict=True))
 
     def _write_sampler_state(self) -> None:

@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import pickle
 from pathlib import Path
@@ -28,7 +29,7 @@ from ..faults import (
 from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
 from ..trainer import AdaGRPOTrainer
-from .config import AdaAsyncGRPOConfig
+from .config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
 from .rollout import AdaAsyncRolloutWorker, AsyncRolloutWorker, AsyncSampling, RobustAsyncRolloutWorker
 
 logger = logging.getLogger(__name__)
@@ -45,9 +46,10 @@ WORKER_STATE_NAME = ".ada_worker_sampler_state.json"
 
 def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstimator | None = None) -> AsyncSampling:
     """
-    What the rollout worker needs of `args`: the validated sampler settings and the generation batch size, one
-    optimizer step's samples (`per_device_train_batch_size * gradient_accumulation_steps * world_size`) over
-    `num_generations`. The sampler is built here once, so a bad estimator or predictor fails before any compute.
+    What the rollout worker needs of `args`: the validated sampler settings and the prompts of a generation batch
+    (`AdaAsyncGRPOConfig.prompts_per_generation_batch`, resolved against one optimizer step's samples,
+    `per_device_train_batch_size * gradient_accumulation_steps * world_size`). The sampler is built here once, so a bad
+    estimator or predictor fails before any compute.
     """
     settings = args.sampler_settings()
     predictor_source = resolve_pass_rate_predictor(settings)
@@ -55,9 +57,10 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
     samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     # Where no rule reads the batch, each prompt is a batch of its own and its samples are queued as soon as its pool
     # is done, rather than when the batch's slowest prompt is (they would age meanwhile: BENCHMARKS.md, "Asynchronous
-    # training"); otherwise a batch is one optimizer step's prompts.
-    per_prompt = settings.sampler_class.rules_are_per_prompt(settings)
-    prompts_per_batch = 1 if per_prompt else max(1, samples_per_step // settings.num_generations)
+    # training"); otherwise a batch holds the prompts those rules compare, never just one.
+    prompts_per_batch = resolve_prompts_per_generation_batch(
+        args.prompts_per_generation_batch, settings, samples_per_step
+    )
     os.makedirs(args.output_dir, exist_ok=True)
     return AsyncSampling(
         settings=settings,
@@ -68,6 +71,19 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
         server_timeout=float(args.vllm_server_timeout),
         train_on=args.train_on,
     )
+
+
+def pool_step_ceiling(max_steps: int, sampling: AsyncSampling) -> int:
+    """
+    TRL's safety ceiling on `max_steps` (set when `max_steps` is not: `num_train_epochs` passes over the prompts at
+    `num_generations` samples each, times the rows a conversation may fork into) for what a prompt trains on here: with
+    `train_on="pool"` up to its whole pool, `max_pool_size` draws, so the ceiling grows by `max_pool_size /
+    num_generations` and cannot end training before TRL's epoch count does.
+    """
+    settings = sampling.settings
+    if sampling.train_on != "pool":
+        return max_steps
+    return math.ceil(max_steps * settings.max_pool_size / settings.num_generations)
 
 
 # -- faults (issue 23) ------------------------------------------------------------------------------------------------
@@ -190,7 +206,8 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         self._weight_syncs = 0  # in this run (`_sync_weight`)
         self._batches_dispatched = False  # set by `get_train_dataloader`
         allow_cpu()
-        uniform = args.sampler == "uniform"
+        # TRL's own loop only where its advantages are the sampler's (a weighting objective needs the Ada loop).
+        uniform = args.sampler == "uniform" and self.ada_sampling.trl_advantages
         worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
         if named.get("rollout_worker") is None:
             # What TRL's worker pickles only at train start (after the model loaded), checked before anything loads.
@@ -205,6 +222,8 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
                 super().__init__(model, reward_funcs, args, *positional, **kwargs)
         if self.rollout_worker is not None:
             self._explain_worker_failures(self.rollout_worker)
+        if getattr(self, "_epoch_stop_groups", None) is not None:  # TRL set max_steps as a ceiling, not a length
+            self.args.max_steps = pool_step_ceiling(self.args.max_steps, self.ada_sampling)
 
     def _explain_worker_failures(self, worker: Any) -> None:
         # TRL's trainer calls `worker.check_health` each time it has waited 5 s for a sample; its errors ("Rollout
