@@ -274,14 +274,17 @@ def test_a_checkpoint_resumes_past_the_rows_dapo_dropped(
     with open(path, "w") as f:  # a previous run's rows (relative to its own start): gone before the worker starts
         json.dump({"rows": list(range(100))}, f)
     seen = {}
-    handed_over = trainer._dropped_rows
+    asked = trainer._ask_worker_state
 
-    def recording_dropped_rows():
-        rows = handed_over()
-        seen.update(rows=set(rows), trained={s["group_id"] for batch in collated for s in batch})
-        return rows
+    def recording_ask():  # the worker's answer at the save hands over the rows it dropped
+        answer = asked()
+        seen.update(
+            rows=trainer._dropped_row_ids | set(answer.dropped),
+            trained={s["group_id"] for batch in collated for s in batch},
+        )
+        return answer
 
-    monkeypatch.setattr(trainer, "_dropped_rows", recording_dropped_rows)
+    monkeypatch.setattr(trainer, "_ask_worker_state", recording_ask)
     start = trainer.rollout_worker.start
     monkeypatch.setattr(trainer.rollout_worker, "start", lambda: (seen.update(stale=os.path.exists(path)), start()))
     trainer.train()

@@ -10,10 +10,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import json
 import multiprocessing as mp
 import queue
+import random
+import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 from async_fixtures import (
@@ -27,14 +31,22 @@ from async_fixtures import (
 )
 from datasets import Dataset
 
+from trl_ada import trl_seam
 from trl_ada.samplers import SamplerSettings
 from trl_ada.samplers.dapo import BatchExhaustedError
+from trl_ada.schedules import prompt_keys
 
 pytest.importorskip("aiohttp")
 rollout_worker = pytest.importorskip("trl.experimental.async_grpo.async_rollout_worker")
 from trl_ada import AdaAsyncGRPOConfig  # noqa: E402
-from trl_ada.async_grpo.rollout import AdaRolloutLoop, AsyncSampling  # noqa: E402
-from trl_ada.async_grpo.trainer import RolloutWorkerError, worker_failure  # noqa: E402
+from trl_ada.async_grpo.rollout import (  # noqa: E402
+    GROUP_VERSION_KEY,
+    AdaRolloutLoop,
+    AsyncSampling,
+    SamplerStateChannel,
+    WorkerState,
+)
+from trl_ada.async_grpo.trainer import RolloutWorkerError, StaleGroups, worker_failure  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -61,11 +73,19 @@ def always_zero(completions, **kwargs):
     return [0.0] * len(completions)
 
 
-def make_loop(settings: SamplerSettings, tokenizer, prompts_per_batch: int = 1, **sampling) -> AdaRolloutLoop:
-    rows = {"prompt": [[{"role": "user", "content": f"question {i}"}] for i in range(6)]}
+def make_loop(
+    settings: SamplerSettings,
+    tokenizer,
+    prompts_per_batch: int = 1,
+    rows: int = 6,
+    loop: dict | None = None,
+    **sampling,
+) -> AdaRolloutLoop:
+    """The loop as the worker builds it, over `rows` prompts "question i"; `loop`: further loop arguments."""
+    dataset = {"prompt": [[{"role": "user", "content": f"question {i}"}] for i in range(rows)]}
     loop_kwargs = dict(
         model_name="tiny",
-        dataset=Dataset.from_dict(rows),
+        dataset=Dataset.from_dict(dataset),
         reward_funcs=[right_answer],
         processing_class=tokenizer,
         eos_token_ids=[tokenizer.eos_token_id],
@@ -81,7 +101,9 @@ def make_loop(settings: SamplerSettings, tokenizer, prompts_per_batch: int = 1, 
     accepted = inspect.signature(rollout_worker._AsyncRolloutLoop.__init__).parameters
     loop_kwargs = {key: value for key, value in loop_kwargs.items() if key in accepted}
     return AdaRolloutLoop(
-        ada_sampling=AsyncSampling(settings, prompts_per_batch=prompts_per_batch, **sampling), **loop_kwargs
+        ada_sampling=AsyncSampling(settings, prompts_per_batch=prompts_per_batch, **sampling),
+        **loop_kwargs,
+        **(loop or {}),
     )
 
 
@@ -174,3 +196,268 @@ def test_async_dapo_with_a_constant_reward_stops_the_worker_and_the_trainer_says
     assert drawn <= 11 * args.num_generations + args.max_inflight_tasks  # 11 prompts judged, and what was in flight
     del worker, raised
     gc.collect()
+
+
+# -- item 14: the sampler state is asked for at a save; nothing is written between saves ---------------------------
+
+
+def outcome(question: str, draw: int) -> bool:
+    """A fixed outcome per (prompt, draw index); questions 0, 3, 6, ... are never right (no signal: dropped)."""
+    index = int(question.split()[-1])
+    return index % 3 != 0 and random.Random(f"{question}/{draw}").random() < 0.5
+
+
+def drive(loop: AdaRolloutLoop, rows: int) -> list:
+    """Answer the loop's draws in submission order until it has finished (counted) `rows` rows; the samples."""
+    if not hasattr(loop, "test_work"):
+        loop.test_work = loop._repeat_iterator()  # one row stream per loop, as TRL's generate loop holds it
+    work = loop.test_work
+    samples = []
+    while loop._counted_below < rows:
+        group_id, row = next(work)
+        draw = loop._draws[group_id]
+        question = row["prompt"][0]["content"]
+        batch = loop._batches[draw.batch]
+        group = one_draw(group_id, outcome(question, draw.draw), prompt=draw.prompt, draw=draw.draw)
+        group.prompts = [row["prompt"]]
+        samples += asyncio.run(loop._score_group(group))
+        assert batch is not None
+    return samples
+
+
+def tracked_settings(**knobs) -> SamplerSettings:
+    return SamplerSettings(
+        sampler="seq_balance", num_generations=4, round_size=2, max_rounds=4, seed=0, round_policy="tracked", **knobs
+    ).validated()
+
+
+def count_state_dicts(sampler) -> list[None]:
+    """Count `sampler.state_dict()` calls (the serialisation a write of the state costs): one entry per call."""
+    calls, state_dict = [], sampler.state_dict
+
+    def counted():
+        calls.append(None)
+        return state_dict()
+
+    sampler.state_dict = counted
+    return calls
+
+
+@pytest.mark.wall_clock_limit(60)
+def test_the_worker_writes_nothing_between_saves_and_hands_its_state_and_dropped_rows_when_asked(
+    tmp_path, tokenizer, wall_clock_guard
+):
+    channel = SamplerStateChannel()
+    settings = tracked_settings(dapo_refill=True, dapo_max_refills=100)
+    loop = make_loop(
+        settings, tokenizer, rows=60, state_path=str(tmp_path / "state.json"), loop={"ada_state_channel": channel}
+    )
+    calls = count_state_dicts(loop.sampler)
+    started = time.monotonic()
+    drive(loop, rows=30)
+    # Before: the whole state serialised (and written) after batches at most a second apart, and every dropped row
+    # rewritten to a file that only a checkpoint emptied.
+    assert not calls and list(tmp_path.iterdir()) == [], (len(calls), time.monotonic() - started)
+    dropped = {row for row in range(30) if row % 3 == 0}  # constant rows: DAPO's filter drops them
+    assert loop._dropped == dropped
+
+    # The trainer asks (at a save): the loop answers on its event loop, through the watcher thread.
+    running = threading.Thread(target=loop._loop.run_forever, daemon=True)
+    running.start()
+    threading.Thread(target=loop._watch_state_requests, daemon=True).start()
+    try:
+        answer = channel.ask(timeout=10)
+        assert len(calls) == 1
+        assert answer.sampler == loop.sampler.state_dict()
+        assert (answer.counted_below, answer.counted_above) == (30, [])  # compact: every row below 30 counted
+        assert answer.dropped == sorted(dropped)
+        # Handed over, the rows are forgotten: the worker keeps only the rows dropped since the last answer.
+        assert loop._dropped == set() and channel.ask(timeout=10).dropped == []
+        loop._loop.call_soon_threadsafe(loop._loop.stop)
+        running.join(5)
+        drive(loop, rows=36)
+        assert loop._dropped == {30, 33}
+    finally:
+        if loop._loop.is_running():
+            loop._loop.call_soon_threadsafe(loop._loop.stop)
+            running.join(5)
+        loop._loop.close()
+
+
+def test_counted_from_is_every_row_counted_at_or_past_a_position():
+    state = WorkerState(sampler={}, counted_below=10, counted_above=[12, 15])
+    assert state.counted_from(7) == [7, 8, 9, 12, 15]
+    assert state.counted_from(13) == [15]
+
+
+# -- item 16: a resume does not count again what the checkpoint's state counted -----------------------------------
+
+
+def counts_of(loop: AdaRolloutLoop, questions: range) -> dict[int, tuple[float, float]]:
+    counts = loop.sampler.pass_rate_estimator.counts
+    keys = prompt_keys([{"prompt": [{"role": "user", "content": f"question {i}"}]} for i in questions])
+    return {i: counts.get(str(key)) for i, key in zip(questions, keys, strict=True)}
+
+
+def test_a_resumed_worker_does_not_count_again_the_rows_its_saved_state_counted(tokenizer):
+    settings = tracked_settings()
+    first = make_loop(settings, tokenizer, rows=12)
+    drive(first, rows=8)
+    state = first.worker_state()
+    # The checkpoint's resume position is row 3 (rows 3-7 were drawn and counted, not trained): the resume draws them
+    # again and trains them, but the tracker must not count their draws a second time.
+    ahead = state.counted_from(3)
+    assert ahead == [3, 4, 5, 6, 7]
+    resumed = make_loop(
+        settings,
+        tokenizer,
+        rows=12,
+        initial_state=state.sampler,
+        loop={"dataset_start_index": 3, "ada_rows_already_counted": [row - 3 for row in ahead]},
+    )
+    samples = drive(resumed, rows=7)  # rows 3-9 of the dataset
+    assert {sample.group_id for sample in samples} >= {0, 1}  # the rows counted ahead still train
+    assert counts_of(resumed, range(3, 8)) == counts_of(first, range(3, 8))  # before: counted twice
+    assert all(counts_of(resumed, range(8, 10)).values())  # the rows the saved state had not seen are counted
+    assert resumed._rows_already_counted == set()  # each skipped once only
+    # What the resumed run hands to its own next save still names the rows its loaded state counted ahead.
+    again = make_loop(settings, tokenizer, rows=12, loop={"ada_rows_already_counted": [4, 6]})
+    drive(again, rows=2)
+    assert again.worker_state().counted_from(0) == [0, 1, 4, 6]
+
+
+# -- item 15: a prompt's samples are trained or dropped whole for staleness ---------------------------------------
+
+
+def queued_sample(group_id: int, version: int, oldest: int | None = None):
+    metrics = {"reward": 1.0} if oldest is None else {"reward": 1.0, GROUP_VERSION_KEY: float(oldest)}
+    return rollout_worker.RolloutSample(
+        prompt=[],
+        completion=[],
+        input_ids=np.array([7, group_id, version]),
+        completion_mask=np.array([0, 1, 1]),
+        old_log_probs=np.array([0.0, -0.1, -0.2]),
+        advantage=1.0,
+        model_version=version,
+        group_id=group_id,
+        metrics=metrics,
+    )
+
+
+@pytest.mark.wall_clock_limit(30)
+def test_a_prompts_samples_are_trained_or_dropped_whole_for_staleness_and_a_dropped_row_counts_as_done(
+    wall_clock_guard,
+):
+    from collections import defaultdict
+
+    from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
+
+    rollout_queue = queue.Queue()
+    version = [5]
+    metrics = defaultdict(list)
+    dataset = RolloutQueueDataset(
+        rollout_queue, lambda: version[0], lambda _: None, 60.0, metrics, max_staleness=1, poll_interval_s=0.1
+    )
+    done: set[int] = set()
+    dataset.queue = StaleGroups(dataset, done.add)
+    # Row 10: a pool whose early draws (version 3) are stale and later ones (5) fresh: dropped whole, not its
+    # negatives alone. Row 11: oldest draw 4, kept whole, even where a weight sync comes between its samples.
+    # Row 12: TRL's own group (one version for all, no key): dropped whole.
+    for sample in [
+        queued_sample(10, 3, oldest=3),
+        queued_sample(10, 5, oldest=3),
+        queued_sample(11, 4, oldest=4),
+        queued_sample(11, 5, oldest=4),
+        queued_sample(11, 4, oldest=4),
+        queued_sample(12, 2),
+        queued_sample(12, 2),
+        queued_sample(13, 5, oldest=5),
+    ]:
+        rollout_queue.put(sample)
+    read = iter(dataset)
+    trained = [next(read), next(read)]
+    version[0] = 6  # a weight sync between the group's samples: TRL's own check alone drops the third
+    trained += [next(read), next(read)]
+    assert [item["group_id"] for item in trained] == [11, 11, 11, 13]
+    assert all(GROUP_VERSION_KEY not in item["metrics"] for item in trained)  # not logged as a metric
+    assert done == {10, 12}  # the resume position passes the rows that went stale
+    assert sum(metrics["sample/dropped_stale_total"]) == 4.0
+
+
+def test_the_loop_stamps_every_sample_of_a_prompt_with_its_oldest_version(tokenizer):
+    loop = make_loop(tracked_settings(), tokenizer, rows=6)
+    work = loop._repeat_iterator()
+    samples, version = [], 0
+    while not samples:
+        group_id, row = next(work)
+        draw = loop._draws[group_id]
+        group = one_draw(group_id, draw.draw % 2 == 0, version=version, prompt=draw.prompt, draw=draw.draw)
+        samples = asyncio.run(loop._score_group(group))
+        version += 1
+    assert {sample.metrics[GROUP_VERSION_KEY] for sample in samples} == {min(s.model_version for s in samples)}
+    assert len({sample.model_version for sample in samples}) > 1  # the pool spans weight syncs
+
+
+# -- item 16: a save writes the learned predictor, from the worker's state asked at the save ----------------------
+
+
+class ThreadAdaWorker(ThreadRolloutWorker):
+    """The test stand-in for `AdaAsyncRolloutWorker`: the same loop, in a thread (TRL's spawned worker needs vLLM)."""
+
+    _loop_cls = AdaRolloutLoop
+
+
+@pytest.mark.wall_clock_limit(300)
+@pytest.mark.skipif(not trl_seam.has_tree_packing(), reason="TRL's async trainer trains on CPU from 1.16")
+def test_a_save_writes_the_learned_predictor_and_the_rows_its_state_counted_ahead(
+    tmp_path, tokenizer, wall_clock_guard
+):
+    from async_fixtures import InProcessWeightTransfer
+    from transformers import AutoModelForCausalLM
+
+    from trl_ada import AdaAsyncGRPOTrainer
+    from trl_ada.async_grpo.trainer import ROWS_COUNTED_AHEAD, WORKER_STATE_NAME
+    from trl_ada.checkpoints import SAMPLER_STATE_NAME
+    from trl_ada.samplers import build_sampler
+    from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE
+    from trl_ada.tasks.arithmetic import exact_match_reward, make_dataset
+
+    class Trainer(AdaAsyncGRPOTrainer):
+        rollout_worker_class = ThreadAdaWorker
+
+    model_dir = save_chat_model(tmp_path / "model")
+    dataset = conversational(make_dataset(32, seed=0, levels=[0, 1, 2, 3]))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    with FakeCompletionsServer(model, tokenizer) as server:
+        args = cpu_config(
+            AdaAsyncGRPOConfig,
+            tmp_path,
+            server,
+            sampler="est",
+            pass_rate_predictor="learned",
+            max_steps=2,
+            save_strategy="steps",
+            save_steps=2,
+        )
+        trainer = Trainer(
+            model=str(model_dir),
+            reward_funcs=exact_match_reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            weight_transfer=InProcessWeightTransfer(server),
+        )
+        trainer.train()
+    out = tmp_path / "out"
+    checkpoint = out / "checkpoint-2"
+    assert (checkpoint / PREDICTOR_DIR / PREDICTOR_FILE).is_file()  # before: never written by this trainer
+    saved = json.loads((checkpoint / SAMPLER_STATE_NAME).read_text())
+    position = json.loads((checkpoint / "rollout_state.json").read_text())["prompt_index"]
+    assert saved[ROWS_COUNTED_AHEAD] and min(saved[ROWS_COUNTED_AHEAD]) >= position  # generation ran ahead
+    assert not (out / WORKER_STATE_NAME).exists()  # nothing written between saves
+    # After training the worker is gone: the state it handed over when it stopped is what a final save writes.
+    trainer.save_model()
+    assert (out / PREDICTOR_DIR / PREDICTOR_FILE).is_file()
+    warm = SamplerSettings(sampler="est", num_generations=4, pass_rate_predictor=str(out)).validated()
+    predictor = build_sampler(warm).pass_rate_estimator  # a warm start from the output directory
+    assert predictor.updates == json.loads((out / PREDICTOR_DIR / PREDICTOR_FILE).read_text())["updates"] > 0

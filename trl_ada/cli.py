@@ -25,7 +25,17 @@ from pathlib import Path
 from typing import Any
 
 from .samplers import SamplerSettings, sampler_names, simulate
-from .samplers.simulate import ARRIVALS, GENERATION_SCHEDULES
+from .samplers.settings import SETTINGS_DEFAULTS
+from .samplers.simulate import (
+    ARRIVALS,
+    GENERATION_SCHEDULES,
+    MAX_MATCH_COMPLETIONS,
+    PASS_RATE_COLUMN,
+    REFERENCE_GENERATIONS,
+    SamplerPlan,
+    plan,
+    read_pass_rates,
+)
 
 
 def _parse_bool(text: str) -> bool:
@@ -61,6 +71,11 @@ def _knob_parser(declared: Field) -> Callable[[str], Any]:
     return _parse_optional(parse) if type(None) in members else parse
 
 
+DEFAULT_PASS_RATES = [0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95]
+DEFAULT_TRIALS = 10_000
+DEFAULT_PLAN_TRIALS = 2_000
+
+
 def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "simulate",
@@ -73,11 +88,47 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
             "across it); --steps repeats the batch over the same prompts and reports the last one, so est's tracker "
             "and --round-policy tracked learn the pass rates. Every sampler knob of AdaGRPOConfig is a flag here, "
             "with the same default and meaning (--num-generations is TRL's num_generations; --seed also seeds the "
-            "simulated rewards)."
+            "simulated rewards). "
+            f"With --pass-rates-from FILE (the {PASS_RATE_COLUMN!r} column of a .jsonl or .parquet that trl-ada "
+            "prepare-data writes) it plans on your own prompts instead: for each --sampler named (default: every "
+            "registered one; a knob applies to those that read it), a table of completions per prompt and the share "
+            "of prompts whose update group has both outcomes (mixed share), each prompt simulated at its own pass "
+            "rate, and the budget needed to match GRPO n=16's mixed share on the same prompts and draws: the "
+            "smallest value of the sampler's budget knob (max_rounds for seq_pos/seq_balance, num_generations "
+            "otherwise; the other knobs as given) whose mixed share reaches it, with the completions per prompt it "
+            f"draws, or 'not reached' within {MAX_MATCH_COMPLETIONS} completions per prompt. est and knapsack "
+            "allocate from tracked pass rates: give them --steps 3 so they have seen each prompt."
         ),
     )
-    parser.add_argument("--pass-rates", type=float, nargs="+", default=[0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95])
-    parser.add_argument("--trials", type=int, default=10_000, help="Prompts simulated per pass rate.")
+    parser.add_argument(
+        "--pass-rates",
+        type=float,
+        nargs="+",
+        default=None,
+        help=f"Pass rates to simulate. Default: {' '.join(map(str, DEFAULT_PASS_RATES))}.",
+    )
+    parser.add_argument(
+        "--pass-rates-from",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"Plan on your own prompts: a .jsonl or .parquet with a {PASS_RATE_COLUMN!r} column in [0, 1] (what "
+        "trl-ada prepare-data writes). Prints a table per --sampler (several may be named); see above.",
+    )
+    parser.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help=f"Prompts simulated per pass rate (default {DEFAULT_TRIALS}). With --pass-rates-from: prompts simulated "
+        f"per setting (default {DEFAULT_PLAN_TRIALS}): each prompt of the file ceil(trials / prompts) times, or a "
+        "file of more prompts at trials evenly spaced quantiles of its pass rates.",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="With --pass-rates-from: one JSON object per sampler instead of the table (without it, simulate always "
+        "prints JSON).",
+    )
     parser.add_argument(
         "--steps",
         type=int,
@@ -106,15 +157,21 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
         # Samplers are checked by the registry, which also imports a plug-in named by its import path.
         choices = declared.metadata.get("choices")
         help_text = f"{first_sentence} Default: {declared.default!r}."
+        several: dict[str, Any] = {}
         if declared.name == "sampler":
-            help_text += f" Registered: {', '.join(sampler_names())}, or a plug-in's import path (module:Class)."
+            help_text += (
+                f" Registered: {', '.join(sampler_names())}, or a plug-in's import path (module:Class). Several with "
+                "--pass-rates-from (default there: every registered one)."
+            )
+            several = {"nargs": "+", "metavar": "SAMPLER"}
         knobs.add_argument(
             flag,
             dest=declared.name,
             type=_knob_parser(declared),
             choices=choices,
-            default=declared.default,
+            default=None if several else declared.default,
             help=help_text,
+            **several,
         )
     knobs.add_argument("--est-decay", type=float, default=None, help="Deprecated: use --pass-rate-decay.")
 
@@ -129,11 +186,20 @@ def _run_simulate(args: argparse.Namespace) -> int:
             )
         warnings.warn("--est-decay is deprecated: use --pass-rate-decay.", FutureWarning, stacklevel=2)
         args.pass_rate_decay = args.est_decay
-    settings = SamplerSettings(**{declared.name: getattr(args, declared.name) for declared in fields(SamplerSettings)})
+    if args.pass_rates_from is not None:
+        return _run_plan(args)
+    if args.sampler is not None and len(args.sampler) > 1:
+        raise ValueError(
+            f"--sampler names {len(args.sampler)} samplers; simulating --pass-rates runs one. Name one, or compare "
+            "several on your prompts with --pass-rates-from FILE."
+        )
+    values = {declared.name: getattr(args, declared.name) for declared in fields(SamplerSettings)}
+    values["sampler"] = SETTINGS_DEFAULTS["sampler"] if args.sampler is None else args.sampler[0]
+    settings = SamplerSettings(**values)
     results = simulate(
         settings,
-        args.pass_rates,
-        trials=args.trials,
+        DEFAULT_PASS_RATES if args.pass_rates is None else args.pass_rates,
+        trials=DEFAULT_TRIALS if args.trials is None else args.trials,
         seed=args.seed,
         steps=args.steps,
         schedule=args.generation_schedule,
@@ -142,6 +208,87 @@ def _run_simulate(args: argparse.Namespace) -> int:
     for result in results:
         print(json.dumps(result.to_dict()))
     return 0
+
+
+def _plan_settings(args: argparse.Namespace) -> list[SamplerSettings]:
+    """The settings of each sampler compared: every knob the user set, for the samplers that read it."""
+    names = sampler_names() if args.sampler is None else args.sampler
+    given = {
+        declared.name: getattr(args, declared.name)
+        for declared in fields(SamplerSettings)
+        if declared.name != "sampler" and getattr(args, declared.name) != declared.default
+    }
+    settings_list, applied = [], set()
+    for name in names:
+        candidate = SamplerSettings(sampler=name, **given)
+        read = {
+            knob: value
+            for knob, value in given.items()
+            # sampler_kwargs are a sampler's own options: they go to the samplers that declare options.
+            if (
+                candidate.sampler_class.options_class is not None
+                if knob == "sampler_kwargs"
+                else candidate.reads(knob)
+            )
+        }
+        applied.update(read)
+        settings_list.append(SamplerSettings(sampler=name, **read))
+    unread = [knob for knob in given if knob not in applied]
+    if unread:
+        flags = ", ".join("--" + knob.replace("_", "-") for knob in unread)
+        raise ValueError(
+            f"{flags} is read by none of the samplers compared ({', '.join(names)}): remove it, or name a sampler "
+            "that reads it with --sampler."
+        )
+    return settings_list
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    if args.pass_rates is not None:
+        raise ValueError("--pass-rates and --pass-rates-from both give pass rates: pass one of them.")
+    trials = DEFAULT_PLAN_TRIALS if args.trials is None else args.trials
+    settings_list = _plan_settings(args)
+    pass_rates = read_pass_rates(args.pass_rates_from)  # every input error before any compute
+    plans = plan(
+        settings_list,
+        pass_rates,
+        trials=trials,
+        seed=args.seed,
+        steps=args.steps,
+        schedule=args.generation_schedule,
+        arrival=args.arrival,
+    )
+    if args.json:
+        sys.stdout.write("".join(json.dumps(row.to_dict()) + "\n" for row in plans))
+    else:
+        sys.stdout.write(_plan_table(plans, args.pass_rates_from, args.seed))
+    return 0
+
+
+def _plan_table(plans: Sequence[SamplerPlan], path: Path, seed: int) -> str:
+    first = plans[0]
+    lines = [
+        f"{first.prompts} prompts from {path}; {first.simulated_prompts} simulated per setting, seed {seed}.",
+        f"GRPO n={REFERENCE_GENERATIONS} (uniform, {REFERENCE_GENERATIONS} completions per prompt): mixed share "
+        f"{first.reference_mixed_share:.4f}.",
+        "",
+    ]
+    header = ("sampler", "completions/prompt", "mixed share", "completions/mixed prompt", "to match GRPO n=16")
+    rows = [header]
+    for row in plans:
+        if row.budget_value is None:
+            budget = row.budget_note
+        else:
+            budget = (
+                f"{row.budget_knob}={row.budget_value} ({row.budget_completions_per_prompt:.2f} completions/prompt)"
+            )
+        per_mixed = "-" if row.completions_per_mixed_prompt is None else f"{row.completions_per_mixed_prompt:.2f}"
+        rows.append((row.sampler, f"{row.completions_per_prompt:.2f}", f"{row.mixed_share:.4f}", per_mixed, budget))
+    widths = [max(len(cells[column]) for cells in rows) for column in range(len(header) - 1)]
+    for cells in rows:
+        aligned = [cells[0].ljust(widths[0])] + [cell.rjust(width) for cell, width in zip(cells[1:-1], widths[1:])]
+        lines.append("  ".join([*aligned, cells[-1]]))
+    return "\n".join(lines) + "\n"
 
 
 def _add_train(subparsers: argparse._SubParsersAction) -> None:

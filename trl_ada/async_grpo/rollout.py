@@ -28,28 +28,33 @@ seams and copies no TRL body:
 
 Policy versions. A pool can span weight syncs: every draw keeps the version it was generated with (TRL stamps a group
 with the version at its first request), and its sample carries it. The pool's statistics (exit rule, baseline, p̂) use
-every draw of the pool; TRL's own staleness rule then applies per sample where the trainer reads the queue (a sample
-more than `max_staleness` versions old is dropped and counted in `sample/dropped_stale_total`; trained samples'
-staleness is `sample/staleness_mean|max`). `ada/async/pool_version_span_max` logs how many versions a pool spans.
+every draw of the pool. Every sample of a prompt also carries the oldest version among them (`GROUP_VERSION_KEY`):
+the trainer keeps or drops a prompt's samples whole by it (`AdaAsyncGRPOTrainer`, "staleness"), rather than TRL's
+sample by sample. `ada/async/pool_version_span_max` logs how many versions a pool spans.
 
-Resume position. TRL's checkpoint resumes the row stream at the smallest row id no trained sample carried; a row the
-worker finished without a sample (a DAPO drop, a prompt given no draws) would hold it there for the rest of the run. The
-worker hands those rows to the trainer (`DROPPED_ROWS_NAME`), whose checkpoints count them as done for the position.
+Resume position and sampler state. TRL's checkpoint resumes the row stream at the smallest row id no trained sample
+carried; a row the worker finished without a sample (a DAPO drop, a prompt given no draws) would hold it there for the
+rest of the run. Nothing is written periodically: when the trainer saves, it asks the worker through a
+[`SamplerStateChannel`], and the worker answers on its event loop with one [`WorkerState`]: the sampler's state, the
+rows its estimator has counted, and the rows it finished without a sample since the previous answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 import math
+import multiprocessing
 import os
+import pickle
+import queue
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import trl_seam
@@ -63,17 +68,14 @@ from .config import check_prompts_per_generation_batch, check_train_on
 
 logger = logging.getLogger(__name__)
 
-STATE_WRITE_INTERVAL_S = 1.0
-"""Seconds between two writes of the sampler's state for checkpoints (a checkpoint copies the latest one), and between
-two writes of the dropped rows (`DROPPED_ROWS_NAME`)."""
-
 DROPPED_ROWS_NAME = ".ada_worker_dropped_rows.json"
-"""File next to the worker's sampler state (`AsyncSampling.dropped_rows_path`) through which the worker hands the
-trainer the rows it finished without a sample: `{"rows": [row id, ...]}`, sorted, in TRL's row ids (relative to the
-run's `dataset_start_index`, as the samples' `group_id`). A hand-off, so it stays small: the trainer takes the file
-(renames it away) when it saves a checkpoint, and the worker's next write holds only the rows recorded since the
-version the trainer took (every row it had written before, while that file is still there: a row may be handed twice,
-never lost)."""
+"""The file through which earlier versions handed the trainer the dropped rows (now a [`WorkerState`] answer); the
+trainer removes a leftover one at train start."""
+
+GROUP_VERSION_KEY = "ada/async/group_version_oldest"
+"""Key set in the `metrics` of each sample the loop queues (TRL's samples have slots, no room for a field): the oldest
+policy version among its prompt's samples, by which the trainer keeps or drops them whole, and takes the key out
+(`trl_ada.async_grpo.trainer.StaleGroups`)."""
 
 HEALTH_POLL_S = 1.0
 """While a request waits, how often the loop checks whether the server still answers (`_check_server_answers`)."""
@@ -163,6 +165,89 @@ def pool_draw_share(kept: int, pool: int) -> float:
 
 
 @dataclass
+class WorkerState:
+    """What the rollout worker answers when the trainer asks (at a save): one moment of its event loop."""
+
+    sampler: dict[str, Any]
+    """`Sampler.state_dict()`."""
+    counted_below: int
+    """Every row id (TRL's, relative to the run's `dataset_start_index`) below it has been counted by the sampler (its
+    batch finished: the tracker or learned predictor saw its draws)."""
+    counted_above: list[int] = field(default_factory=list)
+    """The rows counted at or above `counted_below` (rows finish out of order while others are open)."""
+    dropped: list[int] = field(default_factory=list)
+    """The rows finished without a sample since the previous answer (the trainer keeps them for the resume position)."""
+
+    def counted_from(self, first: int) -> list[int]:
+        """The rows counted whose id is `first` or more: what a resume at `first` would draw and count again."""
+        return [*range(first, self.counted_below), *(row for row in self.counted_above if row >= first)]
+
+
+class SamplerStateChannel:
+    """
+    How the trainer asks the rollout worker for a [`WorkerState`]: two queues of a `multiprocessing` context (they
+    reach a spawned worker as its loop's `ada_state_channel` argument, or a worker in a thread as they are). The
+    worker's watcher thread hands each request to its event loop, which answers with the state pickled there, so the
+    answer is one consistent moment of the loop and costs the loop nothing between saves.
+    """
+
+    def __init__(self, context: Any = None) -> None:
+        context = context or multiprocessing.get_context("spawn")
+        self.requests = context.Queue()
+        self.answers = context.Queue()
+        self._asked = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The queues travel only while a process is spawned; TRL's `start()` first pickles the loop's arguments as a
+        # check, where a queue would raise: that copy, never used, goes without them.
+        if multiprocessing.context.get_spawning_popen() is None:
+            return {**self.__dict__, "requests": None, "answers": None}
+        return self.__dict__
+
+    def ask(self, timeout: float, check: Callable[[], None] | None = None) -> WorkerState:
+        """
+        The worker's answer to a new request (an answer to an earlier, abandoned request is skipped). `check` is
+        called every half second while waiting (the worker's health check: a dead worker raises there); after
+        `timeout` seconds without an answer, `TimeoutError`.
+        """
+        self._asked += 1
+        self.requests.put(self._asked)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                number, payload = self.answers.get(timeout=0.5)
+            except queue.Empty:
+                if check is not None:
+                    check()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"the rollout worker did not send its sampler state within {timeout:g} s"
+                    ) from None
+                continue
+            if number == self._asked:
+                return pickle.loads(payload)
+
+
+@contextlib.contextmanager
+def _updates_skipping(estimator: Any, skip: set[int]) -> Iterator[None]:
+    """While open, `estimator.update(keys, totals, positives)` leaves out the prompts at the indices in `skip`."""
+    if estimator is None or not skip:
+        yield
+        return
+    update = estimator.update
+
+    def update_the_others(keys: Sequence[Any], totals: Sequence[int], positives: Sequence[int]) -> None:
+        keep = [i for i in range(len(keys)) if i not in skip]
+        update([keys[i] for i in keep], [totals[i] for i in keep], [positives[i] for i in keep])
+
+    estimator.update = update_the_others
+    try:
+        yield
+    finally:
+        estimator.update = update
+
+
+@dataclass
 class _Draw:
     batch: int
     prompt: int
@@ -185,8 +270,20 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     plus `ada_sampling` ([`AsyncSampling`]); lives in the worker process, like TRL's loop.
     """
 
-    def __init__(self, *, ada_sampling: AsyncSampling, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        ada_sampling: AsyncSampling,
+        ada_state_channel: SamplerStateChannel | None = None,
+        ada_rows_already_counted: Sequence[int] = (),
+        **kwargs: Any,
+    ) -> None:
+        """`ada_state_channel`: how the trainer asks for the sampler's state ([`SamplerStateChannel`]).
+        `ada_rows_already_counted`: on a resume, the rows (this run's ids) that the checkpoint's sampler state already
+        counted though they were not trained; their next draws train, but the estimator does not count them again."""
         self.ada_sampling = ada_sampling
+        self._state_channel = ada_state_channel
+        self._rows_already_counted = set(ada_rows_already_counted)
         settings = ada_sampling.settings
         if ada_sampling.pooled:
             kwargs["num_generations"] = 1  # every draw is a TRL group of its own (see the module docstring)
@@ -202,12 +299,11 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._next_group_id = 0
         self._next_batch = 0
         self._rows: Iterator[tuple[int, dict[str, Any]]] | None = None
-        self._state_written_at = -math.inf
-        # Rows finished without a sample (`_drop_row`): recorded since the last write, and in the file last written.
-        self._dropped_unwritten: set[int] = set()
-        self._dropped_written: set[int] = set()
-        self._dropped_written_at = -math.inf
-        self._dropped_write_due = False  # a write is scheduled on the event loop
+        # Rows finished without a sample (`_drop_row`) since the trainer last asked (`_answer_state_request`).
+        self._dropped: set[int] = set()
+        # Rows whose draws the sampler counted (`WorkerState.counted_below`, `counted_above`).
+        self._counted_below = 0
+        self._counted_above: set[int] = set()
         self._server_failing_since: float | None = None  # monotonic time of the first failure since a success
         self._last_answer_at = time.monotonic()  # of the last request answered (any request: they run concurrently)
         self._health_checked_at = -math.inf
@@ -295,7 +391,12 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         kept = []
         for batch_id in sorted(b for b in batch_ids if self._batches[b].step.done):
             batch = self._batches.pop(batch_id)
-            selection = batch.step.finish()
+            # A resumed run's rows that the checkpoint's state already counted are not counted twice.
+            again = {prompt for prompt, row in enumerate(batch.row_ids) if row in self._rows_already_counted}
+            with _updates_skipping(self.sampler.pass_rate_estimator, again):
+                selection = batch.step.finish()
+            self._rows_already_counted.difference_update(batch.row_ids)
+            self._count_rows(batch.row_ids)
             batch.step.stats.seconds = time.monotonic() - batch.opened_at
             metrics = {**selection.metrics, **batch.step.stats.metrics()}
             dropped = 0
@@ -311,6 +412,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 versions = batch.versions.get(prompt, [])
                 spans.append(max(versions) - min(versions) if versions else 0)
                 pool_std = rules.mean_and_std(selection.pools[prompt])[1]
+                prompt_samples = len(kept)
                 for draw, advantage in self._trained_draws(selection.pools[prompt], result):
                     for sample in batch.samples.get((prompt, draw), []):
                         sample.advantage = float(advantage)
@@ -320,6 +422,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                         kept.append(sample)
                 if len(kept) == trained_before:  # no draw (all skipped), or none with a training sequence
                     self._drop_row(batch.row_ids[prompt])
+                oldest = min((sample.model_version for sample in kept[prompt_samples:]), default=0)
+                for sample in kept[prompt_samples:]:
+                    sample.metrics[GROUP_VERSION_KEY] = float(oldest)  # kept or dropped whole for staleness
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:
@@ -328,8 +433,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 metrics["zero_variance_share/kept"] = sum(constant) / len(constant)
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
             self._push_metrics({f"ada/{name}": value for name, value in metrics.items() if not math.isnan(value)})
-            self._write_sampler_state()
-        self._write_dropped_rows()
         return kept
 
     def _trained_draws(self, pool: tuple[float, ...], result: PromptResult) -> list[tuple[int, float]]:
@@ -343,55 +446,54 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             return [(draw, share * result.advantage_of(reward)) for draw, reward in enumerate(pool)]
         return list(zip(result.kept, result.advantages, strict=True))
 
-    def _write_sampler_state(self) -> None:
-        """The sampler's state for the trainer's next checkpoint, replaced atomically (a reader never sees half)."""
-        path = self.ada_sampling.state_path
-        now = time.monotonic()
-        # At most once a second: with a batch per prompt this would otherwise serialise the whole state per prompt.
-        if path is None or now - self._state_written_at < STATE_WRITE_INTERVAL_S:
-            return
-        self._state_written_at = now
-        partial = f"{path}.partial"
-        with open(partial, "w") as f:
-            json.dump(self.sampler.state_dict(), f)
-        os.replace(partial, path)
+    def _count_rows(self, row_ids: Sequence[int]) -> None:
+        """Record that the sampler counted `row_ids`, compactly: rows finish nearly in order, so the rows above the
+        first not yet counted are few (those of batches still open)."""
+        self._counted_above.update(row_ids)
+        while self._counted_below in self._counted_above:
+            self._counted_above.remove(self._counted_below)
+            self._counted_below += 1
 
     def _drop_row(self, row_id: int) -> None:
         """Record that row `row_id` (TRL's row id) is done without a sample: no sample will ever carry its id, so TRL's
         resume position (the smallest row id not trained) would stop at it for the rest of the run."""
-        self._dropped_unwritten.add(row_id)
+        self._dropped.add(row_id)
 
-    def _write_dropped_rows(self) -> None:
-        """Hand the rows recorded since the last write to the trainer (`DROPPED_ROWS_NAME`), atomically, at most once
-        a second: sooner than that, the write is scheduled on the loop for when the second is over, so a recorded row
-        reaches the file within a second even while the worker waits (a full rollout buffer)."""
-        path = self.ada_sampling.dropped_rows_path
-        if path is None or not self._dropped_unwritten:
-            return
-        now = time.monotonic()
-        wait = self._dropped_written_at + STATE_WRITE_INTERVAL_S - now
-        if wait > 0:
-            if not self._dropped_write_due:
-                try:
-                    loop = asyncio.get_running_loop()
-                except RuntimeError:  # driven outside the event loop (by hand): the next call writes
-                    return
-                self._dropped_write_due = True
-                loop.call_later(wait, self._write_due_dropped_rows)
-            return
-        self._dropped_written_at = now
-        if not os.path.exists(path):  # the trainer took the file last written (or none was written yet)
-            self._dropped_written.clear()
-        self._dropped_written |= self._dropped_unwritten
-        self._dropped_unwritten.clear()
-        partial = f"{path}.partial"
-        with open(partial, "w") as f:
-            json.dump({"rows": sorted(self._dropped_written)}, f)
-        os.replace(partial, path)
+    def worker_state(self) -> WorkerState:
+        """The state the trainer asks for ([`WorkerState`]); the dropped rows it hands over are forgotten here."""
+        state = WorkerState(
+            sampler=self.sampler.state_dict(),
+            counted_below=self._counted_below,
+            # The rows a resumed run's loaded state counted and this run has not drawn again yet: counted too.
+            counted_above=sorted(self._counted_above | self._rows_already_counted),
+            dropped=sorted(self._dropped),
+        )
+        self._dropped = set()
+        return state
 
-    def _write_due_dropped_rows(self) -> None:
-        self._dropped_write_due = False
-        self._write_dropped_rows()
+    def _answer_state_request(self, number: int) -> None:
+        """On the event loop: answer request `number` with the state pickled now (the loop's one consistent moment)."""
+        self._state_channel.answers.put((number, pickle.dumps(self.worker_state())))
+
+    def _watch_state_requests(self) -> None:
+        """The watcher thread: hands each request to the event loop until the loop is closed."""
+        channel = self._state_channel
+        while not self._loop.is_closed():
+            try:
+                number = channel.requests.get(timeout=1.0)
+            except queue.Empty:
+                continue
+            except (EOFError, OSError):  # the trainer's end of the queue is gone
+                return
+            try:
+                self._loop.call_soon_threadsafe(self._answer_state_request, number)
+            except RuntimeError:  # the loop closed meanwhile: the trainer's health check reports why
+                return
+
+    def run(self) -> None:
+        if self._state_channel is not None:
+            threading.Thread(target=self._watch_state_requests, daemon=True, name="ada-state-requests").start()
+        super().run()
 
     async def _scored(self, group: Any) -> list[Any]:
         """TRL's `_score_group`; an error of a reward function names it (the parent only sees this message)."""
@@ -417,7 +519,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 samples = []
         if not samples:
             self._drop_row(group.group_id)  # TRL's group id is the row's id here (`_repeat_iterator`)
-        self._write_dropped_rows()
         return samples
 
     def _count_dapo_prompt(self, has_signal: bool) -> None:

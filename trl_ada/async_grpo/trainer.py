@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import itertools
 import json
 import logging
 import math
@@ -28,9 +29,19 @@ from ..faults import (
 )
 from ..predictor_hub import resolve_pass_rate_predictor
 from ..samplers import PassRateEstimator, build_sampler
+from ..samplers.predictor import PREDICTOR_DIR
 from ..trainer import AdaGRPOTrainer
 from .config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
-from .rollout import AdaAsyncRolloutWorker, AsyncRolloutWorker, AsyncSampling, RobustAsyncRolloutWorker
+from .rollout import (
+    DROPPED_ROWS_NAME,
+    GROUP_VERSION_KEY,
+    AdaAsyncRolloutWorker,
+    AsyncRolloutWorker,
+    AsyncSampling,
+    RobustAsyncRolloutWorker,
+    SamplerStateChannel,
+    WorkerState,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +52,15 @@ RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
 rollout worker found while the trainer waits for samples (`_explain_worker_failures`)."""
 
 WORKER_STATE_NAME = ".ada_worker_sampler_state.json"
-"""File in `output_dir` where the rollout worker keeps its sampler's latest state; each checkpoint copies it."""
+"""File in `output_dir` where earlier versions kept the worker's sampler state (now asked for at a save); a leftover one
+is removed at train start."""
+
+ROWS_COUNTED_AHEAD = "rows_counted_ahead"
+"""Key of a checkpoint's sampler state (`ada_sampler_state.json`): the rows (absolute row ids of the stream) that the
+saved state counted at or past the checkpoint's resume position, which a resume draws again without counting again."""
+
+STOP_STATE_TIMEOUT_S = 30.0
+"""How long stopping the worker waits for its last sampler state (for a `save_model` after training)."""
 
 
 def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstimator | None = None) -> AsyncSampling:
@@ -158,6 +177,45 @@ def allow_cpu() -> None:
         trl_seam.install_peak_flops_fallback()
 
 
+class StaleGroups:
+    """
+    The rollout queue as the trainer reads it (TRL's `RolloutQueueDataset.queue`), with staleness decided per prompt.
+    TRL drops stale samples one by one, so a prompt's kept group could lose its older members (under `seq_pos` the
+    early draws are the negatives) while the others trained, and a prompt whose samples all went stale was neither
+    trained nor done for the resume position. Here the first sample of a prompt (its samples are queued together, under
+    one `group_id`) decides for all of them by the oldest version among them (`GROUP_VERSION_KEY`; TRL's own groups
+    carry one version): more than `max_staleness` behind, every one is dropped (counted in TRL's
+    `sample/dropped_stale_total`) and `on_stale_row(group_id)` records the row as done; otherwise every one is passed
+    on, its version raised to at most `max_staleness` behind the current one, so that TRL's check after this one keeps
+    the group whole across a weight sync between its samples (`sample/staleness_max` then reports `max_staleness`).
+    """
+
+    def __init__(self, dataset: Any, on_stale_row: Any) -> None:
+        self._dataset = dataset
+        self._queue = dataset.queue
+        self._on_stale_row = on_stale_row
+        self._group: int | None = None
+        self._keep = True
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        max_staleness = self._dataset.max_staleness
+        while True:
+            sample = self._queue.get(*args, **kwargs)
+            oldest = int(sample.metrics.pop(GROUP_VERSION_KEY, sample.model_version))
+            if sample.group_id != self._group:
+                self._group = sample.group_id
+                self._keep = self._dataset.model_version_fn() - oldest <= max_staleness
+                if not self._keep:
+                    self._on_stale_row(sample.group_id)
+            if self._keep:
+                sample.model_version = max(sample.model_version, self._dataset.model_version_fn() - max_staleness)
+                return sample
+            self._dataset.metrics["sample/dropped_stale_total"].append(1.0)
+
+
 class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     """
     Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996)) in TRL's asynchronous GRPO trainer.
@@ -202,7 +260,11 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         elif not isinstance(args, AdaAsyncGRPOConfig):
             args = AdaAsyncGRPOConfig.from_async_config(args)
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
-        self._dropped_row_ids: set[int] = set()  # rows the worker finished without a sample (`_dropped_rows`)
+        self._dropped_row_ids: set[int] = set()  # rows done without a trained sample (see "the resume position")
+        self._state_channel: SamplerStateChannel | None = None  # `_hand_over_state`
+        self._worker_running = False
+        self._last_worker_state: WorkerState | None = None  # the latest answer (at a save, or when the worker stopped)
+        self._state_of_this_save: dict[str, Any] | None = None  # within `_save_checkpoint`
         self._weight_syncs = 0  # in this run (`_sync_weight`)
         self._batches_dispatched = False  # set by `get_train_dataloader`
         allow_cpu()
@@ -222,6 +284,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
                 super().__init__(model, reward_funcs, args, *positional, **kwargs)
         if self.rollout_worker is not None:
             self._explain_worker_failures(self.rollout_worker)
+            self._hand_over_state(self.rollout_worker)
         if getattr(self, "_epoch_stop_groups", None) is not None:  # TRL set max_steps as a ceiling, not a length
             self.args.max_steps = pool_step_ceiling(self.args.max_steps, self.ada_sampling)
 
@@ -254,26 +317,111 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         dataloader = super().get_train_dataloader()
         # Only a dispatched batch has the other processes waiting in the broadcast that a worker failure answers.
         self._batches_dispatched = trl_seam.batches_are_dispatched(dataloader)
+        dataset = getattr(self, "_rollout_dataset", None)  # TRL's `RolloutQueueDataset` (main process only)
+        if dataset is not None and self._state_channel is not None and not isinstance(dataset.queue, StaleGroups):
+            dataset.queue = StaleGroups(dataset, self._dropped_row_ids.add)
         return dataloader
 
-    # -- the sampler's state in checkpoints --------------------------------------------------------------------------
-    # The sampler lives in the rollout worker (its own process), which writes its state after every generation batch
-    # (`AsyncSampling.state_path`). A checkpoint copies the latest one: it is the worker's state at the save, which
-    # may be ahead of the samples trained so far (generation runs ahead of training by design).
+    # -- the sampler's state: asked of the worker at a save ------------------------------------------------------------
+    # The sampler lives in the rollout worker (its own process), which writes nothing between saves. At a save the
+    # trainer asks it (`SamplerStateChannel`) and it answers with one moment of its event loop (`WorkerState`): the
+    # sampler's state, the rows its estimator has counted, and the rows it finished without a sample since it last
+    # answered. That state runs ahead of training (generation does, by design): the rows it counted at or past the
+    # checkpoint's resume position are saved with it (`ROWS_COUNTED_AHEAD`), and a resume draws and trains them again
+    # without counting them again in the tracker or the learned predictor.
+
+    def _hand_over_state(self, worker: Any) -> None:
+        """Give a worker running the Ada loop the channel it answers on, and keep its last state when it stops."""
+        if "ada_sampling" not in getattr(worker, "_loop_kwargs", {}):
+            return  # TRL's own loop (`sampler="uniform"`): no sampler state
+        self._state_channel = SamplerStateChannel()
+        worker._loop_kwargs["ada_state_channel"] = self._state_channel
+        start, stop = worker.start, worker.stop
+
+        @functools.wraps(start)
+        def start_noting_it() -> None:
+            start()
+            self._worker_running = True
+
+        @functools.wraps(stop)
+        def stop_keeping_the_last_state(*args: Any, **kwargs: Any) -> None:
+            # For a `save_model` after training (`pass_rate_predictor/`): the worker is gone by then.
+            if self._worker_running:
+                check_health = getattr(worker.check_health, "__wrapped__", worker.check_health)
+                try:  # a worker that failed or died raises at once in its health check
+                    self._last_worker_state = self._state_channel.ask(
+                        STOP_STATE_TIMEOUT_S, lambda: check_health(float("inf"))
+                    )
+                except Exception as error:  # the run ends here either way; only a later save_model lacks it
+                    logger.warning(
+                        "The rollout worker's last sampler state could not be fetched (%s: %s); a save_model after "
+                        "training writes the state of the last checkpoint, if any.",
+                        type(error).__name__,
+                        error,
+                    )
+            self._worker_running = False
+            stop(*args, **kwargs)
+
+        worker.start, worker.stop = start_noting_it, stop_keeping_the_last_state
+
+    def _ask_worker_state(self) -> WorkerState:
+        """The running worker's [`WorkerState`] (main process); a worker that failed or does not answer raises as a
+        failed worker does while the trainer waits for samples (`worker_failure`)."""
+        worker = self.rollout_worker
+        check_health = getattr(worker.check_health, "__wrapped__", worker.check_health)  # not the broadcasting one
+        stale_after_s = float(self.args.heartbeat_stale_after_s)
+
+        def check() -> None:
+            try:
+                check_health(stale_after_s)
+            except Exception as error:
+                raise worker_failure(self, error) from error
+
+        try:
+            answer = self._state_channel.ask(stale_after_s, check)
+        except TimeoutError as error:
+            raise worker_failure(self, error) from error
+        self._last_worker_state = answer
+        return answer
+
+    def _sampler_state_to_save(self) -> dict[str, Any] | None:
+        """The sampler state a save writes: this checkpoint's answer, a fresh one while the worker runs, else the last
+        one (`None`: no Ada loop, or no answer yet)."""
+        if self._state_of_this_save is not None:
+            return self._state_of_this_save["sampler"]
+        if self._state_channel is not None and self._worker_running and self.accelerator.is_main_process:
+            return self._ask_worker_state().sampler
+        return None if self._last_worker_state is None else self._last_worker_state.sampler
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """
+        TRL's `save_model`, plus the learned pass-rate predictor in `pass_rate_predictor/` of the model directory, as
+        [`AdaGRPOTrainer.save_model`] writes it (first, so that a push uploads it too): built from the worker's sampler
+        state, asked of the worker at the save (or its last state, once training has ended).
+        `pass_rate_predictor=<that directory or Hub id>` warm-starts another run.
+        """
+        state = self._sampler_state_to_save() if self.args.should_save else None
+        if state is not None:
+            sampling = self.ada_sampling
+            sampler = build_sampler(sampling.settings, sampling.estimator, sampling.predictor_source)
+            sampler.load_state_dict(state)
+            save = getattr(sampler.pass_rate_estimator, "save_pretrained", None)
+            if save is not None:
+                save(os.path.join(output_dir if output_dir is not None else self.args.output_dir, PREDICTOR_DIR))
+        super().save_model(output_dir, _internal_call)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         super()._save_optimizer_and_scheduler(output_dir)
-        state_path = self.ada_sampling.state_path
-        if not self.accelerator.is_main_process or state_path is None or not os.path.exists(state_path):
+        state = self._state_of_this_save
+        if state is None or not self.accelerator.is_main_process:
             return
-        with open(state_path) as f:
-            sampler_state = json.load(f)
         with open(os.path.join(output_dir, SAMPLER_STATE_NAME), "w") as f:
-            json.dump({"sampler": sampler_state, "trainer": type(self).__name__}, f)
+            json.dump({**state, "trainer": type(self).__name__}, f)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
         super()._load_optimizer_and_scheduler(checkpoint)
-        # Called before `on_train_begin` starts the worker: its loop is built from `_loop_kwargs` with this state.
+        # Called before `on_train_begin` starts the worker, and after TRL set `dataset_start_index` to the checkpoint's
+        # resume position: the worker's loop is built from `_loop_kwargs` with this state.
         worker = self.rollout_worker
         if checkpoint is None or worker is None or "ada_sampling" not in getattr(worker, "_loop_kwargs", {}):
             return
@@ -286,6 +434,9 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             return
         self.ada_sampling = dataclasses.replace(self.ada_sampling, initial_state=state["sampler"])
         worker._loop_kwargs["ada_sampling"] = self.ada_sampling
+        start = worker._loop_kwargs.get("dataset_start_index", 0)
+        ahead = [row - start for row in state.get(ROWS_COUNTED_AHEAD, []) if row >= start]
+        worker._loop_kwargs["ada_rows_already_counted"] = ahead
 
     # -- the resume position -----------------------------------------------------------------------------------------
     # TRL's `_save_checkpoint` writes `rollout_state.json` with the smallest row id not in `_trained_groups` (the row
@@ -295,18 +446,19 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     # only. `_trained_groups` itself is unchanged, so TRL's epoch count (`num_train_epochs` counts prompt-groups
     # trained: a dropped prompt is not one, and the worker draws on past the dataset's end) and
     # `batch/groups_per_step` are TRL's. A resume sets TRL's epoch offset to the position, so there the rows dropped
-    # before the checkpoint count as passed. The hand-off lags the worker by up to a second, which only leaves the
-    # position lower: every row it names is done.
+    # before the checkpoint count as passed. The worker hands the rows over in its answer at each save (rows dropped
+    # after it answered wait for the next save, which only leaves the position lower: every row it names is done), and
+    # `StaleGroups` adds the rows whose samples were all dropped as stale.
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         # Row ids restart at 0 from each run's `dataset_start_index`: rows dropped by a previous run name other rows.
         self._dropped_row_ids = set()
         self._weight_syncs = 0  # in this run (`_sync_weight`)
-        path = self.ada_sampling.dropped_rows_path
-        if path is not None and self.accelerator.is_main_process:
-            for stale in (path, f"{path}.taken"):
-                if os.path.exists(stale):
-                    os.remove(stale)
+        if self.accelerator.is_main_process:  # what earlier versions wrote between saves
+            for name in (DROPPED_ROWS_NAME, f"{DROPPED_ROWS_NAME}.taken", WORKER_STATE_NAME):
+                leftover = os.path.join(self.args.output_dir, name)
+                if os.path.exists(leftover):
+                    os.remove(leftover)
         try:
             return super().train(*args, **kwargs)
         except Exception as error:
@@ -318,21 +470,6 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             if self.accelerator.num_processes > 1:
                 self.accelerator.wait_for_everyone()
             raise
-
-    def _dropped_rows(self) -> set[int]:
-        """The rows (TRL's row ids, as `_trained_groups`) the worker has handed over as finished without a sample."""
-        path = self.ada_sampling.dropped_rows_path
-        if path is None or not self.accelerator.is_main_process:
-            return self._dropped_row_ids
-        taken = f"{path}.taken"
-        try:
-            os.replace(path, taken)  # taken away: the worker's next write holds only what it recorded since
-        except FileNotFoundError:
-            return self._dropped_row_ids
-        with open(taken) as f:
-            self._dropped_row_ids.update(json.load(f)["rows"])
-        os.remove(taken)
-        return self._dropped_row_ids
 
     # -- a server lost during a weight sync ----------------------------------------------------------------------
     # Only the main process talks to the server during TRL's sync (pause, the transfer or the adapter's load, resume),
@@ -369,9 +506,29 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
         # As GRPOTrainer does: the card (with its plots and metrics) is saved along with every checkpoint.
         self.create_model_card(model_name=Path(self.args.output_dir).name)
-        # TRL's save resumes past the rows the worker dropped, as if trained (see "the resume position" above).
-        with trl_seam.rows_trained_for_the_position(self, self._dropped_rows()):
-            super()._save_checkpoint(model, trial)
+        answer = None
+        if self._state_channel is not None and self._worker_running and self.accelerator.is_main_process:
+            try:
+                answer = self._ask_worker_state()
+            except (RolloutWorkerError, VLLMServerError) as error:
+                # The checkpoint is still worth writing (the next wait for samples raises the worker's failure): with
+                # the state the worker last handed over, which is behind (a resume counts nothing twice), if any.
+                logger.warning("Saving without the worker's current sampler state: %s", error)
+                answer = self._last_worker_state
+        if answer is not None:
+            self._dropped_row_ids.update(answer.dropped)
+            # TRL's resume position, as its save reads it below: the first row neither trained nor done.
+            done = self._trained_groups | self._dropped_row_ids
+            position = next(row for row in itertools.count() if row not in done)
+            start = self.rollout_worker._loop_kwargs["dataset_start_index"]
+            ahead = [start + row for row in answer.counted_from(position)]
+            self._state_of_this_save = {"sampler": answer.sampler, ROWS_COUNTED_AHEAD: ahead}
+        try:
+            # TRL's save resumes past the rows the worker dropped, as if trained (see "the resume position" above).
+            with trl_seam.rows_trained_for_the_position(self, self._dropped_row_ids):
+                super()._save_checkpoint(model, trial)
+        finally:
+            self._state_of_this_save = None
 
     def create_model_card(
         self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
