@@ -1,16 +1,17 @@
 """
-A sampler plug-in for trl-ada: a knapsack-style budget rule.
+A sampler plug-in for trl-ada: a knapsack-style budget rule of one's own, registered as "greedy_mixed_chance".
 
 Each step has TRL's budget of `B * num_generations` completions for `B` prompts. A prompt only teaches when its group
 holds both outcomes, which `k` draws at pass rate `p` achieve with probability `1 - p^k - (1 - p)^k`. This sampler
 hands out the budget one completion at a time to the prompt whose chance of a mixed group gains the most from it (the
 greedy solution of that knapsack, exact here because each prompt's gain shrinks with `k`), from pass rates a
 decayed Beta tracker learns across epochs. It trains on every completion drawn (like `est` with
-`est_train_on="all"`), so the batch keeps TRL's `B * num_generations` rows.
+`est_train_on="all"`), so the batch keeps TRL's `B * num_generations` rows. (trl-ada's built-in `sampler="knapsack"`
+is Knapsack-RL, the paper's rule of this kind: its value also weighs each prompt by `p (1 - p)^2`.)
 
-Use it from Python (`import knapsack_sampler` registers it; then `AdaGRPOConfig(sampler="knapsack",
+Use it from Python (`import knapsack_sampler` registers it; then `AdaGRPOConfig(sampler="greedy_mixed_chance",
 sampler_kwargs={"max_draws": 12})`) or from the command line by import path, e.g.
-`trl-ada simulate --sampler knapsack_sampler:KnapsackSampler --sampler-kwargs '{"max_draws": 12}'` with this
+`trl-ada simulate --sampler knapsack_sampler:MixedChanceSampler --sampler-kwargs '{"max_draws": 12}'` with this
 directory on `PYTHONPATH`.
 """
 
@@ -24,7 +25,7 @@ from trl_ada.samplers import DecayedBetaTracker, Sampler, SamplerSettings, regis
 
 
 @dataclass
-class KnapsackOptions:
+class MixedChanceOptions:
     """The sampler's own knobs, given as `sampler_kwargs`."""
 
     min_draws: int = 2
@@ -46,12 +47,12 @@ def mixed_chance(pass_rate: float, draws: int) -> float:
     return 1.0 - pass_rate**draws - (1.0 - pass_rate) ** draws
 
 
-@register_sampler("knapsack")
-class KnapsackSampler(Sampler):
+@register_sampler("greedy_mixed_chance")
+class MixedChanceSampler(Sampler):
     """Split the step's `B * num_generations` completions where each adds the most chance of a mixed group."""
 
     knobs = frozenset()  # it reads the universal knobs and its options only; objective=... would be an error
-    options_class = KnapsackOptions
+    options_class = MixedChanceOptions
 
     @classmethod
     def max_pool_size(cls, settings: SamplerSettings) -> int:
@@ -105,7 +106,7 @@ class KnapsackSampler(Sampler):
     def end_step(self, step, selection) -> None:
         totals = [positives + negatives for positives, negatives in step.outcomes]
         self.tracker.update(step.keys, totals, [positives for positives, _ in step.outcomes])
-        selection.metrics["knapsack/budget_max"] = float(max(step.budgets))
+        selection.metrics["greedy_mixed_chance/budget_max"] = float(max(step.budgets))
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "tracker": self.tracker.state_dict()}

@@ -20,22 +20,23 @@ from trl_ada.tiny import build_tiny_model
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
-import knapsack_sampler  # noqa: E402 - registers "knapsack"
+import knapsack_sampler  # noqa: E402 - registers "greedy_mixed_chance"
 
 
 def test_the_plug_in_is_registered_by_importing_it():
-    assert "knapsack" in sampler_names()
-    sampler = build_sampler(SamplerSettings(sampler="knapsack", num_generations=4, sampler_kwargs={"max_draws": 9}))
-    assert isinstance(sampler, knapsack_sampler.KnapsackSampler)
-    assert sampler.options == knapsack_sampler.KnapsackOptions(max_draws=9)
+    assert "greedy_mixed_chance" in sampler_names()
+    settings = SamplerSettings(sampler="greedy_mixed_chance", num_generations=4, sampler_kwargs={"max_draws": 9})
+    sampler = build_sampler(settings)
+    assert isinstance(sampler, knapsack_sampler.MixedChanceSampler)
+    assert sampler.options == knapsack_sampler.MixedChanceOptions(max_draws=9)
     assert sampler.settings.max_pool_size == 9
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"objective": "log"}, "objective='log' has no effect with sampler='knapsack'"),
-        ({"round_size": 4}, "round_size=4 has no effect with sampler='knapsack'"),
+        ({"objective": "log"}, "objective='log' has no effect with sampler='greedy_mixed_chance'"),
+        ({"round_size": 4}, "round_size=4 has no effect with sampler='greedy_mixed_chance'"),
         ({"sampler_kwargs": {"budget": 3}}, r"sampler_kwargs has \['budget'\].*options are"),
         ({"sampler_kwargs": {"min_draws": 1}}, "need 2 <= min_draws"),
         ({"sampler_kwargs": {"max_draws": 3}}, r"outside \[min_draws, max_draws\] = \[2, 3\]"),
@@ -44,7 +45,7 @@ def test_the_plug_in_is_registered_by_importing_it():
 )
 def test_the_plug_in_brings_its_own_validation(tmp_path, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        AdaGRPOConfig(**tiny_args(tmp_path), sampler="knapsack", **kwargs)
+        AdaGRPOConfig(**tiny_args(tmp_path), sampler="greedy_mixed_chance", **kwargs)
 
 
 def test_built_in_samplers_take_no_sampler_kwargs(tmp_path):
@@ -55,7 +56,7 @@ def test_built_in_samplers_take_no_sampler_kwargs(tmp_path):
 def test_a_plug_in_sampler_trains_resumes_and_is_on_the_card(tmp_path, tokenizer, arithmetic_dataset):
     config = AdaGRPOConfig(
         **tiny_args(tmp_path, max_steps=4, save_strategy="steps", save_steps=2),
-        sampler="knapsack",
+        sampler="greedy_mixed_chance",
         sampler_kwargs='{"max_draws": 7}',  # as the command line gives it
     )
     assert config.sampler_kwargs == {"max_draws": 7}  # parsed once, at construction
@@ -70,7 +71,7 @@ def test_a_plug_in_sampler_trains_resumes_and_is_on_the_card(tmp_path, tokenizer
         # the whole budget (B * n = 2 * 4 per step, the batch TRL trains on) is spent, no prompt above max_draws
         assert entry["ada/samples_per_prompt/mean"] == pytest.approx(4.0)
         assert entry["ada/samples_per_prompt/max"] <= 7 and entry["ada/samples_per_prompt/min"] >= 2
-        assert "ada/knapsack/budget_max" in entry
+        assert "ada/greedy_mixed_chance/budget_max" in entry
     # its tracker is training state: saved in every checkpoint, and a resumed run ends where the uninterrupted one did
     state = json.loads((tmp_path / "checkpoint-2" / "ada_sampler_state.json").read_text())
     assert len(state["sampler"]["tracker"]["counts"]) == 4  # 2 prompts per step (8 rows of 4), 2 steps
@@ -85,24 +86,24 @@ def test_a_plug_in_sampler_trains_resumes_and_is_on_the_card(tmp_path, tokenizer
     assert resumed.ada_sampler.tracker.state_dict() == trainer.ada_sampler.tracker.state_dict()
 
     rows = dict(sampler_rows(trainer.ada_sampler.settings))
-    assert rows["sampler"] == "knapsack" and rows["sampler_kwargs.max_draws"] == 7
+    assert rows["sampler"] == "greedy_mixed_chance" and rows["sampler_kwargs.max_draws"] == 7
     assert "objective" not in rows and "round_size" not in rows  # it reads neither
     trainer.create_model_card()
     card = (tmp_path / "README.md").read_text()
-    assert "knapsack" in card and "sampler_kwargs.max_draws" in card
+    assert "greedy_mixed_chance" in card and "sampler_kwargs.max_draws" in card
 
 
 def test_simulate_runs_the_plug_in_by_name_and_by_import_path(capsys):
     from trl_ada.cli import main
 
     argv = ["simulate", "--num-generations", "4", "--pass-rates", "0.05", "0.5", "--trials", "200", "--steps", "3"]
-    assert main([*argv, "--sampler", "knapsack", "--sampler-kwargs", '{"max_draws": 12}']) == 0
+    assert main([*argv, "--sampler", "greedy_mixed_chance", "--sampler-kwargs", '{"max_draws": 12}']) == 0
     by_name = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     # the greedy budget favours the prompt whose group most often comes back mixed once its rate is tracked
     assert by_name[1]["mean_samples"] > 4.0 > by_name[0]["mean_samples"]
     # a fresh process knows nothing of the plug-in until the import path names it
     completed = subprocess.run(
-        [sys.executable, "-m", "trl_ada.cli", *argv, "--sampler", "knapsack_sampler:KnapsackSampler"]
+        [sys.executable, "-m", "trl_ada.cli", *argv, "--sampler", "knapsack_sampler:MixedChanceSampler"]
         + ["--sampler-kwargs", '{"max_draws": 12}'],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(EXAMPLES), os.environ.get("PYTHONPATH", "")])},
         capture_output=True,
@@ -112,9 +113,11 @@ def test_simulate_runs_the_plug_in_by_name_and_by_import_path(capsys):
     assert completed.returncode == 0, completed.stderr
     assert [json.loads(line) for line in completed.stdout.splitlines()] == by_name
     completed = subprocess.run(
-        [sys.executable, "-m", "trl_ada.cli", *argv, "--sampler", "knapsack"], capture_output=True, text=True
+        [sys.executable, "-m", "trl_ada.cli", *argv, "--sampler", "greedy_mixed_chance"],
+        capture_output=True,
+        text=True,
     )
-    assert completed.returncode == 2 and "sampler='knapsack' is not supported" in completed.stderr
+    assert completed.returncode == 2 and "sampler='greedy_mixed_chance' is not supported" in completed.stderr
 
 
 def test_the_readme_shows_the_example_file_verbatim():

@@ -3,7 +3,8 @@ Sampling strategies for Reinforce-Ada. Pure Python: this package imports neither
 
 Every sampler is a plug-in: `@register_sampler("name")` on a [`Sampler`] subclass makes `sampler="name"` selectable in
 `AdaGRPOConfig`, on the command line, in `trl-ada simulate` and on the model card. The built-in ones register
-themselves the same way, as their modules are imported: uniform, seq_pos, seq_balance (`base`), dapo (`dapo`), est (`est`).
+themselves the same way, as their modules are imported: uniform, seq_pos, seq_balance (`base`), dapo (`dapo`), est (`est`),
+knapsack (`knapsack`).
 """
 
 from .base import (
@@ -20,6 +21,7 @@ from .base import (
 from .continuous import ContinuousStep, ScheduleStats
 from .dapo import BatchExhaustedError, BatchFiller, DapoSampler  # registers "dapo"
 from .est import EstSampler  # registers "est"
+from .knapsack import KnapsackOptions, KnapsackSampler  # registers "knapsack"
 from .predictor import LearnedPassRatePredictor, PromptKey
 from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
 from .settings import SamplerFields, SamplerSettings
@@ -34,6 +36,8 @@ __all__ = [
     "DapoSampler",
     "DecayedBetaTracker",
     "EstSampler",
+    "KnapsackOptions",
+    "KnapsackSampler",
     "LearnedPassRatePredictor",
     "PassRateEstimator",
     "PromptKey",

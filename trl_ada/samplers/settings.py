@@ -99,13 +99,16 @@ class SamplerFields:
         '`round_size` until a prompt has `positive_quota` positives. `"seq_balance"`: rounds until a prompt has '
         '`positive_quota` positives and `negative_quota` negatives. `"est"`: Reinforce-Ada-Est, one allocation per '
         'step from tracked pass rates (`est_*` knobs). `"dapo"`: the DAPO baseline, uniform sampling that drops '
-        "zero-variance groups and refills the batch (`dapo_*`).",
+        'zero-variance groups and refills the batch (`dapo_*`). `"knapsack"`: Knapsack-RL (Li et al., arXiv '
+        "2509.25849), a fixed budget per step split by a knapsack over the prompts' pass rates (its knobs are "
+        "`sampler_kwargs`, `trl_ada.samplers.KnapsackOptions`).",
         section=SECTION_SAMPLING,
     )
     sampler_kwargs: dict[str, Any] | str | None = knob(
         None,
         "Keyword arguments of a registered sampler's own knobs (the fields of its `options` dataclass), as a dict or "
-        "a JSON string (on the command line). The built-in samplers take none: their knobs are the fields below.",
+        'a JSON string (on the command line). Of the built-in samplers only `"knapsack"` takes some '
+        "(`trl_ada.samplers.KnapsackOptions`): the others' knobs are the fields below.",
         doc_type="`dict` or `str` or `None`",
     )
     round_size: int = knob(
