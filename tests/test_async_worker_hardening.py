@@ -249,15 +249,13 @@ def test_the_worker_writes_nothing_between_saves_and_hands_its_state_and_dropped
 ):
     channel = SamplerStateChannel()
     settings = tracked_settings(dapo_refill=True, dapo_max_refills=100)
-    loop = make_loop(
-        settings, tokenizer, rows=60, state_path=str(tmp_path / "state.json"), loop={"ada_state_channel": channel}
-    )
+    loop = make_loop(settings, tokenizer, rows=60, loop={"ada_state_channel": channel})
     calls = count_state_dicts(loop.sampler)
     started = time.monotonic()
     drive(loop, rows=30)
     # Before: the whole state serialised (and written) after batches at most a second apart, and every dropped row
     # rewritten to a file that only a checkpoint emptied.
-    assert not calls and list(tmp_path.iterdir()) == [], (len(calls), time.monotonic() - started)
+    assert not calls, (len(calls), time.monotonic() - started)
     dropped = {row for row in range(30) if row % 3 == 0}  # constant rows: DAPO's filter drops them
     assert loop._dropped == dropped
 
@@ -416,7 +414,7 @@ def test_a_save_writes_the_learned_predictor_and_the_rows_its_state_counted_ahea
     from transformers import AutoModelForCausalLM
 
     from trl_ada import AdaAsyncGRPOTrainer
-    from trl_ada.async_grpo.trainer import ROWS_COUNTED_AHEAD, WORKER_STATE_NAME
+    from trl_ada.async_grpo.trainer import ROWS_COUNTED_AHEAD
     from trl_ada.checkpoints import SAMPLER_STATE_NAME
     from trl_ada.samplers import build_sampler
     from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE
@@ -454,7 +452,6 @@ def test_a_save_writes_the_learned_predictor_and_the_rows_its_state_counted_ahea
     saved = json.loads((checkpoint / SAMPLER_STATE_NAME).read_text())
     position = json.loads((checkpoint / "rollout_state.json").read_text())["prompt_index"]
     assert saved[ROWS_COUNTED_AHEAD] and min(saved[ROWS_COUNTED_AHEAD]) >= position  # generation ran ahead
-    assert not (out / WORKER_STATE_NAME).exists()  # nothing written between saves
     # After training the worker is gone: the state it handed over when it stopped is what a final save writes.
     trainer.save_model()
     assert (out / PREDICTOR_DIR / PREDICTOR_FILE).is_file()

@@ -46,7 +46,6 @@ import contextlib
 import logging
 import math
 import multiprocessing
-import os
 import pickle
 import queue
 import signal
@@ -67,10 +66,6 @@ from ..schedules import prompt_keys
 from .config import check_prompts_per_generation_batch, check_train_on
 
 logger = logging.getLogger(__name__)
-
-DROPPED_ROWS_NAME = ".ada_worker_dropped_rows.json"
-"""The file through which earlier versions handed the trainer the dropped rows (now a [`WorkerState`] answer); the
-trainer removes a leftover one at train start."""
 
 GROUP_VERSION_KEY = "ada/async/group_version_oldest"
 """Key set in the `metrics` of each sample the loop queues (TRL's samples have slots, no room for a field): the oldest
@@ -102,8 +97,6 @@ class AsyncSampling:
     """A local directory holding a saved pass-rate predictor to warm-start from (`pass_rate_predictor=<path>`)."""
     estimator: Any = None
     """A pass-rate estimator object (`pass_rate_estimator=`); it is pickled into the worker process."""
-    state_path: str | None = None
-    """Where the worker writes the sampler's state (JSON) after every generation batch, for the trainer's checkpoints."""
     initial_state: dict[str, Any] | None = None
     """A sampler state to start from (`Sampler.state_dict()`, from a checkpoint when resuming)."""
     server_timeout: float | None = None
@@ -117,12 +110,6 @@ class AsyncSampling:
     def __post_init__(self) -> None:
         check_train_on(self.train_on, self.settings)
         check_prompts_per_generation_batch(self.prompts_per_batch, self.settings)
-
-    @property
-    def dropped_rows_path(self) -> str | None:
-        """Where the worker hands the trainer the rows it finished without a sample (`DROPPED_ROWS_NAME`, next to
-        `state_path`)."""
-        return None if self.state_path is None else os.path.join(os.path.dirname(self.state_path), DROPPED_ROWS_NAME)
 
     @property
     def trl_advantages(self) -> bool:

@@ -33,7 +33,6 @@ from ..samplers.predictor import PREDICTOR_DIR
 from ..trainer import AdaGRPOTrainer
 from .config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
 from .rollout import (
-    DROPPED_ROWS_NAME,
     GROUP_VERSION_KEY,
     AdaAsyncRolloutWorker,
     AsyncRolloutWorker,
@@ -51,9 +50,6 @@ RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
 """Set (True) on an error that every process raises at the same point: a lost server in `_sync_weight`, or a failed
 rollout worker found while the trainer waits for samples (`_explain_worker_failures`)."""
 
-WORKER_STATE_NAME = ".ada_worker_sampler_state.json"
-"""File in `output_dir` where earlier versions kept the worker's sampler state (now asked for at a save); a leftover one
-is removed at train start."""
 
 ROWS_COUNTED_AHEAD = "rows_counted_ahead"
 """Key of a checkpoint's sampler state (`ada_sampler_state.json`): the rows (absolute row ids of the stream) that the
@@ -80,13 +76,11 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
     prompts_per_batch = resolve_prompts_per_generation_batch(
         args.prompts_per_generation_batch, settings, samples_per_step
     )
-    os.makedirs(args.output_dir, exist_ok=True)
     return AsyncSampling(
         settings=settings,
         prompts_per_batch=prompts_per_batch,
         predictor_source=predictor_source,
         estimator=pass_rate_estimator,
-        state_path=os.path.abspath(os.path.join(args.output_dir, WORKER_STATE_NAME)),
         server_timeout=float(args.vllm_server_timeout),
         train_on=args.train_on,
     )
@@ -442,7 +436,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     # TRL's `_save_checkpoint` writes `rollout_state.json` with the smallest row id not in `_trained_groups` (the row
     # ids of the samples trained). A row the worker finished without a sample (a DAPO drop) is never in it, so the
     # position would stop at the run's first dropped row and a resume would draw and train everything after it again.
-    # The worker hands those rows over (`rollout.DROPPED_ROWS_NAME`); TRL's save sees them as done for the position
+    # The worker hands those rows over (its `WorkerState` answer at a save); TRL's save sees them as done for the position
     # only. `_trained_groups` itself is unchanged, so TRL's epoch count (`num_train_epochs` counts prompt-groups
     # trained: a dropped prompt is not one, and the worker draws on past the dataset's end) and
     # `batch/groups_per_step` are TRL's. A resume sets TRL's epoch offset to the position, so there the rows dropped
@@ -454,11 +448,6 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         # Row ids restart at 0 from each run's `dataset_start_index`: rows dropped by a previous run name other rows.
         self._dropped_row_ids = set()
         self._weight_syncs = 0  # in this run (`_sync_weight`)
-        if self.accelerator.is_main_process:  # what earlier versions wrote between saves
-            for name in (DROPPED_ROWS_NAME, f"{DROPPED_ROWS_NAME}.taken", WORKER_STATE_NAME):
-                leftover = os.path.join(self.args.output_dir, name)
-                if os.path.exists(leftover):
-                    os.remove(leftover)
         try:
             return super().train(*args, **kwargs)
         except Exception as error:
