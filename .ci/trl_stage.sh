@@ -66,12 +66,14 @@ if venv_needs_build "$TRL_VENV" "$EXPECTED_MARKER" "${TRL_STAGE_REBUILD:-0}"; th
     PIP=("$TRL_VENV/bin/python" -m pip --disable-pip-version-check)
 
     STEP=$(date +%s.%N)
-    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" torch
+    # --no-compile: no byte-compiling of every installed module (CPU that .ci/run spends while the main suite runs);
+    # what the tests import is compiled on first import.
+    "${PIP[@]}" install --quiet --no-compile -c "$CONSTRAINTS" torch
     log "torch installed in $(elapsed_since "$STEP") s"
 
     STEP=$(date +%s.%N)
     # A resolution conflict is a failure: setup.py's ranges must admit every stack CI tests.
-    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" -e ".[dev]" \
+    "${PIP[@]}" install --quiet --no-compile -c "$CONSTRAINTS" -e ".[dev]" \
         || die "pip install -c $CONSTRAINTS -e .[dev] failed: setup.py's ranges do not admit this stack (above)"
     log "installed -e .[dev] with its dependencies under $CONSTRAINTS in $(elapsed_since "$STEP") s"
 

