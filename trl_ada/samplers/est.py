@@ -20,7 +20,7 @@ from .base import (
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerSettings
-from .tracker import PassRateEstimator
+from .tracker import PassRateEstimator, checked_estimates
 
 
 @register_sampler("est")
@@ -148,18 +148,7 @@ class EstSampler(Sampler):
             raise ValueError("sampler='est' needs one stable key per prompt to track pass rates")
         step = SamplingStep(self, num_prompts)
         step.keys = list(prompt_keys)
-        step.estimates = self.estimator.estimate(step.keys)
-        if len(step.estimates) != num_prompts:
-            raise ValueError(
-                f"{type(self.estimator).__name__}.estimate returned {len(step.estimates)} estimates for {num_prompts} "
-                "prompts; return one per key."
-            )
-        for key, estimate in zip(step.keys, step.estimates, strict=True):
-            if not 0.0 < estimate < 1.0:  # also NaN
-                raise ValueError(
-                    f"{type(self.estimator).__name__}.estimate returned {estimate} for prompt {str(key)!r}; estimates "
-                    "must lie strictly in (0, 1). Fix the estimator."
-                )
+        step.estimates = checked_estimates(self.estimator, step.keys)
         settings = self.settings
         scores = [p**-settings.est_sample_power for p in step.estimates]
         total = round(num_prompts * settings.est_mean_samples)

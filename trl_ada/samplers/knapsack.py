@@ -27,7 +27,7 @@ from .base import Sampler, SamplingStep, Selection, _reject_dapo_refill_without_
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerSettings, _parse_json_kwargs
-from .tracker import PassRateEstimator
+from .tracker import PassRateEstimator, checked_estimates
 
 PAPER = "Knapsack-RL (Li et al., arXiv 2509.25849)"
 
@@ -323,18 +323,7 @@ class KnapsackSampler(Sampler):
             raise ValueError("sampler='knapsack' needs one stable key per prompt to remember its pass rate")
         step = SamplingStep(self, num_prompts)
         step.keys = list(prompt_keys)
-        step.estimates = self.estimator.estimate(step.keys)
-        if len(step.estimates) != num_prompts:
-            raise ValueError(
-                f"{type(self.estimator).__name__}.estimate returned {len(step.estimates)} estimates for {num_prompts} "
-                "prompts; return one per key."
-            )
-        for key, estimate in zip(step.keys, step.estimates, strict=True):
-            if not 0.0 < estimate < 1.0:  # also NaN
-                raise ValueError(
-                    f"{type(self.estimator).__name__}.estimate returned {estimate} for prompt {str(key)!r}; estimates "
-                    "must lie strictly in (0, 1). Fix the estimator."
-                )
+        step.estimates = checked_estimates(self.estimator, step.keys)
         plan = self.plan
         visited, rates = [], []
         for index, key in enumerate(step.keys):

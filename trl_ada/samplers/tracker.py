@@ -64,6 +64,24 @@ class DecayedBetaTracker:
         self.counts = {key: (float(total), float(hits)) for key, (total, hits) in state["counts"].items()}
 
 
+def checked_estimates(estimator: PassRateEstimator, keys: Sequence[Hashable]) -> list[float]:
+    """`estimator.estimate(keys)`, checked: one estimate per key, each strictly inside (0, 1) (NaN is not); the error
+    names the estimator and the prompt."""
+    estimates = estimator.estimate(keys)
+    if len(estimates) != len(keys):
+        raise ValueError(
+            f"{type(estimator).__name__}.estimate returned {len(estimates)} estimates for {len(keys)} prompts; return "
+            "one per key."
+        )
+    for key, estimate in zip(keys, estimates, strict=True):
+        if not 0.0 < estimate < 1.0:  # also NaN
+            raise ValueError(
+                f"{type(estimator).__name__}.estimate returned {estimate} for prompt {str(key)!r}; estimates must lie "
+                "strictly in (0, 1). Fix the estimator."
+            )
+    return estimates
+
+
 def checked_beta_parameters(estimator: Any, method: str, keys: Sequence[Hashable]) -> list[tuple[float, float]]:
     """
     `estimator.<method>(keys)` (`beta_parameters` or `prior_parameters`, what the predictive round policies read),
