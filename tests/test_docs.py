@@ -114,10 +114,10 @@ def test_readme_gpu_install_is_one_command_with_the_gpu_constraints():
     # The very command .ci/gpu_resolve_check.sh resolves in CI.
     check = (ROOT / ".ci" / "gpu_resolve_check.sh").read_text()
     assert 'CONSTRAINTS="${1:-constraints/trl-1.16-gpu.txt}"' in check and "EXTRAS:-vllm,deepspeed}" in check
-    # .ci/run starts it in its side lane (.ci/side_stages.sh) and waits for it.
+    # .ci/run starts it in the background with the stage venvs' set-up (.ci/build_stage_venvs.sh) and waits for it.
     run = (ROOT / ".ci" / "run").read_text()
-    assert "bash .ci/side_stages.sh" in run and 'wait "$side_pid"' in run
-    assert "bash .ci/gpu_resolve_check.sh" in (ROOT / ".ci" / "side_stages.sh").read_text()
+    assert "bash .ci/build_stage_venvs.sh" in run and 'wait "$setup_pid"' in run
+    assert "bash .ci/gpu_resolve_check.sh" in (ROOT / ".ci" / "build_stage_venvs.sh").read_text()
 
 
 def test_readme_python_floor_is_setup_pys(monkeypatch):

@@ -77,6 +77,9 @@ HEALTH_POLL_S = 1.0
 HEALTH_PROBE_TIMEOUT_S = 5.0
 """How long one `/health` probe may take (at most `vllm_server_timeout`)."""
 
+FAILURE_REPORT_ARRIVAL_S = 5.0
+"""Seconds a health check waits, once the worker child has signalled its failure, for the error it sent with it."""
+
 MAX_EMPTY_BATCHES = 1000
 """Consecutive generation batches without a single draw (all prompts skipped) after which the worker gives up."""
 
@@ -621,6 +624,14 @@ class RobustAsyncRolloutWorker(AsyncRolloutWorker):
     def check_health(self, stale_after_s: float) -> None:
         """TRL's check, and a child process that is gone (killed, or exited without reporting) fails it at once
         rather than once its heartbeat is `stale_after_s` old."""
+        if self._failed_event.is_set():
+            # TRL's child puts its error on a multiprocessing queue before it sets the event, but the queue sends
+            # through a feeder thread: the event can be seen first, and TRL's check then chains no error, so the
+            # failure could not be explained (a lost server read as an unexplained worker failure). Give the error
+            # time to arrive.
+            arrival_deadline = time.monotonic() + FAILURE_REPORT_ARRIVAL_S
+            while self._exception_info_queue.empty() and time.monotonic() < arrival_deadline:
+                time.sleep(0.05)
         super().check_health(stale_after_s)
         process = self._process
         if process is None or process._popen is None or process.is_alive():
