@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import rules
+from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
 from .registry import register_sampler
 from .settings import SamplerSettings
@@ -274,10 +275,24 @@ class SamplingStep:
             # the groups it keeps. With a pool baseline a constant kept group can still have a signal
             # (PromptResult.has_signal), so this is not the share of prompts without one.
             metrics["zero_variance_share/kept"] = sum(kept_constant) / len(kept_constant)
+            # Where the draws went (`draws/*`); with refills `BatchFiller.metrics` accounts over the update's batches.
+            metrics.update(draw_metrics(selection_draws(results, self.pools)))
         metrics["unscorable_share"] = sum(count == 0 for count in self.scorable) / len(self.scorable)
         for round_index, active in enumerate(self.active_after_round, start=1):
             metrics[f"active_prompts/after_round_{round_index}"] = float(active)
         return metrics
+
+
+def selection_draws(
+    results: Sequence[PromptResult], pools: Sequence[Sequence[float]], in_update: Sequence[bool] | None = None
+) -> list[PromptDraws]:
+    """Each prompt of a batch for [`draw_metrics`]; `in_update` (default: all) says which prompts the update took."""
+    taken = in_update if in_update is not None else [True] * len(results)
+    return [
+        PromptDraws(result.pass_rate, len(pool), useful, len(result.kept) if useful else 0)
+        for result, pool, chosen in zip(results, pools, taken, strict=True)
+        for useful in (chosen and result.has_signal,)
+    ]
 
 
 def _nanmean(values: Sequence[float]) -> float:

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import rules
-from .base import Selection, UniformSampler
+from .accounting import draw_metrics
+from .base import Selection, UniformSampler, selection_draws
 from .registry import register_sampler
 from .settings import SamplerSettings
 
@@ -80,11 +81,14 @@ class BatchFiller:
     """Per batch, per prompt: whether the kept group's rewards are constant ([`Selection.kept_constant`])."""
     taken: list[tuple[int, int]] = field(default_factory=list)
     """`(batch, prompt)` of the update's prompts, once `take` chose them."""
+    selections: list[Selection] = field(default_factory=list)
+    """Every batch's selection, in order: the draw accounting (`draws/*`) covers the refills' draws too."""
 
     def add(self, selection: Selection) -> None:
         """File every prompt of one generation batch as informative or dropped."""
         batch = self.batches
         self.kept_constant.append(selection.kept_constant)
+        self.selections.append(selection)
         for index, result in enumerate(selection.prompts):
             (self.informative if result.has_signal else self.dropped).append((batch, index))
         self.batches += 1
@@ -115,6 +119,8 @@ class BatchFiller:
         their number and share; `dapo/extra_batches`: refill batches drawn; `dapo/filled_share`: the share of the
         update's prompts that carry a signal; `zero_variance_share/kept`: the share of the update's groups (after
         `take`) whose kept rewards are constant, what TRL's `frac_reward_zero_std` describes.
+        Once `take` chose the update, `draws/*` ([`draw_metrics`]) over every batch: a dropped or untaken prompt's draws
+        were not useful.
         """
         seen = len(self.informative) + len(self.dropped)
         metrics = {
@@ -126,6 +132,18 @@ class BatchFiller:
         if self.taken:
             constant = [self.kept_constant[batch][prompt] for batch, prompt in self.taken]
             metrics["zero_variance_share/kept"] = sum(constant) / len(constant)
+            taken = set(self.taken)
+            metrics.update(
+                draw_metrics(
+                    prompt
+                    for batch, selection in enumerate(self.selections)
+                    for prompt in selection_draws(
+                        selection.prompts,
+                        selection.pools,
+                        [(batch, index) in taken for index in range(len(selection.prompts))],
+                    )
+                )
+            )
         return metrics
 
 

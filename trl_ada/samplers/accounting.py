@@ -1,0 +1,86 @@
+"""
+Where a step's completions go: per pass-rate band of the prompt, how many were drawn and what share of them served
+an update group with a signal ("useful draws"). Pure Python: no torch, no TRL.
+
+A prompt's band is its pool's measured pass rate `p̂` (positives over scored, unmasked draws), the one number every
+sampler has after drawing, tracker or not:
+
+- `none_right`: `p̂ = 0`, every draw wrong (the prompt was hopeless at this budget);
+- `low`: `0 < p̂ <= 1/4`; `mid`: `1/4 < p̂ < 3/4`; `high`: `3/4 <= p̂ < 1`;
+- `all_right`: `p̂ = 1`, every draw right;
+- `unscored`: no draw had a reward.
+
+A prompt's draws are *useful* when the prompt is in the update and its group carries a signal
+([`PromptResult.has_signal`]): the pool's draws then set its baseline and the kept ones move the policy. They are
+*trained* when they are themselves in that group. DAPO's dropped groups, and a sequential sampler's pool that hit
+the cap with one outcome, count as drawn and not useful: that is the waste this accounting exists to find.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+BANDS = ("none_right", "low", "mid", "high", "all_right", "unscored")
+"""The pass-rate bands, in the order tables print them."""
+
+
+def band_of(pass_rate: float) -> str:
+    """The band of a pool's measured pass rate (NaN: `unscored`)."""
+    if math.isnan(pass_rate):
+        return "unscored"
+    if pass_rate <= 0.0:
+        return "none_right"
+    if pass_rate >= 1.0:
+        return "all_right"
+    if pass_rate <= 0.25:
+        return "low"
+    return "mid" if pass_rate < 0.75 else "high"
+
+
+@dataclass(frozen=True)
+class PromptDraws:
+    """One prompt of one generation batch, as the accounting sees it."""
+
+    pass_rate: float
+    """The pool's measured pass rate (NaN when no draw was scored)."""
+    draws: int
+    """Completions drawn for the prompt (its pool)."""
+    useful: bool
+    """The prompt is in the update and its group carries a signal."""
+    trained: int
+    """Of `draws`, those in the update's group (0 when not `useful`)."""
+
+
+def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
+    """
+    The `draws/*` metrics of one update, over every prompt drawn for it (first batch and refills):
+
+    - `draws/total`: completions drawn; `draws/useful_share`, `draws/trained_share`: the shares of them that were
+      useful and trained (see the module docstring);
+    - per band `B` with at least one draw: `draws/B/share`, the share of the update's draws spent on prompts of that
+      band, and `draws/B/useful_share`, the share of that band's draws that were useful.
+    """
+    drawn = dict.fromkeys(BANDS, 0)
+    useful = dict.fromkeys(BANDS, 0)
+    trained = 0
+    for prompt in prompts:
+        band = band_of(prompt.pass_rate)
+        drawn[band] += prompt.draws
+        if prompt.useful:
+            useful[band] += prompt.draws
+            trained += prompt.trained
+    total = sum(drawn.values())
+    if total == 0:
+        return {"draws/total": 0.0}
+    metrics = {
+        "draws/total": float(total),
+        "draws/useful_share": sum(useful.values()) / total,
+        "draws/trained_share": trained / total,
+    }
+    for band in BANDS:
+        if drawn[band]:
+            metrics[f"draws/{band}/share"] = drawn[band] / total
+            metrics[f"draws/{band}/useful_share"] = useful[band] / drawn[band]
+    return metrics
