@@ -116,7 +116,22 @@ METHODS: dict[str, tuple[str, dict]] = {
             "objective": "linear",
         },
     ),
+    # Issue 33's tournament: Knapsack-RL (Li et al., arXiv 2509.25849) at GRPO n=4's budget per step, trained on every
+    # draw; DAPO whose refill passes over prompts predicted to come back unmixed (trl_ada/samplers/gated.py).
+    "knapsack": ("Knapsack-RL", {"sampler": "knapsack", "num_generations": 4}),
+    "dapo_gated": (
+        "DAPO, gated refill",
+        {"sampler": "dapo_gated", "num_generations": 4, "dapo_on_exhausted": "keep_partial"},
+    ),
 }
+BUILT_IN_METHODS = dict(METHODS)
+RECOMMENDED = "dapo"
+"""The method README's "Which sampler should I use" recommends for a finite prompt set; `recommended` runs it."""
+METHODS["recommended"] = (f"Recommended ({METHODS[RECOMMENDED][0]})", METHODS[RECOMMENDED][1])
+TOURNAMENT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "knapsack", "dapo_gated"]
+"""Issue 33's tournament, read at equal completions (`--completions_budget`)."""
+BUDGET_EVAL_POINTS = 8
+"""With `--completions_budget`, the held-out is measured each time a run crosses another eighth of the budget."""
 
 # The stream comparison's default methods (its published table); the finite comparison adds the round policy and the
 # authors' setting.
@@ -176,7 +191,77 @@ def make_config(method: str, seed: int, steps: int, lr: float, out: Path, prompt
     )
 
 
-def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: int, lr: float, out: Path) -> dict:
+def draw_accounting(entries: Sequence[dict]) -> dict[str, Any]:
+    """
+    A run's draws per pass-rate band of the pool (issue 33 item 1), summed from the trainer's per-step `ada/draws/*`
+    metrics (`trl_ada.samplers.accounting`): completions drawn, those that served an update group with a signal
+    (useful) and those in it (trained), overall and per band.
+    """
+    from trl_ada.samplers.accounting import BANDS
+
+    total = useful = trained = 0.0
+    bands = {band: {"drawn": 0.0, "useful": 0.0} for band in BANDS}
+    for entry in entries:
+        step_total = entry.get("ada/draws/total") or 0.0
+        if not step_total:
+            continue
+        total += step_total
+        useful += step_total * entry["ada/draws/useful_share"]
+        trained += step_total * entry["ada/draws/trained_share"]
+        for band in BANDS:
+            drawn = step_total * entry.get(f"ada/draws/{band}/share", 0.0)
+            if drawn:
+                bands[band]["drawn"] += drawn
+                bands[band]["useful"] += drawn * entry[f"ada/draws/{band}/useful_share"]
+    return {
+        "total": total,
+        "useful": useful,
+        "trained": trained,
+        "bands": {b: v for b, v in bands.items() if v["drawn"]},
+    }
+
+
+class EvaluationPlan:
+    """
+    When a run measures its held-out and when it stops: every `eval_every` steps and at the last step; or, with a
+    completions budget, each time the completions drawn cross another `1 / BUDGET_EVAL_POINTS` of it, stopping once
+    they reach it (every method then ends at the same completions, whatever it draws per step).
+    """
+
+    def __init__(self, steps: int, eval_every: int, budget: int | None) -> None:
+        self.steps, self.eval_every, self.budget = steps, eval_every, budget
+        self.next_mark = None if budget is None else budget / BUDGET_EVAL_POINTS
+
+    def evaluate_now(self, step: int, completions: float) -> bool:
+        if self.budget is None:
+            return step % self.eval_every == 0 or step == self.steps
+        if completions >= self.budget or step == self.steps:
+            return True
+        if completions < self.next_mark:
+            return False
+        while self.next_mark <= completions:
+            self.next_mark += self.budget / BUDGET_EVAL_POINTS
+        return True
+
+    def stop_now(self, completions: float) -> bool:
+        return self.budget is not None and completions >= self.budget
+
+
+def budget_steps(budget: int | None, steps: int, prompts_per_step: int) -> int:
+    """The step cap of a run: `steps`, or with a budget enough for any method drawing 2 or more completions a prompt."""
+    return steps if budget is None else max(steps, math.ceil(budget / (2 * prompts_per_step)))
+
+
+def run_one(
+    method: str,
+    seed: int,
+    steps: int,
+    eval_every: int,
+    heldout_size: int,
+    lr: float,
+    out: Path,
+    completions_budget: int | None = None,
+) -> dict:
     """One training run (called in a child process); returns its curve and final numbers."""
     import torch
     from transformers import TrainerCallback
@@ -190,25 +275,33 @@ def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: i
     n = overrides["num_generations"]
     model, tokenizer = load_tiny_arith_model()
     heldout = held_out_problems(heldout_size, seed=1234)
+    steps = budget_steps(completions_budget, steps, PROMPTS_PER_STEP)
     config = make_config(method, seed, steps, lr, out, PROMPTS_PER_STEP)
     curve: list[dict] = []
+    plan = EvaluationPlan(steps, eval_every, completions_budget)
+    scored = [0]  # completions scored so far (the budget's count)
 
     def evaluate(trainer_model) -> float:
         return accuracy_by_level(
             trainer_model, tokenizer, heldout, temperature=1.0, num_samples=1, max_new_tokens=8, seed=seed
         )["overall"]
 
+    def exact_match(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+        scored[0] += len(completions)
+        return exact_match_reward(completions, answer)
+
     class HeldOut(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            if state.global_step % eval_every == 0 or state.global_step == steps:
+            if plan.evaluate_now(state.global_step, scored[0]):
                 # samples and train_seconds are filled in after training: on_step_end runs before the step's own
                 # log entry is written, so the history here would miss the step the point is taken at.
                 curve.append({"step": state.global_step, "heldout": evaluate(model)})
+            control.should_training_stop |= plan.stop_now(scored[0])
 
     dataset = make_dataset(max(steps * PROMPTS_PER_STEP * 2, 4000), seed=seed)
     trainer = AdaGRPOTrainer(
         model,
-        [exact_match_reward],
+        [exact_match],
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -232,7 +325,46 @@ def run_one(method: str, seed: int, steps: int, eval_every: int, heldout_size: i
         "curve": [{"step": 0, "heldout": start_accuracy, "samples": 0.0, "train_seconds": 0.0}, *curve],
         "median_step_seconds": statistics.median(e["step_time"] for e in entries),
         "train_pass_rate": [e.get("ada/pass_rate/mean") for e in entries],
+        "draws": draw_accounting(entries),
+        "completions": scored[0],
+        "steps_run": len(entries),
     }
+
+
+def run_settings(settings: dict[str, Any], method: str) -> dict[str, Any]:
+    """What one run depends on: the shared settings, and its method's overrides when they are not the built-in ones
+    (a `--method_config` may reuse a name with other fields)."""
+    if METHODS[method][1] == BUILT_IN_METHODS.get(method, (None, None))[1]:
+        return settings
+    return {**settings, "overrides": METHODS[method][1]}
+
+
+def add_method_config(spec: str) -> str:
+    """`NAME='{json}'` (`--method_config`) as a method of `METHODS`; `ValueError` naming the fix when it is not one."""
+    from dataclasses import fields
+
+    from trl_ada.samplers import SamplerSettings
+
+    name, sep, text = spec.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise ValueError(
+            f"--method_config {spec!r}: write NAME='{{json}}', NAME a plain word, e.g. my_rule='{{...}}'."
+        )
+    try:
+        overrides = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"--method_config {name}: the config is not JSON ({error}); quote it: {name}='{{...}}'."
+        ) from None
+    if not isinstance(overrides, dict) or "sampler" not in overrides:
+        raise ValueError(f'--method_config {name}: give a JSON object with at least a "sampler", got {text!r}.')
+    overrides = {"num_generations": 4, **overrides}
+    known = {field.name for field in fields(SamplerSettings)}
+    # The sampler's knobs are checked here, before any run starts; the rest are AdaGRPOConfig's, checked by it.
+    SamplerSettings(**{key: value for key, value in overrides.items() if key in known}).validated()
+    METHODS[name] = (name, overrides)
+    return name
 
 
 def reusable(path: Path, settings: dict[str, Any]) -> bool:
@@ -381,6 +513,7 @@ def run_finite(
     heldout_data: Path,
     eval_samples: int,
     prompts_per_step: int,
+    completions_budget: int | None = None,
 ) -> dict:
     """One training run over a finite prompt set (called in a child process); returns its curve and final numbers.
 
@@ -419,6 +552,8 @@ def run_finite(
             prompts_per_step,
             len(rows) % prompts_per_step,
         )
+    steps = budget_steps(completions_budget, steps, prompts_per_step)
+    plan = EvaluationPlan(steps, eval_every, completions_budget)
     config = make_config(method, seed, steps, lr, out, prompts_per_step)
     # prompt and answer, plus level and band when every row has them (the reward ignores them; they ride along).
     keys = ["prompt", "answer", *(key for key in ("level", "band") if all(key in row for row in rows))]
@@ -461,8 +596,10 @@ def run_finite(
 
     class HeldOut(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            if state.global_step % eval_every == 0 or state.global_step == steps:
+            done = sum(scored[: state.global_step])
+            if plan.evaluate_now(state.global_step, done):
                 curve.append(point(state.global_step, model))
+            control.should_training_stop |= plan.stop_now(done)
 
     trainer = AdaGRPOTrainer(
         model, [exact_match], args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[HeldOut()]
@@ -489,6 +626,7 @@ def run_finite(
         "epoch_visits": epoch_visits([sorted(v) for v in visits], per_epoch),
         "visits": [sorted(v) for v in visits],
         "completions_per_step": scored,
+        "draws": draw_accounting(entries),
     }
 
 
@@ -823,8 +961,30 @@ def main(argv: list[str] | None = None) -> int:
         "--methods",
         nargs="+",
         default=None,
-        choices=list(METHODS),
-        help=f"default: {' '.join(STREAM_METHODS)}; finite mode: {' '.join(FINITE_METHODS)}",
+        help=f"any of {' '.join(METHODS)}, or a name given by --method_config (default: {' '.join(STREAM_METHODS)}; "
+        f"finite mode: {' '.join(FINITE_METHODS)}; --tournament: {' '.join(TOURNAMENT_METHODS)})",
+    )
+    parser.add_argument(
+        "--method_config",
+        action="append",
+        default=[],
+        metavar="NAME='{json}'",
+        help="a method of one's own: AdaGRPOConfig fields as JSON, e.g. "
+        """my_rule='{"sampler": "seq_balance", "max_rounds": 2}' (num_generations defaults to 4); repeatable""",
+    )
+    parser.add_argument(
+        "--completions_budget",
+        type=int,
+        default=None,
+        help="train every method until it has drawn this many completions (equal completions), measuring the held-out "
+        f"at each {1}/{BUDGET_EVAL_POINTS} of it; --steps/--epochs then only cap the steps",
+    )
+    parser.add_argument(
+        "--tournament",
+        action="store_true",
+        help=f"issue 33's methods ({' '.join(TOURNAMENT_METHODS)}) unless --methods says otherwise, and the tournament "
+        "report (tournament.md: paired differences against DAPO at equal completions and at DAPO's training time, "
+        "the useful-draw shares per band); needs --completions_budget",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=300)
@@ -846,6 +1006,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    for spec in args.method_config:
+        try:
+            add_method_config(spec)
+        except ValueError as error:
+            parser.error(str(error))
+    if args.tournament and args.completions_budget is None:
+        parser.error("--tournament compares methods at equal completions: give --completions_budget (e.g. DAPO's).")
+    if args.completions_budget is not None and args.completions_budget < 1:
+        parser.error("--completions_budget must be a positive number of completions.")
+    if args.methods is None and args.tournament:
+        args.methods = list(TOURNAMENT_METHODS)
+    unknown = [method for method in args.methods or () if method not in METHODS]
+    if unknown:
+        parser.error(f"unknown methods {unknown}: choose from {sorted(METHODS)}, or define one with --method_config.")
     is_finite = args.train_data is not None
     if is_finite:
         if args.heldout_data is None:
@@ -870,6 +1044,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.train_data} holds fewer prompts than one step ({prompts_per_step}).")
     # What a run's result depends on besides its method and seed: --reuse_runs keeps a run only when these match.
     settings: dict[str, Any] = {"steps": steps, "eval_every": args.eval_every, "learning_rate": args.learning_rate}
+    if args.completions_budget is not None:
+        settings["completions_budget"] = args.completions_budget
+
     if is_finite:
         settings |= {
             "train_data": str(args.train_data),
@@ -895,18 +1072,31 @@ def main(argv: list[str] | None = None) -> int:
                     heldout_data=args.heldout_data,
                     eval_samples=eval_samples,
                     prompts_per_step=prompts_per_step,
+                    completions_budget=args.completions_budget,
                 )
             else:
                 result = run_one(
-                    method, seed, args.steps, args.eval_every, args.heldout_size, args.learning_rate, Path(scratch)
+                    method,
+                    seed,
+                    args.steps,
+                    args.eval_every,
+                    args.heldout_size,
+                    args.learning_rate,
+                    Path(scratch),
+                    completions_budget=args.completions_budget,
                 )
-        (args.out / "runs" / f"{method}-seed{seed}.json").write_text(json.dumps({**result, "settings": settings}))
+        result["settings"] = run_settings(settings, method)
+        (args.out / "runs" / f"{method}-seed{seed}.json").write_text(json.dumps(result))
         return 0
 
     (args.out / "runs").mkdir(exist_ok=True)
     pending = [(m, s) for s in args.seeds for m in args.methods]
     if args.reuse_runs:
-        pending = [(m, s) for m, s in pending if not reusable(args.out / "runs" / f"{m}-seed{s}.json", settings)]
+        pending = [
+            (m, s)
+            for m, s in pending
+            if not reusable(args.out / "runs" / f"{m}-seed{s}.json", run_settings(settings, m))
+        ]
         logger.info("Reusing %d finished runs.", len(args.seeds) * len(args.methods) - len(pending))
     running: list[tuple[subprocess.Popen, str, int, float]] = []
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -922,6 +1112,10 @@ def main(argv: list[str] | None = None) -> int:
         "--learning_rate",
         str(args.learning_rate),
     ]
+    for spec in args.method_config:
+        common += ["--method_config", spec]
+    if args.completions_budget is not None:
+        common += ["--completions_budget", str(args.completions_budget)]
     if is_finite:  # the child gets the step count, not the epochs
         common += ["--train_data", str(args.train_data), "--heldout_data", str(args.heldout_data)]
         common += ["--prompts_per_step", str(prompts_per_step), "--eval_samples", str(eval_samples)]
@@ -949,6 +1143,8 @@ def main(argv: list[str] | None = None) -> int:
             path = args.out / "runs" / f"{method}-seed{seed}.json"
             if path.exists():
                 results.append(json.loads(path.read_text()))
+    if args.tournament:
+        write_tournament(args.out, results, args.completions_budget)
     if is_finite:
         return report_finite(args, results, steps, prompts_per_step, eval_samples, failed)
     summary = summarize(results)
@@ -964,6 +1160,117 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in summary["ratios"].items():
         print(f"{name}: {value:.3f}")
     return 0
+
+
+def heldout_at_seconds(run: dict, seconds: float) -> float | None:
+    """The run's held-out at `seconds` of training (linear between its evaluations); None if it stopped before."""
+    curve = run["curve"]
+    if curve[-1]["train_seconds"] < seconds:
+        return None
+    for before, after in zip(curve, curve[1:]):
+        if after["train_seconds"] >= seconds:
+            span = after["train_seconds"] - before["train_seconds"]
+            share = 1.0 if span <= 0 else (seconds - before["train_seconds"]) / span
+            return before["heldout"] + share * (after["heldout"] - before["heldout"])
+    return curve[-1]["heldout"]
+
+
+def tournament_summary(results: list[dict], budget: int, reference: str = "dapo") -> dict[str, Any]:
+    """
+    Issue 33's tournament: per method, the held-out at the completions budget (every run stops there) and at the
+    reference's mean training time, each as a mean with its 95% interval and as a paired (same-seed) difference
+    against the reference; the completions, training seconds and draw accounting (useful and trained shares, per
+    band) summed over seeds.
+    """
+    by_method: dict[str, list[dict]] = {}
+    for run in results:
+        by_method.setdefault(run["method"], []).append(run)
+    ref_runs = by_method.get(reference, [])
+    ref_seconds = statistics.fmean(run["curve"][-1]["train_seconds"] for run in ref_runs) if ref_runs else None
+    methods = {}
+    for method, runs in by_method.items():
+        drawn = sum(run["draws"]["total"] for run in runs)
+        bands: dict[str, dict[str, float]] = {}
+        for run in runs:
+            for band, counts in run["draws"]["bands"].items():
+                entry = bands.setdefault(band, {"drawn": 0.0, "useful": 0.0})
+                entry["drawn"] += counts["drawn"]
+                entry["useful"] += counts["useful"]
+        row: dict[str, Any] = {
+            "label": runs[0]["label"],
+            "seeds": sorted(run["seed"] for run in runs),
+            "final": mean_ci([_final(run) for run in runs]),
+            "completions": statistics.fmean(run["curve"][-1]["samples"] for run in runs),
+            "train_seconds": statistics.fmean(run["curve"][-1]["train_seconds"] for run in runs),
+            "useful_share": sum(run["draws"]["useful"] for run in runs) / drawn if drawn else math.nan,
+            "trained_share": sum(run["draws"]["trained"] for run in runs) / drawn if drawn else math.nan,
+            "bands": {
+                band: {"share": counts["drawn"] / drawn, "useful_share": counts["useful"] / counts["drawn"]}
+                for band, counts in bands.items()
+            },
+        }
+        if ref_runs and method != reference:
+            row["minus_reference"] = paired_difference(runs, ref_runs, _final)
+            at_time = {run["seed"]: heldout_at_seconds(run, ref_seconds) for run in runs}
+            ref_at_time = {run["seed"]: heldout_at_seconds(run, ref_seconds) for run in ref_runs}
+            seeds = [seed for seed in at_time if at_time[seed] is not None and ref_at_time.get(seed) is not None]
+            row["minus_reference_at_equal_time"] = {
+                **mean_ci([at_time[seed] - ref_at_time[seed] for seed in seeds]),
+                "seeds": seeds,
+            }
+        methods[method] = row
+    return {"budget": budget, "reference": reference, "reference_seconds": ref_seconds, "methods": methods}
+
+
+def tournament_table(summary: dict[str, Any]) -> str:
+    """`tournament.md`: the held-out table against the reference, then where each method's draws went."""
+    from trl_ada.samplers.accounting import BANDS
+
+    reference = summary["reference"]
+    lines = [
+        f"Every run stops at {summary['budget']:,} completions (equal completions); 'at equal time' reads each curve at "
+        f"{reference}'s mean training time ({summary['reference_seconds'] or 0:.0f} s; seeds that stopped earlier are "
+        "left out). Differences are paired by seed, with 95% t-intervals.",
+        "",
+        f"| method | seeds | held-out at equal completions | - {reference} | - {reference} at equal time | completions | "
+        "training s | useful draws | trained draws |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in summary["methods"].values():
+        diff = _fmt(row["minus_reference"], signed=True) if "minus_reference" in row else "-"
+        at_time = row.get("minus_reference_at_equal_time")
+        timed = "-" if at_time is None else f"{_fmt(at_time, signed=True)} ({len(at_time['seeds'])} seeds)"
+        lines.append(
+            f"| {row['label']} | {len(row['seeds'])} | {_fmt(row['final'])} | {diff} | {timed} | "
+            f"{row['completions']:,.0f} | {row['train_seconds']:.1f} | {row['useful_share']:.3f} | "
+            f"{row['trained_share']:.3f} |"
+        )
+    lines += [
+        "",
+        "Where the draws went: per band of the pool's measured pass rate, the share of the method's draws spent there "
+        "(and, in brackets, the share of those that served an update group with a signal).",
+        "",
+        "| method | " + " | ".join(BANDS) + " |",
+        "|---|" + "---:|" * len(BANDS),
+    ]
+    for row in summary["methods"].values():
+        cells = []
+        for band in BANDS:
+            entry = row["bands"].get(band)
+            cells.append("-" if entry is None else f"{entry['share']:.3f} ({entry['useful_share']:.2f})")
+        lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_tournament(out: Path, results: list[dict], budget: int) -> None:
+    """Writes `tournament.json` and `tournament.md` under `out` and prints the table."""
+    if not results:
+        return
+    summary = tournament_summary(results, budget)
+    (out / "tournament.json").write_text(json.dumps(summary, indent=1))
+    table = tournament_table(summary)
+    (out / "tournament.md").write_text(table)
+    print(table)
 
 
 def report_finite(

@@ -21,6 +21,7 @@ from .base import (
 from .continuous import ContinuousStep, ScheduleStats
 from .dapo import BatchExhaustedError, BatchFiller, DapoSampler  # registers "dapo"
 from .est import EstSampler  # registers "est"
+from .gated import GatedRefillOptions, GatedRefillSampler  # registers "dapo_gated"
 from .knapsack import KnapsackOptions, KnapsackSampler  # registers "knapsack"
 from .predictor import LearnedPassRatePredictor, PromptKey
 from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
@@ -36,6 +37,8 @@ __all__ = [
     "DapoSampler",
     "DecayedBetaTracker",
     "EstSampler",
+    "GatedRefillOptions",
+    "GatedRefillSampler",
     "KnapsackOptions",
     "KnapsackSampler",
     "LearnedPassRatePredictor",

@@ -503,6 +503,10 @@ class Sampler:
         settings = self.settings
         return rules.objective_weight(pass_rate, settings.objective, settings.power_alpha, settings.max_weight)
 
+    def refill_passes_over(self, key: Hashable) -> bool:
+        """Whether DAPO's refill (`dapo_refill`) should pass over this prompt, by its key. Default: never."""
+        return False
+
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
         """Called once the step is finished; stateful samplers update themselves here."""
 

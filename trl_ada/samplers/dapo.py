@@ -172,10 +172,13 @@ class RefillWalk:
         self.position = 0
         self._indices: list[int] | None = None
 
-    def next_prompts(self, count: int, exclude: set) -> list[Any]:
+    def next_prompts(
+        self, count: int, exclude: set, passes_over: Callable[[Hashable], bool] | None = None
+    ) -> list[Any]:
         """
         Up to `count` rows (one per prompt) none of whose prompts is in `exclude`; the keys of the rows returned are
         added to `exclude`. Fewer than `count` (or none) come back when the dataset has no more prompts outside it.
+        A row whose key `passes_over` accepts is stepped past, as if it were in `exclude` (the walk moves on).
         """
         dataset_size = len(self.dataset)
         rows: list[Any] = []
@@ -192,7 +195,7 @@ class RefillWalk:
             self.position += 1
             scanned += 1
             key = self.key(row)
-            if key not in exclude:
+            if key not in exclude and not (passes_over is not None and passes_over(key)):
                 exclude.add(key)
                 rows.append(row)
         return rows
@@ -212,6 +215,7 @@ def fill_update(
     walk: RefillWalk,
     max_refills: int,
     keep_partial: bool,
+    passes_over: Callable[[Hashable], bool] | None = None,
 ) -> BatchFiller:
     """
     DAPO's dynamic sampling for one update: file the first generation batch's prompts (`first`, keyed `first_keys`),
@@ -219,7 +223,8 @@ def fill_update(
     sample a refill batch of as many prompts from `walk` (`sample(rows)` runs the generation schedule on them and
     returns their selection) and file it too. Returns the filler after `take`: `taken` holds the update's
     `(batch, prompt)` pairs (batch 0 is `first`, batch `i` the `i`-th `sample` call), `metrics()` the `dapo/*` values.
-    Raises `BatchExhaustedError` when the batch is short and not `keep_partial`.
+    Raises `BatchExhaustedError` when the batch is short and not `keep_partial`. `passes_over` (the sampler's
+    [`Sampler.refill_passes_over`]) lets the walk step past prompts the sampler expects nothing from.
 
     The loop lives here, next to the filter and the walk, rather than in `trl_ada.schedules`: it is DAPO's rule (which
     batches to draw, when to stop, what the update keeps), pure and the same for any schedule, which it drives only
@@ -229,7 +234,7 @@ def fill_update(
     filler.add(first)
     in_step = set(first_keys)
     while not filler.is_full and filler.batches <= max_refills:
-        rows = walk.next_prompts(filler.num_prompts, exclude=in_step)
+        rows = walk.next_prompts(filler.num_prompts, exclude=in_step, passes_over=passes_over)
         if not rows:
             break  # every prompt of the dataset is already in this step
         filler.add(sample(rows))

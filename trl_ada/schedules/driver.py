@@ -82,6 +82,7 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
             trainer.ada_refills,
             settings.dapo_max_refills,
             keep_partial=settings.dapo_on_exhausted == "keep_partial",
+            passes_over=trainer.ada_sampler.refill_passes_over,
         )
         chosen = filler.taken
         for name, value in filler.metrics().items():

@@ -1,0 +1,99 @@
+"""`sampler="dapo_gated"` (issue 33 item 3): DAPO whose refill passes over prompts predicted to come back unmixed."""
+
+import itertools
+import math
+
+import pytest
+
+from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.samplers.dapo import RefillWalk, fill_update
+from trl_ada.samplers.gated import mixed_chance
+
+
+def settings(**options):
+    return SamplerSettings(sampler="dapo_gated", num_generations=4, seed=0, sampler_kwargs=options or None).validated()
+
+
+@pytest.mark.parametrize(("alpha", "beta", "draws"), [(1.0, 1.0, 2), (0.3, 2.7, 4), (2.0, 5.0, 3), (0.5, 0.5, 1)])
+def test_mixed_chance_is_the_beta_binomial_chance_of_both_outcomes(alpha, beta, draws):
+    # Beta-binomial pmf of 0 and `draws` successes, summed exactly from the Beta function.
+    def log_beta(a, b):
+        return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+    none = math.exp(log_beta(alpha, beta + draws) - log_beta(alpha, beta))
+    every = math.exp(log_beta(alpha + draws, beta) - log_beta(alpha, beta))
+    assert mixed_chance(alpha, beta, draws) == pytest.approx(1.0 - none - every, rel=1e-12)
+    assert mixed_chance(1.0, 1.0, 2) == pytest.approx(1 / 3)  # 2 E[p (1 - p)] under the uniform
+
+
+def visit(sampler, keys, pools):
+    """One batch of the sampler on `keys`, each drawing its pool exactly."""
+    step = sampler.begin(len(keys), keys)
+    requests = step.requests()
+    step.observe(requests, [r for pool in pools for r in pool])
+    return step.finish()
+
+
+def test_a_prompt_wrong_at_every_visit_is_passed_over_and_a_mixed_or_new_one_is_not():
+    sampler = build_sampler(settings())
+    mixed = [[1.0, 0.0, 0.0, 0.0]] * 3
+    for _ in range(4):
+        visit(sampler, ["hopeless", "solved", "a", "b", "c"], [[0.0] * 4, [1.0] * 4, *mixed])
+    # Measured: 3 of 5 groups mixed. The prior sits at the mean pass rate, 15 / 40, so an all-right prompt takes more
+    # visits than an all-wrong one to be judged (four here; the next test shows one all-wrong visit can be enough).
+    assert sampler.mixed_share == pytest.approx(0.6)
+    assert sampler.refill_passes_over("hopeless") and sampler.refill_passes_over("solved")
+    assert not sampler.refill_passes_over("a")
+    assert not sampler.refill_passes_over("never drawn")
+    plain = build_sampler(settings(min_mixed_chance_ratio=0.0))
+    for _ in range(2):
+        visit(plain, ["hopeless", "a"], [[0.0] * 4, [1.0, 0.0, 0.0, 0.0]])
+    assert not plain.refill_passes_over("hopeless")  # ratio 0: DAPO's refill
+
+
+def test_one_all_wrong_visit_on_a_hard_set_is_evidence_but_not_on_an_easy_one():
+    hard, easy = build_sampler(settings()), build_sampler(settings())
+    visit(hard, ["x", *"abcdefg"], [[0.0] * 4, *[[1.0, 0.0, 0.0, 0.0]] * 7])  # mean pass rate 7 / 32
+    visit(easy, ["x", *"abcdefg"], [[0.0] * 4, *[[1.0, 1.0, 1.0, 0.0]] * 7])  # mean pass rate 21 / 32
+    assert hard.refill_passes_over("x")
+    assert not easy.refill_passes_over("x")
+
+
+def test_the_walk_steps_past_passed_over_prompts_and_the_state_survives_a_checkpoint():
+    sampler = build_sampler(settings())
+    rows = [{"prompt": name} for name in ("hopeless", "a", "b", "c", "d", "e")]
+    for _ in range(2):
+        visit(sampler, ["hopeless", "a", "b"], [[0.0] * 4, [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 1.0, 1.0]])
+    walk = RefillWalk(rows, lambda epoch: list(range(len(rows))), lambda row: row["prompt"])
+    drawn = []
+
+    def sample(batch):
+        drawn.append([row["prompt"] for row in batch])
+        return visit(sampler, [row["prompt"] for row in batch], [[1.0, 0.0, 1.0, 0.0]] * len(batch))
+
+    first = visit(sampler, ["c", "d"], [[0.0] * 4, [0.0] * 4])
+    filler = fill_update(first, ["c", "d"], sample, walk, max_refills=2, keep_partial=True,
+                         passes_over=sampler.refill_passes_over)  # fmt: skip
+    assert drawn == [["a", "b"]]  # "hopeless" stepped past, "c" and "d" already in the step
+    assert filler.metrics()["dapo/filled_share"] == 1.0
+    restored = build_sampler(settings())
+    restored.load_state_dict(sampler.state_dict())
+    for key in ("hopeless", "a", "c", "new"):
+        assert restored.predicted_mixed_chance(key) == sampler.predicted_mixed_chance(key)
+    assert restored.mixed_share == sampler.mixed_share
+
+
+@pytest.mark.parametrize("bad", [{"min_mixed_chance_ratio": 1.5}, {"min_mixed_chance_ratio": -0.1},
+                                 {"prior_draws": 0}, {"prior_draws": math.inf}, {"ratio": 0.5}])  # fmt: skip
+def test_bad_options_are_refused_naming_the_knob(bad):
+    with pytest.raises(ValueError, match=next(iter(bad)) if "ratio" != next(iter(bad)) else "does not take"):
+        settings(**bad)
+
+
+def test_the_gate_changes_only_which_refill_prompts_are_drawn():
+    # Without history every prompt is drawn: the first batches' selections equal DAPO's, draw for draw.
+    for pools in itertools.islice(itertools.product([[0.0] * 4, [1.0, 0.0, 0.0, 1.0]], repeat=3), 4):
+        gated = visit(build_sampler(settings()), ["a", "b", "c"], list(pools))
+        dapo = visit(build_sampler(SamplerSettings(sampler="dapo", num_generations=4, seed=0).validated()),
+                     ["a", "b", "c"], list(pools))  # fmt: skip
+        assert gated.prompts == dapo.prompts and gated.pools == dapo.pools
