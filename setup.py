@@ -34,6 +34,9 @@ EXTRAS_REQUIRE = {
     # jmespath: TRL's tool-call parsing on transformers < 5.13 (TRL's own `dev` extra has it); without it the tool
     # tests skip.
     "dev": ["pytest>=9.0", "ruff>=0.17", "requests>=2.31", "hypothesis>=6.155", "aiohttp>=3.9", "jmespath>=1.0.1"],
+    # The documentation site (mkdocs.yml, docs/): `mkdocs build --strict` and its API reference from the docstrings.
+    # Exact versions: constraints/docs.txt (`bash .ci/docs_stage.sh` builds and checks the site).
+    "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocstrings>=1.0", "mkdocstrings-python>=2.0"],
 }
 
 setup(

@@ -633,11 +633,11 @@ def test_the_readme_direct_call_example_runs():
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Code: a sandboxed code-execution reward", 1)[1].split("\n## ", 1)[0]
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "code-rl.md").read_text()
+    section = readme.split("# Code: a sandboxed code-execution reward", 1)[1].split("\n## ", 1)[0]
     example = re.findall(r"^```python\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)[0]
     assert "reward.score(" in example
-    exec(compile(example, "README.md", "exec"), {})
+    exec(compile(example, "docs/code-rl.md", "exec"), {})
 
 
 def test_code_task_evaluation_refuses_to_report_a_rate_from_unscorable_programs(monkeypatch):

@@ -22,6 +22,8 @@ from test_install import setup_py_arguments
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "recipes" / "README.md"]
+# Pages of the documentation site that docs/hooks/repository_pages.py generates from files elsewhere in the repository.
+GENERATED_PAGES = {ROOT / "docs" / "benchmarks.md": ROOT / "BENCHMARKS.md", ROOT / "docs" / "recipes.md": DOCS[-1]}
 TOP_DIRS = ("scripts/", "configs/", "constraints/", "docs/", "recipes/", "tests/", "benchmarks/", ".ci/", "trl_ada/")
 TOP_DIRS += ("hub_cards/",)
 # Paths of other repositories that the docs name as such (recipes/README.md cites the authors' verl scripts).
@@ -46,8 +48,8 @@ def section(text: str, heading: str) -> str:
     return rest
 
 
-def code_blocks(text: str) -> list[str]:
-    return re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+def code_blocks(text: str, language: str = "[a-z]*") -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
 
 
 def shell_commands(text: str) -> list[str]:
@@ -107,8 +109,10 @@ def test_every_pip_extra_and_constraints_file_the_docs_install_exists(monkeypatc
         assert (ROOT / constraints).is_file(), constraints
 
 
-def test_readme_gpu_install_is_one_command_with_the_gpu_constraints():
-    commands = shell_commands(section(README.read_text(), "GPU install: vLLM and DeepSpeed"))
+def test_gpu_install_is_one_command_with_the_gpu_constraints():
+    commands = shell_commands(
+        section((ROOT / "docs" / "installation.md").read_text(), "GPU install: vLLM and DeepSpeed")
+    )
     installs = [c for c in commands if c.startswith("pip install")]
     assert installs == ['pip install -c constraints/trl-1.16-gpu.txt -e ".[vllm,deepspeed]"'], commands
     # The very command .ci/gpu_resolve_check.sh resolves in CI.
@@ -130,7 +134,7 @@ def test_readme_python_floor_is_setup_pys(monkeypatch):
 def test_installed_package_users_get_an_accelerate_config_that_exists():
     # "Add to an existing TRL project" is for users without the repository: its --config_file must be a file they
     # have, the configs TRL ships in its package, not configs/accelerate/ (not in the wheel).
-    text = section(README.read_text(), "Add to an existing TRL project")
+    text = section((ROOT / "docs" / "installation.md").read_text(), "Add to an existing TRL project")
     commands = shell_commands(text)
     config_files = [c for c in commands if "--config_file" in c]
     assert config_files, commands
@@ -239,6 +243,89 @@ def test_every_link_to_a_section_finds_it():
     for doc in DOCS:
         for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
             path = (doc.parent / target).resolve() if target else doc
+            path = GENERATED_PAGES.get(path, path)
             if not path.is_file() or anchor not in heading_anchors(path):
                 broken.append(f"{doc.relative_to(ROOT)}: {target}#{anchor}")
     assert not broken, broken
+
+
+def test_every_python_block_of_the_docs_compiles():
+    for doc in DOCS:
+        for block in code_blocks(doc.read_text(), "python"):
+            compile(block, str(doc), "exec")  # SyntaxError names the page
+
+
+def test_every_page_of_the_site_is_in_its_navigation_and_has_runnable_code():
+    # mkdocs.yml's nav lists every page of docs/ (the generated ones included); each page shows code to run.
+    nav = yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]
+
+    def pages(items):
+        for item in items:
+            (target,) = item.values()
+            yield from pages(target) if isinstance(target, list) else [target]
+
+    listed = set(pages(nav))
+    on_disk = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    generated = {p.relative_to(ROOT / "docs").as_posix() for p in GENERATED_PAGES}
+    assert listed == on_disk | generated, listed ^ (on_disk | generated)
+    for page in sorted(on_disk - {"development.md"}):
+        if not page.startswith("reference/"):
+            assert code_blocks((ROOT / "docs" / page).read_text()), f"docs/{page} shows no code"
+
+
+def test_the_simulate_pages_output_is_what_the_command_prints():
+    # docs/simulate.md's first example, run as shown (Bernoulli rewards, seed 42: no model, deterministic).
+    text = (ROOT / "docs" / "simulate.md").read_text()
+    block = code_blocks(text, "console")[0]
+    command, *shown = block.strip().splitlines()
+    argv = shlex.split(command.removeprefix("$ "))
+    assert argv[:2] == ["trl-ada", "simulate"], argv
+    result = subprocess.run(
+        [sys.executable, "-m", "trl_ada.cli", *argv[1:]], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines() == shown
+
+
+def test_the_readme_quick_start_trains_on_cpu(tmp_path, monkeypatch):
+    # The README's 15-line quick start as written, with 2 steps instead of 50 (the only change).
+    import torch
+
+    (block,) = code_blocks(section(README.read_text(), "Quick start"), "python")
+    assert len(block.splitlines()) <= 16, block
+    assert block.count("max_steps=50") == 1
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as examples/quickstart.py does: a 0.6 M-parameter model loses on shared cores
+    namespace = {"__name__": "__main__"}
+    try:
+        exec(compile(block.replace("max_steps=50", "max_steps=2"), str(README), "exec"), namespace)
+    finally:
+        torch.set_num_threads(threads)
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 2 and trainer.args.sampler == "seq_balance"
+    assert any("ada/samples_per_prompt/mean" in entry for entry in trainer.state.log_history)
+
+
+# Python blocks of the pages that run as they stand (no model download, no GPU): (page, a line of the block).
+RUNNABLE_BLOCKS = [
+    ("samplers.md", 'sampler="seq_balance",  # or "uniform"'),
+    ("how-it-works.md", "from trl_ada.samplers import SamplerSettings, simulate"),
+    ("paper.md", "from trl_ada.rewards import math_verify_reward"),
+]
+
+
+@pytest.mark.parametrize("page, line", RUNNABLE_BLOCKS, ids=[page for page, _ in RUNNABLE_BLOCKS])
+def test_the_self_contained_python_blocks_of_the_pages_run(page, line, tmp_path, monkeypatch):
+    (block,) = [b for b in code_blocks((ROOT / "docs" / page).read_text(), "python") if line in b]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, f"docs/{page}", "exec"), {"__name__": "__main__"})  # each block asserts what it shows
+
+
+def test_which_sampler_should_i_use_is_in_the_readme_and_the_samplers_page_and_unread_knobs_raise():
+    from trl_ada import AdaGRPOConfig
+
+    for doc in (README, ROOT / "docs" / "samplers.md"):  # the heading the recommendation lives under, in both
+        assert section(doc.read_text(), "Which sampler should I use").strip(), doc
+    with pytest.raises(ValueError, match="est_sample_power"):  # what the samplers page says about a knob no one reads
+        AdaGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, sampler="seq_balance", est_sample_power=0.3)

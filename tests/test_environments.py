@@ -167,7 +167,7 @@ def test_environments_on_two_processes(tmp_path):
 
 def readme_calculator():
     """The `Calculator` environment of the README's agents example, exactly as written there."""
-    text = (Path(__file__).parents[1] / "README.md").read_text()
+    text = (Path(__file__).parents[1] / "docs" / "agents.md").read_text()
     block = text[
         text.index("class Calculator:") : text.index('trainer = AdaGRPOTrainer(\n    model="Qwen/Qwen3-0.6B"')
     ]

@@ -121,8 +121,8 @@ def test_simulate_runs_the_plug_in_by_name_and_by_import_path(capsys):
 
 
 def test_the_readme_shows_the_example_file_verbatim():
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    section = readme.split("## Write your own sampler", 1)[1].split("\n## ", 1)[0]
+    readme = (EXAMPLES.parent / "docs" / "custom-sampler.md").read_text()
+    section = readme.split("# Write your own sampler", 1)[1].split("\n## ", 1)[0]
     block = section.split("```python\n", 1)[1].split("```", 1)[0]
     assert block == (EXAMPLES / "knapsack_sampler.py").read_text()
 
