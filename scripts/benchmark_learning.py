@@ -1207,6 +1207,7 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
             "bands": {
                 band: {"share": counts["drawn"] / drawn, "useful_share": counts["useful"] / counts["drawn"]}
                 for band, counts in bands.items()
+                if counts["drawn"]
             },
         }
         if ref_runs and method != reference:

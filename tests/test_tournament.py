@@ -1,0 +1,104 @@
+"""Issue 33's tournament in scripts/benchmark_learning.py: equal-completions runs, methods of one's own, the report."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench():
+    # A fresh module per test: --method_config adds to its METHODS.
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_learning_tournament", ROOT / "scripts" / "benchmark_learning.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_budget_measures_at_each_eighth_and_stops_at_the_budget(bench):
+    plan = bench.EvaluationPlan(steps=1000, eval_every=25, budget=800)
+    completions = [0, 60, 100, 150, 420, 799, 800]
+    decisions = [(plan.evaluate_now(step, done), plan.stop_now(done)) for step, done in enumerate(completions, 1)]
+    # Marks at 100, 200, ...: 60 is before the first; 420 crosses three marks at once and measures once.
+    assert decisions == [(False, False), (False, False), (True, False), (False, False), (True, False),
+                         (True, False), (True, True)]  # fmt: skip
+    steps_only = bench.EvaluationPlan(steps=50, eval_every=25, budget=None)
+    assert [steps_only.evaluate_now(step, 10**9) for step in (24, 25, 49, 50)] == [False, True, False, True]
+    assert not steps_only.stop_now(10**9)
+    # The step cap lets a method drawing 2 completions a prompt reach the budget.
+    assert bench.budget_steps(54_416, 200, 20) == math.ceil(54_416 / 40)
+    assert bench.budget_steps(None, 200, 20) == 200
+
+
+def test_a_method_of_ones_own_is_checked_before_any_run(bench, tmp_path):
+    name = bench.add_method_config('mine={"sampler": "seq_balance", "max_rounds": 2}')
+    assert bench.METHODS[name] == ("mine", {"num_generations": 4, "sampler": "seq_balance", "max_rounds": 2})
+    assert bench.run_settings({"steps": 1}, "mine")["overrides"]["max_rounds"] == 2
+    assert bench.run_settings({"steps": 1}, "dapo") == {"steps": 1}  # built-in runs stay reusable
+    for spec, message in [
+        ("mine", "NAME="),
+        ("mine={sampler: dapo}", "not JSON"),
+        ('mine={"max_rounds": 2}', "sampler"),
+        ('mine={"sampler": "seq_balance", "max_rounds": 0}', "max_rounds"),
+        ('mine={"sampler": "nonexistent"}', "nonexistent"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            bench.add_method_config(spec)
+    with pytest.raises(SystemExit):  # argparse's error, before anything runs
+        bench.main(["--out", str(tmp_path), "--methods", "not_a_method"])
+    with pytest.raises(SystemExit):
+        bench.main(["--out", str(tmp_path), "--tournament"])  # needs --completions_budget
+    assert not (tmp_path / "runs").exists()
+
+
+def test_recommended_is_the_readmes_recommendation(bench):
+    readme = (ROOT / "README.md").read_text()
+    assert bench.METHODS["recommended"][1] == bench.METHODS[bench.RECOMMENDED][1]
+    assert f"`{bench.RECOMMENDED}`" in readme.split("## Which sampler should I use", 1)[1].split("\n## ", 1)[0]
+
+
+def run(bench, method, seed, finals, seconds, draws):
+    """A finished run as run_finite writes it: a curve ending at `finals` after `seconds`, and its draw accounting."""
+    curve = [{"step": 0, "heldout": 0.1, "samples": 0.0, "train_seconds": 0.0},
+             {"step": 10, "heldout": finals, "samples": 100.0, "train_seconds": seconds}]  # fmt: skip
+    total, useful, none_right = draws
+    bands = {
+        "none_right": {"drawn": none_right, "useful": 0.0},
+        "mid": {"drawn": total - none_right, "useful": useful},
+    }
+    return {"method": method, "label": method.upper(), "seed": seed, "curve": curve,
+            "draws": {"total": total, "useful": useful, "trained": useful / 2, "bands": bands}}  # fmt: skip
+
+
+def test_the_tournament_pairs_by_seed_against_dapo_at_equal_completions_and_time(bench):
+    results = [run(bench, "dapo", seed, 0.20 + 0.01 * seed, 10.0, (100, 30, 50)) for seed in range(3)]
+    results += [
+        run(bench, "mine", seed, 0.22 + 0.01 * seed + 0.001 * seed**2, 20.0, (100, 60, 10)) for seed in range(3)
+    ]
+    summary = bench.tournament_summary(results, budget=100)
+    mine = summary["methods"]["mine"]
+    differences = [0.02 + 0.001 * seed**2 for seed in range(3)]
+    assert mine["minus_reference"]["mean"] == pytest.approx(sum(differences) / 3)
+    assert mine["minus_reference"]["ci_low"] < mine["minus_reference"]["mean"] < mine["minus_reference"]["ci_high"]
+    # At DAPO's 10 s, "mine" is half way along its curve: 0.1 + (final - 0.1) / 2.
+    at_time = [(0.1 + (0.22 + 0.01 * s + 0.001 * s**2 - 0.1) / 2) - (0.20 + 0.01 * s) for s in range(3)]
+    assert mine["minus_reference_at_equal_time"]["mean"] == pytest.approx(sum(at_time) / 3)
+    assert mine["useful_share"] == pytest.approx(0.6) and summary["methods"]["dapo"]["useful_share"] == 0.3
+    assert mine["bands"]["none_right"] == {"share": 0.1, "useful_share": 0.0}
+    assert mine["bands"]["mid"]["useful_share"] == pytest.approx(60 / 90)
+    table = bench.tournament_table(summary)
+    assert "| MINE | 3 |" in table and "0.600" in table and "none_right" in table
+    # A run that stopped before the reference's time is left out of the equal-time reading, not extrapolated.
+    short = [run(bench, "short", seed, 0.3, 5.0, (100, 50, 0)) for seed in range(3)]
+    assert (
+        bench.tournament_summary(results + short, 100)["methods"]["short"]["minus_reference_at_equal_time"]["n"] == 0
+    )
