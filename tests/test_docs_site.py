@@ -6,7 +6,8 @@ the DOM Chromium renders has the page's title, its heading and every navigation 
 on the page loads (served, non-empty, and a file of the built site); the search index lists every page of the
 navigation; and the screenshot taken with that DOM has the window's size, is not blank, and is closer to the page's
 own reference picture (tests/docs_site_reference/, a 40 x 28 grayscale thumbnail: text becomes grey blocks, so a
-change of fonts moves it little) than to any other page's, and within a tolerance of it.
+change of fonts moves it little) than to any other page's, and within a tolerance of it (for the home and samplers
+pages; the benchmarks page's first screen is BENCHMARKS.md's, which changes with each measurement).
 
 The site comes from TRL_ADA_DOCS_SITE (a built `site/`, as the CI stage passes it) or is built here. Without mkdocs
 (the `docs` extra) the file is skipped; without chromium it is skipped, except with CI=true, where it fails (like the
@@ -47,6 +48,9 @@ PAGES = {
     "samplers.html": ("Samplers", ["assets/sampling-loop.svg"]),
     "benchmarks.html": ("Benchmarks", ["benchmarks/results/learning/learning_curves.png"]),
 }
+# The pages whose first screen is compared with a reference picture: the benchmarks page's top is BENCHMARKS.md's,
+# which changes with every new measurement (its screenshot is still checked for size and content).
+REFERENCE_PAGES = ("index.html", "samplers.html")
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None and not CI, reason="chromium is not installed: apt-get install -y chromium (as root)"
@@ -204,7 +208,8 @@ def test_screenshots_show_the_pages(opened):
             image.frombytes(bytes(pixels))
             image.save(REFERENCE / page.replace(".html", ".png"))
     references = {page: thumbnail(REFERENCE / page.replace(".html", ".png")) for page in PAGES}
-    for page, pixels in shots.items():
+    for page in REFERENCE_PAGES:
+        pixels = shots[page]
         distances = {other: distance(pixels, reference) for other, reference in references.items()}
         assert distances[page] <= TOLERANCE, (page, distances)
         assert min(distances, key=distances.get) == page, (page, distances)
