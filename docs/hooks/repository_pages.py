@@ -23,6 +23,15 @@ LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 SITE_PAGES = {"README.md": "index.md", "BENCHMARKS.md": "benchmarks.md", "recipes/README.md": "recipes.md"}
 
 
+def section_page(anchor: str) -> str | None:
+    """The page of docs/ with a section of that anchor (a README section that moved to the site), if any."""
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for heading in re.findall(r"^#+ (.+?)\s*$", page.read_text(encoding="utf-8"), flags=re.MULTILINE):
+            if re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", heading.lower())).strip("-") == anchor:
+                return page.name
+    return None
+
+
 def repository_path(source: str, target: str) -> str:
     """`target`, a link in the repository file `source`, as a path from the repository's root."""
     return posixpath.normpath(posixpath.join(posixpath.dirname(source), target))
@@ -35,6 +44,10 @@ def site_link(source: str, target: str, docs: set[str]) -> str | None:
     path, _, anchor = target.partition("#")
     path = repository_path(source, path)
     page = SITE_PAGES.get(path) or (path[len("docs/") :] if path.startswith("docs/") else None)
+    if path == "README.md" and anchor:  # the README's sections moved to the site's pages
+        page = section_page(anchor)
+        if page is None:
+            return None
     if page in docs or (page is None and path in docs):
         return (page or path) + (f"#{anchor}" if anchor else "")
     return None
