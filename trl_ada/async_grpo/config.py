@@ -8,7 +8,7 @@ from dataclasses import MISSING, dataclass, fields
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from ..config import batch_rules
-from ..samplers import SamplerFields, SamplerSettings
+from ..samplers import Sampler, SamplerFields, SamplerSettings
 from ..samplers.settings import knob, render_parameters
 
 logger = logging.getLogger(__name__)
@@ -27,10 +27,16 @@ HEADER = r"""
     - A prompt's kept samples are queued as soon as its pool is done. Only where a rule reads the whole generation
       batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`) do the prompts wait for one
       another, in generation batches of `prompts_per_generation_batch` prompts (below).
+    - `knapsack` splits each generation batch's budget over its prompts, as `est` does.
     - `dapo` drops groups without a signal and keeps drawing further prompts. `dapo_max_refills` bounds the drawing
       as in the synchronous trainer: once `(dapo_max_refills + 1)` generation batches' worth of prompts in a row have
       not filled one batch with prompts that carry a signal (a reward that is constant everywhere), the worker fails
       naming the cause. There is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
+    - `dapo_gated` draws the prompt stream as `dapo` does, with the refill's gate: a prompt's first draw in an epoch
+      (`len(train_dataset)` prompts kept with a signal, TRL's count of an epoch) is the loader's and is always made;
+      when the stream meets it again within the epoch (a refill, since drops made the epoch need more draws) the
+      prompt is passed over if the gate predicts it unmixed. Its gate measures the mixed share over generation
+      batches of `prompts_per_generation_batch` prompts.
     - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
     - `sampler="uniform"` with `objective="linear"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages;
       its worker with the fixes of `RobustAsyncRolloutWorker`). Where the advantages are not TRL's (a weighting
@@ -71,12 +77,41 @@ def check_train_on(train_on: str, settings: SamplerSettings) -> None:
             f"{settings.baseline!r} would centre it on the mean of a downsampled group that is not trained on. Remove "
             "baseline (default 'pool'), or use train_on='downsample'."
         )
+    if settings.sampler == "knapsack" and settings.options.train_on == "downsample":
+        raise ValueError(
+            "train_on='pool' trains on every draw of the pool and sampler_kwargs train_on='downsample' cuts each pool "
+            "to num_generations: choose one. With sampler='knapsack' training on the whole pool is its train_on='all' "
+            "(the default), which train_on='pool' leaves as it is: remove train_on from sampler_kwargs, or use "
+            "train_on='downsample'."
+        )
     if settings.sampler == "est" and settings.est_train_on == "downsample":
         raise ValueError(
             "train_on='pool' trains on every draw of the pool and est_train_on='downsample' cuts each pool to "
             "num_generations: choose one. With sampler='est' training on the whole pool is est_train_on='all' (its "
             "default), which train_on='pool' leaves as it is: remove est_train_on, or use train_on='downsample'."
         )
+
+
+def gates_refills(settings: SamplerSettings) -> bool:
+    """
+    Whether the sampler of the validated `settings` refills DAPO's batch through a gate (`sampler="dapo_gated"`, or a
+    plug-in overriding [`Sampler.refill_passes_over`]): the worker then passes over the prompts of the stream that the
+    gate rejects on a refill visit (`trl_ada.async_grpo.rollout.StreamGate`).
+    """
+    return settings.refills and settings.sampler_class.refill_passes_over is not Sampler.refill_passes_over
+
+
+def worker_batch_rules(settings: SamplerSettings) -> str | None:
+    """
+    What in the validated `settings` reads a whole generation batch of the worker (named for messages), or `None`:
+    the synchronous trainer's `batch_rules`, and a refill gate, whose measured share of mixed groups is a generation
+    batch's (`GatedRefillSampler.end_step`), as in the synchronous trainer.
+    """
+    rules = batch_rules(settings)
+    if not gates_refills(settings):
+        return rules
+    gate = f"sampler={settings.sampler!r} (its gate measures the share of mixed groups over generation batches)"
+    return gate if rules is None else f"{rules} and {gate}"
 
 
 MIN_PROMPTS_PER_GENERATION_BATCH = 8
@@ -94,7 +129,7 @@ def check_prompts_per_generation_batch(prompts: int, settings: SamplerSettings) 
     """
     if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
         raise ValueError(f"prompts_per_generation_batch must be a positive integer or None, got {prompts!r}.")
-    rules = batch_rules(settings)
+    rules = worker_batch_rules(settings)
     if prompts == 1 and rules is not None:
         raise ValueError(
             f"prompts_per_generation_batch=1 with {rules}: these rules compare the prompts of a generation batch, and "
@@ -112,7 +147,7 @@ def resolve_prompts_per_generation_batch(
     one prompt's pool; else `requested`, by default one optimizer step's prompts (`samples_per_step //
     num_generations`) and at least `MIN_PROMPTS_PER_GENERATION_BATCH`.
     """
-    if batch_rules(settings) is None:
+    if worker_batch_rules(settings) is None:
         return 1
     if requested is not None:
         return requested
@@ -149,7 +184,8 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
     prompts_per_generation_batch: int | None = knob(
         None,
         'Prompts per generation batch where a rule reads the whole batch: `sampler="est"` (its budgets share the '
-        "batch's mean, `est_mean_samples`: a hard prompt draws more because an easy one of the same batch draws less) "
+        "batch's mean, `est_mean_samples`: a hard prompt draws more because an easy one of the same batch draws less), "
+        '`"knapsack"` (the batch\'s budget split by a knapsack), `"dapo_gated"` (its gate\'s share of mixed groups) '
         'and a weighting `objective` (`"log"`, `"power"`) with `normalize_weights` (weights rescaled to mean 1 '
         "over the batch's prompts). The batch's samples are queued once its last prompt is done. `None`: one "
         "optimizer step's prompts, `per_device_train_batch_size * gradient_accumulation_steps * world_size // "
@@ -202,13 +238,15 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
         if requested is None:
             return
         check_prompts_per_generation_batch(requested, settings)
-        if batch_rules(settings) is None:  # the unread-knob rule: a value nothing reads would be silently ignored
+        # The unread-knob rule: a value nothing reads would be silently ignored.
+        if worker_batch_rules(settings) is None:
             raise ValueError(
                 f"prompts_per_generation_batch={requested!r} has no effect with sampler={settings.sampler!r}, "
                 f"objective={settings.objective!r}, normalize_weights={settings.normalize_weights!r}: every rule "
                 "reads one prompt's pool, so each prompt is a generation batch of its own (its samples queued as soon "
                 "as its pool is done). Remove prompts_per_generation_batch (default None). It is read by "
-                "sampler='est' and by objective='log' or 'power' with normalize_weights=True."
+                "sampler='est', 'knapsack' and 'dapo_gated' and by objective='log' or 'power' with "
+                "normalize_weights=True."
             )
 
     def sampler_settings(self) -> SamplerSettings:

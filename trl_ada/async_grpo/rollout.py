@@ -25,6 +25,10 @@ seams and copies no TRL body:
 - Groups (`dapo`, or any sampler whose pool is its update group and every weight 1, with DAPO filtering): TRL's
   own groups and advantages; a group without a signal (constant rewards) is dropped, and the loop goes on drawing
   further prompts.
+- A gated refill (`dapo_gated`, [`gates_refills`]) runs as a pool of its update group, so that its sampler sees
+  every batch (`end_step`: the prompts' history and the measured mixed share, saved with the checkpoints), and the
+  work iterator takes its rows through a [`StreamGate`]: a prompt's first row in an epoch is the loader's visit and is
+  drawn; a later row of it within the epoch is a refill visit, passed over when the gate rejects it.
 
 Policy versions. A pool can span weight syncs: every draw keeps the version it was generated with (TRL stamps a group
 with the version at its first request), and its sample carries it. The pool's statistics (exit rule, baseline, p̂) use
@@ -52,7 +56,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,8 +66,8 @@ from ..rewards import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.base import PromptResult, Sampler
 from ..samplers.continuous import begin_streaming
-from ..schedules import prompt_keys
-from .config import check_prompts_per_generation_batch, check_train_on
+from ..schedules import prompt_key, prompt_keys
+from .config import check_prompts_per_generation_batch, check_train_on, gates_refills
 
 logger = logging.getLogger(__name__)
 
@@ -136,10 +140,11 @@ class AsyncSampling:
     def pooled(self) -> bool:
         """
         Whether every draw is scored on its own and the sampler's `Selection` gives the advantages: a prompt's pool
-        can outgrow its update group, or the advantages are not TRL's (`trl_advantages`: a weighting `objective`,
-        est's residual weight, a rule over the batch). Otherwise the loop trains on TRL's groups and advantages.
+        can outgrow its update group, the advantages are not TRL's (`trl_advantages`: a weighting `objective`, est's
+        residual weight, a rule over the batch), or the sampler gates DAPO's refill (`gates_refills`: its gate learns
+        from every batch the sampler finishes). Otherwise the loop trains on TRL's groups and advantages.
         """
-        return not self.trl_advantages
+        return not self.trl_advantages or gates_refills(self.settings)
 
 
 def pool_draw_share(kept: int, pool: int) -> float:
@@ -152,6 +157,65 @@ def pool_draw_share(kept: int, pool: int) -> float:
     and the share is 1.
     """
     return kept / pool if pool else 0.0
+
+
+class StreamGate:
+    """
+    `dapo_gated`'s refill gate on the worker's one prompt stream. The synchronous trainer draws every prompt the loader
+    yields (one visit per epoch, which refreshes the prompt's history) and gates only the extra prompts that refill a
+    batch after drops. Here the stream is the dataset walk, in TRL's order, and a dropped group just advances it, so:
+
+    - an epoch is `dataset_size` prompts kept with a signal (`count_kept`): TRL's own count of an epoch (prompt-groups
+      trained), and the synchronous trainer's (`dataset_size / B` steps of `B` groups each);
+    - a prompt's first row in an epoch is the loader's visit: always drawn;
+    - a later row of it in the same epoch exists only because drops made the epoch need more rows than the dataset
+      holds: a refill visit, passed over when the sampler's `refill_passes_over` says so.
+
+    So every prompt keeps at least one visit per epoch, and only refill visits are gated. A whole walk of the dataset
+    passed over (the gate rejects every prompt already visited) opens a new epoch rather than walk for ever. The
+    epoch's bookkeeping is not saved: after a resume every prompt's next row is drawn (a visit is never lost).
+    """
+
+    def __init__(self, sampler: Sampler, dataset_size: int) -> None:
+        if dataset_size < 1:
+            raise ValueError("a gated prompt stream needs a non-empty dataset")
+        self.sampler = sampler
+        self.dataset_size = dataset_size
+        self.epoch = 0
+        self.kept = 0
+        """Prompts kept with a signal in the current epoch."""
+        self.visited: set[str] = set()
+        """Keys of the prompts drawn in the current epoch."""
+        self.passed_in_a_row = 0
+        self.passed_over_total = 0
+
+    def passes_over(self, key: Hashable) -> bool:
+        """Whether the stream passes over this row of prompt `key` (it is then not drawn); else it is drawn."""
+        name = str(key)
+        if name not in self.visited:  # the loader's visit of this epoch
+            self.visited.add(name)
+            self.passed_in_a_row = 0
+            return False
+        if not self.sampler.refill_passes_over(key):
+            self.passed_in_a_row = 0
+            return False
+        self.passed_over_total += 1
+        self.passed_in_a_row += 1
+        if self.passed_in_a_row >= self.dataset_size:
+            self._next_epoch()
+        return True
+
+    def count_kept(self, prompts: int) -> None:
+        """`prompts` more prompts were kept with a signal (a finished batch's)."""
+        self.kept += prompts
+        while self.kept >= self.dataset_size:
+            self.kept -= self.dataset_size
+            self._next_epoch()
+
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self.visited = set()
+        self.passed_in_a_row = 0
 
 
 @dataclass
@@ -300,6 +364,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         # DAPO's bound (`_count_dapo_prompt`): prompts judged since the last batch's worth of prompts with a signal.
         self._dapo_prompts_judged = 0
         self._dapo_prompts_with_signal = 0
+        # `dapo_gated`: the rows of the stream its refill gate passes over (`_next_row`).
+        self._gate = StreamGate(self.sampler, len(self.dataset)) if gates_refills(settings) else None
 
     # -- the work iterator ------------------------------------------------------------------------------------------
 
@@ -328,7 +394,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
 
     def _open_batch(self) -> bool:
         """Begin the next generation batch and queue its first draws; `False` when it asks for none."""
-        items = [next(self._rows) for _ in range(self.ada_sampling.prompts_per_batch)]
+        items = [self._next_row() for _ in range(self.ada_sampling.prompts_per_batch)]
         rows = [row for _, row in items]
         batch_id, self._next_batch = self._next_batch, self._next_batch + 1
         step = begin_streaming(self.sampler, len(rows), prompt_keys(rows))
@@ -344,6 +410,16 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             return True
         self._finish_batches({batch_id})  # every prompt skipped: its statistics still count
         return False
+
+    def _next_row(self) -> tuple[int, dict[str, Any]]:
+        """The next row of the stream to draw: past those a refill gate passes over ([`StreamGate`]), each finished
+        without a draw (dropped, for TRL's resume position, and counted: its sampler has nothing to count of it)."""
+        while True:
+            row_id, row = next(self._rows)
+            if self._gate is None or not self._gate.passes_over(prompt_key(row)):
+                return row_id, row
+            self._drop_row(row_id)
+            self._count_rows([row_id])
 
     def _queue_draws(self, batch_id: int, queue: deque[tuple[int, dict[str, Any]]]) -> int:
         batch = self._batches[batch_id]
@@ -417,6 +493,10 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                     sample.metrics[GROUP_VERSION_KEY] = float(oldest)  # kept or dropped whole for staleness
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
+            if self._gate is not None:
+                self._gate.count_kept(len(selection.prompts) - dropped)
+                metrics["gate/stream_epoch"] = float(self._gate.epoch)
+                metrics["gate/rows_passed_over_total"] = float(self._gate.passed_over_total)
             if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:
                 # The trained groups are the pools (their rewards are the baseline's: baseline="pool").
                 constant = [not result.has_signal for result in selection.prompts]
