@@ -431,3 +431,38 @@ def test_prompts_wait_for_their_batch_only_where_a_rule_reads_it(tmp_path, serve
     assert batch(sampler="seq_balance", objective="log") == 8
     assert batch(sampler="est") == 8
     assert batch(sampler="est", prompts_per_generation_batch=2) == 2
+
+
+@pytest.mark.wall_clock_limit(240)
+@pytest.mark.parametrize(
+    ("sampler_name", "state_key", "metric"),
+    [
+        ("knapsack", "last_pass_rate", "ada/knapsack/first_visit_share"),
+        ("dapo_gated", "history", "ada/gate/mixed_share"),
+    ],
+)
+def test_knapsack_and_dapo_gated_train_and_save_their_state(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard, sampler_name, state_key, metric
+):
+    # Issue 33 item 7; their rules in the worker: tests/test_async_new_samplers.py.
+    import json
+
+    from trl_ada.checkpoints import SAMPLER_STATE_NAME
+
+    trainer, collated, logged = train(
+        tmp_path,
+        monkeypatch,
+        server,
+        model_dir,
+        tokenizer,
+        dataset,
+        sampler=sampler_name,
+        save_strategy="steps",
+        save_steps=2,
+    )
+    # One optimizer step holds 8 // 4 = 2 prompts: the generation batch is prompts_per_generation_batch's floor.
+    assert trainer.ada_sampling.pooled and trainer.ada_sampling.prompts_per_batch == 8
+    check_provenance(collated, server)
+    assert metric in logged
+    saved = json.loads((tmp_path / "out" / "checkpoint-2" / SAMPLER_STATE_NAME).read_text())["sampler"]
+    assert saved[state_key]  # the worker's sampler saw prompts, and the checkpoint holds what it learned
