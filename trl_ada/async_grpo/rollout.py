@@ -495,8 +495,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self._gate is not None:
                 self._gate.count_kept(len(selection.prompts) - dropped)
+                # The rows it passed over are the sampler's `gate/passed_over` (its `refill_passes_over` counts them).
                 metrics["gate/stream_epoch"] = float(self._gate.epoch)
-                metrics["gate/rows_passed_over_total"] = float(self._gate.passed_over_total)
             if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:
                 # The trained groups are the pools (their rewards are the baseline's: baseline="pool").
                 constant = [not result.has_signal for result in selection.prompts]
