@@ -97,3 +97,34 @@ def test_the_gate_changes_only_which_refill_prompts_are_drawn():
         dapo = visit(build_sampler(SamplerSettings(sampler="dapo", num_generations=4, seed=0).validated()),
                      ["a", "b", "c"], list(pools))  # fmt: skip
         assert gated.prompts == dapo.prompts and gated.pools == dapo.pools
+
+
+def test_the_fitted_prior_recovers_the_spread_of_the_prompts_pass_rates():
+    import random
+
+    from trl_ada.samplers.gated import FITTED_WEIGHT_BOUNDS, fitted_prior
+
+    rng = random.Random(0)
+    counts = []
+    for _ in range(20_000):
+        p = rng.betavariate(0.5, 2.0)  # mean 0.2, weight alpha + beta = 2.5
+        draws = rng.choice([4, 8, 12])
+        counts.append((float(draws), float(sum(rng.random() < p for _ in range(draws)))))
+    alpha, beta = fitted_prior(counts)
+    # The moment fit's relative error at 20,000 prompts is a few percent; 15% leaves room for the seed.
+    assert alpha / (alpha + beta) == pytest.approx(0.2, abs=0.01)
+    assert alpha + beta == pytest.approx(2.5, rel=0.15)
+    # Every prompt at the same rate: no spread beyond the binomial noise (the estimate of Var(p) = 0 is noise of
+    # about 0.001 here), so a heavy prior, at most the bound: one visit then says little about a prompt.
+    same = [(8.0, float(sum(rng.random() < 0.3 for _ in range(8)))) for _ in range(5_000)]
+    assert 50 < sum(fitted_prior(same)) <= FITTED_WEIGHT_BOUNDS[1]
+    assert sum(fitted_prior([(8.0, 3.0)] * 10)) == FITTED_WEIGHT_BOUNDS[1]  # no measured spread at all
+    with pytest.raises(ValueError, match="at least one prompt"):
+        fitted_prior([(0.0, 0.0)])
+    # The sampler uses it when asked.
+    sampler = build_sampler(settings(prior="fitted"))
+    visit(sampler, ["x", "a", "b", "c"], [[0.0] * 4, [1.0, 0.0, 0.0, 0.0], [1.0] * 4, [0.0, 1.0, 1.0, 0.0]])
+    fitted = fitted_prior(sampler.history.counts.values())
+    assert sum(sampler.prior_parameters()) == pytest.approx(sum(fitted))
+    with pytest.raises(ValueError, match="prior"):
+        settings(prior="flat")

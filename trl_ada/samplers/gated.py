@@ -20,7 +20,7 @@ then real evidence, as it should be. A prompt never drawn is always drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,10 @@ from .registry import register_sampler
 from .settings import SamplerSettings
 from .tracker import DecayedBetaTracker
 
+PRIORS = ("mean", "fitted")
+FITTED_WEIGHT_BOUNDS = (0.1, 1000.0)
+"""`"fitted"`: the prior's weight `alpha + beta` is kept in these bounds (a spread at its maximum, or none, has no finite
+moment fit)."""
 MIXED_SHARE_DECAY = 0.9
 """Weight of the past in the running mixed share: about the last ten batches count."""
 
@@ -42,15 +46,45 @@ class GatedRefillOptions:
     """A refill prompt is passed over when its predicted chance of a mixed group is below this fraction of the measured
     mixed share of recent groups. 0 passes over nothing (plain DAPO); 1 keeps only prompts at least as promising as the
     average one."""
+    prior: str = "mean"
+    """The prior of a prompt's pass rate: `"mean"`, centred on the measured mean pass rate of all draws, with the weight
+    of `prior_draws` draws; `"fitted"`, a Beta fitted to the measured spread of the prompts' pass rates (moments, the
+    binomial noise of each prompt's draws removed), which on a set of mostly unsolved and some solved prompts judges
+    both ends from fewer visits."""
     prior_draws: float = 2.0
-    """Weight, in draws, of the prior centred on the measured mean pass rate."""
+    """Weight, in draws, of the `"mean"` prior."""
 
     def __post_init__(self) -> None:
+        if self.prior not in PRIORS:
+            raise ValueError(f"sampler_kwargs prior={self.prior!r} is not supported. Choose one of {PRIORS}.")
         ratio, weight = self.min_mixed_chance_ratio, self.prior_draws
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= ratio <= 1.0:
             raise ValueError(f"sampler_kwargs min_mixed_chance_ratio={ratio!r}: must be a number in [0, 1].")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 < weight < math.inf:
             raise ValueError(f"sampler_kwargs prior_draws={weight!r}: must be a positive finite number.")
+
+
+def fitted_prior(counts: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """
+    A Beta prior `(alpha, beta)` fitted by moments to prompts' `(draws, positives)` counts: mean `m = sum K / sum N`;
+    the variance of the true pass rates is that of the measured rates `K / N` with their binomial noise removed
+    (`E[(K/N - m)^2] = Var(p) + (m (1 - m) - Var(p)) E[1/N]`); then `alpha + beta = m (1 - m) / Var(p) - 1`, kept in
+    `FITTED_WEIGHT_BOUNDS`.
+    """
+    counts = [(total, positives) for total, positives in counts if total > 0]
+    if not counts:
+        raise ValueError("fitted_prior needs at least one prompt with draws")
+    mean = sum(k for _, k in counts) / sum(n for n, _ in counts)
+    spread = mean * (1.0 - mean)
+    low, high = FITTED_WEIGHT_BOUNDS
+    if spread == 0.0:
+        return high * mean, high * (1.0 - mean)
+    measured = sum((k / n - mean) ** 2 for n, k in counts) / len(counts)
+    # E[(K/N - m)^2] = Var(p) + E[p (1 - p)] E[1/N], and E[p (1 - p)] = m (1 - m) - Var(p).
+    inverse_draws = sum(1.0 / n for n, _ in counts) / len(counts)
+    variance = (measured - spread * inverse_draws) / (1.0 - inverse_draws) if inverse_draws < 1.0 else 0.0
+    weight = high if variance <= 0.0 else min(max(spread / variance - 1.0, low), high)
+    return weight * mean, weight * (1.0 - mean)
 
 
 def mixed_chance(alpha: float, beta: float, draws: int) -> float:
@@ -89,17 +123,27 @@ class GatedRefillSampler(DapoSampler):
         self.draws_seen = 0
         self.positives_seen = 0
         self.passed_over = 0
+        self._fitted: tuple[float, float] | None = None  # `prior="fitted"`: refitted after every batch
 
     def predicted_mixed_chance(self, key: Hashable) -> float | None:
         """The prompt's chance of a mixed group of `num_generations`; `None` for a prompt never drawn."""
         total, positives = self.history.counts.get(str(key), (0.0, 0.0))
         if total == 0.0 or self.draws_seen == 0:
             return None
-        mean = self.positives_seen / self.draws_seen
-        weight = self.options.prior_draws
-        # Keep the prior proper when every draw so far had one outcome.
-        mean = min(max(mean, 0.5 / self.draws_seen), 1.0 - 0.5 / self.draws_seen)
-        return mixed_chance(positives + weight * mean, total - positives + weight * (1.0 - mean), self.num_generations)
+        alpha, beta = self.prior_parameters()
+        return mixed_chance(positives + alpha, total - positives + beta, self.num_generations)
+
+    def prior_parameters(self) -> tuple[float, float]:
+        """The Beta prior of a prompt's pass rate, from the measurements so far (`prior`)."""
+        # Kept proper when every draw so far had one outcome.
+        mean = min(max(self.positives_seen / self.draws_seen, 0.5 / self.draws_seen), 1.0 - 0.5 / self.draws_seen)
+        if self.options.prior == "mean":
+            return self.options.prior_draws * mean, self.options.prior_draws * (1.0 - mean)
+        if self._fitted is None:
+            alpha, beta = fitted_prior(self.history.counts.values())
+            weight = alpha + beta
+            self._fitted = (weight * mean, weight * (1.0 - mean))
+        return self._fitted
 
     @property
     def num_generations(self) -> int:
@@ -126,6 +170,7 @@ class GatedRefillSampler(DapoSampler):
         self.history.update(step.keys, totals, positives)
         self.draws_seen += sum(totals)
         self.positives_seen += sum(positives)
+        self._fitted = None
         share = sum(result.has_signal for result in selection.prompts) / len(selection.prompts)
         self.mixed_share = (
             share
@@ -156,3 +201,4 @@ class GatedRefillSampler(DapoSampler):
         self.mixed_share = float(state["mixed_share"])
         self.draws_seen = int(state["draws_seen"])
         self.positives_seen = int(state["positives_seen"])
+        self._fitted = None
