@@ -187,7 +187,9 @@ class StreamGate:
         self.visited: set[str] = set()
         """Keys of the prompts drawn in the current epoch."""
         self.passed_in_a_row = 0
+        """Rows passed over since the last one drawn (a whole walk of them opens a new epoch)."""
         self.passed_over_total = 0
+        """Rows passed over since the worker started."""
 
     def passes_over(self, key: Hashable) -> bool:
         """Whether the stream passes over this row of prompt `key` (it is then not drawn); else it is drawn."""
