@@ -202,7 +202,7 @@ def draw_accounting(entries: Sequence[dict]) -> dict[str, Any]:
     total = useful = trained = 0.0
     bands = {band: {"drawn": 0.0, "useful": 0.0} for band in BANDS}
     for entry in entries:
-        step_total = entry.get("ada/draws/total") or 0.0
+        step_total = entry.get("ada/draws/drawn") or 0.0
         if not step_total:
             continue
         total += step_total

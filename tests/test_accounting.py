@@ -35,7 +35,7 @@ def test_the_metrics_count_draws_per_band_and_their_useful_share():
             PromptDraws(0.1, 8, useful=False, trained=0),  # mixed, but not in the update (an untaken refill)
         ]
     )
-    assert metrics["draws/total"] == 64
+    assert metrics["draws/drawn"] == 64
     assert metrics["draws/useful_share"] == pytest.approx(24 / 64)
     assert metrics["draws/trained_share"] == pytest.approx(8 / 64)
     assert metrics["draws/none_right/share"] == pytest.approx(0.5) and metrics["draws/none_right/useful_share"] == 0
@@ -50,7 +50,7 @@ def test_grpo_counts_a_constant_groups_draws_as_spent_without_use():
     settings = SamplerSettings(sampler="uniform", num_generations=4)
     selection = finish(settings, [[1.0, 0.0, 0.0, 0.0], [0.0] * 4, [1.0] * 4])
     metrics = selection.metrics
-    assert metrics["draws/total"] == 12
+    assert metrics["draws/drawn"] == 12
     assert metrics["draws/useful_share"] == pytest.approx(4 / 12) == metrics["draws/trained_share"]
     assert metrics["draws/none_right/share"] == metrics["draws/all_right/share"] == pytest.approx(4 / 12)
     assert metrics["draws/low/useful_share"] == 1.0
@@ -74,7 +74,7 @@ def test_with_refills_the_filler_accounts_every_batch_and_only_the_taken_groups_
     filler.add(finish(settings, [[0.0, 1.0], [1.0, 0.0], [0.0, 0.0]]))
     assert filler.take(keep_partial=False) == [(0, 0), (1, 0)]
     metrics = filler.metrics()
-    assert metrics["draws/total"] == 12
+    assert metrics["draws/drawn"] == 12
     # The two taken groups; the second batch's second mixed group was drawn and not used.
     assert metrics["draws/useful_share"] == pytest.approx(4 / 12) == metrics["draws/trained_share"]
     assert metrics["draws/mid/share"] == pytest.approx(6 / 12)

@@ -57,8 +57,9 @@ def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
     """
     The `draws/*` metrics of one update, over every prompt drawn for it (first batch and refills):
 
-    - `draws/total`: completions drawn; `draws/useful_share`, `draws/trained_share`: the shares of them that were
-      useful and trained (see the module docstring);
+    - `draws/drawn`: completions drawn (not `total`: TRL reads that word in a name as a sum over the log window);
+      `draws/useful_share`, `draws/trained_share`: the shares of them that were useful and trained (see the module
+      docstring);
     - per band `B` with at least one draw: `draws/B/share`, the share of the update's draws spent on prompts of that
       band, and `draws/B/useful_share`, the share of that band's draws that were useful.
     """
@@ -73,9 +74,9 @@ def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
             trained += prompt.trained
     total = sum(drawn.values())
     if total == 0:
-        return {"draws/total": 0.0}
+        return {"draws/drawn": 0.0}
     metrics = {
-        "draws/total": float(total),
+        "draws/drawn": float(total),
         "draws/useful_share": sum(useful.values()) / total,
         "draws/trained_share": trained / total,
     }
