@@ -94,10 +94,12 @@ class AdaGRPOTrainer(GRPOTrainer):
     `create_accelerator_and_postprocess` rejects environment-owned data (no `train_dataset`) for a pooling sampler
     right after GRPOTrainer's own checks. Every process makes the same decisions from gathered rewards.
 
+    It takes `model`, `reward_funcs`, `args`, `train_dataset` and the rest as [`~trl.GRPOTrainer`] does, in the same
+    positions. A reward function may also be named by a key of `trl_ada.rewards.REWARD_FUNCS` (e.g. `"math_verify"`)
+    or a dotted import path. A plain `GRPOConfig` is upgraded to an `AdaGRPOConfig` with the default Reinforce-Ada
+    settings.
+
     Args:
-        model, reward_funcs, args, train_dataset, ...: as for [`~trl.GRPOTrainer`], in the same positions. A reward
-            function may also be named by a key of `trl_ada.rewards.REWARD_FUNCS` (e.g. `"math_verify"`) or a dotted
-            import path. A plain `GRPOConfig` is upgraded to an `AdaGRPOConfig` with the default Reinforce-Ada settings.
         pass_rate_estimator ([`~trl_ada.samplers.PassRateEstimator`], *optional*, keyword-only):
             A pass-rate estimator object for `sampler="est"` and the predictive/tracked round policies, in place of
             the one `pass_rate_predictor` names (default: a decayed Beta tracker). Its keys are
