@@ -1212,13 +1212,18 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
         }
         if ref_runs and method != reference:
             row["minus_reference"] = paired_difference(runs, ref_runs, _final)
-            at_time = {run["seed"]: heldout_at_seconds(run, ref_seconds) for run in runs}
-            ref_at_time = {run["seed"]: heldout_at_seconds(run, ref_seconds) for run in ref_runs}
-            seeds = [seed for seed in at_time if at_time[seed] is not None and ref_at_time.get(seed) is not None]
-            row["minus_reference_at_equal_time"] = {
-                **mean_ci([at_time[seed] - ref_at_time[seed] for seed in seeds]),
-                "seeds": seeds,
-            }
+            # Equal time, per seed: both curves read at the training time both runs reached (the shorter run's total;
+            # every run stops at the budget, so the faster method cannot be read later).
+            ref_by_seed = {run["seed"]: run for run in ref_runs}
+            differences, seeds = [], []
+            for run in runs:
+                ref = ref_by_seed.get(run["seed"])
+                if ref is None:
+                    continue
+                common = min(run["curve"][-1]["train_seconds"], ref["curve"][-1]["train_seconds"])
+                differences.append(heldout_at_seconds(run, common) - heldout_at_seconds(ref, common))
+                seeds.append(run["seed"])
+            row["minus_reference_at_equal_time"] = {**mean_ci(differences), "seeds": seeds}
         methods[method] = row
     return {"budget": budget, "reference": reference, "reference_seconds": ref_seconds, "methods": methods}
 
@@ -1229,9 +1234,9 @@ def tournament_table(summary: dict[str, Any]) -> str:
 
     reference = summary["reference"]
     lines = [
-        f"Every run stops at {summary['budget']:,} completions (equal completions); 'at equal time' reads each curve at "
-        f"{reference}'s mean training time ({summary['reference_seconds'] or 0:.0f} s; seeds that stopped earlier are "
-        "left out). Differences are paired by seed, with 95% t-intervals.",
+        f"Every run stops at {summary['budget']:,} completions (equal completions); 'at equal time' reads a method's "
+        f"curve and {reference}'s of the same seed at the training time both reached (the shorter run's). Differences "
+        "are paired by seed, with 95% t-intervals.",
         "",
         f"| method | seeds | held-out at equal completions | - {reference} | - {reference} at equal time | completions | "
         "training s | useful draws | trained draws |",
@@ -1240,7 +1245,7 @@ def tournament_table(summary: dict[str, Any]) -> str:
     for row in summary["methods"].values():
         diff = _fmt(row["minus_reference"], signed=True) if "minus_reference" in row else "-"
         at_time = row.get("minus_reference_at_equal_time")
-        timed = "-" if at_time is None else f"{_fmt(at_time, signed=True)} ({len(at_time['seeds'])} seeds)"
+        timed = "-" if at_time is None else _fmt(at_time, signed=True)
         lines.append(
             f"| {row['label']} | {len(row['seeds'])} | {_fmt(row['final'])} | {diff} | {timed} | "
             f"{row['completions']:,.0f} | {row['train_seconds']:.1f} | {row['useful_share']:.3f} | "
