@@ -1212,6 +1212,17 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
         }
         if ref_runs and method != reference:
             row["minus_reference"] = paired_difference(runs, ref_runs, _final)
+            # Issue 33's first goal: the completions a method needs to reach the reference's mean final held-out, per
+            # seed (interpolated between evaluations), as a share of the reference's completions.
+            target = statistics.fmean(_final(run) for run in ref_runs)
+            ref_completions = statistics.fmean(run["curve"][-1]["samples"] for run in ref_runs)
+            reached = [first_reach(run["curve"], "samples", target) for run in runs]
+            reached = [value for value in reached if math.isfinite(value)]
+            row["to_reference_final"] = {
+                "target": target,
+                "seeds_reached": len(reached),
+                "completions_ratio": statistics.fmean(reached) / ref_completions if reached else math.inf,
+            }
             # Equal time, per seed: both curves read at the training time both runs reached (the shorter run's total;
             # every run stops at the budget, so the faster method cannot be read later).
             ref_by_seed = {run["seed"]: run for run in ref_runs}
@@ -1239,8 +1250,8 @@ def tournament_table(summary: dict[str, Any]) -> str:
         "are paired by seed, with 95% t-intervals.",
         "",
         f"| method | seeds | held-out at equal completions | - {reference} | - {reference} at equal time | completions | "
-        "training s | useful draws | trained draws |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"training s | useful draws | trained draws | completions to {reference}'s final (seeds) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in summary["methods"].values():
         diff = _fmt(row["minus_reference"], signed=True) if "minus_reference" in row else "-"
@@ -1249,7 +1260,7 @@ def tournament_table(summary: dict[str, Any]) -> str:
         lines.append(
             f"| {row['label']} | {len(row['seeds'])} | {_fmt(row['final'])} | {diff} | {timed} | "
             f"{row['completions']:,.0f} | {row['train_seconds']:.1f} | {row['useful_share']:.3f} | "
-            f"{row['trained_share']:.3f} |"
+            f"{row['trained_share']:.3f} | {_reach(row.get('to_reference_final'))} |"
         )
     lines += [
         "",
@@ -1266,6 +1277,14 @@ def tournament_table(summary: dict[str, Any]) -> str:
             cells.append("-" if entry is None else f"{entry['share']:.3f} ({entry['useful_share']:.2f})")
         lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _reach(reading: dict[str, Any] | None) -> str:
+    """`0.82x (4 of 5)`: the mean completions of the seeds that reached the target, over the reference's."""
+    if reading is None:
+        return "-"
+    ratio = reading["completions_ratio"]
+    return f"{'never' if not math.isfinite(ratio) else f'{ratio:.2f}x'} ({reading['seeds_reached']})"
 
 
 def write_tournament(out: Path, results: list[dict], budget: int) -> None:
