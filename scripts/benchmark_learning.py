@@ -1162,17 +1162,23 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def heldout_at_seconds(run: dict, seconds: float) -> float | None:
-    """The run's held-out at `seconds` of training (linear between its evaluations); None if it stopped before."""
+def heldout_at(run: dict, key: str, value: float) -> float:
+    """The run's held-out where its `key` (`train_seconds`, `samples`) reaches `value`, linear between evaluations;
+    past its last evaluation, the last held-out."""
     curve = run["curve"]
-    if curve[-1]["train_seconds"] < seconds:
-        return None
     for before, after in zip(curve, curve[1:]):
-        if after["train_seconds"] >= seconds:
-            span = after["train_seconds"] - before["train_seconds"]
-            share = 1.0 if span <= 0 else (seconds - before["train_seconds"]) / span
+        if after[key] >= value:
+            span = after[key] - before[key]
+            share = 1.0 if span <= 0 else max(0.0, value - before[key]) / span
             return before["heldout"] + share * (after["heldout"] - before["heldout"])
     return curve[-1]["heldout"]
+
+
+def heldout_at_seconds(run: dict, seconds: float) -> float | None:
+    """The run's held-out at `seconds` of training (linear between its evaluations); None if it stopped before."""
+    if run["curve"][-1]["train_seconds"] < seconds:
+        return None
+    return heldout_at(run, "train_seconds", seconds)
 
 
 def tournament_summary(results: list[dict], budget: int, reference: str = "dapo") -> dict[str, Any]:
@@ -1212,16 +1218,22 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
         }
         if ref_runs and method != reference:
             row["minus_reference"] = paired_difference(runs, ref_runs, _final)
-            # Issue 33's first goal: the completions a method needs to reach the reference's mean final held-out, per
-            # seed (interpolated between evaluations), as a share of the reference's completions.
+            # Issue 33's first goal: the completions a method needs to reach the reference's mean final held-out, read
+            # on its mean curve (the seeds' curves interpolated on a common grid of completions and averaged: a
+            # per-seed reading would keep only the lucky seeds), as a share of the reference's completions; and the
+            # seeds whose own curve reached it.
             target = statistics.fmean(_final(run) for run in ref_runs)
             ref_completions = statistics.fmean(run["curve"][-1]["samples"] for run in ref_runs)
-            reached = [first_reach(run["curve"], "samples", target) for run in runs]
-            reached = [value for value in reached if math.isfinite(value)]
+            grid = [budget * k / BUDGET_EVAL_POINTS for k in range(BUDGET_EVAL_POINTS + 1)]
+            mean = [
+                {"samples": x, "heldout": statistics.fmean(heldout_at(run, "samples", x) for run in runs)}
+                for x in grid
+            ]
+            per_seed = [first_reach(run["curve"], "samples", target) for run in runs]
             row["to_reference_final"] = {
                 "target": target,
-                "seeds_reached": len(reached),
-                "completions_ratio": statistics.fmean(reached) / ref_completions if reached else math.inf,
+                "seeds_reached": sum(math.isfinite(value) for value in per_seed),
+                "completions_ratio": first_reach(mean, "samples", target) / ref_completions,
             }
             # Equal time, per seed: both curves read at the training time both runs reached (the shorter run's total;
             # every run stops at the budget, so the faster method cannot be read later).
@@ -1280,7 +1292,7 @@ def tournament_table(summary: dict[str, Any]) -> str:
 
 
 def _reach(reading: dict[str, Any] | None) -> str:
-    """`0.82x (4 of 5)`: the mean completions of the seeds that reached the target, over the reference's."""
+    """`0.82x (4)`: the mean curve's completions to the target over the reference's, and the seeds that reached it."""
     if reading is None:
         return "-"
     ratio = reading["completions_ratio"]
