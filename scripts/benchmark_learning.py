@@ -123,12 +123,21 @@ METHODS: dict[str, tuple[str, dict]] = {
         "DAPO, gated refill",
         {"sampler": "dapo_gated", "num_generations": 4, "dapo_on_exhausted": "keep_partial"},
     ),
+    "dapo_gated_fitted": (
+        "DAPO, gated refill, fitted prior",
+        {
+            "sampler": "dapo_gated",
+            "num_generations": 4,
+            "dapo_on_exhausted": "keep_partial",
+            "sampler_kwargs": {"prior": "fitted"},
+        },
+    ),
 }
 BUILT_IN_METHODS = dict(METHODS)
 RECOMMENDED = "dapo"
 """The method README's "Which sampler should I use" recommends for a finite prompt set; `recommended` runs it."""
 METHODS["recommended"] = (f"Recommended ({METHODS[RECOMMENDED][0]})", METHODS[RECOMMENDED][1])
-TOURNAMENT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "knapsack", "dapo_gated"]
+TOURNAMENT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "knapsack", "dapo_gated", "dapo_gated_fitted"]
 """Issue 33's tournament, read at equal completions (`--completions_budget`)."""
 BUDGET_EVAL_POINTS = 8
 """With `--completions_budget`, the held-out is measured each time a run crosses another eighth of the budget."""

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 33's tournament, one command per table: GRPO n=4, GRPO n=16, DAPO, Seq-balance, Knapsack-RL and DAPO with a
-# gated refill, every run stopped at the same number of completions (DAPO's total in the table this testbed had
+# gated refill (both priors), every run stopped at the same number of completions (DAPO's total in the table this testbed had
 # before: BENCHMARKS.md), read at equal completions and at DAPO's training time, with paired differences against DAPO.
 #
 #   bash recipes/finite-arithmetic/run_tournament.sh mix    [JOBS] [SEEDS...]   # default seeds 0-4
@@ -8,7 +8,7 @@
 #   bash recipes/finite-arithmetic/run_tournament.sh stream [JOBS] [SEEDS...]   # default seeds 0-4
 #
 # Runs already in the results folder with the same settings are kept (--reuse_runs): more seeds can be added later.
-# Extra methods: TOURNAMENT_EXTRA="--method_config mine='{...}' --methods grpo_n4 ... mine" (see benchmark_learning.py).
+# A method of one's own: call scripts/benchmark_learning.py with these arguments plus --method_config NAME='{json}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WHICH=${1:?usage: run_tournament.sh mix|hard|stream [JOBS] [SEEDS...]}
@@ -23,17 +23,17 @@ case $WHICH in
         python scripts/benchmark_learning.py --out benchmarks/results/finite/tournament-mix \
             --train_data "$DATA/train_mix.jsonl" --heldout_data "$DATA/heldout_mix.jsonl" --epochs 4 \
             --prompts_per_step 20 --eval_every 25 --eval_samples 2 --learning_rate 1e-4 \
-            --completions_budget 54416 --seeds "${SEEDS[@]}" "${COMMON[@]}" ${TOURNAMENT_EXTRA:-} ;;
+            --completions_budget 54416 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
     hard)
         SEEDS=(${@:-0 1 2 3 4 5 6 7 8 9})
         python scripts/benchmark_learning.py --out benchmarks/results/finite/tournament-hard \
             --train_data "$DATA/train_hard.jsonl" --heldout_data "$DATA/heldout_hard.jsonl" --epochs 10 \
             --prompts_per_step 20 --eval_every 25 --eval_samples 2 --learning_rate 1e-4 \
-            --completions_budget 58216 --seeds "${SEEDS[@]}" "${COMMON[@]}" ${TOURNAMENT_EXTRA:-} ;;
+            --completions_budget 58216 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
     stream)
         SEEDS=(${@:-0 1 2 3 4})
         python scripts/benchmark_learning.py --out benchmarks/results/tournament-stream \
             --steps 300 --eval_every 25 --heldout_size 600 --learning_rate 1e-4 \
-            --completions_budget 78891 --seeds "${SEEDS[@]}" "${COMMON[@]}" ${TOURNAMENT_EXTRA:-} ;;
+            --completions_budget 78891 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
     *) echo "run_tournament.sh: mix, hard or stream, not '$WHICH'" >&2; exit 2 ;;
 esac
