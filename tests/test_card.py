@@ -329,7 +329,7 @@ def test_the_card_describes_the_sampler_the_run_used(tmp_path, sampler, says):
 
 def test_a_plug_in_sampler_is_named_by_its_class_unless_it_describes_itself(tmp_path, monkeypatch):
     from trl_ada.samplers import SamplerSettings
-    from trl_ada.samplers.base import SeqBalanceSampler
+    from trl_ada.samplers import SeqBalanceSampler
     from trl_ada.samplers.registry import SAMPLERS
 
     class CardPlugin(SeqBalanceSampler):  # draws as it likes; inherits seq_balance's description

@@ -3,21 +3,17 @@ Sampling strategies for Reinforce-Ada. Pure Python: this package imports neither
 
 Every sampler is a plug-in: `@register_sampler("name")` on a [`Sampler`] subclass makes `sampler="name"` selectable in
 `AdaGRPOConfig`, on the command line, in `trl-ada simulate` and on the model card. The built-in ones register
-themselves the same way, as their modules are imported: uniform, seq_pos, seq_balance (`base`), dapo (`dapo`), est (`est`),
-knapsack (`knapsack`).
+themselves the same way, as their modules are imported: uniform (`uniform`), seq_pos and seq_balance (`sequential`),
+dapo (`dapo`), est (`est`), dapo_gated (`gated`), knapsack (`knapsack`).
 """
 
-from .base import (
-    PromptResult,
-    Sampler,
-    SamplingStep,
-    Selection,
-    SeqBalanceSampler,
-    SeqPosSampler,
-    SequentialSampler,
-    UniformSampler,
-    build_sampler,
-)
+# isort: off
+# Registration order is `sampler_names()`'s order (the paper's samplers first): uniform, seq_pos, seq_balance, then the rest.
+from .uniform import UniformSampler  # registers "uniform"
+from .sequential import SeqBalanceSampler, SeqPosSampler, SequentialSampler  # registers "seq_pos", "seq_balance"
+
+# isort: on
+from .base import PromptResult, Sampler, SamplingStep, Selection, build_sampler
 from .continuous import ContinuousStep, ScheduleStats
 from .dapo import BatchExhaustedError, BatchFiller, DapoSampler  # registers "dapo"
 from .est import EstSampler  # registers "est"

@@ -37,8 +37,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .base import Sampler, SamplingStep, Selection, SequentialSampler
+from .base import Sampler, SamplingStep, Selection
+
+if TYPE_CHECKING:
+    from .sequential import SequentialSampler
 
 
 @dataclass
@@ -102,7 +106,7 @@ class ContinuousStep:
     """
 
     def __init__(self, sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> None:
-        if not isinstance(sampler, SequentialSampler):
+        if not sampler.has_exit_rule:  # a SequentialSampler (checked by its flag: `sequential` imports this module)
             raise ValueError(
                 f"the round-free (continuous) schedule runs an exit rule prompt by prompt, and sampler={sampler.name!r} "
                 "has none. Use sampler='seq_pos' or sampler='seq_balance', or sample in rounds with begin()."

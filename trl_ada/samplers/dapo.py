@@ -8,9 +8,10 @@ from typing import Any
 
 from . import rules
 from .accounting import draw_metrics
-from .base import Selection, UniformSampler, selection_draws
+from .base import Selection, selection_draws
 from .registry import register_sampler
 from .settings import SamplerSettings
+from .uniform import UniformSampler
 
 
 @register_sampler("dapo")

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from .base import Sampler
+from .base import Sampler  # `base` imports no registry: the built-in samplers register in their own modules
 
 SamplerClass = TypeVar("SamplerClass", bound="type[Sampler]")
 
@@ -46,8 +45,6 @@ def register_sampler(name: str):
         raise ValueError(f"a sampler name must be a Python identifier (it is a config value), got {name!r}")
 
     def register(cls: SamplerClass) -> SamplerClass:
-        from .base import Sampler
-
         if not (isinstance(cls, type) and issubclass(cls, Sampler)):
             raise TypeError(
                 f"@register_sampler({name!r}) decorates a subclass of trl_ada.samplers.Sampler, got {cls!r}"
