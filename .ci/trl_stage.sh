@@ -68,7 +68,7 @@ if [[ "${TRL_STAGE_SCOPE:-all}" == seam ]]; then
 elif [[ "${TRL_STAGE_SCOPE:-all}" != all ]]; then
     die "TRL_STAGE_SCOPE is 'all' (default) or 'seam', not '${TRL_STAGE_SCOPE}'"
 fi
-RECIPE_VERSION=1
+RECIPE_VERSION=2
 EXPECTED_MARKER="recipe=$RECIPE_VERSION python=$("$BASE_PYTHON" -c 'import sys; print(sys.version.split()[0])')"
 EXPECTED_MARKER+=" constraints=$(sha256sum "$CONSTRAINTS" | cut -c1-16) setup.py=$(sha256sum setup.py | cut -c1-16)"
 
@@ -79,14 +79,14 @@ if venv_needs_build "$TRL_VENV" "$EXPECTED_MARKER" "${TRL_STAGE_REBUILD:-0}"; th
     PIP=("$TRL_VENV/bin/python" -m pip --disable-pip-version-check)
 
     STEP=$(date +%s.%N)
-    # --no-compile: no byte-compiling of every installed module (CPU that .ci/run spends while the main suite runs);
-    # what the tests import is compiled on first import.
-    "${PIP[@]}" install --quiet --no-compile -c "$CONSTRAINTS" torch
+    # Byte-compiled at install (pip's default): under PYTHONDONTWRITEBYTECODE=1 (the CI machine) a venv installed with
+    # --no-compile compiles torch, transformers and TRL from source in every test process (see .ci/vllm_stage.sh).
+    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" torch
     log "torch installed in $(elapsed_since "$STEP") s"
 
     STEP=$(date +%s.%N)
     # A resolution conflict is a failure: setup.py's ranges must admit every stack CI tests.
-    "${PIP[@]}" install --quiet --no-compile -c "$CONSTRAINTS" -e ".[dev]" \
+    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" -e ".[dev]" \
         || die "pip install -c $CONSTRAINTS -e .[dev] failed: setup.py's ranges do not admit this stack (above)"
     log "installed -e .[dev] with its dependencies under $CONSTRAINTS in $(elapsed_since "$STEP") s"
 
