@@ -50,7 +50,7 @@ TESTS = (
 
 
 def typical_files() -> dict[str, str]:
-    from trl_ada.code_reward import HARNESS, build_assert_plan
+    from trl_ada.rewards.code import HARNESS, build_assert_plan
 
     plan = build_assert_plan(TESTS)
     return {"main.py": HARNESS, "solution.py": SOLUTION, "plan.json": json.dumps([list(step) for step in plan.steps])}
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.programs < 1 or args.blocks < 1:
         parser.error("--programs and --blocks must be positive")
 
-    from trl_ada.sandbox import Sandbox
+    from trl_ada.rewards.sandbox import Sandbox
 
     sandbox = Sandbox()
     unisolated = Sandbox(isolation="none", python=sandbox.python)

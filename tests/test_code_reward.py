@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from trl_ada.code_reward import (
+from trl_ada.rewards.code import (
     CodeExecutionReward,
     build_assert_plan,
     code_execution_reward,
@@ -22,7 +22,7 @@ from trl_ada.code_reward import (
     normalize_output,
     parse_verification_info,
 )
-from trl_ada.sandbox import INSTALL_HINT, SandboxLimits, SandboxResult
+from trl_ada.rewards.sandbox import INSTALL_HINT, SandboxLimits, SandboxResult
 
 CI = os.environ.get("CI", "").lower() == "true"
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -214,7 +214,7 @@ def test_failures_are_scored_zero_and_counted(reward):
 @needs_bwrap
 def test_rows_without_tests_are_not_applicable(reward, caplog):
     assert reward.score([ADD], verification_info=[{"language": "rust", "test_cases": []}]) == [None]
-    with caplog.at_level("WARNING", logger="trl_ada.code_reward"):
+    with caplog.at_level("WARNING", logger="trl_ada.rewards.code"):
         assert reward.score([ADD]) == [None]
     assert "neither" in caplog.text
     assert reward.last_outcomes == {"not_applicable": 1}
@@ -554,7 +554,7 @@ def test_a_sandbox_that_fails_to_start_scores_none_counted_and_warned(caplog):
     broken = CodeExecutionReward(check_sandbox=False)
     broken._sandbox = _SandboxThatDoesNotStart()
     logged = {}
-    with caplog.at_level("WARNING", logger="trl_ada.code_reward"):
+    with caplog.at_level("WARNING", logger="trl_ada.rewards.code"):
         rewards = broken.score(
             [ADD, SUM],
             tests=[ADD_TESTS, None],
@@ -603,7 +603,7 @@ def test_a_huge_reported_value_is_a_wrong_answer_judged_off_the_event_loop():
 
 
 def test_available_cpus_reads_the_affinity_and_the_cgroup_quota(monkeypatch, tmp_path):
-    from trl_ada import code_reward
+    from trl_ada.rewards import code as code_reward
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5})
     proc = tmp_path / "cgroup"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from trl_ada.sandbox import INSTALL_HINT, SandboxLimits
+from trl_ada.rewards.sandbox import INSTALL_HINT, SandboxLimits
 from trl_ada.tasks.code_synthesis import (
     LEVELS,
     NUM_HIDDEN,

@@ -11,8 +11,8 @@ import pytest
 from conftest import write_jsonl
 
 from trl_ada import prepare_data
-from trl_ada.code_reward import CodeExecutionReward
-from trl_ada.sandbox import INSTALL_HINT, SandboxLimits
+from trl_ada.rewards.code import CodeExecutionReward
+from trl_ada.rewards.sandbox import INSTALL_HINT, SandboxLimits
 
 CI = os.environ.get("CI", "").lower() == "true"
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -306,11 +306,11 @@ UNBUILT = CodeExecutionReward(limits=LIMITS, concurrency=1, check_sandbox=False)
 
 
 def test_missing_bubblewrap_names_the_install_command_before_sampling(tmp_path, monkeypatch, caplog):
-    import trl_ada.sandbox
+    import trl_ada.rewards.sandbox
 
     real_which = shutil.which
     monkeypatch.setattr(
-        trl_ada.sandbox.shutil, "which", lambda name, **kw: None if name == "bwrap" else real_which(name, **kw)
+        trl_ada.rewards.sandbox.shutil, "which", lambda name, **kw: None if name == "bwrap" else real_which(name, **kw)
     )
     band = ["--model_name_or_path", "unused", "--pass_rate_band", "0", "1", "--reward", f"{__name__}.UNBUILT"]
     with pytest.raises(RuntimeError, match="apt-get install bubblewrap"):

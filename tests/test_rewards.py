@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trl_ada import rewards
 from trl_ada.rewards import (
     REWARD_FUNCS,
     get_reward_funcs,
@@ -20,6 +19,7 @@ from trl_ada.rewards import (
     required_reward_columns,
     score_completions,
 )
+from trl_ada.rewards import math as rewards  # its module state (the warn-once flag)
 from trl_ada.tasks.arithmetic import exact_match_reward
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from trl_ada import sandbox as sandbox_module
-from trl_ada.sandbox import INSTALL_HINT, Sandbox, SandboxLimits
+from trl_ada.rewards import sandbox as sandbox_module
+from trl_ada.rewards.sandbox import INSTALL_HINT, Sandbox, SandboxLimits
 
 CI = os.environ.get("CI", "").lower() == "true"
 HAVE_BWRAP = shutil.which("bwrap") is not None
@@ -155,7 +155,7 @@ def test_an_interpreter_prefix_that_would_expose_a_home_is_refused(tmp_path, mon
 
 
 def test_no_isolation_is_an_explicit_opt_in_that_warns(caplog):
-    with caplog.at_level("WARNING", logger="trl_ada.sandbox"):
+    with caplog.at_level("WARNING", logger="trl_ada.rewards.sandbox"):
         plain = Sandbox(FAST, isolation="none")
     assert "NOT a security boundary" in caplog.text
     result = plain.run(program="import os\nprint(sorted(os.environ))")
@@ -660,7 +660,7 @@ except OSError as error:
 _KEYRING_PROBE = """
 import ctypes, json, os, platform, sys
 sys.path[:0] = {paths!r}
-from trl_ada.sandbox import Sandbox, SandboxLimits
+from trl_ada.rewards.sandbox import Sandbox, SandboxLimits
 ADD_KEY, KEYCTL = {{"x86_64": (248, 250), "aarch64": (217, 219)}}[platform.machine()]
 libc = ctypes.CDLL(None, use_errno=True)
 def call(number, *args):
@@ -730,7 +730,7 @@ def test_the_trainers_kernel_keyring_is_out_of_reach(tmp_path):
 _ZOMBIE_PROBE = """
 import os, sys
 sys.path[:0] = {paths!r}
-from trl_ada.sandbox import Sandbox, SandboxLimits
+from trl_ada.rewards.sandbox import Sandbox, SandboxLimits
 assert os.getpid() == 1, os.getpid()
 box = Sandbox(SandboxLimits(wall_time_s=1))
 statuses = [box.run(program="print(1)").status for _ in range({runs})]

@@ -119,7 +119,7 @@ def resolve_ks(args: argparse.Namespace) -> list[int]:
 def reward_columns(dataset: Any, reward_func: Any, reference_column: str) -> dict[str, list[Any]]:
     """The columns passed to the reward: every dataset column but ``prompt``, plus the reference under each name the
     reward needs that the dataset lacks."""
-    from trl_ada.rewards import required_reward_columns
+    from trl_ada.rewards.registry import required_reward_columns
 
     columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
     needed = [name for name in required_reward_columns([reward_func]) if name not in columns]
@@ -209,7 +209,7 @@ def evaluate(args: argparse.Namespace, generator: Any = None, tokenizer: Any = N
     """
     from trl_ada.data import generator_from_args, load_prompt_dataset, tokenize_prompts
     from trl_ada.metrics import count_correct, weighted_average
-    from trl_ada.rewards import get_reward_funcs, score_completions
+    from trl_ada.rewards.registry import get_reward_funcs, score_completions
 
     ks = resolve_ks(args)
     reward_func = get_reward_funcs([args.reward])[0]

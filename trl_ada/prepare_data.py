@@ -32,7 +32,7 @@ Without --pass_rate_band/--correct_range/--band_mix, stages 1-3 run and no model
 ``python scripts/prepare_data.py`` takes the same flags.
 
 **Code datasets** (``--task code``; ``auto`` picks it for ``--reward code_execution`` or, without --reward, a dataset
-with a ``verification_info`` or ``tests`` column). The tests are those [`trl_ada.code_reward.CodeExecutionReward`]
+with a ``verification_info`` or ``tests`` column). The tests are those [`trl_ada.rewards.code.CodeExecutionReward`]
 runs: open-r1's ``verification_info`` (stdin/stdout cases, a dict or its JSON) and/or assert-style ``tests`` (MBPP's
 list of asserts or a string; HumanEval's ``check(candidate)`` with an ``entry_point`` column). Stage 2 becomes:
 
@@ -76,7 +76,7 @@ DEFAULT_CODE_INSTRUCTION = "Write your final solution as Python code in a single
 """The default instruction appended to each problem of a code dataset: the reward runs the last Python block."""
 
 CODE_TEST_FORMATS = ("verification_info", "tests")
-"""The test formats of [`trl_ada.code_reward.CodeExecutionReward`], which are also the default column names."""
+"""The test formats of [`trl_ada.rewards.code.CodeExecutionReward`], which are also the default column names."""
 _REFERENCE_SOLUTION_COLUMNS = ("solution", "canonical_solution", "code", "gold_standard_solution")
 _REFERENCE_CHUNK = 256  # references per reward call (one progress step)
 
@@ -262,8 +262,8 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 def check_args(args: argparse.Namespace) -> None:
     """Argument checks that need no data (fail fast, with the fix in the message)."""
-    from trl_ada.code_reward import CodeExecutionReward
-    from trl_ada.rewards import get_reward_funcs
+    from trl_ada.rewards.code import CodeExecutionReward
+    from trl_ada.rewards.registry import get_reward_funcs
 
     if args.reward is not None:
         reward_func = get_reward_funcs([args.reward])[0]
@@ -293,11 +293,11 @@ def check_args(args: argparse.Namespace) -> None:
 def resolve_task(args: argparse.Namespace, columns: Sequence[str] = ()) -> str:
     """``"math"`` or ``"code"``: ``--task``, or for ``auto`` what the reward and the dataset's ``columns`` suggest.
 
-    ``auto`` is code when --reward names a [`trl_ada.code_reward.CodeExecutionReward`], or when no --reward is given
+    ``auto`` is code when --reward names a [`trl_ada.rewards.code.CodeExecutionReward`], or when no --reward is given
     and ``columns`` hold a test column (the named --test_column, else ``verification_info`` or ``tests``).
     """
-    from trl_ada.code_reward import CodeExecutionReward
-    from trl_ada.rewards import get_reward_funcs
+    from trl_ada.rewards.code import CodeExecutionReward
+    from trl_ada.rewards.registry import get_reward_funcs
 
     if args.task != "auto":
         return args.task
@@ -330,7 +330,7 @@ def _detect_test_format(dataset: Any, column: str) -> str:
 def code_test_columns(args: argparse.Namespace, dataset: Any, reward: Any) -> dict[str, str]:
     """``{input column: output column}`` of the test column(s) (and the entry point, when present).
 
-    The output names are the columns ``reward`` (a [`trl_ada.code_reward.CodeExecutionReward`]) reads:
+    The output names are the columns ``reward`` (a [`trl_ada.rewards.code.CodeExecutionReward`]) reads:
     ``reward.verification_info_column`` / ``reward.tests_column`` / ``reward.entry_point_column``.
 
     Raises:
@@ -369,7 +369,7 @@ def code_test_columns(args: argparse.Namespace, dataset: Any, reward: Any) -> di
 
 def _row_tests_problem(row: dict[str, Any], reward: Any) -> str | None:
     """Why a row (output column names) has no runnable tests, or ``None`` when it has some (as ``reward`` reads)."""
-    from trl_ada.code_reward import build_assert_plan, parse_verification_info
+    from trl_ada.rewards.code import build_assert_plan, parse_verification_info
 
     info = row.get(reward.verification_info_column)
     tests = row.get(reward.tests_column)
@@ -427,7 +427,7 @@ def check_code_references(
 
     Args:
         dataset: Rows with tests (stage 2a), test columns under ``reward``'s names.
-        reward: A [`trl_ada.code_reward.CodeExecutionReward`].
+        reward: A [`trl_ada.rewards.code.CodeExecutionReward`].
         solution_column: Column with the reference solutions (code, or a completion with a code block).
         problem_column: Column with the problem text (the stub a HumanEval body is appended to).
 
@@ -608,7 +608,7 @@ def reference_aliases(reward_func: Any, answer_column: str, output_columns: Sequ
         ValueError: when the reward reads a column the output will not have, naming it and the flags that fix it.
             Called before any stage, so a mismatch costs no sampling.
     """
-    from trl_ada.rewards import required_reward_columns
+    from trl_ada.rewards.registry import required_reward_columns
 
     needed = required_reward_columns([reward_func])
     aliases = [name for name in needed if name == answer_column and name != "solution"]
@@ -645,7 +645,7 @@ def filter_verifiable_references(dataset: Any, column: str) -> tuple[Any, list[A
     references (in row order)."""
     from tqdm.auto import tqdm
 
-    from trl_ada.rewards import reference_verifies
+    from trl_ada.rewards.math import reference_verifies
 
     references = dataset[column]
     verdicts: dict[Any, bool] = {}
@@ -684,7 +684,7 @@ def difficulty_filter(
         of correct samples, over every scored prompt).
     """
     from trl_ada.metrics import count_correct, pass_rate_histogram
-    from trl_ada.rewards import score_completions
+    from trl_ada.rewards.registry import score_completions
 
     prompts = dataset["prompt"]
     completions = generator(prompts, num_samples)
@@ -735,9 +735,9 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
             loading --model_name_or_path; tests inject a deterministic one.
         tokenizer: Optional tokenizer used instead of loading the model's.
     """
-    from trl_ada.code_reward import CodeExecutionReward, code_execution_reward
     from trl_ada.data import generator_from_args, load_prompt_dataset, to_prompt_format
-    from trl_ada.rewards import get_reward_funcs
+    from trl_ada.rewards.code import CodeExecutionReward, code_execution_reward
+    from trl_ada.rewards.registry import get_reward_funcs
 
     check_args(args)
     band = band_of(args)

@@ -347,7 +347,7 @@ def resolve_reward_funcs(script_args: AdaScriptArguments, default: str) -> list[
     Raises:
         ValueError: on an unknown reward name, or a reward model that is neither a directory nor a Hub id.
     """
-    from .rewards import get_reward_funcs
+    from .rewards.registry import get_reward_funcs
 
     names = script_args.reward_funcs
     reward_model = script_args.reward_model_name_or_path
@@ -458,7 +458,7 @@ def prepare_prompt_dataset(
     from datasets import Dataset, IterableDataset
 
     from .data import dataset_columns, to_prompt_format, validate_prompt_dataset
-    from .rewards import required_reward_columns
+    from .rewards.registry import required_reward_columns
 
     streamed = isinstance(dataset, IterableDataset)
     has_rows = True if streamed else len(dataset) > 0

@@ -25,7 +25,7 @@ from .config import AdaGRPOConfig
 from .data import check_prompt_column
 from .pools import LocalRow, generate_fields
 from .predictor_hub import resolve_pass_rate_predictor
-from .rewards import resolve_reward_funcs
+from .rewards.registry import resolve_reward_funcs
 from .samplers import PassRateEstimator, Selection, build_sampler
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR

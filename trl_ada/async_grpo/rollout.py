@@ -62,7 +62,7 @@ from typing import Any
 
 from .. import trl_seam
 from ..faults import VLLMServerUnresponsive
-from ..rewards import failing_reward_name
+from ..rewards.registry import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.base import PromptResult, Sampler
 from ..samplers.continuous import begin_streaming

@@ -40,7 +40,7 @@ from accelerate.utils import broadcast_object_list, gather
 
 from ..faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
 from ..pools import PoolEntry
-from ..rewards import failing_reward_name
+from ..rewards.registry import failing_reward_name
 from ..samplers import ScheduleStats, Selection
 from ..trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
 from ..weight_sync import sync_server_weights_for_step

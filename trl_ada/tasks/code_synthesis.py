@@ -15,7 +15,7 @@ expression, ``1+x*2`` or ``x+x+1``, is just as right). Six levels of graded diff
 - 4 ``quadratic``: ``x*x+b``, ``x*x-b``, ``a*x*x``
 - 5 ``composite``: ``a*abs(x-c)`` or ``x*x+a*x``
 
-**How it is scored.** Each row carries the columns [`trl_ada.code_reward.CodeExecutionReward`] reads for
+**How it is scored.** Each row carries the columns [`trl_ada.rewards.code.CodeExecutionReward`] reads for
 assert-style tests: ``tests`` (``assert f(3) == 7`` lines) and ``entry_point`` (``"f"``). The tests hold the four
 shown pairs and four more inputs the prompt does not show (in ``[-3, 15]``, so also negative and two-digit ones): a
 completion that only reproduces the shown pairs (a lookup such as ``7 if x==3 else ...``) fails. [`CodeSynthesisReward`]
@@ -232,7 +232,7 @@ def make_dataset(num_problems: int, *, seed: int, levels: Sequence[int] | None =
 def extract_expression(completion: Any, eos_token: str = "<eos>") -> str:
     """The expression a completion gives: its text (or its last message's) before the first eos token or newline,
     stripped."""
-    from trl_ada.rewards import completion_text
+    from trl_ada.rewards.text import completion_text
 
     text = completion_text(completion)
     for stop in (eos_token, "\n"):
@@ -248,7 +248,7 @@ def expression_program(completion: Any) -> str:
 
 class CodeSynthesisReward:
     """TRL reward function of the task: each completion's expression, as [`expression_program`], scored by a
-    [`trl_ada.code_reward.CodeExecutionReward`] against the row's ``tests`` (1 when every test passes, else 0).
+    [`trl_ada.rewards.code.CodeExecutionReward`] against the row's ``tests`` (1 when every test passes, else 0).
 
     An async callable, like the reward it wraps (TRL awaits it; the sandboxes of a batch run in parallel, at most
     ``concurrency`` at a time). ``seconds``, ``calls`` and ``completions`` accumulate the time spent inside calls
@@ -261,8 +261,8 @@ class CodeSynthesisReward:
     """
 
     def __init__(self, reward: Any = None, **reward_kwargs: Any) -> None:
-        from trl_ada.code_reward import CodeExecutionReward
-        from trl_ada.sandbox import SandboxLimits
+        from trl_ada.rewards.code import CodeExecutionReward
+        from trl_ada.rewards.sandbox import SandboxLimits
 
         if reward is not None and reward_kwargs:
             raise ValueError("Pass either a reward or keyword arguments for a new one, not both.")

@@ -1,0 +1,821 @@
+"""A code-execution reward for code RL: run the completion's program against the row's tests, in a sandbox.
+
+``code_execution_reward`` (``--reward_funcs code_execution``) is the default instance of [`CodeExecutionReward`];
+build your own for other limits, all-or-nothing scoring, concurrency or column names. Pure Python and the standard
+library; the sandbox is [`trl_ada.rewards.sandbox.Sandbox`] (bubblewrap).
+
+**The program** is the completion's last fenced code block tagged Python (```` ```python ````, ```` ```py ````), else
+its last fenced block of any tag, else the whole completion. A last fence left open (a truncated completion) runs to
+the end of the text. Completions may be strings or lists of chat messages (the last message's content is read).
+
+**The tests**, read from the dataset columns the reward names (a row with neither gets ``None``: not applicable):
+
+- ``verification_info`` (open-r1's verifiable-coding format): ``{"language": "python", "test_cases": [{"type":
+  "stdin_stdout", "input": ..., "output": ...}, ...]}``, a dict or its JSON string (an input or output that is not a
+  string is its ``str``: ``0`` is ``"0"``; ``None`` is empty). Each case is one sandboxed run of the program as
+  ``__main__`` that sees only its own input; the case passes when the run ends normally in time and its standard
+  output equals the expected output after each line is right-stripped and leading/trailing blank lines are dropped.
+  Another language or no ``stdin_stdout`` case gives ``None``.
+- ``tests`` (MBPP / HumanEval style): Python test code (a string, or a list of statements such as MBPP's
+  ``test_list``), with an optional ``entry_point`` column: when the test code defines ``def check(candidate)``
+  (HumanEval), its body runs with ``candidate`` bound to the entry point (the column, else the name in a top-level
+  ``check(name)`` call; with neither, the row cannot be run against a program and scores ``None``). The program is
+  loaded as a module named ``solution`` (so its ``if __name__ == "__main__":`` block does not run; a ``sys.exit()``
+  while loading ends the loading, not the tests). The tests run in a namespace of their own: the names they use but
+  neither define nor find among Python's builtins (the function under test, and the entry point) are imported from
+  the program, and their builtins are a copy taken before the program ran, so a program's own ``set``, ``abs`` or
+  ``sorted`` (in its globals or in ``builtins``) does not change what the tests compute. A test is a top-level
+  statement (or one of ``check``'s) that contains an ``assert`` and uses the program's names, directly or through
+  names bound from them (``result = candidate(x)``); asserts that do not (``assert True, "..."``) and the other
+  statements (imports, helpers) run in order as set-up. Test code with no such assert scores ``None``. The run must
+  end normally (exit status 0) within the limits: one that does not (e.g. passes, then spins in an ``atexit``
+  handler until the wall limit) fails every test, as a stdin/stdout case does.
+
+**The reward** is the fraction of tests passed, or 1/0 with ``all_or_nothing=True``. A program that cannot run scores
+0. Each completion gets one outcome: ``passed``, or the reason of its first failing test, one of ``wrong_answer``,
+``runtime_error``, ``syntax_error``, ``timeout``, ``memory``, ``output_limit``; ``sandbox_error`` when the sandbox
+failed to start, so the program did not run (on some case): that row scores ``None`` (unscorable: the samplers count
+it neither positive nor negative), with a warning; rows the reward does not apply to count as ``not_applicable``
+(``None`` too). The counts of the last call are in ``reward.last_outcomes`` (each completion's outcome, in order, in
+``reward.last_row_outcomes``) and their running totals in ``reward.outcomes`` (``collections.Counter``); under TRL's
+trainers each outcome's share of the batch is also logged as the metric ``code_execution/<outcome>`` through the
+``log_metric`` hook TRL passes.
+
+**Why a program cannot mark its own tests passed.** The verdict is decided outside the sandbox, from data the
+program cannot forge without solving the task:
+
+- stdin/stdout: the expected output never enters the sandbox; each case's run sees only its own input, so printing
+  another case's expected output, reading the test file or a harness is impossible (there is none inside), and
+  exiting with status 0 is no pass.
+- assert tests of the form ``assert <expression> == <expected>`` (or ``<expected> == <expression>``), where
+  ``<expected>`` is a literal or ``set``/``frozenset``/``tuple``/``list``/``sorted``/``dict`` of one (MBPP's
+  ``set(...) == set((4, 5))``), the form of MBPP's and nearly all of HumanEval's tests: the expected value is
+  computed in the trainer and never enters the sandbox. The harness inside evaluates only ``<expression>`` and
+  reports its value, converted to plain Python data of the exact built-in types (numbers, strings, bytes, ``None``,
+  lists, tuples, dicts, sets; numpy values through ``tolist()``), as a ``repr`` on a pipe; the trainer rejects a
+  report much longer than the expected value's ``repr`` (a wrong answer, not parsed), reads the rest back with
+  ``ast.literal_eval`` in the reward's executor (off the event loop) and compares it to the expected value with
+  ``==`` on plain data. So an early ``sys.exit(0)``/``os._exit(0)`` (no value reported: the test fails), patched
+  ``assert``, ``AssertionError`` or builtins, an object whose ``__eq__`` always returns ``True``, or writing to the
+  pipe (without the expected value there is nothing right to write; a test reported twice fails) gain nothing.
+- any other assert (``assert math.isclose(f(x), 0.5)``, ``assert abs(f(x) - y) < 1e-6``, asserts inside loops,
+  ``assert f(x) == y`` with a non-literal ``y``) must run inside the program's interpreter, and its pass/fail is
+  reported from there. The separate namespace and the copied builtins stop a program's rebinding of names, but not a
+  program that manipulates that interpreter: one that patches a module the tests import (``math.isclose = lambda
+  *a: True``), reaches the tests' namespace through the caller's frame (``sys._getframe(1).f_globals``), ``gc`` or
+  ``ctypes``, or writes a "passed" record to the pipe itself, can pass such tests. Prefer the ``== <expected>`` form
+  in training data when rewards are at stake; ``CodeExecutionReward.count_checks`` tells how many tests of a row are
+  of each kind (``value``: decided outside; ``assert``: decided inside, subvertible; ``ignored``: no test).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import builtins
+import functools
+import json
+import logging
+import math
+import os
+import re
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from .sandbox import Isolation, Sandbox, SandboxLimits, SandboxResult
+from .text import completion_text
+
+logger = logging.getLogger(__name__)
+
+Outcome = Literal[
+    "passed",
+    "wrong_answer",
+    "runtime_error",
+    "syntax_error",
+    "timeout",
+    "memory",
+    "output_limit",
+    "sandbox_error",
+    "not_applicable",
+]
+OUTCOMES: tuple[str, ...] = get_args(Outcome)
+"""Every outcome a completion can get, in the order metrics are logged."""
+
+_SANDBOX_STATUS_OUTCOME: dict[str, Outcome] = {
+    "timeout": "timeout",
+    "memory": "memory",
+    "output_limit": "output_limit",
+    "sandbox_error": "sandbox_error",
+    "error": "runtime_error",
+}
+_SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Programs
+# ---------------------------------------------------------------------------------------------------------------------
+
+_FENCE = re.compile(r"```([^\n`]*)\n(.*?)(?:```|\Z)", re.DOTALL)
+_PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
+
+
+def extract_program(completion: Any) -> str:
+    """The program of a completion: its last ```` ```python ```` block, else its last fenced block, else all of it."""
+    text = completion_text(completion)
+    blocks = [(match.group(1).strip().lower(), match.group(2)) for match in _FENCE.finditer(text)]
+    if not blocks:
+        return text
+    python_blocks = [body for tag, body in blocks if (tag.split() or [""])[0] in _PYTHON_TAGS]
+    return python_blocks[-1] if python_blocks else blocks[-1][1]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Tests
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StdioCase:
+    """One stdin/stdout test case."""
+
+    input: str
+    output: str
+
+
+@dataclass(frozen=True)
+class AssertPlan:
+    """Assert-style tests split into what runs in the sandbox and what stays outside.
+
+    ``steps`` go into the sandbox, in order, as ``(kind, src)``: ``import`` (bind the program's name ``src`` in the
+    tests' namespace), ``setup`` (run; its failure is no test's), ``value`` (a test: evaluate ``src`` and report its
+    value) or ``assert`` (a test: run the statement ``src`` and report whether it raised). ``expected`` pairs each
+    value step's index with its expected value, which never leaves the trainer. ``ignored`` counts the asserts that
+    do not exercise the program (run as set-up, counted as no test).
+    """
+
+    steps: tuple[tuple[str, str], ...]
+    expected: tuple[tuple[int, Any], ...]
+    ignored: int = 0
+
+    @property
+    def check_indices(self) -> list[int]:
+        """The indices of the steps that are tests."""
+        return [i for i, (kind, _) in enumerate(self.steps) if kind in ("value", "assert")]
+
+    @functools.cached_property
+    def longest_reports(self) -> dict[int, int]:
+        """Per value step, the longest ``repr`` a value equal to the expected one can plausibly have (a few times
+        the expected value's own: ``1`` may come back as ``1.0`` or ``True``); a longer report is a wrong answer,
+        rejected before it is parsed."""
+        return {index: 8 * len(repr(value)) + 64 for index, value in self.expected}
+
+
+def normalize_output(text: str) -> list[str]:
+    """Output as compared: lines right-stripped, leading and trailing blank lines dropped."""
+    lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return lines
+
+
+def parse_verification_info(info: Any) -> list[StdioCase] | None:
+    """The stdin/stdout cases of an open-r1 ``verification_info`` value, or ``None`` if it has none for Python.
+
+    Raises:
+        ValueError: on a value that is neither a dict nor a JSON object string.
+    """
+    if info is None:
+        return None
+    if isinstance(info, str):
+        try:
+            info = json.loads(info)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"verification_info is not valid JSON ({error}); expected a dict or its JSON.") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"verification_info must be a dict or its JSON string, got {type(info).__name__}.")
+    language = str(info.get("language") or "python").lower()
+    if language not in ("python", "python3", "py"):
+        return None
+    cases = [
+        StdioCase(_case_text(case.get("input")), _case_text(case.get("output")))
+        for case in info.get("test_cases") or []
+        if isinstance(case, dict) and case.get("type", "stdin_stdout") == "stdin_stdout"
+    ]
+    return cases or None
+
+
+def _case_text(value: Any) -> str:
+    """A case's input or output as text: ``None`` is empty, anything else its ``str`` (so ``0`` is ``"0"``)."""
+    return "" if value is None else str(value)
+
+
+# Builtins an expected value may be built with outside the sandbox (``set((4, 5))``, MBPP's habit): one argument
+# that is itself such a value (or none), nothing else, so evaluating it in the trainer runs no test code.
+_EXPECTED_CONSTRUCTORS: dict[str, Any] = {
+    "set": set,
+    "frozenset": frozenset,
+    "tuple": tuple,
+    "list": list,
+    "sorted": sorted,
+    "dict": dict,
+}
+_BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+def _expected_value(node: ast.expr, rebound: frozenset[str]) -> tuple[bool, Any]:
+    """Whether ``node`` is a value the trainer can compute without running test code, and that value: a literal, or
+    one of ``_EXPECTED_CONSTRUCTORS`` (not rebound by the tests) applied to at most one such value."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _EXPECTED_CONSTRUCTORS
+        and node.func.id not in rebound
+        and not node.keywords
+        and len(node.args) <= 1
+        and not any(isinstance(arg, ast.Starred) for arg in node.args)
+    ):
+        if not node.args:
+            return True, _EXPECTED_CONSTRUCTORS[node.func.id]()
+        ok, argument = _expected_value(node.args[0], rebound)
+        if not ok:
+            return False, None
+        try:
+            return True, _EXPECTED_CONSTRUCTORS[node.func.id](argument)
+        except (TypeError, ValueError):  # e.g. sorted() of mixed types, dict() of non-pairs
+            return False, None
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False, None
+
+
+def _contains_assert(node: ast.AST) -> bool:
+    return any(isinstance(child, ast.Assert) for child in ast.walk(node))
+
+
+def _loaded_names(node: ast.AST) -> set[str]:
+    return {child.id for child in ast.walk(node) if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)}
+
+
+def _bound_names(node: ast.AST) -> set[str]:
+    """Every name ``node`` binds, at any depth (assignments, loop targets, parameters, imports, definitions, ...)."""
+    names: set[str] = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Name) and not isinstance(child.ctx, ast.Load):
+            names.add(child.id)
+        elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(child.name)
+        elif isinstance(child, ast.arg):
+            names.add(child.arg)
+        elif isinstance(child, ast.alias) and child.name != "*":
+            names.add((child.asname or child.name).split(".")[0])
+        elif isinstance(child, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and child.name:
+            names.add(child.name)
+        elif isinstance(child, ast.MatchMapping) and child.rest:
+            names.add(child.rest)
+        elif isinstance(child, (ast.Global, ast.Nonlocal)):
+            names.update(child.names)
+    return names
+
+
+@functools.lru_cache(maxsize=4096)
+def build_assert_plan(tests: str, entry_point: str | None = None) -> AssertPlan | None:
+    """Splits assert-style test code into sandbox steps and expected values (see [`AssertPlan`]).
+
+    The names the tests use but neither define nor find among Python's builtins (and ``entry_point``) are the
+    program's: they are imported from it into the tests' own namespace. A test is a top-level statement (or a
+    statement of ``check``'s body) that contains an ``assert`` and uses one of those names, directly or through a name
+    bound from them (``result = candidate(x)``); other asserts (``assert True, "..."``) run as set-up and count for
+    nothing. Returns ``None`` when no test is left, or when the code defines ``check(candidate)`` but names no entry
+    point (no column value, no top-level ``check(name)`` call): such a row cannot be run against the program. Raises
+    ``ValueError`` when the code does not parse (a data problem: fix or drop the row).
+    """
+    try:
+        module = ast.parse(tests)
+    except (SyntaxError, ValueError) as error:
+        raise ValueError(f"The test code does not parse ({error}); fix or drop the row.") from None
+    body = list(module.body)
+    check = next(
+        (s for s in body if isinstance(s, ast.FunctionDef) and s.name == "check" and s.args.args),
+        None,
+    )
+
+    def calls_check(statement: ast.stmt) -> bool:
+        return (
+            isinstance(statement, ast.Expr)
+            and isinstance(statement.value, ast.Call)
+            and isinstance(statement.value.func, ast.Name)
+            and statement.value.func.id == "check"
+        )
+
+    if check is not None and not entry_point:  # `check(name)` at the end of the tests names the entry point
+        for statement in body:
+            if calls_check(statement) and statement.value.args and isinstance(statement.value.args[0], ast.Name):
+                entry_point = statement.value.args[0].id
+    if check is not None and not entry_point:
+        return None  # nothing says which of the program's functions `check` tests
+    rebound = frozenset(_bound_names(module))
+    # The program's names: used by the tests, defined by neither the tests nor Python.
+    imported = (_loaded_names(module) - rebound - _BUILTIN_NAMES) | ({entry_point} if entry_point else set())
+    steps: list[tuple[str, str]] = [("import", name) for name in sorted(imported)]
+    statements: list[ast.stmt]
+    if check is not None:
+        candidate = check.args.args[0].arg
+        steps += [("setup", ast.unparse(s)) for s in body if s is not check and not calls_check(s)]
+        steps.append(("setup", f"{candidate} = {entry_point}"))
+        imported.add(candidate)
+        statements = list(check.body)
+    else:
+        statements = body
+    from_program = set(imported)  # names bound from the program, directly or through other such names
+    expected: list[tuple[int, Any]] = []
+    ignored = 0
+    for statement in statements:
+        used = _loaded_names(statement.test if isinstance(statement, ast.Assert) else statement)
+        exercises = bool(used & from_program)
+        definition = isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        if definition or not _contains_assert(statement) or not exercises:
+            if exercises:
+                from_program |= _bound_names(statement)
+            ignored += _contains_assert(statement) and not definition and not exercises
+            steps.append(("setup", ast.unparse(statement)))
+            continue
+        step: tuple[str, str] = ("assert", ast.unparse(statement))
+        test = statement.test if isinstance(statement, ast.Assert) else None
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            for expression, other in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
+                is_expected, value = _expected_value(other, rebound)
+                if is_expected and _loaded_names(expression) & from_program:
+                    expected.append((len(steps), value))
+                    step = ("value", ast.unparse(expression))
+                    break
+        steps.append(step)
+    if not any(kind in ("value", "assert") for kind, _ in steps):
+        return None
+    return AssertPlan(tuple(steps), tuple(expected), ignored)
+
+
+# The harness that runs inside the sandbox for assert tests. It holds no secret: the expected values are not in it.
+# The program is loaded as the module `solution`; the tests run in a namespace of their own that holds only the names
+# imported from the program (plan steps of kind "import") and a copy of the builtins taken before the program ran.
+HARNESS = r"""
+import builtins, json, numbers, os
+
+# Taken before the program runs, so what it does to `builtins`, `json` or `os` later reaches neither the tests'
+# builtins nor the harness's own functions (defined below, they look their builtins up in this copy).
+_BUILTINS = dict(builtins.__dict__)
+__builtins__ = _BUILTINS
+_fd = int(os.environ["SANDBOX_CHANNEL_FD"])
+_write, _dumps = os.write, json.dumps
+
+
+def _emit(record):
+    _write(_fd, (_dumps(record) + "\n").encode())
+
+
+def _plain(value, depth=0):
+    # Exact built-in types only, so the `repr` sent out is Python's own (a subclass's `__repr__` never runs).
+    if depth > 100:
+        raise TypeError("too deeply nested")
+    kind = type(value)
+    if value is None or kind in (bool, int, float, complex, str, bytes):
+        return value
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, complex):
+        return complex.__complex__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return bytes.__bytes__(value)
+    if isinstance(value, numbers.Integral):
+        return _plain(int(value), depth + 1)
+    if isinstance(value, numbers.Real):
+        return _plain(float(value), depth + 1)
+    if isinstance(value, list):
+        return [_plain(item, depth + 1) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_plain(item, depth + 1) for item in value)
+    if isinstance(value, (set, frozenset)):
+        return {_plain(item, depth + 1) for item in value}
+    if isinstance(value, dict):
+        return {_plain(k, depth + 1): _plain(v, depth + 1) for k, v in value.items()}
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
+        return _plain(value.tolist(), depth + 1)
+    raise TypeError("not plain data: " + kind.__name__)
+
+
+def _main():
+    with open("plan.json") as handle:
+        plan = json.load(handle)
+    with open("solution.py") as handle:
+        source = handle.read()
+    program = {"__name__": "solution", "__builtins__": builtins}
+    try:
+        exec(compile(source, "solution.py", "exec"), program)
+    except SystemExit:
+        pass
+    except BaseException as error:
+        _emit({"load": type(error).__name__})
+        return
+    _emit({"load": "ok"})
+    tests = {"__name__": "tests", "__builtins__": _BUILTINS}
+    for index, (kind, src) in enumerate(plan):
+        try:
+            if kind == "import":
+                if src in program:
+                    tests[src] = program[src]
+            elif kind == "setup":
+                exec(src, tests)
+            elif kind == "value":
+                _emit({"i": index, "repr": repr(_plain(eval(src, tests)))})
+            else:
+                exec(src, tests)
+                _emit({"i": index, "ok": True})
+        except BaseException as error:
+            if kind in ("value", "assert"):
+                _emit({"i": index, "error": type(error).__name__})
+
+
+_main()
+"""
+
+
+# Read by `available_cpus` (module constants so that tests can point them at files of their own).
+_PROC_SELF_CGROUP = "/proc/self/cgroup"
+_CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def available_cpus() -> int:
+    """The CPUs this process may actually use: its affinity mask (``taskset``, ``docker --cpuset-cpus``), capped by
+    the cgroup v2 CPU quota (``cpu.max``, ``docker --cpus``) of its cgroup and each parent, rounded up; at least 1.
+
+    ``os.cpu_count()`` counts the machine's CPUs whatever the process may use (``os.process_cpu_count`` needs Python
+    3.13 and still ignores quotas). cgroup v1 quotas are not read.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, math.ceil(quota))
+    return max(1, cpus)
+
+
+def _cgroup_cpu_quota() -> float | None:
+    """The smallest ``quota / period`` of the ``cpu.max`` files from this process's cgroup (v2) up to the root, or
+    ``None`` when none sets one (``max``) or the files cannot be read."""
+    try:
+        with open(_PROC_SELF_CGROUP) as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    path = next((line[len("0::") :] for line in lines if line.startswith("0::")), None)  # the v2 hierarchy
+    if path is None:
+        return None
+    root = os.path.normpath(_CGROUP_ROOT)
+    directory = os.path.normpath(os.path.join(root, path.strip().lstrip("/")))
+    if os.path.commonpath([root, directory]) != root:
+        return None
+    quota: float | None = None
+    while True:
+        try:
+            with open(os.path.join(directory, "cpu.max")) as handle:
+                fields = handle.read().split()
+            if len(fields) == 2 and fields[0] != "max" and int(fields[1]) > 0:
+                share = int(fields[0]) / int(fields[1])
+                quota = share if quota is None else min(quota, share)
+        except (OSError, ValueError):  # no cpu.max here (the root, or the cpu controller is off)
+            pass
+        if directory == root:
+            return quota
+        directory = os.path.dirname(directory)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The reward
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+class CodeExecutionReward:
+    """TRL reward function that runs programs against tests in a sandbox (see the module docstring).
+
+    An async callable: TRL's trainers await it (``GRPOTrainer`` runs async reward functions on its event loop, the
+    async trainer's rollout worker in its own), so the sandboxes of a batch run in parallel, at most ``concurrency``
+    at a time. Outside a trainer call [`score`]. Instances pickle (TRL's async trainer spawns a worker process).
+
+    Args:
+        limits: Limits of each sandboxed run (one per stdin/stdout case; one per completion for assert tests).
+        all_or_nothing: Reward 1 only when every test passes, else 0 (default: the fraction passed).
+        concurrency: Sandboxes running at once (default: [`available_cpus`], the CPUs this process may use).
+        verification_info_column: Column of open-r1 ``verification_info`` values.
+        tests_column: Column of assert-style test code.
+        entry_point_column: Column naming the function HumanEval's ``check(candidate)`` receives.
+        max_test_cases: Run at most this many stdin/stdout cases per row (the first ones); default all.
+        isolation: ``"bwrap"`` or ``"none"`` (NOT a security boundary), passed to [`Sandbox`].
+        python: Interpreter programs run with, passed to [`Sandbox`].
+        check_sandbox: Build (and so check) the sandbox now, raising the install command if bubblewrap is missing;
+            ``False`` defers that to the first call (the default instance, so importing it never fails).
+        name: The name TRL logs the reward under.
+    """
+
+    def __init__(
+        self,
+        *,
+        limits: SandboxLimits | None = None,
+        all_or_nothing: bool = False,
+        concurrency: int | None = None,
+        verification_info_column: str = "verification_info",
+        tests_column: str = "tests",
+        entry_point_column: str = "entry_point",
+        max_test_cases: int | None = None,
+        isolation: Isolation = "bwrap",
+        python: str | None = None,
+        check_sandbox: bool = True,
+        name: str = "code_execution_reward",
+    ) -> None:
+        if concurrency is None:
+            concurrency = available_cpus()
+        if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+            raise ValueError(f"concurrency must be a positive integer, got {concurrency!r}.")
+        if max_test_cases is not None and (not isinstance(max_test_cases, int) or max_test_cases < 1):
+            raise ValueError(f"max_test_cases must be a positive integer or None, got {max_test_cases!r}.")
+        for label, column in (
+            ("verification_info_column", verification_info_column),
+            ("tests_column", tests_column),
+            ("entry_point_column", entry_point_column),
+        ):
+            if not isinstance(column, str) or not column:
+                raise ValueError(f"{label} must be a non-empty column name, got {column!r}.")
+        if isolation not in ("bwrap", "none"):
+            raise ValueError(f"isolation must be 'bwrap' or 'none' (no security boundary), got {isolation!r}.")
+        self.limits = limits if limits is not None else SandboxLimits()
+        self.all_or_nothing = bool(all_or_nothing)
+        self.concurrency = concurrency
+        self.verification_info_column = verification_info_column
+        self.tests_column = tests_column
+        self.entry_point_column = entry_point_column
+        self.max_test_cases = max_test_cases
+        self.isolation: Isolation = isolation
+        self.python = python
+        self.__name__ = name
+        self.last_outcomes: Counter[str] = Counter()
+        self.last_row_outcomes: list[str] = []
+        self.outcomes: Counter[str] = Counter()
+        self._sandbox: Sandbox | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        if check_sandbox:
+            self.sandbox  # noqa: B018 - builds and checks the sandbox
+
+    # -- pickling: the executor and the lock are rebuilt in the new process ---------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_executor"] = None
+        state["_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox, built on first use (raising the install command when bubblewrap is missing)."""
+        with self._lock:
+            if self._sandbox is None:
+                self._sandbox = Sandbox(self.limits, isolation=self.isolation, python=self.python)
+            return self._sandbox
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="code-sandbox")
+            return self._executor
+
+    def __repr__(self) -> str:
+        return (
+            f"CodeExecutionReward(all_or_nothing={self.all_or_nothing}, concurrency={self.concurrency}, "
+            f"isolation={self.isolation!r}, limits={self.limits!r})"
+        )
+
+    # -- running -------------------------------------------------------------------------------------------------
+
+    async def _run(self, **kwargs: Any) -> SandboxResult:
+        sandbox = self.sandbox
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool(), functools.partial(sandbox.run, **kwargs))
+
+    async def _score_stdio(self, program: str, cases: list[StdioCase]) -> tuple[float | None, Outcome]:
+        if self.max_test_cases is not None:
+            cases = cases[: self.max_test_cases]
+
+        def verdict(case: StdioCase, result: SandboxResult) -> Outcome:
+            if result.status == "ok":
+                return "passed" if normalize_output(result.stdout) == normalize_output(case.output) else "wrong_answer"
+            if result.status == "error" and _is_syntax_error(result.stderr):
+                return "syntax_error"
+            return _SANDBOX_STATUS_OUTCOME[result.status]
+
+        # The first case alone: a program that does not compile is not run on every case.
+        first = verdict(cases[0], await self._run(program=program, stdin=cases[0].input))
+        if first in ("syntax_error", "sandbox_error"):
+            return self._reward([first])
+        rest = await asyncio.gather(*(self._run(program=program, stdin=case.input) for case in cases[1:]))
+        verdicts = [first, *(verdict(case, result) for case, result in zip(cases[1:], rest))]
+        return self._reward(verdicts)
+
+    async def _score_asserts(self, program: str, plan: AssertPlan) -> tuple[float | None, Outcome]:
+        files = {
+            "main.py": HARNESS,
+            "solution.py": program,
+            "plan.json": json.dumps([list(step) for step in plan.steps]),
+        }
+        sandbox = self.sandbox
+        loop = asyncio.get_running_loop()
+        # Run and judge in one executor job: the program's report (up to `output_bytes`) is parsed off the event loop.
+        verdicts = await loop.run_in_executor(
+            self._pool(), lambda: _assert_verdicts(sandbox.run(files=files, channel=True), plan)
+        )
+        return self._reward(verdicts)
+
+    def _reward(self, verdicts: list[Outcome]) -> tuple[float | None, Outcome]:
+        if "sandbox_error" in verdicts:  # the program did not run (or not on every case): no verdict, not a zero
+            return None, "sandbox_error"
+        passed = sum(verdict == "passed" for verdict in verdicts)
+        failed = next((verdict for verdict in verdicts if verdict != "passed"), "passed")
+        if self.all_or_nothing:
+            return (1.0 if passed == len(verdicts) else 0.0), failed
+        return passed / len(verdicts), failed
+
+    async def _score_row(self, completion: Any, row: dict[str, Any]) -> tuple[float | None, Outcome]:
+        info = row.get(self.verification_info_column)
+        tests = row.get(self.tests_column)
+        program = extract_program(completion)
+        if info is not None:
+            cases = parse_verification_info(info)
+            if cases is None:
+                return None, "not_applicable"
+            return await self._score_stdio(program, cases)
+        if tests is not None:
+            if not isinstance(tests, str):
+                tests = "\n".join(str(test) for test in tests)
+            entry_point = row.get(self.entry_point_column)
+            plan = build_assert_plan(tests, str(entry_point) if entry_point else None)
+            if plan is None:
+                return None, "not_applicable"
+            return await self._score_asserts(program, plan)
+        return None, "not_applicable"
+
+    async def __call__(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
+        """Rewards of a batch: one per completion, ``None`` for rows without tests (see the module docstring).
+
+        Args:
+            completions: One completion per row (string, or list of messages).
+            **kwargs: Dataset columns (one value per row) and TRL's hooks; ``log_metric`` gets each outcome's share.
+        """
+        columns = (self.verification_info_column, self.tests_column, self.entry_point_column)
+        values = {column: kwargs.get(column) for column in columns}
+        for column, column_values in values.items():
+            if column_values is not None and len(column_values) != len(completions):
+                raise ValueError(f"Got {len(completions)} completions but {len(column_values)} values of {column!r}.")
+        if values[self.verification_info_column] is None and values[self.tests_column] is None:
+            logger.warning(
+                "code_execution_reward got neither a %r nor a %r column; every row scores None. Name your test "
+                "columns with CodeExecutionReward(verification_info_column=..., tests_column=...).",
+                self.verification_info_column,
+                self.tests_column,
+            )
+        rows = [
+            {column: (None if column_values is None else column_values[i]) for column, column_values in values.items()}
+            for i in range(len(completions))
+        ]
+        scored = await asyncio.gather(*(self._score_row(c, row) for c, row in zip(completions, rows)))
+        counts: Counter[str] = Counter(outcome for _, outcome in scored)
+        self.last_outcomes = counts
+        self.last_row_outcomes = [outcome for _, outcome in scored]  # per completion, in order
+        self.outcomes.update(counts)
+        if counts["sandbox_error"]:
+            logger.warning(
+                "%d programs could not be run: the sandbox failed to start. They score None (unscorable), not 0; "
+                "fix the sandbox (see trl_ada.sandbox) if this repeats.",
+                counts["sandbox_error"],
+            )
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric) and completions:
+            for outcome in OUTCOMES:
+                log_metric(f"code_execution/{outcome}", counts[outcome] / len(completions))
+        return [reward for reward, _ in scored]
+
+    def score(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
+        """The rewards of a batch, from synchronous code (runs the async call in a fresh event loop)."""
+        return asyncio.run(self(completions, **kwargs))
+
+    def count_checks(self, tests: str | Sequence[str], entry_point: str | None = None) -> dict[str, int]:
+        """How a row's asserts are checked: ``value``, decided outside the sandbox (the program cannot pass them
+        without computing the expected value); ``assert``, decided inside the program's interpreter (a program that
+        patches a module the test imports, or reaches the harness through frames, ``gc`` or ``ctypes``, can pass
+        them); ``ignored``, asserts that do not exercise the program (``assert True``), counted as no test."""
+        if not isinstance(tests, str):
+            tests = "\n".join(tests)
+        plan = build_assert_plan(tests, entry_point)
+        kinds = Counter(kind for kind, _ in plan.steps) if plan else Counter()
+        return {"value": kinds["value"], "assert": kinds["assert"], "ignored": plan.ignored if plan else 0}
+
+
+def _assert_verdicts(result: SandboxResult, plan: AssertPlan) -> list[Outcome]:
+    """Each test's verdict from one harness run (blocking: run it off the event loop)."""
+    if result.status == "sandbox_error":
+        return ["sandbox_error"]
+    records: dict[int, list[dict[str, Any]]] = {}
+    load: str | None = None
+    for line in result.channel.decode("utf-8", "replace").splitlines():
+        try:
+            record = json.loads(line)
+        except (ValueError, RecursionError):
+            continue
+        if not isinstance(record, dict):
+            continue
+        if "load" in record and load is None:
+            load = str(record["load"])
+        index = record.get("i")
+        if isinstance(index, int) and not isinstance(index, bool):
+            records.setdefault(index, []).append(record)
+    if load is not None and load != "ok":
+        return ["syntax_error" if load in _SYNTAX_ERRORS else "runtime_error"]
+    if result.status != "ok":
+        # A run that did not end by itself in time and within its limits fails every test, whatever it reported
+        # first (as a stdin/stdout case does): passing, then spinning in an `atexit` handler, is a timeout.
+        return [_SANDBOX_STATUS_OUTCOME[result.status]]
+    expected = dict(plan.expected)
+    longest = plan.longest_reports
+    verdicts: list[Outcome] = []
+    for index in plan.check_indices:
+        found = records.get(index, [])
+        if len(found) != 1:  # not reported (the run ended early, e.g. os._exit), or reported twice (forged)
+            verdicts.append("runtime_error" if not found else "wrong_answer")
+            continue
+        record = found[0]
+        if "error" in record:
+            error = record["error"]
+            verdicts.append(
+                "wrong_answer"
+                if error == "AssertionError"
+                else "memory"
+                if error == "MemoryError"
+                else "runtime_error"
+            )
+        elif index in expected:
+            verdicts.append(
+                "passed" if _same_value(record.get("repr"), expected[index], longest[index]) else "wrong_answer"
+            )
+        else:
+            verdicts.append("passed" if record.get("ok") is True else "wrong_answer")
+    return verdicts
+
+
+def _is_syntax_error(stderr: str) -> bool:
+    tail = stderr.rstrip().rsplit("\n", 1)[-1]
+    return tail.startswith(_SYNTAX_ERRORS)
+
+
+def _same_value(reported: Any, expected: Any, longest: int) -> bool:
+    """Whether a value reported from the sandbox (a ``repr``) equals the expected one, compared as plain data. A
+    report longer than ``longest`` characters is not parsed (parsing attacker-sized text costs seconds)."""
+    if not isinstance(reported, str) or len(reported) > longest:
+        return False
+    try:
+        value = ast.literal_eval(reported)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    try:
+        return bool(value == expected)
+    except Exception:  # e.g. comparing deeply nested data
+        return False
+
+
+code_execution_reward = CodeExecutionReward(check_sandbox=False)
+"""The default instance, ``--reward_funcs code_execution``: fraction of tests passed, default [`SandboxLimits`]."""
+
+__all__ = [
+    "HARNESS",
+    "OUTCOMES",
+    "AssertPlan",
+    "CodeExecutionReward",
+    "StdioCase",
+    "available_cpus",
+    "build_assert_plan",
+    "code_execution_reward",
+    "extract_program",
+    "normalize_output",
+    "parse_verification_info",
+]

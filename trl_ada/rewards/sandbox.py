@@ -1,0 +1,1034 @@
+"""Run untrusted programs (a policy's code completions) in a bubblewrap sandbox with resource limits.
+
+Pure Python and the standard library; Linux only. The interface is small::
+
+    sandbox = Sandbox(SandboxLimits(wall_time_s=5))
+    result = sandbox.run(program="print(input()[::-1])", stdin="abc")
+    result.status, result.stdout  # ("ok", "cba\\n")
+
+What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
+
+- **Filesystem: an allow-list, read-only.** Only ``/usr`` (with the merged-``/usr`` links ``/bin``, ``/lib``,
+  ``/lib64``, ``/sbin``), the dynamic linker's files of ``/etc`` and the interpreter's own prefix (when it lives
+  outside ``/usr``) are bound, read-only, over an empty root that is itself remounted read-only. Nothing else of the
+  host exists inside: no ``/root``, ``/home``, ``/work``, ``/run``, ``/var``, no host ``/tmp``, so no Hub token
+  (``~/.cache/huggingface/token``, ``$HF_HOME``), no ``~/.ssh``, no checkout. An allow-list was chosen over binding
+  ``/`` and masking the known-sensitive places because a mask list is only as good as one's knowledge of where a
+  machine keeps secrets (``/etc`` alone holds cloud and package-manager credentials on some images); with the
+  allow-list a secret is exposed only if it sits under ``/usr``.
+- **The only writable place** is a fresh ``tmpfs`` at ``/tmp`` of ``SandboxLimits.scratch_bytes``, which is also the
+  working directory; ``files`` are copied into it. It is RAM, bounded by its size, and gone with the call. ``/dev``
+  holds only ``null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty`` and is read-only (``/dev/shm`` too, so
+  ``multiprocessing``'s semaphores are unavailable).
+- **Namespaces**: new user, PID, network (no interface but a down loopback: no network at all, not even to the
+  host's own ports), IPC, UTS and cgroup namespaces; further user namespaces are disabled inside (``--disable-userns``)
+  and the program runs in a new session (no ``TIOCSTI`` into the trainer's terminal). The program sees only its own
+  processes in ``/proc``; the trainer's PIDs do not exist there, so it can neither signal nor ``ptrace`` nor read the
+  ``environ`` of any process outside.
+- **System calls refused** (a seccomp filter, EPERM; x86_64 and aarch64): System V shared memory, semaphores and
+  message queues and ``memfd_create``, whose memory no process maps, so ``RLIMIT_AS`` would not count it; and the
+  kernel keyring (``add_key``, ``request_key``, ``keyctl``), since every child inherits the trainer's session keyring
+  (a PAM login, ``keyctl session``) and could read, revoke or add to it. Calls of a second ABI (32-bit, x32) are
+  refused too. Other system calls are not filtered.
+- **A clean environment**: bubblewrap itself is started with an empty environment and ``--clearenv``, and the program
+  gets only ``PATH``, ``HOME=/tmp``, ``LANG``, ``PYTHONDONTWRITEBYTECODE``, one-thread settings for BLAS/OpenMP
+  (``OMP_NUM_THREADS=1``, ...) and, when a channel is asked for, ``SANDBOX_CHANNEL_FD``. ``HF_TOKEN`` and every
+  other variable of the trainer are absent, also from ``/proc/1/environ``.
+- **An unprivileged user**: when the trainer runs as root, bubblewrap is started as ``run_as_uid`` (``nobody``,
+  65534, by default). This is what makes ``RLIMIT_NPROC`` bite: the kernel does not enforce it for uid 0. Inside the
+  sandbox's own user namespace the process count is per sandbox, so a fork bomb in one sandbox does not starve the
+  others.
+- **Resource limits** (``SandboxLimits``), set with util-linux ``prlimit`` inside the sandbox: CPU seconds
+  (``RLIMIT_CPU``), address space (``RLIMIT_AS``), file size (``RLIMIT_FSIZE``), processes and threads
+  (``RLIMIT_NPROC``), open files, no core dumps; plus a wall-clock timeout and a cap on each output stream enforced by
+  the caller, who kills the sandbox when either is exceeded.
+- **Nothing outlives the call**: the program's processes live in the sandbox's PID namespace, whose init is
+  bubblewrap; when the program's main process exits, or when the caller kills bubblewrap on a timeout
+  (``--die-with-parent`` takes the init with it), the kernel kills every process left in the namespace, daemons
+  (``setsid``, double fork) included. When the trainer is PID 1 (a container's entry point) the orphaned init is
+  reparented to it, and ``run`` reaps it (by its pidfd: no other child's exit status is taken).
+- **The sandbox's total memory**, where this process may create a cgroup in the cgroup v1 memory hierarchy (root on
+  a cgroup v1 or hybrid machine; ``Sandbox.memory_cgroup`` says where): each run gets its own memory cgroup capped at
+  ``memory_bytes + scratch_bytes``, which its init enters before the program starts (bubblewrap waits on
+  ``--block-fd``). Every process of the sandbox, its tmpfs and the kernel memory it causes (inodes, pipe and socket
+  buffers) are charged to it; past the cap the kernel's OOM killer kills inside the sandbox (status ``memory``).
+  Elsewhere (cgroup v2, a container without a writable ``/sys/fs/cgroup``, a non-root trainer) there is no such
+  total: the kernel memory of the scratch tmpfs's inodes is unbounded (empty files cost no ``scratch_bytes``, and
+  bubblewrap cannot set the tmpfs's ``nr_inodes``), freed with the call.
+
+``isolation="none"`` runs the program in a plain subprocess (clean environment, the same resource limits, a
+temporary working directory). It is **not a security boundary**: the program can read and write everything the
+trainer's user can, reach the network, and leave processes behind. It exists for machines without user namespaces
+and for measuring the sandbox's overhead, and it logs a warning when constructed.
+"""
+
+from __future__ import annotations
+
+import errno
+import itertools
+import json
+import logging
+import math
+import os
+import platform
+import pwd
+import selectors
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+logger = logging.getLogger(__name__)
+
+Isolation = Literal["bwrap", "none"]
+Status = Literal["ok", "error", "timeout", "memory", "output_limit", "sandbox_error"]
+
+INSTALL_HINT = "apt-get install bubblewrap (Debian/Ubuntu; `dnf install bubblewrap` on Fedora/RHEL)"
+SCRATCH_DIR = "/tmp"
+"""Where the program runs inside the sandbox: its working directory, and the only writable place."""
+PROGRAM_FILE = "main.py"
+"""The name ``Sandbox.run(program=...)`` writes the program under, in the working directory."""
+
+_SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+# One thread per BLAS/OpenMP pool: under the process limit a pool sized to the machine's cores would fail to start.
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
+_READ_CHUNK = 65536
+
+# System calls a sandboxed program gets EPERM for (a seccomp filter bubblewrap installs before exec'ing the program):
+# - System V IPC and memfds hold memory that no process maps, so RLIMIT_AS does not count it and (for SysV) it
+#   outlives the process that made it until the IPC namespace is freed;
+# - the kernel keyring calls would reach the trainer's session keyring, which every child inherits.
+# Numbers per architecture: (AUDIT_ARCH_* of seccomp_data.arch, {name: number}, first number of a second ABI that
+# shares the arch value (x86_64's x32), whose calls are all refused).
+_DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
+    "x86_64": (
+        0xC000003E,
+        {
+            "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+            "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "add_key": 248,
+            "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
+        },
+        0x40000000,
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190, "semctl": 191,
+            "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
+            "add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
+        },
+        None,
+    ),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one sandboxed run.
+
+    Args:
+        wall_time_s: Wall-clock seconds before the caller kills the whole sandbox (status ``timeout``).
+        cpu_time_s: CPU seconds of each process (``RLIMIT_CPU``; ``SIGXCPU`` then ``SIGKILL`` a second later, status
+            ``timeout``). Rounded up to whole seconds.
+        memory_bytes: Address space of each process (``RLIMIT_AS``); Python raises ``MemoryError`` past it
+            (status ``memory``). Python itself needs ~30 MB; threads reserve their stacks from it. With a memory
+            cgroup (see ``Sandbox.memory_cgroup``) the whole sandbox, every process, its tmpfs and the kernel memory
+            it causes, is also capped at ``memory_bytes + scratch_bytes`` (576 MiB with the defaults). Without one
+            the limit is per process: a sandbox's worst case is ``memory_bytes * max_processes + scratch_bytes``
+            (4.06 GiB with the defaults) plus the kernel memory of its tmpfs's inodes; a machine's is that times the
+            sandboxes running at once; size both to the machine.
+        file_size_bytes: Largest file a process may write (``RLIMIT_FSIZE``).
+        scratch_bytes: Size of the writable ``tmpfs`` at ``/tmp`` (RAM), files given to ``run`` included.
+        max_processes: Processes and threads of the sandbox's user inside its namespace (``RLIMIT_NPROC``), the
+            sandbox's own init and the program included; a fork bomb gets ``EAGAIN`` past it. BLAS/OpenMP thread
+            pools are set to one thread (``OMP_NUM_THREADS=1`` and the like) so numpy imports within it.
+        max_open_files: File descriptors per process (``RLIMIT_NOFILE``).
+        output_bytes: Bytes kept of each of stdout, stderr and the channel; a program writing more is killed
+            (status ``output_limit``).
+    """
+
+    wall_time_s: float = 10.0
+    cpu_time_s: float = 10.0
+    memory_bytes: int = 512 << 20
+    file_size_bytes: int = 16 << 20
+    scratch_bytes: int = 64 << 20
+    max_processes: int = 8
+    max_open_files: int = 256
+    output_bytes: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        positive = {
+            "wall_time_s": self.wall_time_s,
+            "cpu_time_s": self.cpu_time_s,
+            "memory_bytes": self.memory_bytes,
+            "file_size_bytes": self.file_size_bytes,
+            "scratch_bytes": self.scratch_bytes,
+            "output_bytes": self.output_bytes,
+        }
+        for name, value in positive.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}.")
+        if self.memory_bytes < 64 << 20:
+            raise ValueError(
+                f"SandboxLimits.memory_bytes={self.memory_bytes} is below 64 MiB, where the Python interpreter itself "
+                "cannot start; use at least 64 << 20 (the default is 512 << 20)."
+            )
+        # The sandbox's init, prlimit/the interpreter and one child at least.
+        if not isinstance(self.max_processes, int) or self.max_processes < 3:
+            raise ValueError(f"SandboxLimits.max_processes must be an integer >= 3, got {self.max_processes!r}.")
+        if not isinstance(self.max_open_files, int) or self.max_open_files < 16:
+            raise ValueError(f"SandboxLimits.max_open_files must be an integer >= 16, got {self.max_open_files!r}.")
+
+
+@dataclass
+class SandboxResult:
+    """What one sandboxed run produced.
+
+    Attributes:
+        status: ``ok`` (exit status 0), ``error`` (another exit status, or killed by a signal other than the limits'),
+            ``timeout`` (wall clock or CPU limit), ``memory`` (``MemoryError``), ``output_limit`` (an output stream or
+            a file over its limit), ``sandbox_error`` (bubblewrap could not set the sandbox up; the program did not
+            run: bubblewrap recorded no exit status for it on its ``--json-status-fd``, which the program cannot
+            reach).
+        returncode: The program's exit status (``128 + signal`` when a signal killed it, as bubblewrap reports it);
+            ``None`` when the caller killed the sandbox.
+        stdout, stderr: The program's output, decoded as UTF-8 (invalid bytes replaced), at most
+            ``SandboxLimits.output_bytes`` each.
+        channel: What the program wrote to the extra pipe asked for with ``run(channel=True)`` (raw bytes).
+        wall_time_s: Seconds from start to the sandbox's end.
+        detail: Why, in words, for a status other than ``ok`` (``"CPU limit"``, bubblewrap's message, ...).
+    """
+
+    status: Status
+    returncode: int | None
+    stdout: str = ""
+    stderr: str = ""
+    channel: bytes = b""
+    wall_time_s: float = 0.0
+    detail: str = ""
+
+
+def _path_reachable_by_others(path: str) -> bool:
+    """Whether a user who is neither the owner nor in the group can read ``path`` (each parent directory searchable)."""
+    path = os.path.realpath(path)
+    try:
+        if not os.stat(path).st_mode & stat.S_IROTH:
+            return False
+        parent = os.path.dirname(path)
+        while True:
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return False
+            if parent == "/":
+                return True
+            parent = os.path.dirname(parent)
+    except OSError:
+        return False
+
+
+def _interpreter_prefix(python: str) -> str:
+    """The installation prefix of an interpreter (``/opt/py311`` for ``/opt/py311/bin/python3``)."""
+    return os.path.dirname(os.path.dirname(os.path.realpath(python)))
+
+
+def _check_prefix(prefix: str) -> None:
+    """Refuses to bind an interpreter prefix that would expose a home directory or the Hub's files to programs."""
+    if prefix == "/usr" or prefix.startswith("/usr/"):
+        return
+    real = os.path.realpath(prefix)
+    has_stdlib = any(
+        os.path.isfile(os.path.join(real, "lib", name, "os.py"))
+        for name in (os.listdir(os.path.join(real, "lib")) if os.path.isdir(os.path.join(real, "lib")) else [])
+        if name.startswith("python")
+    )
+    sensitive = [os.path.expanduser("~"), os.environ.get("HF_HOME", ""), os.path.expanduser("~/.cache/huggingface")]
+    exposes = [
+        path for path in sensitive if path and (os.path.realpath(path) + "/").startswith(real.rstrip("/") + "/")
+    ]
+    if real == "/" or not has_stdlib or exposes:
+        why = (
+            f"it would expose {exposes[0]}" if exposes else "it is not a Python installation prefix (no lib/python*/)"
+        )
+        raise ValueError(
+            f"The sandbox binds the interpreter's installation prefix {real} read-only, but {why}. Pass "
+            "Sandbox(python=...) an interpreter installed in its own prefix, e.g. /usr/bin/python3."
+        )
+
+
+class Sandbox:
+    """Runs programs under bubblewrap with the limits of a [`SandboxLimits`]. See the module docstring for what the
+    sandbox isolates and how.
+
+    Construction checks the set-up once (bubblewrap and ``prlimit`` present, a trivial sandbox starts) and raises with
+    the fix when it does not, so a misconfigured machine fails before any training compute. Instances are cheap,
+    picklable and safe to use from several threads at once.
+
+    Args:
+        limits: Resource limits of each run.
+        isolation: ``"bwrap"`` (default) or ``"none"``: a plain subprocess, **not a security boundary** (see the module
+            docstring); a warning is logged.
+        python: Interpreter for ``run(program=...)``. Default: this process's interpreter when the sandbox user can
+            read it, else ``/usr/bin/python3``. Its installation prefix is bound read-only when it is outside ``/usr``;
+            a virtualenv's own site-packages are not (its base interpreter runs).
+        run_as_uid: When this process is root, the unprivileged uid (and gid) bubblewrap runs as; default ``nobody``.
+            Ignored when not root (the sandbox then runs as the current user, who is not exempt from process limits).
+
+    Attributes:
+        memory_cgroup: The cgroup v1 memory directory under which each run gets its own capped cgroup, found at
+            construction (this process's own memory cgroup, when it may create cgroups there); ``None`` when there is
+            none, and then the sandbox's memory is bounded per process only (see ``SandboxLimits.memory_bytes``).
+    """
+
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        isolation: Isolation = "bwrap",
+        python: str | None = None,
+        run_as_uid: int | None = None,
+    ) -> None:
+        self.limits = limits if limits is not None else SandboxLimits()
+        if not isinstance(self.limits, SandboxLimits):
+            raise TypeError(f"limits must be a SandboxLimits, got {type(self.limits).__name__}.")
+        if isolation not in ("bwrap", "none"):
+            raise ValueError(f"isolation must be 'bwrap' or 'none' (no security boundary), got {isolation!r}.")
+        self.isolation: Isolation = isolation
+        self._as_root = os.geteuid() == 0
+        if run_as_uid is None:
+            try:
+                run_as_uid = pwd.getpwnam("nobody").pw_uid
+            except KeyError:
+                run_as_uid = 65534
+        self.run_as_uid = run_as_uid
+        if self._as_root and isolation == "bwrap" and run_as_uid == 0:
+            raise ValueError(
+                "run_as_uid=0 would run sandboxed programs as root, for whom the kernel ignores the process limit "
+                "(a fork bomb would not be bounded); pass an unprivileged uid such as 65534."
+            )
+        self._prlimit = shutil.which("prlimit", path=_SANDBOX_PATH)
+        if self._prlimit is None:
+            raise RuntimeError("The sandbox needs util-linux's `prlimit` in /usr/bin: apt-get install util-linux.")
+        if isolation == "bwrap":
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                raise RuntimeError(
+                    f"bubblewrap (`bwrap`) is not installed; the code sandbox needs it: {INSTALL_HINT}. To run "
+                    "programs without isolation (NOT a security boundary) pass isolation='none'."
+                )
+            self._bwrap = bwrap
+        else:
+            self._bwrap = ""
+            logger.warning(
+                "Sandbox(isolation='none'): programs run in a plain subprocess with resource limits only. This is NOT "
+                "a security boundary: they can read the trainer's files (e.g. the Hub token), use the network and "
+                "leave processes behind. Use it only for trusted code or measurements."
+            )
+        self.python = self._resolve_python(python)
+        self._seccomp_program: bytes | None = None
+        self.memory_cgroup: str | None = _memory_cgroup_parent() if isolation == "bwrap" else None
+        if isolation == "bwrap":
+            _check_prefix(_interpreter_prefix(self.python))
+            self._seccomp_program = _seccomp_program(platform.machine())
+            if self._seccomp_program is None:
+                logger.warning(
+                    "Sandbox: no system-call table for %s (x86_64 and aarch64 have one), so sandboxed programs can "
+                    "use System V IPC, memfds and the kernel keyring: memory they hold there escapes the memory "
+                    "limit, and the trainer's session keyring is reachable.",
+                    platform.machine(),
+                )
+        self._check_works()
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # Set-up
+    # -----------------------------------------------------------------------------------------------------------------
+
+    def _drops_privileges(self) -> bool:
+        return self._as_root and self.isolation == "bwrap"
+
+    def _resolve_python(self, python: str | None) -> str:
+        def usable(candidate: str) -> bool:
+            if not os.path.isfile(candidate) or not os.access(candidate, os.X_OK):
+                return False
+            return _path_reachable_by_others(candidate) if self._drops_privileges() else True
+
+        if python is not None:
+            if not usable(python):
+                who = f"uid {self.run_as_uid}" if self._drops_privileges() else "this user"
+                raise ValueError(
+                    f"python={python!r} is not an executable interpreter that {who} can read; pass another "
+                    "interpreter (e.g. /usr/bin/python3) or make its directories world-readable."
+                )
+            return os.path.realpath(python)
+        for candidate in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3"):
+            if candidate and usable(candidate):
+                return os.path.realpath(candidate)
+        raise RuntimeError(
+            f"No Python interpreter the sandbox user can run (tried {sys.executable}, /usr/bin/python3); install one "
+            "(apt-get install python3) or pass Sandbox(python=...)."
+        )
+
+    def _check_works(self) -> None:
+        result = self.run(["/bin/true"], _check=False)
+        if result.status != "ok":
+            hint = (
+                " Unprivileged user namespaces may be disabled (sysctl kernel.unprivileged_userns_clone=1, "
+                "user.max_user_namespaces > 0, or the AppArmor rule of Ubuntu 24.04 for bwrap)."
+                if self.isolation == "bwrap"
+                else ""
+            )
+            raise RuntimeError(
+                f"The sandbox does not start on this machine (status {result.status}, exit {result.returncode}): "
+                f"{(result.stderr or result.detail).strip()[:500]}.{hint}"
+            )
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # Commands
+    # -----------------------------------------------------------------------------------------------------------------
+
+    def _limit_args(self) -> list[str]:
+        limits = self.limits
+        cpu = max(1, math.ceil(limits.cpu_time_s))
+        return [
+            self._prlimit,
+            f"--cpu={cpu}:{cpu + 1}",
+            f"--as={limits.memory_bytes}",
+            f"--fsize={limits.file_size_bytes}",
+            f"--nproc={limits.max_processes}",
+            f"--nofile={limits.max_open_files}",
+            "--core=0",
+            "--",
+        ]
+
+    def _env(self, channel_fd: int | None, home: str) -> dict[str, str]:
+        env = {"PATH": _SANDBOX_PATH, "HOME": home, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+        env.update(dict.fromkeys(_THREAD_VARIABLES, "1"))
+        if channel_fd is not None:
+            env["SANDBOX_CHANNEL_FD"] = str(channel_fd)
+        return env
+
+    def _bwrap_args(
+        self,
+        files: Mapping[str, int],
+        channel_fd: int | None,
+        status_fd: int,
+        seccomp_fd: int | None,
+        cgroup: _MemoryCgroup | None = None,
+    ) -> list[str]:
+        args = [
+            self._bwrap,
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--hostname",
+            "sandbox",
+        ]
+        args += ["--ro-bind", "/usr", "/usr"]
+        for link in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
+            if os.path.islink(link):
+                args += ["--symlink", os.readlink(link), link]
+            elif os.path.isdir(link):
+                args += ["--ro-bind", link, link]
+        for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        prefix = _interpreter_prefix(self.python)
+        if prefix != "/usr" and not prefix.startswith("/usr/"):
+            args += ["--ro-bind", prefix, prefix]
+        args += ["--dev", "/dev", "--proc", "/proc", "--size", str(self.limits.scratch_bytes), "--tmpfs", SCRATCH_DIR]
+        for name, fd in files.items():
+            args += ["--file", str(fd), f"{SCRATCH_DIR}/{name}"]
+        args += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", SCRATCH_DIR, "--clearenv"]
+        for key, value in self._env(channel_fd, SCRATCH_DIR).items():
+            args += ["--setenv", key, value]
+        # bubblewrap reports there the host PID of the sandbox's init and, once the program has run, its exit status:
+        # out of the program's reach (bubblewrap closes it before exec), unlike its stderr.
+        args += ["--json-status-fd", str(status_fd)]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
+        if cgroup is not None:  # set up, the sandbox waits there until its init is in the memory cgroup
+            args += ["--block-fd", str(cgroup.block_read)]
+        return args + ["--"]
+
+    # -----------------------------------------------------------------------------------------------------------------
+    # Running
+    # -----------------------------------------------------------------------------------------------------------------
+
+    def python_argv(self, script: str = PROGRAM_FILE, *args: str) -> list[str]:
+        """The command that runs ``script`` (relative to the working directory) with the sandbox's interpreter:
+        isolated mode (``-I``: no environment variables, no user site-packages, no script directory on the path)."""
+        return [self.python, "-I", "-B", script, *args]
+
+    def run(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        program: str | None = None,
+        stdin: str | bytes = b"",
+        files: Mapping[str, str | bytes] | None = None,
+        channel: bool = False,
+        _check: bool = True,
+    ) -> SandboxResult:
+        """Runs one program in a fresh sandbox and returns when it and every process it started are gone.
+
+        Args:
+            argv: The command, run in the working directory (``/tmp`` inside). Default: the sandbox's Python on
+                ``main.py`` (``program``, or ``files["main.py"]``).
+            program: Python source, written to ``main.py`` in the working directory.
+            stdin: The program's standard input (then end of file).
+            files: More files for the working directory, ``{name: content}`` (plain names, no ``/``).
+            channel: Give the program an extra pipe, write end at the fd number in ``$SANDBOX_CHANNEL_FD``; what is
+                written to it comes back as ``SandboxResult.channel``. The program can write to it too: a verdict the
+                caller derives from it is only as trustworthy as the data it carries (see ``trl_ada.rewards.code``).
+
+        Raises:
+            ValueError: on a bad argument (no command, a file name with a path separator), before anything runs.
+        """
+        files = dict(files or {})
+        if program is not None:
+            if PROGRAM_FILE in files:
+                raise ValueError(f"Pass the program either as program= or as files[{PROGRAM_FILE!r}], not both.")
+            files[PROGRAM_FILE] = program
+        if argv is None:
+            if PROGRAM_FILE not in files:
+                raise ValueError(f"Sandbox.run needs argv, or program= (Python source to run as {PROGRAM_FILE}).")
+            argv = self.python_argv()
+        argv = [str(arg) for arg in argv]
+        if not argv:
+            raise ValueError("Sandbox.run got an empty argv.")
+        for name in files:
+            if not name or "/" in name or name in (".", ".."):
+                raise ValueError(f"File names must be plain names in the working directory, got {name!r}.")
+        stdin_bytes = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+        if self.isolation == "bwrap":
+            return self._run_bwrap(argv, files, stdin_bytes, channel)
+        return self._run_plain(argv, files, stdin_bytes, channel)
+
+    def _run_bwrap(
+        self, argv: list[str], files: Mapping[str, str | bytes], stdin: bytes, channel: bool
+    ) -> SandboxResult:
+        file_fds: dict[str, int] = {}
+        read_fd = write_fd = seccomp_fd = None
+        cgroup: _MemoryCgroup | None = None
+        status_read, status_write = os.pipe()
+        open_fds = {status_read, status_write}
+
+        def memfd(name: str, data: bytes) -> int:
+            fd = os.memfd_create(name, os.MFD_CLOEXEC)
+            open_fds.add(fd)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.lseek(fd, 0, os.SEEK_SET)
+            return fd
+
+        try:
+            for name, content in files.items():
+                file_fds[name] = memfd(f"sandbox-{name}", content.encode() if isinstance(content, str) else content)
+            if self._seccomp_program is not None:
+                seccomp_fd = memfd("sandbox-seccomp", self._seccomp_program)
+            if channel:
+                read_fd, write_fd = os.pipe()
+                open_fds.update((read_fd, write_fd))
+            write_ends = [status_write, *([write_fd] if write_fd is not None else [])]
+            if self.memory_cgroup is not None:
+                try:
+                    cgroup = _MemoryCgroup(self.memory_cgroup, self.limits.memory_bytes + self.limits.scratch_bytes)
+                except OSError as error:
+                    return SandboxResult("sandbox_error", None, detail=f"could not create a memory cgroup: {error}")
+                open_fds.add(cgroup.block_write)
+                write_ends.append(cgroup.block_read)
+            command = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd, cgroup) + self._limit_args()
+            pass_fds = [*file_fds.values(), *write_ends, *([seccomp_fd] if seccomp_fd is not None else [])]
+            user = {}
+            if self._drops_privileges():
+                user = {"user": self.run_as_uid, "group": self.run_as_uid, "extra_groups": []}
+            return self._communicate(
+                command + argv,
+                stdin,
+                pass_fds,
+                read_fd,
+                write_ends,
+                open_fds,
+                status_read,
+                cgroup,
+                env={},
+                cwd="/",
+                **user,
+            )
+        finally:
+            for fd in open_fds:
+                os.close(fd)
+            if cgroup is not None:
+                cgroup.remove()
+
+    def _run_plain(
+        self, argv: list[str], files: Mapping[str, str | bytes], stdin: bytes, channel: bool
+    ) -> SandboxResult:
+        with tempfile.TemporaryDirectory(prefix="trl-ada-sandbox-") as workdir:
+            for name, content in files.items():
+                mode = "w" if isinstance(content, str) else "wb"
+                with open(os.path.join(workdir, name), mode) as handle:
+                    handle.write(content)
+            read_fd = write_fd = None
+            open_fds: set[int] = set()
+            if channel:
+                read_fd, write_fd = os.pipe()
+                open_fds.update((read_fd, write_fd))
+            write_ends = [write_fd] if write_fd is not None else []
+            try:
+                return self._communicate(
+                    self._limit_args() + argv,
+                    stdin,
+                    list(write_ends),
+                    read_fd,
+                    write_ends,
+                    open_fds,
+                    None,
+                    None,
+                    env=self._env(write_fd, workdir),
+                    cwd=workdir,
+                    start_new_session=True,
+                )
+            finally:
+                for fd in open_fds:
+                    os.close(fd)
+
+    def _communicate(
+        self,
+        command: list[str],
+        stdin: bytes,
+        pass_fds: list[int],
+        read_fd: int | None,
+        write_ends: list[int],
+        open_fds: set[int],
+        status_fd: int | None,
+        cgroup: _MemoryCgroup | None,
+        **popen_kwargs: object,
+    ) -> SandboxResult:
+        """Starts ``command``, feeds ``stdin``, collects stdout, stderr and the channel (``read_fd``) within the limits,
+        and kills the sandbox on a limit. ``write_ends`` (the sandbox's ends of our pipes) are closed once it has
+        started, and removed from ``open_fds``, the set of descriptors the caller closes afterwards. ``status_fd``:
+        the read end of bubblewrap's ``--json-status-fd``; ``cgroup``: the run's memory cgroup, which the sandbox's
+        init enters before bubblewrap (blocked on ``--block-fd``) starts the program."""
+        limits = self.limits
+        start = time.monotonic()
+        deadline = start + limits.wall_time_s
+        try:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=pass_fds,
+                close_fds=True,
+                **popen_kwargs,  # type: ignore[arg-type]
+            )
+        except OSError as error:
+            return SandboxResult("sandbox_error", None, detail=f"could not start {command[0]}: {error}")
+        for fd in write_ends:  # only the sandbox holds them now: EOF when it is gone
+            os.close(fd)
+            open_fds.discard(fd)
+        status = _BwrapStatus(status_fd)
+        killed_for: Status | None = None
+        if cgroup is not None and not cgroup.enter(status, deadline):
+            killed_for = "sandbox_error"
+        assert process.stdout is not None and process.stderr is not None and process.stdin is not None
+        out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
+        buffers: dict[int, bytearray] = {}
+        selector = selectors.DefaultSelector()
+        streams = {"stdout": process.stdout, "stderr": process.stderr}
+        for name, stream in streams.items():
+            os.set_blocking(stream.fileno(), False)
+            selector.register(stream.fileno(), selectors.EVENT_READ, name)
+            buffers[stream.fileno()] = bytearray()
+        if read_fd is not None:
+            os.set_blocking(read_fd, False)
+            selector.register(read_fd, selectors.EVENT_READ, "channel")
+            buffers[read_fd] = bytearray()
+        stdin_fd = process.stdin.fileno()
+        os.set_blocking(stdin_fd, False)
+        pending_stdin = memoryview(stdin)
+        if pending_stdin:
+            selector.register(stdin_fd, selectors.EVENT_WRITE, "stdin")
+        else:
+            process.stdin.close()
+        exited_at: float | None = None
+        try:
+            while killed_for is None and selector.get_map():
+                now = time.monotonic()
+                if now >= deadline:
+                    killed_for = "timeout"
+                    break
+                if exited_at is None and process.poll() is not None:
+                    exited_at = now
+                status.read()  # the init's PID, pinned by a pidfd while bubblewrap, its parent, is alive
+                if exited_at is not None and self.isolation == "none" and now - exited_at > 0.5:
+                    break  # a leftover child holds a pipe open; the process group is killed below
+                for key, _ in selector.select(timeout=min(0.1, deadline - now)):
+                    if key.data == "stdin":
+                        try:
+                            pending_stdin = pending_stdin[os.write(stdin_fd, pending_stdin[:_READ_CHUNK]) :]
+                        except BlockingIOError:
+                            continue
+                        except OSError:  # the program closed its stdin
+                            pending_stdin = pending_stdin[:0]
+                        if not pending_stdin:
+                            selector.unregister(stdin_fd)
+                            process.stdin.close()
+                        continue
+                    try:
+                        chunk = os.read(key.fd, _READ_CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        selector.unregister(key.fd)
+                        continue
+                    buffer = buffers[key.fd]
+                    buffer += chunk
+                    if len(buffer) > limits.output_bytes:
+                        del buffer[limits.output_bytes :]
+                        killed_for = "output_limit"
+                        break
+                if killed_for is not None:
+                    break
+        finally:
+            selector.close()
+            if killed_for is None and process.poll() is None:
+                # The outputs are closed but bubblewrap is still tearing the namespace down: wait, within the limit.
+                try:
+                    process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    killed_for = "timeout"
+                except BaseException:  # interrupted: do not leave the sandbox running
+                    self._kill(process, status)
+                    status.close()
+                    raise
+            if killed_for is not None or process.poll() is None or self.isolation == "none":
+                self._kill(process, status)
+            returncode = process.wait()
+            status.read()
+            status.wait_for_init()
+            status.close()
+            for stream in (process.stdin, process.stdout, process.stderr):
+                if stream is not None and not stream.closed:
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+        wall = time.monotonic() - start
+        stdout_bytes, stderr_bytes = bytes(buffers[out_fd]), bytes(buffers[err_fd])
+        channel_bytes = bytes(buffers[read_fd]) if read_fd is not None else b""
+        outcome: Status
+        detail = ""
+        if killed_for is not None:
+            outcome, code = killed_for, None
+            detail = {"timeout": "wall-clock limit", "output_limit": "output limit"}.get(killed_for, "")
+            if killed_for == "sandbox_error":
+                detail = f"could not move the sandbox into its memory cgroup {cgroup.path if cgroup else ''}"
+        else:
+            code = returncode if returncode >= 0 else 128 - returncode
+            if status_fd is not None and status.exit_code is None:
+                # bubblewrap records the exit status of every program that ran: none means it failed to set up.
+                outcome, detail = "sandbox_error", (stderr_bytes.decode("utf-8", "replace").strip() or f"exit {code}")
+            else:
+                outcome, detail = self._classify(code, stderr_bytes)
+                if outcome != "ok" and cgroup is not None and cgroup.oom_killed():
+                    outcome, detail = "memory", "sandbox memory limit (memory_bytes + scratch_bytes, all processes)"
+        return SandboxResult(
+            status=outcome,
+            returncode=code,
+            stdout=stdout_bytes.decode("utf-8", "replace"),
+            stderr=stderr_bytes.decode("utf-8", "replace"),
+            channel=channel_bytes,
+            wall_time_s=wall,
+            detail=detail,
+        )
+
+    def _classify(self, code: int, stderr: bytes) -> tuple[Status, str]:
+        if code == 0:
+            return "ok", ""
+        if code in (128 + signal.SIGXCPU, 128 + signal.SIGKILL):
+            return "timeout", "CPU limit" if code == 128 + signal.SIGXCPU else "killed (CPU hard limit)"
+        if code == 128 + signal.SIGXFSZ:
+            return "output_limit", "file size limit"
+        tail = stderr.rstrip().rsplit(b"\n", 1)[-1]
+        if tail.startswith(b"MemoryError") or b"Cannot allocate memory" in tail:
+            return "memory", "memory limit"
+        return "error", f"exit status {code}"
+
+    def _kill(self, process: subprocess.Popen[bytes], status: _BwrapStatus) -> None:
+        """Kills the sandbox and returns once every process in it is gone.
+
+        Under bubblewrap the sandbox's init (its host PID comes from ``--json-status-fd``) is killed: the kernel then
+        kills every process of the PID namespace and makes the init reapable only once they are all dead, and
+        bubblewrap, which waits for it, exits after that. Killing bubblewrap instead would return while the namespace
+        is still being torn down. Without isolation the program's process group is killed (a ``setsid`` child escapes
+        it).
+        """
+        if self.isolation == "none":
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+        status.read()
+        # Before bubblewrap has started the sandbox its init follows it (--die-with-parent).
+        if not status.kill_init():
+            try:
+                process.kill()
+            except ProcessLookupError:
+                pass
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        status.read()
+        status.wait_for_init()
+
+    def __repr__(self) -> str:
+        return f"Sandbox(isolation={self.isolation!r}, python={self.python!r}, limits={self.limits!r})"
+
+
+class _BwrapStatus:
+    """What bubblewrap writes to its ``--json-status-fd``: one JSON object a line, ``{"child-pid": N, ...}`` once the
+    sandbox's init exists, ``{"exit-code": N}`` once the program has run (none when bubblewrap failed to set the
+    sandbox up). Holds a pidfd of that init, opened while bubblewrap, its parent, still keeps it from being reaped, so
+    the signal and the wait below reach that process and no other that got its PID later."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+        self.data = bytearray()
+        self.child_pid: int | None = None
+        self.exit_code: int | None = None
+        self.pidfd: int | None = None
+        self.ended = False  # end of file: bubblewrap and its init have closed it
+        if fd is not None:
+            os.set_blocking(fd, False)
+
+    def read(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            while chunk := os.read(self.fd, 4096):
+                self.data += chunk
+            self.ended = True
+        except OSError:  # BlockingIOError: nothing more for now
+            pass
+        for line in bytes(self.data).split(b"\n"):
+            try:
+                record = json.loads(line)
+            except ValueError:  # the line is not complete yet
+                continue
+            if not isinstance(record, dict):
+                continue
+            pid, code = record.get("child-pid"), record.get("exit-code")
+            if self.child_pid is None and isinstance(pid, int) and pid > 1:
+                self.child_pid = pid
+                try:
+                    self.pidfd = os.pidfd_open(pid)
+                except OSError:  # already gone
+                    pass
+            if isinstance(code, int):
+                self.exit_code = code
+
+    def kill_init(self) -> bool:
+        """SIGKILLs the sandbox's init; whether its PID was known."""
+        if self.child_pid is None:
+            return False
+        try:
+            if self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            else:
+                os.kill(self.child_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return True
+
+    def wait_for_init(self, timeout_s: float = 10.0) -> None:
+        """Returns once the sandbox's init has exited, which the kernel lets happen only after every other process of
+        its PID namespace is gone, and reaps it if it became this process's child.
+
+        bubblewrap's monitor can exit before the init it forked is reaped; the init is then reparented to the nearest
+        child subreaper, else to PID 1 of this PID namespace. When that is this process (a container whose entry
+        point is the trainer) nobody else reaps it: a zombie per run. The wait names the init's pidfd, so no other
+        child's exit status (``subprocess``'s, ``asyncio``'s) is taken; when the init is not this process's child,
+        its own parent reaps it.
+        """
+        if self.pidfd is None:
+            return
+        if not _wait_readable(self.pidfd, time.monotonic() + timeout_s):  # a pidfd is readable once it has exited
+            logger.warning(
+                "The sandbox's init (PID %s) did not exit within %s s of bubblewrap.", self.child_pid, timeout_s
+            )
+            return
+        try:
+            os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+    def close(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+
+
+_cgroup_numbers = itertools.count()
+_cgroups_to_remove: list[str] = []  # of runs whose processes had not all exited when the run ended
+
+
+def _memory_cgroup_parent() -> str | None:
+    """This process's directory in the cgroup v1 memory hierarchy when it may create cgroups there (root on a host
+    or VM with cgroup v1 or hybrid), else ``None``."""
+    try:
+        with open("/proc/self/mountinfo") as handle:
+            mounts = [line.split() for line in handle]
+        with open("/proc/self/cgroup") as handle:
+            memberships = [line.rstrip("\n").split(":", 2) for line in handle]
+    except OSError:
+        return None
+    for fields in mounts:
+        tail = fields[fields.index("-") + 1 :] if "-" in fields else []
+        if len(tail) < 3 or tail[0] != "cgroup" or "memory" not in tail[2].split(","):
+            continue
+        root, mount_point = fields[3], fields[4]
+        for membership in memberships:
+            if len(membership) != 3 or "memory" not in membership[1].split(","):
+                continue
+            path = membership[2]
+            if not (path + "/").startswith(root.rstrip("/") + "/"):
+                continue
+            parent = os.path.join(mount_point, path[len(root.rstrip("/")) :].lstrip("/"))
+            if os.path.isfile(os.path.join(parent, "memory.limit_in_bytes")) and os.access(parent, os.W_OK):
+                return parent
+    return None
+
+
+class _MemoryCgroup:
+    """The memory cgroup (v1) of one run: every process of the sandbox and the kernel memory they cause (tmpfs inodes,
+    pipe and socket buffers) are charged to it, and it is capped, so the sandbox's total is bounded, not only each
+    process's address space. ``block_read`` goes to bubblewrap's ``--block-fd``: the sandbox, set up, waits there
+    until its init is in the cgroup, so everything the program does is charged to it."""
+
+    def __init__(self, parent: str, limit_bytes: int) -> None:
+        for path in list(_cgroups_to_remove):  # earlier runs' leftovers, empty by now
+            try:
+                os.rmdir(path)
+                _cgroups_to_remove.remove(path)
+            except (OSError, ValueError):
+                pass
+        self.path = os.path.join(parent, f"trl-ada-sandbox-{os.getpid()}-{next(_cgroup_numbers)}")
+        os.mkdir(self.path)
+        try:
+            self._write("memory.limit_in_bytes", limit_bytes)
+            try:  # with swap accounting, swap counts too (memsw >= memory)
+                self._write("memory.memsw.limit_in_bytes", limit_bytes)
+            except OSError:
+                pass
+        except OSError:
+            os.rmdir(self.path)
+            raise
+        self.block_read, self.block_write = os.pipe()
+
+    def _write(self, name: str, value: int) -> None:
+        with open(os.path.join(self.path, name), "w") as handle:
+            handle.write(str(value))
+
+    def enter(self, status: _BwrapStatus, deadline: float) -> bool:
+        """Moves the sandbox's init into the cgroup, then lets it start the program. ``False`` when the init could
+        not be moved (it is then not let go: the caller kills it). When bubblewrap fails before creating the init
+        there is nothing to move."""
+        while status.child_pid is None and status.fd is not None and not status.ended:
+            if not _wait_readable(status.fd, deadline):
+                break
+            status.read()
+        if status.child_pid is not None:
+            try:
+                self._write("cgroup.procs", status.child_pid)
+            except OSError:
+                # An init that already exited (bubblewrap failed while setting up) has nothing left to charge.
+                return status.pidfd is not None and _wait_readable(status.pidfd, time.monotonic())
+        try:
+            os.write(self.block_write, b"x")
+        except BrokenPipeError:  # bubblewrap failed while setting up: nothing waits
+            pass
+        return True
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the sandbox at the cgroup's limit."""
+        try:
+            with open(os.path.join(self.path, "memory.oom_control")) as handle:
+                counters = dict(line.split(None, 1) for line in handle if line.strip())
+        except OSError:
+            return False
+        return counters.get("oom_kill", "0").strip() != "0"
+
+    def remove(self) -> None:
+        deadline = time.monotonic() + 1
+        while True:
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:  # EBUSY: a process of the sandbox has not exited yet
+                if time.monotonic() > deadline:
+                    _cgroups_to_remove.append(self.path)
+                    return
+                time.sleep(0.001)
+
+
+def _wait_readable(fd: int, deadline: float) -> bool:
+    """Waits until ``fd`` is readable (data or end of file); ``False`` at the deadline."""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        return bool(selector.select(timeout=max(0.0, deadline - time.monotonic())))
+
+
+def _seccomp_program(machine: str) -> bytes | None:
+    """The classic-BPF program for bubblewrap's ``--seccomp``: EPERM for the calls of ``_DENIED_SYSCALLS`` on
+    ``machine`` (``platform.machine()``) and for every call of another ABI (32-bit, x32), whose numbers differ;
+    ``None`` on an architecture without a table."""
+    if machine not in _DENIED_SYSCALLS:
+        return None
+    arch, numbers, second_abi = _DENIED_SYSCALLS[machine]
+    # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
+    load_word, jump_equal, jump_greater_equal, ret = 0x20, 0x15, 0x35, 0x06
+    arch_offset, nr_offset = 4, 0  # in struct seccomp_data
+    denied = sorted(set(numbers.values()))
+    checks = [(jump_greater_equal, second_abi)] if second_abi is not None else []
+    checks += [(jump_equal, number) for number in denied]
+    deny_at = 3 + len(checks) + 1  # load arch, check arch, load nr, the checks, allow, deny
+    program = [(load_word, 0, 0, arch_offset), (jump_equal, 0, deny_at - 2, arch), (load_word, 0, 0, nr_offset)]
+    for index, (code, value) in enumerate(checks, start=3):
+        program.append((code, deny_at - index - 1, 0, value))
+    program.append((ret, 0, 0, 0x7FFF0000))  # SECCOMP_RET_ALLOW
+    program.append((ret, 0, 0, 0x00050000 | errno.EPERM))  # SECCOMP_RET_ERRNO
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+
+
+def bwrap_available() -> bool:
+    """Whether bubblewrap is installed (on ``PATH``)."""
+    return shutil.which("bwrap") is not None
+
+
+__all__ = [
+    "INSTALL_HINT",
+    "PROGRAM_FILE",
+    "SCRATCH_DIR",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxResult",
+    "bwrap_available",
+]
