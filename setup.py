@@ -63,6 +63,6 @@ setup(
     python_requires=">=3.11",
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
-    # `trl-ada simulate` (no torch) and `trl-ada train` (the main job, `trl_ada.train`).
+    # `trl-ada simulate` (no torch) and `trl-ada train` (the main job, `trl_ada.cli.train`).
     entry_points={"console_scripts": ["trl-ada=trl_ada.cli:main"]},
 )

@@ -1,7 +1,7 @@
 """
 Train with Reinforce-Ada: `accelerate launch scripts/train_ada.py [flags | --config recipe]`.
 
-A thin entry over `trl_ada.train`, which holds the job's code and documents it; the installed package runs the same
+A thin entry over `trl_ada.cli.train`, which holds the job's code and documents it; the installed package runs the same
 job as `trl-ada train` (one process) or `accelerate launch -m trl_ada.train` (several).
 
 With no model and no dataset (on the command line or in the config) it runs the embedded default: the tiny
@@ -24,7 +24,7 @@ of `AdaGRPOConfig` and YAML `--config` files: a path, or the name of a shipped r
 
 import sys
 
-from trl_ada.train import cli_main
+from trl_ada.cli.train import cli_main
 
 if __name__ == "__main__":
     sys.exit(cli_main())

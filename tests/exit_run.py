@@ -15,7 +15,7 @@ from pathlib import Path
 import torch.distributed
 from torch.nn.parallel import DistributedDataParallel
 
-from trl_ada.train import cli_main
+from trl_ada.cli.train import cli_main
 
 out_dir = Path(sys.argv[1])
 live_ddp_modules: list[int] = []

@@ -43,7 +43,7 @@ def load_script():
 @pytest.fixture(scope="module")
 def evaluate_script():
     # The code of `trl-ada evaluate`; scripts/evaluate.py is a thin entry over it (tested below).
-    return importlib.import_module("trl_ada.evaluate")
+    return importlib.import_module("trl_ada.cli.evaluate")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def test_evaluate_shipped_arithmetic_model(evaluate_script, tmp_path):
 
 def test_trl_ada_evaluate_is_the_script_with_the_same_flags(tmp_path, tiny_model_dir, capsys):
     from trl_ada.cli import main as trl_ada_main
-    from trl_ada.evaluate import build_parser
+    from trl_ada.cli.evaluate import build_parser
 
     def option_strings(parser):
         return [action.option_strings for action in parser._actions]

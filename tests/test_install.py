@@ -129,8 +129,8 @@ def wheel_metadata(wheel: Path):
 @pytest.mark.slow
 def test_wheel_ships_the_card_template_the_tiny_model_and_the_recipes(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "trl_ada/train.py" in names and "trl_ada/cli.py" in names
-    assert "trl_ada/prepare_data.py" in names and "trl_ada/evaluate.py" in names  # trl-ada prepare-data / evaluate
+    assert "trl_ada/train.py" in names and "trl_ada/cli/__init__.py" in names and "trl_ada/cli/train.py" in names
+    assert "trl_ada/cli/prepare_data.py" in names and "trl_ada/cli/evaluate.py" in names  # prepare-data / evaluate
     assert "trl_ada/hub_cards/reinforce_ada_model_card.md" in names
     for asset in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         assert f"trl_ada/assets/tiny-arith/{asset}" in names, asset
@@ -255,7 +255,7 @@ def test_wheel_pins_none_of_the_user_stack_and_leaves_torch_to_trl(wheel):
 
 
 def test_config_takes_a_path_or_the_name_of_a_shipped_recipe(tmp_path, monkeypatch):
-    from trl_ada.train import resolve_config, shipped_recipes, with_config_resolved
+    from trl_ada.cli.train import resolve_config, shipped_recipes, with_config_resolved
 
     recipe = str((ROOT / "recipes" / "qwen2.5-math-1.5b" / "seq_balance.yaml").resolve())
     assert resolve_config("qwen2.5-math-1.5b/seq_balance") == recipe  # in a checkout: recipes/ of the repository

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from conftest import write_jsonl
 
-from trl_ada import prepare_data
+from trl_ada.cli import prepare_data
 from trl_ada.rewards.code import CodeExecutionReward
 from trl_ada.rewards.sandbox import INSTALL_HINT, SandboxLimits
 

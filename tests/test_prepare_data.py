@@ -46,7 +46,7 @@ def load_script():
 @pytest.fixture(scope="module")
 def prepare_data():
     # The code of `trl-ada prepare-data`; scripts/prepare_data.py is a thin entry over it (tested below).
-    return importlib.import_module("trl_ada.prepare_data")
+    return importlib.import_module("trl_ada.cli.prepare_data")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -426,7 +426,7 @@ def option_strings(parser):
 
 def test_trl_ada_prepare_data_is_the_script_with_the_same_flags(tmp_path, capsys):
     from trl_ada.cli import main as trl_ada_main
-    from trl_ada.prepare_data import build_parser
+    from trl_ada.cli.prepare_data import build_parser
 
     assert option_strings(load_script().build_parser()) == option_strings(build_parser())
     source = write_jsonl(tmp_path / "in.jsonl", [*ROWS, ROWS[0]])  # one duplicate

@@ -31,8 +31,8 @@ FAST = [
 
 
 def load_script():
-    # scripts/train_ada.py is a thin entry over trl_ada.train, which holds the job's code (also `trl-ada train`).
-    return importlib.import_module("trl_ada.train")
+    # scripts/train_ada.py is a thin entry over trl_ada.cli.train, which holds the job's code (also `trl-ada train`).
+    return importlib.import_module("trl_ada.cli.train")
 
 
 def run_main(argv):
@@ -367,7 +367,7 @@ def test_heldout_check_knows_when_parameters_are_sharded(fsdp, zero_stage, shard
     # exactly then.
     from types import SimpleNamespace
 
-    from trl_ada.train import sharded_parameters
+    from trl_ada.cli.train import sharded_parameters
 
     plugin = None if zero_stage is None else SimpleNamespace(zero_stage=zero_stage)
     trainer = SimpleNamespace(

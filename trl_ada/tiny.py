@@ -1,5 +1,5 @@
 """A tiny character-level causal LM that runs (and learns) on CPU: the model of ``trl-ada train``'s embedded run
-(``trl_ada/train.py``, no model or dataset given), of the CPU benchmarks and of the tests.
+(``trl_ada/cli/train.py``, no model or dataset given), of the CPU benchmarks and of the tests.
 
 Nothing here downloads anything: the tokenizer and the model are built in code, and a warm-started copy that already
 half-knows the arithmetic task of [`trl_ada.tasks.arithmetic`] ships inside the package

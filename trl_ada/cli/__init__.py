@@ -1,7 +1,8 @@
 """
 The `trl-ada` command line. `trl-ada simulate` plans a sampling budget with no model and no GPU; `trl-ada train` runs
-the main job (`trl_ada.train`, the code of `scripts/train_ada.py`); `trl-ada prepare-data` and `trl-ada evaluate` are
-`scripts/prepare_data.py` and `scripts/evaluate.py` (`trl_ada.prepare_data`, `trl_ada.evaluate`), with the same flags.
+the main job (`trl_ada.cli.train`, the code of `scripts/train_ada.py`); `trl-ada prepare-data` and `trl-ada evaluate`
+are `scripts/prepare_data.py` and `scripts/evaluate.py` (`trl_ada.cli.prepare_data`, `trl_ada.cli.evaluate`), with the
+same flags. `python -m trl_ada.cli` is `trl-ada`.
 
 Import-light: only `trl-ada train`, `prepare-data` and `evaluate` import torch, transformers or TRL. `trl-ada train
 --help` answers from a cached copy of its text when the installation has not changed since it was built.
@@ -24,9 +25,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from .samplers import SamplerSettings, sampler_names, simulate
-from .samplers.settings import SETTINGS_DEFAULTS
-from .samplers.simulate import (
+from ..samplers import SamplerSettings, sampler_names, simulate
+from ..samplers.settings import SETTINGS_DEFAULTS
+from ..samplers.simulate import (
     ARRIVALS,
     GENERATION_SCHEDULES,
     MAX_MATCH_COMPLETIONS,
@@ -292,7 +293,7 @@ def _plan_table(plans: Sequence[SamplerPlan], path: Path, seed: int) -> str:
 
 
 def _add_train(subparsers: argparse._SubParsersAction) -> None:
-    # Listed for `trl-ada --help` only: `main` hands `trl-ada train ...` to TRL's parser in `trl_ada.train` before
+    # Listed for `trl-ada --help` only: `main` hands `trl-ada train ...` to TRL's parser in `trl_ada.cli.train` before
     # argparse sees it, so every GRPOConfig/AdaGRPOConfig flag and `--config` work (`trl-ada train --help` lists them).
     subparsers.add_parser(
         "train",
@@ -331,7 +332,7 @@ def train_help_cache() -> tuple[Path, str]:
     trl-ada. The key covers what the text depends on: Python, the versions of trl-ada, TRL and transformers, every
     source file of trl-ada (an editable install changes without a version bump) and the terminal's width.
     """
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # trl_ada/, not only trl_ada/cli/
     sources = []
     for path in sorted(package.rglob("*.py")):
         stat = path.stat()
@@ -345,7 +346,7 @@ def train_help_cache() -> tuple[Path, str]:
 
 def train_help() -> str:
     """`trl-ada train --help`'s text: the cached copy when its key matches, else built (and cached) by
-    `trl_ada.train.help_text`. A cache that cannot be read or written only costs the time."""
+    `trl_ada.cli.train.help_text`. A cache that cannot be read or written only costs the time."""
     path, key = train_help_cache()
     try:
         cached_key, text = path.read_text().split("\n", 1)
@@ -393,7 +394,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_simulate(args)
     except ValueError as error:  # a bad combination of knobs: say what to change, no traceback
         parser.exit(2, f"trl-ada {args.command}: error: {error}\n")
-
-
-if __name__ == "__main__":
-    sys.exit(main())

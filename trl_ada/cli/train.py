@@ -69,10 +69,10 @@ from trl import (
     get_quantization_config,
 )
 
-from .checkpoints import latest_complete_checkpoint
-from .config import AdaGRPOConfig
-from .plots import logged_series, training_entries
-from .trainer import AdaGRPOTrainer
+from ..checkpoints import latest_complete_checkpoint
+from ..config import AdaGRPOConfig
+from ..plots import logged_series, training_entries
+from ..trainer import AdaGRPOTrainer
 
 logger = logging.getLogger("train_ada")
 
@@ -210,8 +210,8 @@ def help_group_of(name: str) -> str:
     """The `--help` group (a key of [`HELP_GROUPS`]) of the field `name` of the script's dataclasses."""
     from trl import GRPOConfig
 
-    from .config import ADA_ONLY_FIELDS
-    from .samplers.settings import SamplerFields
+    from ..config import ADA_ONLY_FIELDS
+    from ..samplers.settings import SamplerFields
 
     if name in SamplerFields.__dataclass_fields__ or name in ADA_ONLY_FIELDS:
         return "ada"
@@ -347,7 +347,7 @@ def resolve_reward_funcs(script_args: AdaScriptArguments, default: str) -> list[
     Raises:
         ValueError: on an unknown reward name, or a reward model that is neither a directory nor a Hub id.
     """
-    from .rewards.registry import get_reward_funcs
+    from ..rewards.registry import get_reward_funcs
 
     names = script_args.reward_funcs
     reward_model = script_args.reward_model_name_or_path
@@ -383,7 +383,7 @@ def load_train_and_eval(
         ValueError: before anything is loaded, for a combination that cannot work (streaming without `max_steps`,
             splitting a stream, evaluating without an evaluation split).
     """
-    from .data import load_prompt_dataset
+    from ..data import load_prompt_dataset
 
     streaming = script_args.dataset_streaming or dataset_args.streaming
     evaluating = training_args.eval_strategy != IntervalStrategy.NO
@@ -457,8 +457,8 @@ def prepare_prompt_dataset(
     """
     from datasets import Dataset, IterableDataset
 
-    from .data import dataset_columns, to_prompt_format, validate_prompt_dataset
-    from .rewards.registry import required_reward_columns
+    from ..data import dataset_columns, to_prompt_format, validate_prompt_dataset
+    from ..rewards.registry import required_reward_columns
 
     streamed = isinstance(dataset, IterableDataset)
     has_rows = True if streamed else len(dataset) > 0
@@ -503,8 +503,8 @@ def load_model_and_data(
     dataset_args = dataset_args if dataset_args is not None else DatasetMixtureConfig()
     has_data = script_args.dataset_name is not None or bool(dataset_args.datasets)
     if model_args.model_name_or_path is None and not has_data:
-        from .tasks.arithmetic import held_out_problems, make_dataset
-        from .tiny import load_tiny_arith_model
+        from ..tasks.arithmetic import held_out_problems, make_dataset
+        from ..tiny import load_tiny_arith_model
 
         reward_funcs = resolve_reward_funcs(script_args, "exact_match")
         if not torch.cuda.is_available():
@@ -573,7 +573,7 @@ def sharded_parameters(trainer: AdaGRPOTrainer) -> bool:
 
 
 def heldout_accuracy(trainer: AdaGRPOTrainer, problems: list[dict], temperature: float) -> dict[str, float]:
-    from .tasks.arithmetic import accuracy_by_level
+    from ..tasks.arithmetic import accuracy_by_level
 
     model = trainer.accelerator.unwrap_model(trainer.model)
     was_training = model.training
@@ -806,8 +806,9 @@ def main(
 
 def recipes_dir() -> Path:
     """The shipped recipes: `trl_ada/recipes/` in an installed wheel, `recipes/` of the repository in a checkout."""
-    installed = Path(__file__).resolve().parent / "recipes"
-    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "recipes"
+    package = Path(__file__).resolve().parents[1]  # trl_ada/ (this file is trl_ada/cli/train.py)
+    installed = package / "recipes"
+    return installed if installed.is_dir() else package.parent / "recipes"
 
 
 def shipped_recipes() -> list[str]:
