@@ -47,8 +47,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trl_ada.pools import LocalRow, PoolEntry, moved_fraction, pack_rows, route_kept_rows  # noqa: E402
 from trl_ada.samplers import SamplerSettings, build_sampler  # noqa: E402
+from trl_ada.schedules.pools import LocalRow, PoolEntry, moved_fraction, pack_rows, route_kept_rows  # noqa: E402
 from trl_ada.schedules.rounds import RoundLayout  # noqa: E402
 
 DESIGNS = ("grpo", "all_gather_pools", "rank_local_pools")

@@ -51,7 +51,7 @@ from trl_ada import AdaAsyncGRPOConfig, AdaAsyncGRPOTrainer  # noqa: E402
 from trl_ada.async_grpo.rollout import AdaAsyncRolloutWorker, AdaRolloutLoop, RobustAsyncRolloutWorker  # noqa: E402
 from trl_ada.async_grpo.trainer import RolloutWorkerError, spawns_a_child  # noqa: E402
 from trl_ada.checkpoints import SAMPLER_STATE_NAME, checkpoint_problem, latest_complete_checkpoint  # noqa: E402
-from trl_ada.faults import VLLMServerError  # noqa: E402
+from trl_ada.generation.faults import VLLMServerError  # noqa: E402
 from trl_ada.tasks.arithmetic import exact_match_reward, make_dataset  # noqa: E402
 from trl_ada.tiny import load_tiny_arith_model  # noqa: E402
 

@@ -122,7 +122,7 @@ def render(tmp_path, log_history=(), **overrides):
     """The card `AdaGRPOTrainer.create_model_card` would render, without a training run."""
     from huggingface_hub import ModelCardData
 
-    from trl_ada.card import render_model_card
+    from trl_ada.reporting.card import render_model_card
     from trl_ada.samplers import SamplerSettings
 
     kwargs = dict(
@@ -139,13 +139,13 @@ def render(tmp_path, log_history=(), **overrides):
 
 
 def test_none_metrics_are_skipped_by_plots_metrics_and_card(tmp_path):
-    from trl_ada.plots import training_entries, write_metrics, write_training_plots
+    from trl_ada.reporting.plots import training_entries, write_metrics, write_training_plots
 
     json_path, csv_path = write_metrics(NONE_HISTORY, tmp_path)
     assert json_path.is_file() and len(csv_path.read_text().splitlines()) == 1 + 3
     plots = write_training_plots(NONE_HISTORY, tmp_path)  # crashed on math.isnan(None) at a checkpoint save
     assert {Path(path).stem for _, path in plots} == {"reward", "samples_per_prompt", "zero_variance_share"}
-    from trl_ada.plots import logged_series
+    from trl_ada.reporting.plots import logged_series
 
     entries = training_entries(NONE_HISTORY)
     assert logged_series(entries, "reward") == [(2, 0.5)]  # None at steps 1 and 3 skipped
@@ -185,7 +185,7 @@ def calibration_history():
 
 
 def test_the_reliability_diagram_sums_the_bins_over_the_run_and_the_card_shows_it(tmp_path):
-    from trl_ada.plots import CALIBRATION_TITLE, calibration_table, training_entries, write_training_plots
+    from trl_ada.reporting.plots import CALIBRATION_TITLE, calibration_table, training_entries, write_training_plots
 
     history = calibration_history()
     assert calibration_table(training_entries(history)) == [
@@ -260,7 +260,7 @@ LINK = re.compile(r"\]\((https?://[^)\s]+)\)")
 
 
 def test_card_links_only_addresses_that_exist(tmp_path, monkeypatch):
-    from trl_ada import card as card_module
+    from trl_ada.reporting import card as card_module
 
     # trl-ada's metadata names no home page: the card names the package and its version, and links nothing for it.
     monkeypatch.setattr(card_module, "package_url", lambda distribution="trl-ada": None)
@@ -277,7 +277,7 @@ def test_card_links_only_addresses_that_exist(tmp_path, monkeypatch):
 def test_package_url_reads_the_distribution_metadata():
     from importlib.metadata import metadata
 
-    from trl_ada.card import package_url
+    from trl_ada.reporting.card import package_url
 
     assert package_url("trl") == "https://github.com/huggingface/trl"  # TRL's Project-URL
     assert package_url("no-such-distribution-here") is None
@@ -328,8 +328,7 @@ def test_the_card_describes_the_sampler_the_run_used(tmp_path, sampler, says):
 
 
 def test_a_plug_in_sampler_is_named_by_its_class_unless_it_describes_itself(tmp_path, monkeypatch):
-    from trl_ada.samplers import SamplerSettings
-    from trl_ada.samplers import SeqBalanceSampler
+    from trl_ada.samplers import SamplerSettings, SeqBalanceSampler
     from trl_ada.samplers.registry import SAMPLERS
 
     class CardPlugin(SeqBalanceSampler):  # draws as it likes; inherits seq_balance's description

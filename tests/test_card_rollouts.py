@@ -2,7 +2,7 @@
 `rollout_func` attributes (the trainer passes them as they are; the environment case end to end is
 tests/test_environments.py's)."""
 
-from trl_ada.card import describe_rollouts
+from trl_ada.reporting.card import describe_rollouts
 
 
 def add(a: int, b: int) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_MODEL_KWARGS, write_jsonl
 
-from trl_ada.metrics import (
+from trl_ada.reporting.metrics import (
     PassRateBand,
     average_at_k,
     count_correct,

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from trl_ada.faults import (
+from trl_ada.generation.faults import (
     HealthWatch,
     VLLMServerError,
     VLLMServerUnresponsive,
@@ -138,7 +138,7 @@ def _failing_client(error: Exception):
 def test_a_failed_request_is_sent_to_the_processes_waiting_for_its_completions(tmp_path, monkeypatch):
     # Issue 32, item 22: the other processes wait in TRL's completions broadcast; they receive the main process's
     # VLLMServerError there (tests/test_multiprocess.py runs it on two processes).
-    import trl_ada.faults as faults
+    import trl_ada.generation.faults as faults
 
     sent: list[BaseException] = []
     monkeypatch.setattr(faults, "fail_the_processes_waiting_for_completions", sent.append)
@@ -163,7 +163,7 @@ def test_a_failed_request_is_sent_to_the_processes_waiting_for_its_completions(t
 
 def test_a_request_outside_trls_generation_is_not_sent(tmp_path, monkeypatch):
     # A rollout_func may call the client itself: the other processes do not wait in TRL's broadcast then.
-    import trl_ada.faults as faults
+    import trl_ada.generation.faults as faults
 
     sent: list[BaseException] = []
     monkeypatch.setattr(faults, "fail_the_processes_waiting_for_completions", sent.append)

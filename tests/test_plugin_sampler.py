@@ -14,7 +14,7 @@ import pytest
 from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.card import sampler_rows
+from trl_ada.reporting.card import sampler_rows
 from trl_ada.samplers import SamplerSettings, build_sampler, sampler_names
 from trl_ada.tiny import build_tiny_model
 

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trl_ada.pools import (
+from trl_ada.schedules.pools import (
     LocalRow,
     PoolEntry,
     generate_fields,

@@ -11,7 +11,7 @@ from unittest import mock
 
 import pytest
 
-from trl_ada.plots import write_training_plots
+from trl_ada.reporting.plots import write_training_plots
 from trl_ada.samplers import LearnedPassRatePredictor, PromptKey, SamplerSettings, build_sampler
 from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE, calibration, prompt_text
 from trl_ada.tasks.arithmetic import make_problems
@@ -514,7 +514,7 @@ def test_the_quality_benchmark_runs_and_ranks_the_predictors(tmp_path):
 
 
 def test_the_model_card_names_the_predictor():
-    from trl_ada.card import sampler_rows
+    from trl_ada.reporting.card import sampler_rows
 
     rows = dict(sampler_rows(est_settings(pass_rate_predictor_learning_rate=0.3).validated()))
     assert rows["pass_rate_predictor"] == "learned" and rows["pass_rate_predictor_learning_rate"] == 0.3

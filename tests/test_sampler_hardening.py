@@ -352,7 +352,7 @@ def trl_reduction(name):
 
 
 def test_every_logged_metric_is_reduced_as_it_means_by_trls_rule():
-    from trl_ada.metrics import LOG_WINDOW_REDUCTIONS, log_window_reduction
+    from trl_ada.reporting.metrics import LOG_WINDOW_REDUCTIONS, log_window_reduction
 
     from_runs, from_code = metric_names_from_runs(), metric_names_from_the_code()
     names = {name if name.startswith(("ada/", "sample/")) else f"ada/{name}" for name in from_runs | from_code}

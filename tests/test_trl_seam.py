@@ -14,7 +14,7 @@ from packaging.specifiers import SpecifierSet
 from trl import GRPOTrainer
 
 from trl_ada import trl_seam
-from trl_ada.faults import VLLMServerError
+from trl_ada.generation.faults import VLLMServerError
 
 PACKAGE = Path(trl_seam.__file__).parent
 
@@ -173,7 +173,7 @@ def test_trls_server_generation_broadcasts_the_number_of_objects_the_seam_sends_
     # only the client calls `trl_ada.faults` watches come between the prompts' gathers and that broadcast.
     from trl.generation.vllm_generation import VLLMGeneration
 
-    from trl_ada.faults import _CLIENT_REQUESTS
+    from trl_ada.generation.faults import _CLIENT_REQUESTS
 
     source = textwrap.dedent(inspect.getsource(VLLMGeneration.generate))
     tree = ast.parse(source)

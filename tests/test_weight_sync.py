@@ -29,9 +29,9 @@ from trl.generation.vllm_generation import VLLMGeneration
 
 import trl_ada.trainer as trainer_module
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.generation.weight_sync import one_weight_sync_per_step
 from trl_ada.tiny import build_tiny_model
 from trl_ada.trl_seam import last_loaded_step, set_vllm_weights_sleeping, vllm_weights_sleeping
-from trl_ada.weight_sync import one_weight_sync_per_step
 
 STEPS = 3
 MAX_ROUNDS = 3

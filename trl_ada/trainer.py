@@ -19,17 +19,18 @@ from accelerate.utils import broadcast_object_list
 from datasets import IterableDataset
 from trl import GRPOConfig, GRPOTrainer
 
-from .card import describe_rollouts, write_trainer_card
 from .checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state, resolve_resume_checkpoint
 from .config import AdaGRPOConfig
 from .data import check_prompt_column
-from .pools import LocalRow, generate_fields
+from .generation.weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
 from .predictor_hub import resolve_pass_rate_predictor
+from .reporting.card import describe_rollouts, write_trainer_card
 from .rewards.registry import resolve_reward_funcs
 from .samplers import PassRateEstimator, Selection, build_sampler
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR
 from .schedules.driver import log_selection, refill_walk, sample_step
+from .schedules.pools import LocalRow, generate_fields
 from .schedules.server_draws import ensure_open_files
 from .trl_seam import (
     add_pending_extra_logs,
@@ -42,7 +43,6 @@ from .trl_seam import (
     set_environment_pool,
     split_generate_output,
 )
-from .weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
 
 logger = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         """
         Write `README.md` from trl-ada's template (`hub_cards/`) with a Reinforce-Ada section, plus the plots and the
         logged metrics it shows, into `output_dir` (so `push_to_hub` uploads them together): see
-        `trl_ada.card.write_trainer_card`.
+        `trl_ada.reporting.card.write_trainer_card`.
         """
         # TRL decides the card's metadata (base model, tags, dataset); we only replace the text.
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)

@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import trl_seam
-from ..faults import VLLMServerUnresponsive
+from ..generation.faults import VLLMServerUnresponsive
 from ..rewards.registry import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.base import PromptResult, Sampler
@@ -108,7 +108,7 @@ class AsyncSampling:
     """A sampler state to start from (`Sampler.state_dict()`, from a checkpoint when resuming)."""
     server_timeout: float | None = None
     """Seconds the vLLM server's requests may keep failing (none answered since) before the worker gives up with
-    [`~trl_ada.faults.VLLMServerUnresponsive`] (`vllm_server_timeout`); `None`: TRL's own retries only (30 x 3
+    [`~trl_ada.generation.faults.VLLMServerUnresponsive`] (`vllm_server_timeout`); `None`: TRL's own retries only (30 x 3
     attempts of up to `request_timeout` each, with up to 16 s of backoff: hours for a server that stopped answering)."""
     train_on: str = "downsample"
     """What a prompt trains on (`AdaAsyncGRPOConfig.train_on`): its update group (`"downsample"`), or every draw of its

@@ -18,9 +18,8 @@ from accelerate.utils import broadcast_object_list
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from .. import trl_seam
-from ..card import ASYNC_TRAINER_NAME, write_trainer_card
 from ..checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state
-from ..faults import (
+from ..generation.faults import (
     VLLMServerError,
     VLLMServerUnresponsive,
     resume_advice,
@@ -28,6 +27,7 @@ from ..faults import (
     vllm_server_message,
 )
 from ..predictor_hub import resolve_pass_rate_predictor
+from ..reporting.card import ASYNC_TRAINER_NAME, write_trainer_card
 from ..samplers import PassRateEstimator, build_sampler
 from ..samplers.predictor import PREDICTOR_DIR
 from ..trainer import AdaGRPOTrainer
@@ -138,7 +138,7 @@ class RolloutWorkerError(RuntimeError):
 def worker_failure(trainer: Any, error: BaseException) -> RuntimeError:
     """
     What the trainer raises when its rollout worker's health check fails with `error`. A lost vLLM server (the worker
-    gave up on it with `VLLMServerUnresponsive`) is a [`~trl_ada.faults.VLLMServerError`] worded as the synchronous
+    gave up on it with `VLLMServerUnresponsive`) is a [`~trl_ada.generation.faults.VLLMServerError`] worded as the synchronous
     trainer's; anything else is a [`RolloutWorkerError`] quoting what the worker reported. Both name the training step,
     the server and the checkpoint to resume from.
     """

@@ -166,7 +166,7 @@ def dataset_prompts(dataset: Any, args: argparse.Namespace, tokenizer: Any) -> l
 
 def summarize(correct_counts: Sequence[int], num_samples: int, ks: Sequence[int]) -> dict[str, float | None]:
     """``{"ave@n": ..., "pass@k": ...}`` over the scored problems (``None`` when no problem was scored)."""
-    from trl_ada.metrics import average_at_k, mean_pass_at_k
+    from trl_ada.reporting.metrics import average_at_k, mean_pass_at_k
 
     if not correct_counts:
         return {f"ave@{num_samples}": None, **{f"pass@{k}": None for k in ks}}
@@ -208,7 +208,7 @@ def evaluate(args: argparse.Namespace, generator: Any = None, tokenizer: Any = N
         tokenizer: Optional tokenizer (decides the 'auto' prompt format) used instead of loading the model's.
     """
     from trl_ada.data import generator_from_args, load_prompt_dataset, tokenize_prompts
-    from trl_ada.metrics import count_correct, weighted_average
+    from trl_ada.reporting.metrics import count_correct, weighted_average
     from trl_ada.rewards.registry import get_reward_funcs, score_completions
 
     ks = resolve_ks(args)

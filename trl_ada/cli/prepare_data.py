@@ -484,7 +484,7 @@ def check_code_references(
 
 def band_of(args: argparse.Namespace) -> Any:
     """The pass-rate band the arguments describe, or ``None`` when no difficulty filter was asked for."""
-    from trl_ada.metrics import PassRateBand
+    from trl_ada.reporting.metrics import PassRateBand
 
     if args.correct_range is not None:
         return PassRateBand.from_correct_range(*args.correct_range, args.num_samples)
@@ -501,7 +501,7 @@ _BAND_SPEC = re.compile(r"^\s*([\[(])\s*([0-9.]+)\s*,\s*([0-9.]+)\s*([\])])\s*:\
 
 def parse_band_mix(specs: Sequence[str]) -> list[tuple[Any, float]]:
     """Parses ``--band_mix`` entries (``"(0,0.2]:3082"``) into ``(PassRateBand, count)`` pairs, in order."""
-    from trl_ada.metrics import PassRateBand
+    from trl_ada.reporting.metrics import PassRateBand
 
     mix = []
     for spec in specs:
@@ -683,7 +683,7 @@ def difficulty_filter(
         The kept rows, and ``{"too_hard", "too_easy", "unscorable", "histogram"}`` (histogram: prompts per number
         of correct samples, over every scored prompt).
     """
-    from trl_ada.metrics import count_correct, pass_rate_histogram
+    from trl_ada.reporting.metrics import count_correct, pass_rate_histogram
     from trl_ada.rewards.registry import score_completions
 
     prompts = dataset["prompt"]

@@ -71,7 +71,7 @@ from trl import (
 
 from ..checkpoints import latest_complete_checkpoint
 from ..config import AdaGRPOConfig
-from ..plots import logged_series, training_entries
+from ..reporting.plots import logged_series, training_entries
 from ..trainer import AdaGRPOTrainer
 
 logger = logging.getLogger("train_ada")

@@ -58,7 +58,7 @@ class RoundResult(NamedTuple):
     order: list[int]
     """The prompt (index into the batch) of each requested row."""
     entries: list[Any]
-    """Each row's `trl_ada.pools.PoolEntry` (rewards per function, truncation flag, the process holding it)."""
+    """Each row's `trl_ada.schedules.pools.PoolEntry` (rewards per function, truncation flag, the process holding it)."""
     rewards: list[float]
     """Each row's summed reward (NaN where no reward function scored it), the same on every process."""
 

@@ -38,13 +38,13 @@ from typing import Any
 import torch
 from accelerate.utils import broadcast_object_list, gather
 
-from ..faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
-from ..pools import PoolEntry
+from ..generation.faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
+from ..generation.weight_sync import sync_server_weights_for_step
 from ..rewards.registry import failing_reward_name
 from ..samplers import ScheduleStats, Selection
 from ..trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
-from ..weight_sync import sync_server_weights_for_step
 from . import ScheduledBatch, ScheduleDriver, rounds
+from .pools import PoolEntry
 from .rounds import RoundLayout
 from .server_draws import ServerDrawError, ServerDraws
 

@@ -20,11 +20,11 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 
-from ..pools import PoolEntry, moved_fraction, route_kept_rows
 from ..samplers import PromptKey, Sampler, ScheduleStats, Selection, rules
 from ..samplers.dapo import RefillWalk, fill_update
 from ..trl_seam import RepeatSampler, train_metrics
 from . import RoundResult, get_schedule, prompt_key, prompt_keys, rounds
+from .pools import PoolEntry, moved_fraction, route_kept_rows
 
 
 @dataclasses.dataclass(frozen=True)

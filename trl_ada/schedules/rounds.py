@@ -19,11 +19,11 @@ from typing import Any
 import torch
 from accelerate.utils import gather_object
 
-from ..faults import vllm_server_errors
-from ..pools import LocalRow, PoolEntry, row_extra_fields
+from ..generation.faults import vllm_server_errors
 from ..rewards.registry import failing_reward_name
 from ..trl_seam import environment_pool, is_truncated, summed_rewards, take_pending_extra_logs
 from . import RoundResult, ScheduledBatch, ScheduleDriver, ScheduleStats
+from .pools import LocalRow, PoolEntry, row_extra_fields
 
 
 class RoundsSchedule:

@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from ..faults import HealthWatch
+from ..generation.faults import HealthWatch
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class ServerDraws:
             sends it with its own `prompt` and `n=1`.
         max_connections: Draws in flight on the server at most; later ones wait here, in submission order (each draw
             holds one connection, and the process's file descriptors are limited).
-        health_timeout: While `wait` blocks, the server's `GET /health` is checked (`trl_ada.faults.HealthWatch`);
+        health_timeout: While `wait` blocks, the server's `GET /health` is checked (`trl_ada.generation.faults.HealthWatch`);
             once it has failed for this many seconds (`vllm_server_timeout`), `wait` raises `VLLMServerUnresponsive`.
             A draw's own request has no read timeout: a long generation is not a dead server. None: no watch.
     """

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .samplers.rules import is_positive
-from .samplers.settings import SamplerFields
+from ..samplers.rules import is_positive
+from ..samplers.settings import SamplerFields
 
 POSITIVE_THRESHOLD = SamplerFields.__dataclass_fields__["positive_threshold"].default
 """`positive_threshold`'s default: what evaluation counts as correct unless told otherwise."""

@@ -13,9 +13,9 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from ..samplers import Sampler, SamplerSettings
+from ..samplers.settings import UNIVERSAL_KNOBS
 from .plots import PLOT_CAPTIONS, logged_series, training_entries, write_metrics, write_training_plots
-from .samplers import Sampler, SamplerSettings
-from .samplers.settings import UNIVERSAL_KNOBS
 
 TEMPLATE = "reinforce_ada_model_card.md"
 
@@ -82,7 +82,7 @@ def _fmt(value: Any) -> str:
 def run_statistics(log_history: Sequence[dict[str, Any]]) -> dict[str, str]:
     """Averages of the Reinforce-Ada metrics over the logged training steps, formatted for the card.
 
-    Steps that logged `None` or NaN for a metric are left out of its average (see [`trl_ada.plots.logged_number`]).
+    Steps that logged `None` or NaN for a metric are left out of its average (see [`trl_ada.reporting.plots.logged_number`]).
     """
     entries = training_entries(log_history)
 
@@ -216,7 +216,7 @@ def describe_base_model(card_data: ModelCardData, base_model_name_or_path: str |
     if hub_id_of(name) is not None:
         described["base_model"] = hub_id_of(name)
         return described
-    from .tiny import TINY_ARITH_ASSETS, TINY_ARITH_VERSION
+    from ..tiny import TINY_ARITH_ASSETS, TINY_ARITH_VERSION
 
     if Path(name).resolve() == TINY_ARITH_ASSETS.resolve():
         described["base_model_shipped"] = TINY_ARITH_VERSION
@@ -343,11 +343,11 @@ def write_trainer_card(
     """[`write_model_card`] for a trainer that has run (either trl-ada trainer): its output folder, logs, Hub id,
     paper, base model, training data and completion length, on the main process after TRL wrote its own card; the
     asynchronous trainer's own knobs (`ASYNC_ONLY_FIELDS`) are shown after the sampler's."""
-    from .trl_seam import get_config_model_id
+    from ..trl_seam import get_config_model_id
 
     trainer_settings = []
     if trainer_name == ASYNC_TRAINER_NAME:
-        from .async_grpo.config import ASYNC_ONLY_FIELDS
+        from ..async_grpo.config import ASYNC_ONLY_FIELDS
 
         trainer_settings = [(name, getattr(trainer.args, name)) for name in ASYNC_ONLY_FIELDS]
 

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from .trl_seam import (
+from ..trl_seam import (
     colocated_sleep_mode_vllm,
     last_loaded_step,
     set_last_loaded_step,
