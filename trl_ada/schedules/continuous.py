@@ -43,7 +43,8 @@ from ..generation.weight_sync import sync_server_weights_for_step
 from ..rewards.registry import failing_reward_name
 from ..samplers import ScheduleStats, Selection
 from ..trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
-from . import ScheduledBatch, ScheduleDriver, rounds
+from . import rounds
+from .base import ScheduledBatch, ScheduleDriver
 from .pools import PoolEntry
 from .rounds import RoundLayout
 from .server_draws import ServerDrawError, ServerDraws

@@ -23,7 +23,8 @@ from accelerate.utils import gather_object
 from ..samplers import PromptKey, Sampler, ScheduleStats, Selection, rules
 from ..samplers.dapo import RefillWalk, fill_update
 from ..trl_seam import RepeatSampler, train_metrics
-from . import RoundResult, get_schedule, prompt_key, prompt_keys, rounds
+from . import get_schedule, rounds
+from .base import RoundResult, prompt_key, prompt_keys
 from .pools import PoolEntry, moved_fraction, route_kept_rows
 
 

@@ -22,7 +22,7 @@ from accelerate.utils import gather_object
 from ..generation.faults import vllm_server_errors
 from ..rewards.registry import failing_reward_name
 from ..trl_seam import environment_pool, is_truncated, summed_rewards, take_pending_extra_logs
-from . import RoundResult, ScheduledBatch, ScheduleDriver, ScheduleStats
+from .base import RoundResult, ScheduledBatch, ScheduleDriver, ScheduleStats
 from .pools import LocalRow, PoolEntry, row_extra_fields
 
 
