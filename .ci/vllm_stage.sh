@@ -98,6 +98,10 @@ exit_if_setup_only
 log "running tests/test_vllm_server.py and tests/test_vllm_async.py in $VLLM_VENV"
 # TRL_ADA_REQUIRE_VLLM=1 turns the tests' "vLLM (or peft, aiohttp) is not importable" skip into a failure; no skip is
 # allowed either.
+# One vLLM cache for every server the stage starts (sync, restarted, async, the benchmark's): vLLM inspects a model class
+# in a separate Python process that imports vLLM, unless its cache already holds the result.
+export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$VLLM_VENV/vllm-cache}"
+mkdir -p "$VLLM_CACHE_ROOT"
 TRL_ADA_REQUIRE_VLLM=1 run_stage_tests "$VLLM_VENV/bin/python" 0 tests/test_vllm_server.py tests/test_vllm_async.py \
     -rs -s "$@"
 log "OK: setup ${SETUP_SECONDS} s, test ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"

@@ -16,7 +16,8 @@ Run in the vLLM stage's virtualenv (`.ci/vllm_stage.sh` builds it):
 
     .venv-vllm/bin/python benchmarks/continuous_vllm_cpu.py [--steps 6] [--prompts-per-step 16] [--json out.json]
 
-About 5 minutes on 2 cores. `--quick` runs 2 steps of 4 prompts (a smoke run: correctness only, numbers meaningless).
+About 5 minutes on 2 cores. `--quick` runs 2 steps of 4 prompts of the first three configurations (GRPO, rounds,
+continuous: a smoke run, correctness only, numbers meaningless; the predictive rows take the same server path).
 """
 
 from __future__ import annotations
@@ -209,7 +210,8 @@ def main() -> None:
         # The first request that asks for log-probs compiles (~10 s on CPU): pay it before any timing.
         prompt = tokenizer(" 1+ 2=", add_special_tokens=False)["input_ids"]
         VLLMClient(base_url=server.url, connection_timeout=60).generate([prompt], n=4, max_tokens=8, logprobs=0)
-        results = [run(args, Path(tmp), server.url, config, env) for config in CONFIGS]
+        configs = CONFIGS[:3] if args.quick else CONFIGS
+        results = [run(args, Path(tmp), server.url, config, env) for config in configs]
     print(table(results))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -188,7 +188,7 @@ def base_env(args: argparse.Namespace, work: Path) -> dict[str, str]:
         (work / sub).mkdir(parents=True, exist_ok=True)
     env.update(
         CUDA_VISIBLE_DEVICES=args.gpu,
-        VLLM_CACHE_ROOT=str(work / "vllm-cache"),
+        VLLM_CACHE_ROOT=env.get("VLLM_CACHE_ROOT") or str(work / "vllm-cache"),
         HF_HOME=str(work / "hf"),
         TMPDIR=str(work / "tmp"),
         HF_HUB_OFFLINE="1",

@@ -85,12 +85,16 @@ def async_serve_command(
 
 
 def async_serve_env(workdir: Path, *, cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: dev routes and runtime LoRA updates on; on CPU a 1 GiB KV cache; caches in `workdir`."""
+    """
+    The server's environment: dev routes and runtime LoRA updates on; on CPU a 1 GiB KV cache; vLLM's caches in
+    `workdir` unless `VLLM_CACHE_ROOT` is set (the CI stage shares one across its servers: a cached model inspection
+    spares every later start a Python process that imports vLLM).
+    """
     env = dict(os.environ if base is None else base)
     env.update(
         VLLM_SERVER_DEV_MODE="1",
         VLLM_ALLOW_RUNTIME_LORA_UPDATING="True",
-        VLLM_CACHE_ROOT=str(workdir / "vllm-cache"),
+        VLLM_CACHE_ROOT=env.get("VLLM_CACHE_ROOT") or str(workdir / "vllm-cache"),
         TMPDIR=str(workdir / "tmp"),
     )
     if cpu:
