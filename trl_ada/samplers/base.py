@@ -25,7 +25,7 @@ import math
 import random
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from . import rules
 from .accounting import PromptDraws, draw_metrics
@@ -33,7 +33,6 @@ from .predictor import build_pass_rate_estimator, calibration, calibration_bins
 from .tracker import PassRateEstimator
 
 if TYPE_CHECKING:
-    from .continuous import ContinuousStep
     from .settings import SamplerSettings
 
 
@@ -470,10 +469,11 @@ class Sampler:
         """Start a generation batch of `num_prompts` prompts (`prompt_keys`: stable ids, for stateful samplers)."""
         return SamplingStep(self, num_prompts)
 
-    def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> ContinuousStep:
+    def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> NoReturn:
         """
         Start a generation batch on the round-free schedule ([`ContinuousStep`]): each prompt draws its rounds
-        without waiting for the other prompts. Only sequential samplers have an exit rule to run prompt by prompt.
+        without waiting for the other prompts. Only sequential samplers have an exit rule to run prompt by prompt:
+        `SequentialSampler` returns a `ContinuousStep`; every other sampler raises here.
         """
         raise ValueError(
             f"the round-free (continuous) schedule runs an exit rule prompt by prompt, and sampler={self.name!r} has "

@@ -37,12 +37,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .base import Sampler, SamplingStep, Selection
-
-if TYPE_CHECKING:
-    from .sequential import SequentialSampler
 
 
 @dataclass
@@ -106,12 +102,12 @@ class ContinuousStep:
     """
 
     def __init__(self, sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> None:
-        if not sampler.has_exit_rule:  # a SequentialSampler (checked by its flag: `sequential` imports this module)
+        if not sampler.has_exit_rule:  # a SequentialSampler, by its flag
             raise ValueError(
                 f"the round-free (continuous) schedule runs an exit rule prompt by prompt, and sampler={sampler.name!r} "
                 "has none. Use sampler='seq_pos' or sampler='seq_balance', or sample in rounds with begin()."
             )
-        self.sampler: SequentialSampler = sampler
+        self.sampler = sampler  # a SequentialSampler (`block_request`); not imported: `sequential` imports this module
         # The rounds path's own step (keys, tracker priors): finish() then runs its code unchanged.
         self.step: SamplingStep = sampler.begin(num_prompts, prompt_keys)
         self.prompts = [_Prompt(sampler.block_request(self.step, index, 0)) for index in range(num_prompts)]
