@@ -9,7 +9,7 @@ Bytes moved between processes and peak pool memory per process, per training ste
 - `all_gather_pools` (the previous trl-ada design): every round all-gathers every completion (ids, log-probs, text, as
   pickled objects) to every process, so each process holds the whole global pool; then the `grpo` traffic for the kept
   rows.
-- `rank_local_pools` (`trl_ada.pools`, the current design): per round only the rewards and one truncation flag per row
+- `rank_local_pools` (`trl_ada.schedules.pools`, the current design): per round only the rewards and one truncation flag per row
   are gathered; completions stay compact on the process that generated them; at the end of the step each kept row
   moves once, by `all_to_all`, to the process that trains on it; then the `grpo` traffic for the kept rows.
 

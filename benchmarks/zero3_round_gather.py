@@ -2,9 +2,9 @@
 What gathering the ZeRO-3 parameters once per round costs, against once per step (DeepSpeed on two CPU processes).
 
 TRL gathers every ZeRO-3 parameter for each transformers `generate` call; a seq_balance step of R rounds therefore
-gathers R times. `AdaGRPOTrainer` gathers once around all of a step's rounds (`trl_ada.weight_sync.
-one_parameter_gather_per_step`). This trains the same seq_balance run both ways (the once-per-step context replaced
-by a no-op for the per-round run) and reports, per step: rounds, gathers, seconds spent entering the gathers, and the
+gathers R times. `AdaGRPOTrainer` gathers once around all of a step's rounds
+(`trl_ada.generation.weight_sync.one_parameter_gather_per_step`). This trains the same seq_balance run both ways (the
+once-per-step context replaced by a no-op for the per-round run) and reports, per step: rounds, gathers, seconds spent entering the gathers, and the
 wall time of the sampling phase; then the ratios per-round / per-step. The decisions must be identical (checked).
 
 Needs deepspeed (`pip install --no-build-isolation deepspeed`, which keeps torch; `.ci/deepspeed_stage.sh` builds

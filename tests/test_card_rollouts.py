@@ -1,4 +1,4 @@
-"""`trl_ada.card.describe_rollouts`: the card's phrases from GRPOTrainer's `tools`, `environment_factories` and
+"""`trl_ada.reporting.card.describe_rollouts`: the card's phrases from GRPOTrainer's `tools`, `environment_factories` and
 `rollout_func` attributes (the trainer passes them as they are; the environment case end to end is
 tests/test_environments.py's)."""
 

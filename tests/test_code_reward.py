@@ -576,7 +576,7 @@ def test_a_huge_reported_value_is_a_wrong_answer_judged_off_the_event_loop():
         limits=SandboxLimits(wall_time_s=10, cpu_time_s=5, output_bytes=1 << 20), concurrency=2
     )
     program = "def add(a, b):\n    return [[0]] * 40000"
-    extract_program(program)  # its first call imports trl_ada.rewards (torch: seconds); a trainer has done that
+    extract_program(program)  # any one-time cost of a first call is paid before the gaps below are timed
 
     async def main():
         gaps, done = [], asyncio.Event()

@@ -1,4 +1,4 @@
-"""trl_ada.metrics (pass@k, Ave@k, bands) and scripts/evaluate.py."""
+"""trl_ada.reporting.metrics (pass@k, Ave@k, bands) and scripts/evaluate.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""trl_ada.faults without vLLM: a stalled request is abandoned once /health fails; lost-server errors are explained."""
+"""trl_ada.generation.faults without vLLM: a stalled request is abandoned once /health fails; lost-server errors are explained."""
 
 from __future__ import annotations
 

@@ -225,7 +225,7 @@ def test_same_final_weights_as_ddp(ddp, sharded, initial_weights, scenario):
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_zero3_gathers_the_parameters_once_per_step_not_once_per_round(sharded, scenario):
     # TRL gathers every ZeRO-3 parameter for each generate call; the rounds of one step share one gather
-    # (`trl_ada.weight_sync.one_parameter_gather_per_step`). ZeRO-2 and FSDP2 make no such gather.
+    # (`trl_ada.generation.weight_sync.one_parameter_gather_per_step`). ZeRO-2 and FSDP2 make no such gather.
     expected = 1 if sharded["backend"] == "zero3" else 0
     for report in sharded["ranks"]:
         batches = report[scenario]["batch_generation"]

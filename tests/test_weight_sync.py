@@ -1,5 +1,5 @@
 """
-One vLLM weight sync per training step, however many sampling rounds the step runs (`trl_ada/weight_sync.py`).
+One vLLM weight sync per training step, however many sampling rounds the step runs (`trl_ada/generation/weight_sync.py`).
 
 No vLLM needed: TRL's real `VLLMGeneration` (its `__init__`, `generate` and `sync_weights`, unchanged) is built with
 only the vLLM engine faked: `_init_vllm` is replaced by what it leaves behind (the `LLM`, put to sleep at once in
