@@ -3,35 +3,7 @@
 This module re-exports its public names, so ``from trl_ada.code_reward import CodeExecutionReward`` keeps working.
 """
 
-from .rewards.code import (  # noqa: F401 - re-exports
-    HARNESS,
-    OUTCOMES,
-    AssertPlan,
-    CodeExecutionReward,
-    Isolation,
-    Outcome,
-    Sandbox,
-    SandboxLimits,
-    SandboxResult,
-    StdioCase,
-    available_cpus,
-    build_assert_plan,
-    code_execution_reward,
-    extract_program,
-    normalize_output,
-    parse_verification_info,
-)
+from .rewards.code import *  # noqa: F403 - its public names, as its __all__ lists them
 
-__all__ = [
-    "HARNESS",
-    "OUTCOMES",
-    "AssertPlan",
-    "CodeExecutionReward",
-    "StdioCase",
-    "available_cpus",
-    "build_assert_plan",
-    "code_execution_reward",
-    "extract_program",
-    "normalize_output",
-    "parse_verification_info",
-]
+# and the names importable here before the move that its __all__ does not list
+from .rewards.code import Isolation, Outcome, Sandbox, SandboxLimits, SandboxResult, __all__  # noqa: F401

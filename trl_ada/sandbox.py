@@ -3,24 +3,7 @@
 This module re-exports its public names, so ``from trl_ada.sandbox import Sandbox, SandboxLimits`` keeps working.
 """
 
-from .rewards.sandbox import (  # noqa: F401 - re-exports
-    INSTALL_HINT,
-    PROGRAM_FILE,
-    SCRATCH_DIR,
-    Isolation,
-    Sandbox,
-    SandboxLimits,
-    SandboxResult,
-    Status,
-    bwrap_available,
-)
+from .rewards.sandbox import *  # noqa: F403 - its public names, as its __all__ lists them
 
-__all__ = [
-    "INSTALL_HINT",
-    "PROGRAM_FILE",
-    "SCRATCH_DIR",
-    "Sandbox",
-    "SandboxLimits",
-    "SandboxResult",
-    "bwrap_available",
-]
+# and the names importable here before the move that its __all__ does not list
+from .rewards.sandbox import Isolation, Status, __all__  # noqa: F401
