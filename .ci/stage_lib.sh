@@ -67,6 +67,15 @@ venv_built() {
     log "venv ready in ${SETUP_SECONDS} s ($(du -sh "$1" | cut -f1))"
 }
 
+# use_bytecode_cache: the stage's test processes write the bytecode of what they import (next to the sources, in the
+# stage venv and the checkout's git-ignored __pycache__) and later processes read it. The CI machine sets
+# PYTHONDONTWRITEBYTECODE=1 and the stage venvs are installed --no-compile, so every process compiled torch,
+# transformers, TRL and vLLM from source again: a `trl vllm-serve` start took 128 s, 39 s with bytecode (issues stop 37,
+# 2-core machine). .ci/run does the same for the main suite.
+use_bytecode_cache() {
+    unset PYTHONDONTWRITEBYTECODE
+}
+
 # run_stage_tests PYTHON ALLOW_SKIPS [pytest arguments...]: exits the stage when pytest fails, when no test ran, and
 # (ALLOW_SKIPS=0) when any test was skipped: a run where everything was skipped exits 0 too.
 run_stage_tests() {

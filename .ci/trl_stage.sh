@@ -79,14 +79,14 @@ if venv_needs_build "$TRL_VENV" "$EXPECTED_MARKER" "${TRL_STAGE_REBUILD:-0}"; th
     PIP=("$TRL_VENV/bin/python" -m pip --disable-pip-version-check)
 
     STEP=$(date +%s.%N)
-    # Byte-compiled at install (pip's default): under PYTHONDONTWRITEBYTECODE=1 (the CI machine) a venv installed with
-    # --no-compile compiles torch, transformers and TRL from source in every test process (see .ci/vllm_stage.sh).
-    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" torch
+    # --no-compile: the tests compile what they import, once (stage_lib.sh's use_bytecode_cache), instead of all of
+    # torch here, in the background set-up, on the main suite's CPU.
+    "${PIP[@]}" install --quiet --no-compile -c "$CONSTRAINTS" torch
     log "torch installed in $(elapsed_since "$STEP") s"
 
     STEP=$(date +%s.%N)
     # A resolution conflict is a failure: setup.py's ranges must admit every stack CI tests.
-    "${PIP[@]}" install --quiet -c "$CONSTRAINTS" -e ".[dev]" \
+    "${PIP[@]}" install --quiet --no-compile -c "$CONSTRAINTS" -e ".[dev]" \
         || die "pip install -c $CONSTRAINTS -e .[dev] failed: setup.py's ranges do not admit this stack (above)"
     log "installed -e .[dev] with its dependencies under $CONSTRAINTS in $(elapsed_since "$STEP") s"
 
@@ -127,5 +127,6 @@ exit_if_setup_only
 # ------------------------------------------------------------------------------------------------------------------
 log "running ${TESTS[*]} $* in $TRL_VENV"
 # PYTHONSAFEPATH=1 (python -P): no current directory on sys.path, so `import trl_ada` is the venv's install.
+use_bytecode_cache
 PYTHONSAFEPATH=1 run_stage_tests "$TRL_VENV/bin/python" 1 -rfEs "${TESTS[@]}" "$@"
 log "OK: setup ${SETUP_SECONDS} s, tests ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"

