@@ -21,6 +21,15 @@ learning runs (default concurrency) and from short extra runs at `--share_concur
 
 Runs already in `OUT/runs/` with the same settings are reused (`--reuse_runs`), so seeds can be added in separate
 invocations; the report is rebuilt from every matching run.
+
+Issue 33's tournament (`--tournament --completions_budget N`, as in `scripts/benchmark_learning.py`): GRPO n=4 and
+n=16, DAPO, Seq-balance, Knapsack-RL and DAPO with a gated refill (or `--methods`, plus any `--method_config
+NAME='{json}'`), every run stopped once it has drawn N completions, the held-out measured each time it crosses another
+eighth of N; `tournament.md` / `tournament.json` hold the same columns as the arithmetic testbeds' (held-out at equal
+completions, paired differences against DAPO at equal completions and at equal training time, useful draws).
+
+    nice -n 10 python benchmarks/code_learning.py --tournament --completions_budget 4683 --seeds 0 1 2 3 4 \
+        --out benchmarks/results/code-tournament --reuse_runs      # or: recipes/finite-arithmetic/run_tournament.sh code
 """
 
 from __future__ import annotations
@@ -42,7 +51,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from benchmark_learning import first_reach, mean_ci, paired_difference  # noqa: E402
+import benchmark_learning  # noqa: E402
+from benchmark_learning import (  # noqa: E402
+    EvaluationPlan,
+    add_method_config,
+    budget_steps,
+    draw_accounting,
+    first_reach,
+    mean_ci,
+    paired_difference,
+    write_tournament,
+)
 
 logger = logging.getLogger("code_learning")
 
@@ -57,7 +76,17 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
         "Seq-balance n=4 (rounds of 8, at most 4)",
         {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4},
     ),
+    # Issue 33's tournament entries, the arithmetic benchmark's configurations. On fresh prompts (this task never
+    # repeats one) the gated refill has no visit to judge a prompt by, so it draws what DAPO draws, and Knapsack-RL
+    # gives every prompt its first-visit budget of num_generations.
+    "knapsack": benchmark_learning.METHODS["knapsack"],
+    "dapo_gated": benchmark_learning.METHODS["dapo_gated"],
 }
+BUILT_IN_METHODS = dict(METHODS)
+DEFAULT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance"]
+"""The published code table's methods (`--methods` without `--tournament`)."""
+TOURNAMENT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "knapsack", "dapo_gated"]
+"""Issue 33's tournament on this task (`--tournament`), read at equal completions (`--completions_budget`)."""
 SHARE_METHODS = ("grpo_n4", "seq_balance")
 
 
@@ -81,13 +110,17 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     )
 
     torch.set_num_threads(1)
-    method, seed, steps = spec["method"], spec["seed"], spec["steps"]
-    label, overrides = METHODS[method]
+    method, seed = spec["method"], spec["seed"]
+    # The parent hands over the method itself: a --method_config one is not in this process's METHODS.
+    label, overrides = spec["label"], spec["overrides"]
     prompts = spec["prompts_per_step"]
+    budget = spec.get("completions_budget")
+    steps = budget_steps(budget, spec["steps"], prompts)
+    plan = EvaluationPlan(steps, spec["eval_every"], budget)
     model, tokenizer = load_tiny_code_model()
     reward = CodeSynthesisReward(**({"concurrency": spec["concurrency"]} if spec.get("concurrency") else {}))
     eval_reward = CodeSynthesisReward()
-    heldout = held_out_problems(spec["heldout_size"], seed=1234) if spec["eval_every"] else []
+    heldout = held_out_problems(spec["heldout_size"], seed=1234) if spec["eval_every"] or budget else []
     config = AdaGRPOConfig(
         output_dir=tempfile.mkdtemp(prefix=f"code_learning-{method}-seed{seed}-"),  # nothing is saved there
         per_device_train_batch_size=prompts * overrides["num_generations"],
@@ -106,7 +139,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         seed=seed,
         **overrides,
     )
-    dataset = make_dataset(max(steps * prompts * 12, 2000), seed=seed)
+    # Fresh prompts with room for DAPO's refills. Under a budget a run uses at most budget / 2 prompts (every method
+    # draws 2 or more completions a prompt, as budget_steps assumes): sizing by its raised step cap would only slow the
+    # set's generation (28k problems at the code table's budget, half a minute).
+    dataset = make_dataset(max(spec["steps"] * prompts * 12, 2000, budget or 0), seed=seed)
 
     per_step: list[dict[str, float]] = []
     curve: list[dict[str, Any]] = []
@@ -133,8 +169,10 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
                 }
             )
             last["seconds"], last["completions"] = reward.seconds, reward.completions
-            if spec["eval_every"] and (state.global_step % spec["eval_every"] == 0 or state.global_step == steps):
+            # reward.completions: every completion drawn, each scored once (rounds and refills included).
+            if heldout and plan.evaluate_now(state.global_step, reward.completions):
                 curve.append({"step": state.global_step, **evaluate(model)})
+            control.should_training_stop |= plan.stop_now(reward.completions)
 
     trainer = AdaGRPOTrainer(
         model, [reward], args=config, train_dataset=dataset, processing_class=tokenizer, callbacks=[Record()]
@@ -167,6 +205,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "settings": settings_of(spec),
         "curve": points,
         "per_step": per_step,
+        "draws": draw_accounting(entries),
+        "completions": reward.completions,
         "median_step_seconds": statistics.median(r["step_time"] for r in per_step),
         "median_reward_share": statistics.median(r["share"] for r in per_step),
         "reward_concurrency": reward.reward.concurrency,
@@ -202,8 +242,23 @@ def controls(heldout_size: int, eval_samples: int) -> dict[str, Any]:
 
 
 def settings_of(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a run's result depends on besides its method and seed: `--reuse_runs` and the report keep a run only when
+    these match. The budget and the method's overrides are in only when set and not built in, so runs recorded before
+    they existed still match."""
     keys = ("steps", "prompts_per_step", "learning_rate", "eval_every", "heldout_size", "eval_samples", "concurrency")
-    return {key: spec.get(key) for key in keys}
+    settings = {key: spec.get(key) for key in keys}
+    if spec.get("completions_budget") is not None:
+        settings["completions_budget"] = spec["completions_budget"]
+    method, overrides = spec.get("method"), spec.get("overrides")
+    if method is not None and overrides is not None and overrides != BUILT_IN_METHODS.get(method, (None, None))[1]:
+        settings["overrides"] = overrides  # a --method_config may reuse a name with other fields
+    return settings
+
+
+def method_spec(base: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
+    """One run's spec: the shared settings, the method (its label and overrides travel with it) and the seed."""
+    label, overrides = METHODS[method]
+    return {**base, "method": method, "label": label, "overrides": overrides, "seed": seed}
 
 
 def launch(spec: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -442,7 +497,35 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help=f"any of {' '.join(METHODS)}, or a name given by --method_config (default: {' '.join(DEFAULT_METHODS)}; "
+        f"--tournament: {' '.join(TOURNAMENT_METHODS)})",
+    )
+    parser.add_argument(
+        "--method_config",
+        action="append",
+        default=[],
+        metavar="NAME='{json}'",
+        help="a method of one's own: AdaGRPOConfig fields as JSON, e.g. "
+        """my_rule='{"sampler": "seq_balance", "max_rounds": 2}' (num_generations defaults to 4); repeatable""",
+    )
+    parser.add_argument(
+        "--completions_budget",
+        type=int,
+        default=None,
+        help="train every method until it has drawn this many completions (equal completions), measuring the held-out "
+        "each time it crosses another eighth of it; --steps then only sets a floor on the step cap",
+    )
+    parser.add_argument(
+        "--tournament",
+        action="store_true",
+        help=f"issue 33's methods ({' '.join(TOURNAMENT_METHODS)}) unless --methods says otherwise, and the tournament "
+        "report (tournament.md / tournament.json: paired differences against DAPO at equal completions and at equal "
+        "training time, useful draws); needs --completions_budget",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--prompts_per_step", type=int, default=8)
@@ -458,6 +541,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--_run", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    # Bad input is refused here, before the warm start is built or any run starts.
+    for spec in args.method_config:
+        try:
+            name = add_method_config(spec)  # validated against the sampler settings, added to its METHODS
+        except ValueError as error:
+            parser.error(str(error))
+        METHODS[name] = benchmark_learning.METHODS[name]
+    if args.tournament and args.completions_budget is None:
+        parser.error(
+            "--tournament compares methods at equal completions: give --completions_budget "
+            "(e.g. 4683, DAPO's mean total in BENCHMARKS.md's code table)."
+        )
+    if args.completions_budget is not None and args.completions_budget < 1:
+        parser.error("--completions_budget must be a positive number of completions.")
+    if args.methods is None:
+        args.methods = list(TOURNAMENT_METHODS if args.tournament else DEFAULT_METHODS)
+    unknown = [method for method in args.methods if method not in METHODS]
+    if unknown:
+        parser.error(f"unknown methods {unknown}: choose from {sorted(METHODS)}, or define one with --method_config.")
 
     if args._run:
         spec_path, out_path = map(Path, args._run)
@@ -482,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
         "heldout_size": args.heldout_size,
         "eval_samples": args.eval_samples,
         "concurrency": None,
+        "completions_budget": args.completions_budget,
     }
     if not args.report_only:
         from trl_ada.tasks.code_synthesis import load_tiny_code_model
@@ -496,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.share_only:
             for seed in args.seeds:
                 for method in args.methods:
-                    spec = {**base, "method": method, "seed": seed}
+                    spec = method_spec(base, method, seed)
                     path = runs_dir / f"{method}-seed{seed}.json"
                     if args.reuse_runs and path.exists():
                         if json.loads(path.read_text()).get("settings") == settings_of(spec):
@@ -505,16 +608,21 @@ def main(argv: list[str] | None = None) -> int:
                     launch(spec, path)
         for concurrency in args.share_concurrency:
             for method in SHARE_METHODS:
-                spec = {**base, "method": method, "seed": 0, "steps": args.share_steps, "eval_every": 0}
+                spec = {**method_spec(base, method, 0), "steps": args.share_steps, "eval_every": 0}
+                spec["completions_budget"] = None  # a fixed number of steps: the share is per step
                 spec["concurrency"] = concurrency
                 launch(spec, share_dir / f"{method}-c{concurrency}.json")
 
     settings = settings_of(base)
-    runs = [
-        json.loads(p.read_text())
-        for p in sorted(runs_dir.glob("*.json"))
-        if not p.name.endswith(".spec.json") and json.loads(p.read_text()).get("settings") == settings
-    ]
+    runs = []
+    for path in sorted(runs_dir.glob("*.json")):
+        if path.name.endswith(".spec.json"):
+            continue
+        run = json.loads(path.read_text())
+        # A method not defined in this invocation (an earlier --method_config) counts only with built-in settings.
+        wanted = settings_of(method_spec(base, run["method"], run["seed"])) if run["method"] in METHODS else settings
+        if run.get("settings") == wanted:
+            runs.append(run)
     shares = [json.loads(p.read_text()) for p in sorted(share_dir.glob("*.json")) if not p.name.endswith(".spec.json")]
     # The learning runs measured the share at the reward's default concurrency too.
     shares += [{**run, "source": "learning runs"} for run in runs if run["method"] in SHARE_METHODS]
@@ -529,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     figure = plot(summary, out) if summary["methods"] else None
     print(f"wrote {out / 'table.md'} and {out / 'summary.json'}" + (f" and {figure}" if figure else ""))
     print((out / "table.md").read_text())
+    if args.tournament:
+        # Every matching run of the chosen methods, whichever invocation added its seed.
+        write_tournament(out, [run for run in runs if run["method"] in args.methods], args.completions_budget)
     return 0
 
 

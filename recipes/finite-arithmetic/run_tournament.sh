@@ -6,12 +6,19 @@
 #   bash recipes/finite-arithmetic/run_tournament.sh mix    [JOBS] [SEEDS...]   # default seeds 0-4
 #   bash recipes/finite-arithmetic/run_tournament.sh hard   [JOBS] [SEEDS...]   # default seeds 0-9
 #   bash recipes/finite-arithmetic/run_tournament.sh stream [JOBS] [SEEDS...]   # default seeds 0-4
+#   bash recipes/finite-arithmetic/run_tournament.sh code   [JOBS] [SEEDS...]   # default seeds 0-4
 #
+# code: the CPU code task (benchmarks/code_learning.py, sandboxed reward) at the published code table's settings (60
+# steps of 8 prompts, lr 2e-4, held-out 300 x 2), stopped at 4,683 completions (DAPO's mean total there), one run at a
+# time (JOBS is ignored: the sandboxes take the other core), about 6 minutes a run on 2 cores. Its prompts are fresh,
+# never repeated, so by construction dapo_gated draws what dapo draws (a prompt never drawn is not passed over:
+# tests/test_gated.py) and Knapsack-RL gives every prompt its first-visit budget of 4 (GRPO n=4 trained on every
+# draw); the gated refill runs with its default prior only. Report: benchmarks/results/code-tournament/tournament.md.
 # Runs already in the results folder with the same settings are kept (--reuse_runs): more seeds can be added later.
 # A method of one's own: call scripts/benchmark_learning.py with these arguments plus --method_config NAME='{json}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-WHICH=${1:?usage: run_tournament.sh mix|hard|stream [JOBS] [SEEDS...]}
+WHICH=${1:?usage: run_tournament.sh mix|hard|stream|code [JOBS] [SEEDS...]}
 JOBS=${2:-2}
 shift $(( $# >= 2 ? 2 : 1 ))
 DATA=benchmarks/results/finite/data
@@ -35,5 +42,10 @@ case $WHICH in
         python scripts/benchmark_learning.py --out benchmarks/results/tournament-stream \
             --steps 300 --eval_every 25 --heldout_size 600 --learning_rate 1e-4 \
             --completions_budget 78891 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
-    *) echo "run_tournament.sh: mix, hard or stream, not '$WHICH'" >&2; exit 2 ;;
+    code)
+        SEEDS=(${@:-0 1 2 3 4})
+        nice -n 10 python benchmarks/code_learning.py --out benchmarks/results/code-tournament \
+            --steps 60 --prompts_per_step 8 --learning_rate 2e-4 --heldout_size 300 --eval_samples 2 \
+            --completions_budget 4683 --seeds "${SEEDS[@]}" --tournament --reuse_runs ;;
+    *) echo "run_tournament.sh: mix, hard, stream or code, not '$WHICH'" >&2; exit 2 ;;
 esac
