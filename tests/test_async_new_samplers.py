@@ -223,6 +223,36 @@ def test_dapo_gateds_state_travels_with_the_workers_state_and_gates_the_resumed_
     assert all(drawn for _, drawn, _ in stream.rows_met[:QUESTIONS])
 
 
+def test_a_resumed_gated_worker_does_not_remember_again_the_rows_its_saved_state_counted(tmp_path, tokenizer):
+    first = gated_loop(tmp_path, tokenizer)
+    Stream(first, right_unless_hopeless).run(rows=8)
+    state = first.worker_state()
+    # The checkpoint's resume position is row 3: the resume draws rows 3 on again and trains them, but the gate's
+    # history (each prompt's counts and the totals its prior's mean reads) must not count their draws a second time.
+    ahead = state.counted_from(3)
+    assert ahead[:5] == [3, 4, 5, 6, 7]
+    resolved = async_sampling(async_config(tmp_path, sampler="dapo_gated", num_generations=4))
+    resumed = make_loop(
+        resolved.settings,
+        tokenizer,
+        prompts_per_batch=resolved.prompts_per_batch,
+        rows=QUESTIONS,
+        initial_state=json.loads(json.dumps(state.sampler)),
+        loop={"dataset_start_index": 3, "ada_rows_already_counted": [row - 3 for row in ahead]},
+    )
+    Stream(resumed, right_unless_hopeless).run(rows=len(ahead) + 1)  # one row past what the saved state counted
+    keys = [str(prompt_key(question(i))) for i in range(QUESTIONS)]
+    before, after = first.sampler.history.counts, resumed.sampler.history.counts
+    for index in ahead:
+        assert after[keys[index]] == before[keys[index]], index  # before the fix: counted twice
+    newly = [keys[index] for index in range(QUESTIONS) if index not in ahead and index >= 3 and keys[index] in after]
+    assert newly and all(keys[i] not in before for i in range(8, QUESTIONS) if keys[i] in newly)
+    # The totals behind the prior's mean moved by exactly the draws of the rows counted for the first time.
+    assert resumed.sampler.draws_seen - first.sampler.draws_seen == sum(after[key][0] for key in newly)
+    assert resumed.sampler.positives_seen - first.sampler.positives_seen == sum(after[key][1] for key in newly)
+    assert resumed._rows_already_counted == set()
+
+
 class RejectsAll:
     """A sampler whose gate rejects every prompt."""
 

@@ -461,7 +461,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             batch = self._batches.pop(batch_id)
             # A resumed run's rows that the checkpoint's state already counted are not counted twice.
             again = {prompt for prompt, row in enumerate(batch.row_ids) if row in self._rows_already_counted}
-            with _updates_skipping(self.sampler.pass_rate_estimator, again):
+            with contextlib.ExitStack() as skipping:
+                for memory in self.sampler.draw_memories():
+                    skipping.enter_context(_updates_skipping(memory, again))
                 selection = batch.step.finish()
             self._rows_already_counted.difference_update(batch.row_ids)
             self._count_rows(batch.row_ids)

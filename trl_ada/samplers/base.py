@@ -513,6 +513,15 @@ class Sampler:
         """The pass-rate estimator this sampler reads (est, the predictive and tracked round policies), if any."""
         return None
 
+    def draw_memories(self) -> tuple[Any, ...]:
+        """
+        What remembers each prompt's draws from step to step, each with `update(keys, totals, positives)`: the
+        pass-rate estimator and any history of the sampler's own. A resumed asynchronous worker draws again the rows
+        its checkpoint's state already counted, and leaves those rows out of every one of these.
+        """
+        estimator = self.pass_rate_estimator
+        return () if estimator is None else (estimator,)
+
     def state_dict(self) -> dict[str, Any]:
         """Training state to save in a checkpoint."""
         return {"rng": self.rng.getstate()}

@@ -20,7 +20,7 @@ then real evidence, as it should be. A prompt never drawn is always drawn.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +96,25 @@ def mixed_chance(alpha: float, beta: float, draws: int) -> float:
     return max(0.0, 1.0 - all_right - all_wrong)
 
 
+class DrawHistory(DecayedBetaTracker):
+    """
+    Every drawn prompt's decayed counts (the tracker's, no prior: the gate applies its own at query time), plus the
+    undecayed totals of every draw, whose mean pass rate is the prior's mean. One `update` counts both, so whatever
+    leaves a prompt's draws out of the counts (a resumed asynchronous worker, `Sampler.draw_memories`) leaves them out
+    of the totals too.
+    """
+
+    def __init__(self, decay: float) -> None:
+        super().__init__(decay, 0.0, 0.0)
+        self.draws = 0
+        self.positives = 0
+
+    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None:
+        super().update(keys, totals, positives)
+        self.draws += sum(totals)
+        self.positives += sum(positives)
+
+
 @register_sampler("dapo_gated")
 class GatedRefillSampler(DapoSampler):
     """
@@ -118,12 +137,23 @@ class GatedRefillSampler(DapoSampler):
     def __init__(self, settings: SamplerSettings, estimator: Any = None) -> None:
         super().__init__(settings, estimator)
         # Counts only: the prior is applied at query time, from the measured mean pass rate.
-        self.history = DecayedBetaTracker(settings.pass_rate_decay, 0.0, 0.0)
+        self.history = DrawHistory(settings.pass_rate_decay)
         self.mixed_share = math.nan
-        self.draws_seen = 0
-        self.positives_seen = 0
         self.passed_over = 0
         self._fitted: tuple[float, float] | None = None  # `prior="fitted"`: refitted after every batch
+
+    @property
+    def draws_seen(self) -> int:
+        """Draws counted so far, over every prompt."""
+        return self.history.draws
+
+    @property
+    def positives_seen(self) -> int:
+        """Positive draws counted so far, over every prompt."""
+        return self.history.positives
+
+    def draw_memories(self) -> tuple[Any, ...]:
+        return (*super().draw_memories(), self.history)
 
     def predicted_mixed_chance(self, key: Hashable) -> float | None:
         """The prompt's chance of a mixed group of `num_generations`; `None` for a prompt never drawn."""
@@ -168,8 +198,6 @@ class GatedRefillSampler(DapoSampler):
         totals = [p + q for p, q in step.outcomes]
         positives = [p for p, _ in step.outcomes]
         self.history.update(step.keys, totals, positives)
-        self.draws_seen += sum(totals)
-        self.positives_seen += sum(positives)
         self._fitted = None
         share = sum(result.has_signal for result in selection.prompts) / len(selection.prompts)
         self.mixed_share = (
@@ -199,6 +227,6 @@ class GatedRefillSampler(DapoSampler):
         super().load_state_dict(state)
         self.history.load_state_dict(state["history"])
         self.mixed_share = float(state["mixed_share"])
-        self.draws_seen = int(state["draws_seen"])
-        self.positives_seen = int(state["positives_seen"])
+        self.history.draws = int(state["draws_seen"])
+        self.history.positives = int(state["positives_seen"])
         self._fitted = None
