@@ -28,6 +28,10 @@ processes; its row for --processes is checked against the measurement.
 
     python benchmarks/pool_memory.py                       # paper scale: 512 prompts (~3 GB, ~2 min)
     python benchmarks/pool_memory.py --prompts 16 --completion-tokens 64 --json out.json   # a quick look
+
+`--one-launch` (the test suite's smoke run) runs the three designs one after another in the same two processes
+instead of fresh ones: the bytes received and the rows held are counted per design as before (they do not depend on
+the process), but peak memory would include the earlier designs' high-water mark, so it is reported as NaN.
 """
 
 from __future__ import annotations
@@ -257,6 +261,20 @@ def _rss() -> int:
 
 
 def run_design(rank: int, processes: int, port: int, design: str, setting: Setting, out_dir: str) -> None:
+    """One design in fresh processes (the default): its peak memory is its own."""
+    run_designs(rank, processes, port, (design,), setting, out_dir, peak_memory=True)
+
+
+def run_designs(
+    rank: int,
+    processes: int,
+    port: int,
+    designs: tuple[str, ...],
+    setting: Setting,
+    out_dir: str,
+    peak_memory: bool = False,
+) -> None:
+    """`designs` one after another in this process group; `peak_memory=False`: reported as NaN (`--one-launch`)."""
     import torch
     import torch.distributed as dist
 
@@ -265,6 +283,20 @@ def run_design(rank: int, processes: int, port: int, design: str, setting: Setti
     dist.init_process_group("gloo", rank=rank, world_size=processes)
     traffic = Traffic()
     traffic.install()
+    for design in designs:
+        traffic.phase, traffic.received = "control", {}
+        report = design_step(rank, processes, design, setting, traffic)
+        if not peak_memory:
+            report["peak_memory"] = float("nan")
+        Path(out_dir, f"{design}-{rank}.json").write_text(json.dumps(report))
+        dist.barrier()
+    dist.destroy_process_group()
+
+
+def design_step(rank: int, processes: int, design: str, setting: Setting, traffic: Traffic) -> dict:
+    """One step of `design` on this process: what it received, its peak memory, the rows it held and kept."""
+    import torch
+
     plan = plan_step(setting)  # the control's decisions (every design reproduces them; checked below)
     rates = pass_rates(setting)
     n = setting.num_generations
@@ -336,29 +368,35 @@ def run_design(rank: int, processes: int, port: int, design: str, setting: Setti
         del pools, kept
     trl_update_traffic(kept_local, traffic)
     peak = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, peak_before)
-    report = {
+    return {
         "received": traffic.received,
         "peak_memory": peak - before,
         "rows_held": rows_held,
         "kept_local": len(kept_local),
     }
-    Path(out_dir, f"{design}-{rank}.json").write_text(json.dumps(report))
-    dist.barrier()
-    dist.destroy_process_group()
 
 
-def measure(setting: Setting, processes: int) -> dict[str, list[dict]]:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(setting: Setting, processes: int, one_launch: bool = False) -> dict[str, list[dict]]:
     import torch.multiprocessing as mp
 
-    results = {}
     with tempfile.TemporaryDirectory() as out_dir:
-        for design in DESIGNS:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            mp.spawn(run_design, args=(processes, port, design, setting, out_dir), nprocs=processes, join=True)
-            results[design] = [json.loads(Path(out_dir, f"{design}-{r}.json").read_text()) for r in range(processes)]
-    return results
+        if one_launch:
+            args = (processes, _free_port(), DESIGNS, setting, out_dir)
+            mp.spawn(run_designs, args=args, nprocs=processes, join=True)
+        else:
+            for design in DESIGNS:
+                args = (processes, _free_port(), design, setting, out_dir)
+                mp.spawn(run_design, args=args, nprocs=processes, join=True)
+        return {
+            design: [json.loads(Path(out_dir, f"{design}-{r}.json").read_text()) for r in range(processes)]
+            for design in DESIGNS
+        }
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -450,6 +488,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--extrapolate", type=int, nargs="*", default=[8, 64, 256])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--one-launch",
+        action="store_true",
+        help="every design in the same processes (a smoke run: bytes and rows as usual, peak memory NaN)",
+    )
     args = parser.parse_args(argv)
     setting = Setting(
         prompts=args.prompts,
@@ -459,7 +502,7 @@ def main(argv: list[str] | None = None) -> dict:
         seed=args.seed,
     )
     plan = plan_step(setting)
-    measured = measure(setting, args.processes)
+    measured = measure(setting, args.processes, one_launch=args.one_launch)
     summary = summarize(measured)
     sizes = row_sizes(setting)
     table = [
