@@ -5,7 +5,7 @@ import math
 import pytest
 
 from trl_ada.samplers import BatchFiller, SamplerSettings, build_sampler
-from trl_ada.samplers.accounting import BANDS, PromptDraws, band_of, draw_metrics
+from trl_ada.samplers.accounting import BANDS, PromptDraws, band_of, draw_metrics, draw_rates
 
 
 def finish(settings, pools):
@@ -44,6 +44,31 @@ def test_the_metrics_count_draws_per_band_and_their_useful_share():
     assert metrics["draws/mid/useful_share"] == 1.0
     assert not any(f"draws/{band}/share" in metrics for band in ("high", "all_right", "unscored"))
     assert set(BANDS) >= {key.split("/")[1] for key in metrics if key.count("/") == 2}
+
+
+def test_rates_over_many_small_reports_reduce_to_the_metrics_of_all_their_draws():
+    # The asynchronous worker reports each batch (or group) on its own; TRL's async trainer reduces a window of
+    # (numerator, denominator) pairs as sums. That must give the shares of the window's draws taken together, which a
+    # mean of per-report shares would not (here: 2 useful of 4 draws, then 0 of 32: 2/36, not the mean 0.25).
+    reduce_metric = pytest.importorskip("trl.experimental.async_grpo.async_grpo_trainer")._reduce_metric
+    reports = [
+        [PromptDraws(0.5, 4, useful=True, trained=4)],
+        [PromptDraws(0.0, 32, useful=False, trained=0)],
+        [PromptDraws(1.0, 8, useful=False, trained=0), PromptDraws(0.25, 16, useful=True, trained=4)],
+    ]
+    window: dict[str, list] = {}
+    for report in reports:
+        for name, rate in draw_rates(report).items():
+            window.setdefault(name, []).append(rate)
+    reduced = {name: reduce_metric(name, values) for name, values in window.items()}
+    everything = draw_metrics([prompt for report in reports for prompt in report])
+    for name, value in everything.items():
+        expected = value / len(reports) if name == "draws/drawn" else value  # draws per report
+        assert reduced[name] == pytest.approx(expected), name
+    assert reduced["draws/useful_share"] == pytest.approx(20 / 60)
+    # Bands never drawn in the window: no share, and no useful share to read.
+    assert reduced["draws/high/share"] == 0 and math.isnan(reduced["draws/high/useful_share"])
+    assert all(len(values) == len(reports) for values in window.values())  # every key in every report
 
 
 def test_grpo_counts_a_constant_groups_draws_as_spent_without_use():

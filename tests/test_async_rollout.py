@@ -21,6 +21,7 @@ from datasets import Dataset
 
 from trl_ada import trl_seam
 from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.samplers.accounting import BANDS
 from trl_ada.samplers.continuous import begin_streaming
 from trl_ada.schedules import prompt_keys
 
@@ -185,6 +186,10 @@ def test_pools_are_the_synchronous_estimator_on_the_same_draws_whatever_the_arri
     while not loop._metrics_queue.empty():
         metrics.update(loop._metrics_queue.get_nowait())
     assert metrics["ada/samples_per_prompt/mean"] == want.metrics["samples_per_prompt/mean"]
+    # Where the draws went: the worker's rates over its one batch are the synchronous step's shares.
+    for name in ("draws/useful_share", *(f"draws/{band}/share" for band in BANDS)):
+        numerator, denominator = metrics[f"ada/{name}"]
+        assert numerator / denominator == pytest.approx(want.metrics.get(name, 0.0)), name
 
 
 def test_the_loop_keeps_the_score_loops_end_signal(tokenizer):
@@ -225,11 +230,23 @@ def test_dapo_drops_groups_without_a_signal_and_keeps_trls_advantages(tokenizer)
     std = 0.1875**0.5
     assert [s.advantage for s in samples] == pytest.approx([0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std])
     dropped = total = 0.0
+    window: dict[str, list] = {}
     while not loop._metrics_queue.empty():
         payload = loop._metrics_queue.get_nowait()
         dropped += payload.get("ada/dapo/groups_dropped_total", 0.0)
         total += payload.get("ada/dapo/groups_total", 0.0)
+        for name, value in payload.items():
+            if name.startswith("ada/draws/"):
+                window.setdefault(name, []).append(value)
     assert (dropped, total) == (2.0, 3.0)
+    # Where the draws went, as TRL's trainer reduces the window: 12 draws, the mixed group's 4 useful.
+    from trl.experimental.async_grpo.async_grpo_trainer import _reduce_metric
+
+    draws = {name.removeprefix("ada/"): _reduce_metric(name, values) for name, values in window.items()}
+    assert draws["draws/drawn"] == 4.0 and draws["draws/useful_share"] == pytest.approx(4 / 12)
+    assert draws["draws/trained_share"] == pytest.approx(4 / 12)
+    assert [draws[f"draws/{band}/share"] for band in ("all_right", "none_right", "low")] == pytest.approx([1 / 3] * 3)
+    assert [draws[f"draws/{band}/useful_share"] for band in ("all_right", "none_right", "low")] == [0.0, 0.0, 1.0]
 
 
 def test_merging_groups_keeps_each_conversation_and_its_reward_kwargs():

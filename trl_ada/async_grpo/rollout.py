@@ -64,7 +64,8 @@ from .. import trl_seam
 from ..generation.faults import VLLMServerUnresponsive
 from ..rewards.registry import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
-from ..samplers.base import PromptResult, Sampler
+from ..samplers.accounting import PromptDraws, draw_rates
+from ..samplers.base import PromptResult, Sampler, selection_draws
 from ..samplers.continuous import begin_streaming
 from ..schedules import prompt_key, prompt_keys
 from .config import check_prompts_per_generation_batch, check_train_on, gates_refills
@@ -471,12 +472,14 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             metrics = {**selection.metrics, **batch.step.stats.metrics()}
             dropped = 0
             spans = []
+            taken = [True] * len(selection.prompts)  # the prompts whose samples the stream hands to the trainer
             for prompt, result in enumerate(selection.prompts):
                 trained_before = len(kept)
                 if self.ada_sampling.settings.refills:
                     self._count_dapo_prompt(result.has_signal)
                 if dapo.drops(self.ada_sampling.settings, result.has_signal):
                     dropped += 1
+                    taken[prompt] = False
                     self._drop_row(batch.row_ids[prompt])
                     continue
                 versions = batch.versions.get(prompt, [])
@@ -491,6 +494,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                         sample.metrics["reward_std"] = pool_std  # TRL's reward_std: the rewards the baseline reads
                         kept.append(sample)
                 if len(kept) == trained_before:  # no draw (all skipped), or none with a training sequence
+                    taken[prompt] = False
                     self._drop_row(batch.row_ids[prompt])
                 oldest = min((sample.model_version for sample in kept[prompt_samples:]), default=0)
                 for sample in kept[prompt_samples:]:
@@ -506,7 +510,16 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 constant = [not result.has_signal for result in selection.prompts]
                 metrics["zero_variance_share/kept"] = sum(constant) / len(constant)
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
-            self._push_metrics({f"ada/{name}": value for name, value in metrics.items() if not math.isnan(value)})
+            # Where the draws went (`draws/*`), as rates over the log window, every sampler (a dropped group just
+            # advances the stream, so each batch accounts for itself); they replace the step's per-batch shares.
+            pushed: dict[str, float | tuple[float, float]] = {
+                f"ada/{name}": value
+                for name, value in metrics.items()
+                if not (math.isnan(value) or name.startswith("draws/"))
+            }
+            rates = draw_rates(selection_draws(selection.prompts, selection.pools, in_update=taken))
+            pushed.update({f"ada/{name}": rate for name, rate in rates.items()})
+            self._push_metrics(pushed)
         return kept
 
     def _trained_draws(self, pool: tuple[float, ...], result: PromptResult) -> list[tuple[int, float]]:
@@ -583,14 +596,23 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     async def _score_update_group(self, group: Any) -> list[Any]:
         """A group of `num_generations` (TRL's): its own advantages; without a signal it is dropped under DAPO."""
         samples = await self._scored(group)
-        if self.ada_sampling.settings.refills:
-            rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
-            settings = self.ada_sampling.settings
-            dropped = dapo.drops(settings, dapo.group_has_signal(rewards, settings))
-            self._push_metrics({"ada/dapo/groups_dropped_total": float(dropped), "ada/dapo/groups_total": 1.0})
+        settings = self.ada_sampling.settings
+        rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
+        has_signal = dapo.group_has_signal(rewards, settings)
+        metrics: dict[str, float | tuple[float, float]] = {}
+        if settings.refills:
+            dropped = dapo.drops(settings, has_signal)
+            metrics.update({"ada/dapo/groups_dropped_total": float(dropped), "ada/dapo/groups_total": 1.0})
             self._count_dapo_prompt(not dropped)
             if dropped:
                 samples = []
+        # Where the draws went (`draws/*`): this group's part of the log window's rates.
+        positives, negatives = rules.count_outcomes(rewards, settings.positive_threshold)
+        pass_rate = positives / (positives + negatives) if positives + negatives else math.nan
+        useful = has_signal and bool(samples)
+        group_draws = PromptDraws(pass_rate, len(rewards), useful, len(rewards) if useful else 0)
+        metrics.update({f"ada/{name}": rate for name, rate in draw_rates([group_draws]).items()})
+        self._push_metrics(metrics)
         if not samples:
             self._drop_row(group.group_id)  # TRL's group id is the row's id here (`_repeat_iterator`)
         return samples

@@ -63,15 +63,7 @@ def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
     - per band `B` with at least one draw: `draws/B/share`, the share of the update's draws spent on prompts of that
       band, and `draws/B/useful_share`, the share of that band's draws that were useful.
     """
-    drawn = dict.fromkeys(BANDS, 0)
-    useful = dict.fromkeys(BANDS, 0)
-    trained = 0
-    for prompt in prompts:
-        band = band_of(prompt.pass_rate)
-        drawn[band] += prompt.draws
-        if prompt.useful:
-            useful[band] += prompt.draws
-            trained += prompt.trained
+    drawn, useful, trained = _tally(prompts)
     total = sum(drawn.values())
     if total == 0:
         return {"draws/drawn": 0.0}
@@ -85,3 +77,38 @@ def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
             metrics[f"draws/{band}/share"] = drawn[band] / total
             metrics[f"draws/{band}/useful_share"] = useful[band] / drawn[band]
     return metrics
+
+
+def draw_rates(prompts: Iterable[PromptDraws]) -> dict[str, tuple[float, float]]:
+    """
+    The shares of [`draw_metrics`] as `(numerator, denominator)` pairs, for a producer that reports many small
+    batches: TRL's asynchronous trainer reduces a pair over its log window as `sum(numerators) / sum(denominators)`,
+    so every draw of the window weighs the same (a mean of per-batch shares would not). Every band is present in
+    every report, so each band's share of the window has the window's whole draw count below it. `draws/drawn` is
+    the mean number of draws per report.
+    """
+    drawn, useful, trained = _tally(prompts)
+    total = float(sum(drawn.values()))
+    rates = {
+        "draws/drawn": (total, 1.0),
+        "draws/useful_share": (float(sum(useful.values())), total),
+        "draws/trained_share": (float(trained), total),
+    }
+    for band in BANDS:
+        rates[f"draws/{band}/share"] = (float(drawn[band]), total)
+        rates[f"draws/{band}/useful_share"] = (float(useful[band]), float(drawn[band]))
+    return rates
+
+
+def _tally(prompts: Iterable[PromptDraws]) -> tuple[dict[str, int], dict[str, int], int]:
+    """Per band, the draws and the useful draws; and the trained draws over all bands."""
+    drawn = dict.fromkeys(BANDS, 0)
+    useful = dict.fromkeys(BANDS, 0)
+    trained = 0
+    for prompt in prompts:
+        band = band_of(prompt.pass_rate)
+        drawn[band] += prompt.draws
+        if prompt.useful:
+            useful[band] += prompt.draws
+            trained += prompt.trained
+    return drawn, useful, trained
