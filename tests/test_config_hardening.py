@@ -98,6 +98,14 @@ def test_the_pass_rate_prior_is_checked_wherever_it_is_read(tmp_path, kwargs, me
             config(tmp_path, **kwargs)
 
 
+@pytest.mark.parametrize("tolerance", [math.inf, math.nan, -1e-6])
+def test_the_zero_variance_tolerance_is_a_finite_non_negative_number(tmp_path, tolerance):
+    # inf once passed: every group then counted as constant, so nothing trained and DAPO dropped every prompt.
+    with pytest.raises(ValueError, match="zero_variance_tolerance must be a finite, non-negative number"):
+        config(tmp_path, zero_variance_tolerance=tolerance)
+    assert config(tmp_path, zero_variance_tolerance=0.0).zero_variance_tolerance == 0.0
+
+
 @pytest.mark.parametrize(("old", "new"), sorted(DEPRECATED_NAMES.items()))
 def test_an_old_name_is_carried_over_with_a_future_warning(tmp_path, old, new):
     with pytest.warns(FutureWarning, match=f"{old} is deprecated.*now {new}"):

@@ -192,8 +192,9 @@ class SamplerFields:
         "advantages, excluded from weight normalisation, dropped by DAPO's filling) when the rewards its baseline "
         'comes from are constant: the whole pool with `baseline="pool"`, the kept group with `"group"`. Float '
         "noise can leave a tiny non-zero std in a constant group, so an exact comparison would miss it.",
-        check=lambda v: v >= 0.0,
-        requirement="must be non-negative",
+        # inf would make every group constant (no signal anywhere), NaN none: both are typos, not tolerances.
+        check=lambda v: 0.0 <= v < math.inf,
+        requirement="must be a finite, non-negative number",
     )
     round_policy: str = knob(
         "fixed",
