@@ -2,7 +2,7 @@
 
 Correctness only, no timing: `scripts/prepare_data.py --band_mix` selects by band counts; the interval and paired
 difference maths of `scripts/benchmark_learning.py` against hand-computed values; and a smoke run (2 methods x 2 seeds,
-2 epochs of a 32-prompt set) checks per-band evaluation, completion counts, epochs over the finite set and that the
+2 epochs of a 16-prompt set) checks per-band evaluation, completion counts, epochs over the finite set and that the
 summary's intervals are those of its runs.
 """
 
@@ -231,32 +231,39 @@ def test_epoch_visits(bench):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Smoke run: 2 methods x 2 seeds, 2 epochs of a 32-prompt set
+# Smoke run: 2 methods x 2 seeds, 2 epochs of a 16-prompt set
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+SMOKE_PROMPTS, SMOKE_PER_STEP, SMOKE_HELDOUT = 16, 4, 6
+"""The smoke run's training set, prompts per step (4 steps an epoch, 8 in all) and held-out set (3 per band)."""
 
 
 def test_finite_smoke_run(bench, tmp_path, monkeypatch):
     from trl_ada.tasks.arithmetic import held_out_problems, make_problems
 
     bands = ["[0, 0]", "(0, 0.5]"]
+    n, per_step = SMOKE_PROMPTS, SMOKE_PER_STEP
     train = [
         {**p, "band": bands[i % 2], "num_correct": 0, "pass_rate": 0.0}
-        for i, p in enumerate(make_problems(32, seed=5, levels=[2, 3]))
+        for i, p in enumerate(make_problems(n, seed=5, levels=[2, 3]))
     ]
-    assert len({row["prompt"] for row in train}) == 32
-    heldout = [{**p, "band": bands[i % 2]} for i, p in enumerate(held_out_problems(12, seed=5, levels=[2, 3]))]
+    assert len({row["prompt"] for row in train}) == n
+    heldout = [
+        {**p, "band": bands[i % 2]} for i, p in enumerate(held_out_problems(SMOKE_HELDOUT, seed=5, levels=[2, 3]))
+    ]
     train_path = write_jsonl(tmp_path / "train.jsonl", train)
     heldout_path = write_jsonl(tmp_path / "heldout.jsonl", heldout)
     out = tmp_path / "finite"
     argv = [
         "--out", str(out), "--train_data", str(train_path), "--heldout_data", str(heldout_path),
-        "--epochs", "2", "--prompts_per_step", "8", "--eval_every", "2", "--eval_samples", "2",
+        "--epochs", "2", "--prompts_per_step", str(per_step), "--eval_every", "2", "--eval_samples", "2",
         "--methods", "grpo_n4", "seq_balance", "--seeds", "0", "1", "--jobs", "2", "--learning_rate", "1e-4",
     ]  # fmt: skip
     assert bench.main(argv) == 0
 
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["settings"]["steps"] == 8  # 2 epochs x 32 / 8
+    assert summary["settings"]["steps"] == 8  # 2 epochs x 16 / 4
     assert summary["bands"] == bands
     runs = {(run["method"], run["seed"]): run for run in map(json.loads, map(Path.read_text, out.glob("runs/*.json")))}
     assert set(runs) == {(m, s) for m in ("grpo_n4", "seq_balance") for s in (0, 1)}
@@ -267,11 +274,11 @@ def test_finite_smoke_run(bench, tmp_path, monkeypatch):
             assert set(point["bands"]) == set(bands) and all(0 <= v <= 1 for v in point["bands"].values())
             # The overall rate averages the two equal-sized bands.
             assert point["heldout"] == pytest.approx(sum(point["bands"].values()) / 2)
-        # Every prompt once per epoch: 4 steps of 8 distinct prompts cover all 32, none in two steps.
-        assert run["epoch_visits"] == [{"distinct": 32, "max_steps_per_row": 1}] * 2
+        # Every prompt once per epoch: 4 steps of 4 distinct prompts cover all 16, none in two steps.
+        assert run["epoch_visits"] == [{"distinct": n, "max_steps_per_row": 1}] * 2
         for epoch in range(2):
             rows = [row for step in run["visits"][4 * epoch : 4 * epoch + 4] for row in step]
-            assert sorted(rows) == list(range(32))
+            assert sorted(rows) == list(range(n))
         samples = [p["samples"] for p in run["curve"]]
         assert samples == sorted(samples) and samples[-1] == sum(run["completions_per_step"])
         # Wall time at a point counts every step up to it, the point's own step included.
@@ -279,9 +286,9 @@ def test_finite_smoke_run(bench, tmp_path, monkeypatch):
         assert run["curve"][-1]["train_seconds"] == pytest.approx(sum(run["step_seconds"]))
         assert run["curve"][1]["train_seconds"] == pytest.approx(sum(run["step_seconds"][:2]))
         if method == "grpo_n4":
-            assert run["completions_per_step"] == [8 * 4] * 8
+            assert run["completions_per_step"] == [per_step * 4] * 8
         else:  # at least one round of 8 per prompt, at most 4
-            assert all(8 * 8 <= c <= 8 * 32 for c in run["completions_per_step"])
+            assert all(per_step * 8 <= c <= per_step * 32 for c in run["completions_per_step"])
 
     # The summary's numbers are those of its runs.
     finals = {key: run["curve"][-1]["heldout"] for key, run in runs.items()}
