@@ -6,7 +6,6 @@ Correctness only: no timing is asserted (timings belong in BENCHMARKS.md, measur
 import importlib.util
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -81,24 +80,25 @@ def test_first_reach_interpolates():
     assert bench.first_reach(curve, "step", 0.7) == math.inf
 
 
-def test_pool_memory_benchmark_counts_what_each_design_moves(tmp_path):
-    import subprocess
-
+@pytest.mark.wall_clock_limit(300)
+def test_pool_memory_benchmark_counts_what_each_design_moves(tmp_path, monkeypatch, wall_clock_guard):
     from trl_ada.schedules.rounds import RoundLayout
 
+    # The benchmark's main() in this process, which has imported trl_ada already (one process start fewer than the
+    # script's command line); its spawned workers import it by name from benchmarks/, as they import the script.
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    bench = importlib.import_module("pool_memory")
     out = tmp_path / "pool.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / "pool_memory.py"), "--prompts", "16"]
-    command += ["--completion-tokens", "48", "--prompt-tokens", "16", "--extrapolate", "8", "--json", str(out)]
+    argv = ["--prompts", "16", "--completion-tokens", "48", "--prompt-tokens", "16", "--extrapolate", "8"]
     # The three designs in the same two processes (one launch instead of three): bytes and rows are counted per design
     # as in fresh processes (the exact control bytes below, counted after another design, check it); only peak memory,
     # which this test does not read, needs fresh ones.
-    command += ["--one-launch"]
-    subprocess.run(command, check=True, timeout=300, capture_output=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    bench.main([*argv, "--json", str(out), "--one-launch"])
     result = json.loads(out.read_text())
     measured = result["measured"]
     # Rank-local control traffic is exactly the rewards (float32) and truncation flags (uint8) of every generated row
     # (padding included) of the other process, round by round.
-    bench = load(ROOT / "benchmarks" / "pool_memory.py", "pool_memory_bench")
     setting = bench.Setting(prompts=16, completion_tokens=48, prompt_tokens=16)
     plan = bench.plan_step(setting)
     expected = sum(RoundLayout.plan(requests, 2).share_size * (4 + 1) for requests in plan.rounds)
