@@ -10,12 +10,15 @@
 #
 # code: the CPU code task (benchmarks/code_learning.py, sandboxed reward) at the published code table's settings (60
 # steps of 8 prompts, lr 2e-4, held-out 300 x 2), stopped at 4,683 completions (DAPO's mean total there), one run at a
-# time (JOBS is ignored: the sandboxes take the other core), about 6 minutes a run on 2 cores. Its prompts are fresh,
-# never repeated, so by construction dapo_gated draws what dapo draws (a prompt never drawn is not passed over:
-# tests/test_gated.py) and Knapsack-RL gives every prompt its first-visit budget of 4 (GRPO n=4 trained on every
-# draw); the gated refill runs with its default prior only. Report: benchmarks/results/code-tournament/tournament.md.
+# time (JOBS is ignored: the sandboxes take the other core), about 7 minutes a run, 3.5 h for 5 seeds on 2 cores.
+# Its prompts are fresh, never repeated, so by construction dapo_gated draws what dapo draws (a prompt never drawn is
+# not passed over: tests/test_gated.py) and Knapsack-RL gives every prompt its first-visit budget of 4 (GRPO n=4
+# trained on every draw); the gated refill runs with its default prior only. Report:
+# benchmarks/results/code-tournament/tournament.md.
+#
 # Runs already in the results folder with the same settings are kept (--reuse_runs): more seeds can be added later.
-# A method of one's own: call scripts/benchmark_learning.py with these arguments plus --method_config NAME='{json}'.
+# A method of one's own: call scripts/benchmark_learning.py (code: benchmarks/code_learning.py) with these arguments
+# plus --method_config NAME='{json}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 WHICH=${1:?usage: run_tournament.sh mix|hard|stream|code [JOBS] [SEEDS...]}
