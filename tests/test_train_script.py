@@ -11,7 +11,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from conftest import launch_two_processes
+from conftest import run_with_stack_dump
 from huggingface_hub import ModelCard
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,9 +205,11 @@ def test_bad_input_fails_before_training(tmp_path, local_model, rows, extra, mes
         script.main(*script.make_parser(argv).parse_args_and_config(argv))
 
 
-@pytest.mark.slow
-def test_accelerate_launch_with_the_shipped_two_process_config(tmp_path):
-    out = tmp_path / "two"
+@pytest.fixture(scope="module")
+def shipped_config_run(tmp_path_factory):
+    """`accelerate launch --config_file configs/accelerate/cpu_two_processes.yaml scripts/train_ada.py ...`, once for
+    the two tests below: tests/exit_run.py runs the script, with these flags, and watches its exit on each process."""
+    out = tmp_path_factory.mktemp("two")
     command = [
         "accelerate",
         "launch",
@@ -215,7 +217,8 @@ def test_accelerate_launch_with_the_shipped_two_process_config(tmp_path):
         str(ROOT / "configs/accelerate/cpu_two_processes.yaml"),
         "--main_process_port",
         "0",
-        str(SCRIPT),
+        str(Path(__file__).parent / "exit_run.py"),
+        str(out),
         "--max_steps",
         "2",
         "--heldout_size",
@@ -225,22 +228,28 @@ def test_accelerate_launch_with_the_shipped_two_process_config(tmp_path):
         "--per_device_train_batch_size",
         "16",
         "--output_dir",
-        str(out),
+        str(out / "run"),
     ]
-    result = subprocess.run(
-        command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600
-    )
+    # A hang (at exit, say) fails with every process's stack instead of a bare timeout.
+    result = run_with_stack_dump(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     assert result.returncode == 0, result.stderr[-5000:]
-    assert (out / "README.md").is_file() and (out / "model.safetensors").is_file()
+    return out
 
 
 @pytest.mark.slow
-def test_the_two_process_job_frees_its_ddp_model_before_destroying_the_process_group(tmp_path):
+def test_accelerate_launch_with_the_shipped_two_process_config(shipped_config_run):
+    out = shipped_config_run
+    assert (out / "run" / "README.md").is_file() and (out / "run" / "model.safetensors").is_file()
+    assert all((out / f"rank{rank}.json").is_file() for rank in range(2))  # the config started two processes
+
+
+@pytest.mark.slow
+def test_the_two_process_job_frees_its_ddp_model_before_destroying_the_process_group(shipped_config_run):
     # A DDP reducer still alive when `destroy_process_group` runs is freed at interpreter exit, where it can deadlock
     # with gloo's worker thread: `accelerate launch -m trl_ada.train` hung at exit in about one CPU run in seven. The
     # exit path now drops the trainer and the accelerator's references first; tests/exit_run.py counts the live DDP
     # modules at the moment the group is destroyed, on each process.
-    reports = launch_two_processes(Path(__file__).parent / "exit_run.py", tmp_path)
+    reports = [json.loads((shipped_config_run / f"rank{rank}.json").read_text()) for rank in range(2)]
     for report in reports:
         assert report["status"] == 0
         assert report["live_ddp_modules"] == [0], report
