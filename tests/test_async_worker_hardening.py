@@ -200,6 +200,47 @@ def test_async_dapo_with_a_constant_reward_stops_the_worker_and_the_trainer_says
     gc.collect()
 
 
+class FailsOnceWithItsReport:
+    """A worker whose `check_health` fails as TRL's does: the child's report, chained, goes to the first check only
+    (TRL takes it off a queue); later checks raise the bare "child has failed"."""
+
+    def __init__(self) -> None:
+        self.reports = ["VLLMServerUnresponsive: vllm /v1/completions to http://127.0.0.1:1 has failed for 3 s\n..."]
+        self.checks = 0
+
+    def check_health(self, stale_after_s: float) -> None:
+        self.checks += 1
+        cause = RuntimeError(self.reports.pop()) if self.reports else None
+        raise RuntimeError("Rollout worker child has failed; see chained exception.") from cause
+
+
+def test_a_failure_a_save_saw_first_is_still_explained_where_training_stops(tmp_path):
+    # The server died while a checkpoint was being saved: the save's check took TRL's report of the failure (and
+    # saved anyway, as it should). Training then stopped on the next check with a bare "child has failed"
+    # RolloutWorkerError instead of the VLLMServerError naming the server (tests/test_async_faults.py, under load).
+    from trl_ada.async_grpo.trainer import AdaAsyncGRPOTrainer
+    from trl_ada.generation.faults import VLLMServerError
+
+    trainer = type("Trainer", (), {})()
+    trainer.args = type("Args", (), {"vllm_server_base_url": "http://127.0.0.1:1", "output_dir": str(tmp_path)})()
+    trainer.state = type("State", (), {"global_step": 2})()
+    trainer.accelerator = type("Accelerator", (), {"num_processes": 1})()
+    trainer._batches_dispatched = 0
+    worker = FailsOnceWithItsReport()
+    AdaAsyncGRPOTrainer._explain_worker_failures(trainer, worker)
+    unexplained = worker.check_health.__wrapped__  # what a save and the stop call (no broadcast)
+    with pytest.raises(RuntimeError) as at_the_save:
+        unexplained(60.0)
+    assert worker_failure(trainer, at_the_save.value).__class__ is VLLMServerError
+    for _ in range(2):  # the training loop's checks after it, and the stop's
+        with pytest.raises(VLLMServerError, match="stopped answering during generation of training step 3"):
+            worker.check_health(60.0)
+        with pytest.raises(RuntimeError) as later:
+            unexplained(60.0)
+        assert later.value is at_the_save.value
+    assert worker.checks == 1  # TRL's check ran once: no wait for a report that will not come again
+
+
 # -- item 14: the sampler state is asked for at a save; nothing is written between saves ---------------------------
 
 

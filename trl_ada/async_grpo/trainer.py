@@ -288,7 +288,21 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         # resume from. `worker_failure` does, with TRL's error chained.
         # It is called while the main process fetches a batch, which the other processes wait to receive: they get
         # the same error there (`fail_the_processes_waiting_for_a_batch`), not a hang until torchrun kills them.
-        check_health = worker.check_health
+        trls_check_health = worker.check_health
+        reported: list[BaseException] = []
+
+        @functools.wraps(trls_check_health)
+        def check_health(stale_after_s: float) -> None:
+            # TRL's check hands the child's error over once (it takes it off a queue). A later check (a save's, the
+            # stop's, the training loop's after a save saw the failure first) raises the same error, the child's
+            # report chained, instead of a bare "child has failed" after waiting for a report that will not come.
+            if reported:
+                raise reported[0]
+            try:
+                trls_check_health(stale_after_s)
+            except Exception as error:
+                reported.append(error)
+                raise
 
         @functools.wraps(check_health)
         def explained_check_health(stale_after_s: float) -> None:
