@@ -102,5 +102,5 @@ export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$VLLM_VENV/vllm-cache}"
 mkdir -p "$VLLM_CACHE_ROOT"
 use_bytecode_cache
 TRL_ADA_REQUIRE_VLLM=1 run_stage_tests "$VLLM_VENV/bin/python" 0 tests/test_vllm_server.py tests/test_vllm_async.py \
-    -rs -s "$@"
+    -rs -s --durations=20 "$@"  # the slowest, to keep an eye on the stage's total
 log "OK: setup ${SETUP_SECONDS} s, test ${TEST_SECONDS} s, total $(elapsed_since "$STAGE_START") s"
