@@ -54,6 +54,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import benchmark_learning  # noqa: E402
 from benchmark_learning import (  # noqa: E402
     EvaluationPlan,
+    add_method_arguments,
     add_method_config,
     budget_steps,
     draw_accounting,
@@ -497,34 +498,12 @@ def plot(summary: dict[str, Any], out: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument(
-        "--methods",
-        nargs="+",
-        default=None,
-        help=f"any of {' '.join(METHODS)}, or a name given by --method_config (default: {' '.join(DEFAULT_METHODS)}; "
-        f"--tournament: {' '.join(TOURNAMENT_METHODS)})",
-    )
-    parser.add_argument(
-        "--method_config",
-        action="append",
-        default=[],
-        metavar="NAME='{json}'",
-        help="a method of one's own: AdaGRPOConfig fields as JSON, e.g. "
-        """my_rule='{"sampler": "seq_balance", "max_rounds": 2}' (num_generations defaults to 4); repeatable""",
-    )
-    parser.add_argument(
-        "--completions_budget",
-        type=int,
-        default=None,
-        help="train every method until it has drawn this many completions (equal completions), measuring the held-out "
-        "each time it crosses another eighth of it; --steps then only sets a floor on the step cap",
-    )
-    parser.add_argument(
-        "--tournament",
-        action="store_true",
-        help=f"issue 33's methods ({' '.join(TOURNAMENT_METHODS)}) unless --methods says otherwise, and the tournament "
-        "report (tournament.md / tournament.json: paired differences against DAPO at equal completions and at equal "
-        "training time, useful draws); needs --completions_budget",
+    add_method_arguments(
+        parser,
+        METHODS,
+        defaults=" ".join(DEFAULT_METHODS),
+        budget_help="measuring the held-out each time it crosses another eighth of it; --steps then only sets a floor "
+        "on the step cap",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=60)

@@ -958,20 +958,15 @@ def plot_finite(summary: dict, out: Path) -> list[Path]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="results folder (default: benchmarks/results/learning; finite mode: benchmarks/results/finite/<train set>)",
-    )
+def add_method_arguments(parser: argparse.ArgumentParser, methods: dict, defaults: str, budget_help: str) -> None:
+    """The options every learning benchmark shares: which methods (`--methods`, `--method_config`), the equal
+    completions stop (`--completions_budget`) and issue 33's tournament (`--tournament`)."""
     parser.add_argument(
         "--methods",
         nargs="+",
         default=None,
-        help=f"any of {' '.join(METHODS)}, or a name given by --method_config (default: {' '.join(STREAM_METHODS)}; "
-        f"finite mode: {' '.join(FINITE_METHODS)}; --tournament: {' '.join(TOURNAMENT_METHODS)})",
+        help=f"any of {' '.join(methods)}, or a name given by --method_config (default: {defaults}; "
+        f"--tournament: {' '.join(TOURNAMENT_METHODS)})",
     )
     parser.add_argument(
         "--method_config",
@@ -985,15 +980,31 @@ def main(argv: list[str] | None = None) -> int:
         "--completions_budget",
         type=int,
         default=None,
-        help="train every method until it has drawn this many completions (equal completions), measuring the held-out "
-        f"at each {1}/{BUDGET_EVAL_POINTS} of it; --steps/--epochs then only cap the steps",
+        help=f"train every method until it has drawn this many completions (equal completions), {budget_help}",
     )
     parser.add_argument(
         "--tournament",
         action="store_true",
         help=f"issue 33's methods ({' '.join(TOURNAMENT_METHODS)}) unless --methods says otherwise, and the tournament "
-        "report (tournament.md: paired differences against DAPO at equal completions and at DAPO's training time, "
-        "the useful-draw shares per band); needs --completions_budget",
+        "report (tournament.md / tournament.json: paired differences against DAPO at equal completions and at equal "
+        "training time, the useful-draw shares per band); needs --completions_budget",
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="results folder (default: benchmarks/results/learning; finite mode: benchmarks/results/finite/<train set>)",
+    )
+    add_method_arguments(
+        parser,
+        METHODS,
+        defaults=f"{' '.join(STREAM_METHODS)}; finite mode: {' '.join(FINITE_METHODS)}",
+        budget_help=f"measuring the held-out at each {1}/{BUDGET_EVAL_POINTS} of it; --steps/--epochs then only cap "
+        "the steps",
     )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=300)
