@@ -1023,6 +1023,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the runs already in OUT/runs whose recorded settings match these (e.g. to add seeds to a table)",
     )
+    parser.add_argument(
+        "--report_only",
+        action="store_true",
+        help="start no run: rebuild the tables from the runs in OUT/runs whose recorded settings match these (e.g. "
+        "a method run at fewer seeds than the others)",
+    )
     parser.add_argument("--run", nargs=2, metavar=("METHOD", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
@@ -1111,7 +1117,9 @@ def main(argv: list[str] | None = None) -> int:
 
     (args.out / "runs").mkdir(exist_ok=True)
     pending = [(m, s) for s in args.seeds for m in args.methods]
-    if args.reuse_runs:
+    if args.report_only:
+        pending = []
+    elif args.reuse_runs:
         pending = [
             (m, s)
             for m, s in pending
@@ -1160,8 +1168,9 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for method in args.methods:
         for seed in args.seeds:
+            # Only runs made with this invocation's settings: an older run in the folder does not slip into a table.
             path = args.out / "runs" / f"{method}-seed{seed}.json"
-            if path.exists():
+            if reusable(path, run_settings(settings, method)):
                 results.append(json.loads(path.read_text()))
     if args.tournament:
         write_tournament(args.out, results, args.completions_budget)
@@ -1213,6 +1222,7 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
         by_method.setdefault(run["method"], []).append(run)
     ref_runs = by_method.get(reference, [])
     ref_seconds = statistics.fmean(run["curve"][-1]["train_seconds"] for run in ref_runs) if ref_runs else None
+    ref_by_seed = {run["seed"]: run for run in ref_runs}
     methods = {}
     for method, runs in by_method.items():
         drawn = sum(run["draws"]["total"] for run in runs)
@@ -1243,6 +1253,7 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
             # per-seed reading would keep only the lucky seeds), as a share of the reference's completions; and the
             # seeds whose own curve reached it.
             target = statistics.fmean(_final(run) for run in ref_runs)
+            ref_start = statistics.fmean(run["curve"][0]["heldout"] for run in ref_runs)
             ref_completions = statistics.fmean(run["curve"][-1]["samples"] for run in ref_runs)
             grid = [budget * k / BUDGET_EVAL_POINTS for k in range(BUDGET_EVAL_POINTS + 1)]
             mean = [
@@ -1253,11 +1264,19 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
             row["to_reference_final"] = {
                 "target": target,
                 "seeds_reached": sum(math.isfinite(value) for value in per_seed),
-                "completions_ratio": first_reach(mean, "samples", target) / ref_completions,
+                # A reference that ended at or below its start sets no target to reach: every curve "reaches" it at
+                # 0 completions, a 0.00x that says nothing.
+                "completions_ratio": (
+                    first_reach(mean, "samples", target) / ref_completions if target > ref_start else math.nan
+                ),
             }
+            # On fresh prompts some rules draw exactly what the reference draws (dapo_gated never passes over a prompt
+            # it has not seen): same draws and same held-out at every evaluation, seed for seed. Said, not hidden in
+            # a difference of 0.000 whose interval only measures nothing.
+            paired = [(run, ref_by_seed[run["seed"]]) for run in runs if run["seed"] in ref_by_seed]
+            row["identical_to_reference"] = bool(paired) and all(same_run(run, ref) for run, ref in paired)
             # Equal time, per seed: both curves read at the training time both runs reached (the shorter run's total;
             # every run stops at the budget, so the faster method cannot be read later).
-            ref_by_seed = {run["seed"]: run for run in ref_runs}
             differences, seeds = [], []
             for run in runs:
                 ref = ref_by_seed.get(run["seed"])
@@ -1269,6 +1288,16 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
             row["minus_reference_at_equal_time"] = {**mean_ci(differences), "seeds": seeds}
         methods[method] = row
     return {"budget": budget, "reference": reference, "reference_seconds": ref_seconds, "methods": methods}
+
+
+def same_run(run: dict, other: dict) -> bool:
+    """Whether two runs drew the same completions and measured the same held-out at every evaluation (their seconds
+    may differ: they are timings)."""
+
+    def trace(entry: dict) -> list[tuple]:
+        return [(point["step"], point["samples"], point["heldout"]) for point in entry["curve"]]
+
+    return trace(run) == trace(other) and run["draws"] == other["draws"]
 
 
 def tournament_table(summary: dict[str, Any]) -> str:
@@ -1289,8 +1318,14 @@ def tournament_table(summary: dict[str, Any]) -> str:
         diff = _fmt(row["minus_reference"], signed=True) if "minus_reference" in row else "-"
         at_time = row.get("minus_reference_at_equal_time")
         timed = "-" if at_time is None else _fmt(at_time, signed=True)
+        label = row["label"]
+        if row.get("identical_to_reference"):
+            seeds = ", ".join(str(seed) for seed in row["seeds"])
+            label += (
+                f" (= {reference} run for run: same draws and held-out, seed{'s' * (len(row['seeds']) > 1)} {seeds})"
+            )
         lines.append(
-            f"| {row['label']} | {len(row['seeds'])} | {_fmt(row['final'])} | {diff} | {timed} | "
+            f"| {label} | {len(row['seeds'])} | {_fmt(row['final'])} | {diff} | {timed} | "
             f"{row['completions']:,.0f} | {row['train_seconds']:.1f} | {row['useful_share']:.3f} | "
             f"{row['trained_share']:.3f} | {_reach(row.get('to_reference_final'))} |"
         )
@@ -1316,6 +1351,8 @@ def _reach(reading: dict[str, Any] | None) -> str:
     if reading is None:
         return "-"
     ratio = reading["completions_ratio"]
+    if math.isnan(ratio):
+        return "- (the reference ended at or below its start)"
     return f"{'never' if not math.isfinite(ratio) else f'{ratio:.2f}x'} ({reading['seeds_reached']})"
 
 

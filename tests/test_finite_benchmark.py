@@ -334,3 +334,12 @@ def test_finite_smoke_run(bench, tmp_path, monkeypatch):
     changed = [*argv[:lr_at], "--learning_rate", "2e-4", "--reuse_runs", "--methods", "grpo_n4", "--seeds", "0"]
     assert bench.main(changed) == 0
     assert started == [["grpo_n4", "0"]]
+
+    # --report_only starts no run and builds the tables from the runs made with these settings only: grpo_n4's seed 0
+    # now holds the 2e-4 run, so it is left out, as is the seed 3 nobody ran.
+    started.clear()
+    report = [*argv[: seeds_at + 1], "0", "1", "2", "3", *argv[seeds_at + 3 :], "--report_only"]
+    assert bench.main(report) == 0
+    assert started == []
+    reported = json.loads((out / "summary.json").read_text())["methods"]
+    assert reported["grpo_n4"]["seeds"] == [1, 2] and reported["seq_balance"]["seeds"] == [0, 1]

@@ -107,3 +107,32 @@ def test_the_tournament_pairs_by_seed_against_dapo_at_equal_completions_and_time
     at_five = [0.3 - (0.1 + (0.20 + 0.01 * s - 0.1) / 2) for s in range(3)]
     reading = bench.tournament_summary(results + short, 100)["methods"]["short"]["minus_reference_at_equal_time"]
     assert reading["mean"] == pytest.approx(sum(at_five) / 3) and reading["seeds"] == [0, 1, 2]
+
+
+def test_a_rule_that_draws_what_dapo_draws_is_named_identical_and_a_flat_dapo_sets_no_target(bench):
+    dapo = [run(bench, "dapo", seed, 0.20 + 0.01 * seed, 10.0, (100, 30, 50)) for seed in range(2)]
+    # The same draws and held-out at every evaluation, another timing: what dapo_gated does on fresh prompts.
+    twin = [{**entry, "method": "twin", "label": "TWIN"} for entry in dapo]
+    twin = [
+        {**entry, "curve": [{**p, "train_seconds": 1.5 * p["train_seconds"]} for p in entry["curve"]]}
+        for entry in twin
+    ]
+    # One evaluation apart: not identical.
+    near = [{**entry, "method": "near", "label": "NEAR"} for entry in twin]
+    near[1] = {**near[1], "curve": [*near[1]["curve"][:-1], {**near[1]["curve"][-1], "heldout": 0.5}]}
+    summary = bench.tournament_summary(dapo + twin + near, budget=100)
+    assert summary["methods"]["twin"]["identical_to_reference"] is True
+    assert summary["methods"]["near"]["identical_to_reference"] is False
+    table = bench.tournament_table(summary)
+    assert "| TWIN (= dapo run for run: same draws and held-out, seeds 0, 1) | 2 |" in table
+    assert "| NEAR | 2 |" in table
+
+    # A reference that ended at its start (0.1) sets no target: the reading is left out, not printed as 0.00x.
+    flat = [run(bench, "dapo", seed, 0.1, 10.0, (100, 30, 50)) for seed in range(2)]
+    mine = [run(bench, "mine", seed, 0.3, 10.0, (100, 30, 50)) for seed in range(2)]
+    reading = bench.tournament_summary(flat + mine, budget=100)["methods"]["mine"]["to_reference_final"]
+    assert math.isnan(reading["completions_ratio"])
+    assert "0.00x" not in bench.tournament_table(bench.tournament_summary(flat + mine, budget=100))
+    assert "the reference ended at or below its start" in bench.tournament_table(
+        bench.tournament_summary(flat + mine, budget=100)
+    )
