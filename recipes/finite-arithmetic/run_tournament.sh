@@ -10,13 +10,11 @@
 #
 # code: the CPU code task (benchmarks/code_learning.py, sandboxed reward) at the published code table's settings (60
 # steps of 8 prompts, lr 2e-4, held-out 300 x 2), stopped at 4,683 completions (DAPO's mean total there), one run at a
-# time (JOBS is ignored: the sandboxes take the other core), about 7 minutes a run. Report:
+# time (JOBS is ignored: the sandboxes take the other core), about 7 minutes a run, 3.5 h for 5 seeds on 2 cores.
+# Its prompts are fresh, never repeated, so by construction dapo_gated draws what dapo draws (a prompt never drawn is
+# not passed over: tests/test_gated.py) and Knapsack-RL gives every prompt its first-visit budget of 4 (GRPO n=4
+# trained on every draw); the gated refill runs with its default prior only. Report:
 # benchmarks/results/code-tournament/tournament.md.
-#
-# stream and code: their prompts are fresh, never repeated, so dapo_gated draws what dapo draws (a prompt never drawn
-# is not passed over: tests/test_gated.py) and Knapsack-RL gives every prompt its first-visit budget of 4 (GRPO n=4's
-# rule, its own random draws). The gated refill runs at the first seed only, and the report checks that it is DAPO
-# run for run (same draws, same held-out at every evaluation) and says so in its row.
 #
 # Runs already in the results folder with the same settings are kept (--reuse_runs): more seeds can be added later.
 # A method of one's own: call scripts/benchmark_learning.py (code: benchmarks/code_learning.py) with these arguments
@@ -29,8 +27,6 @@ shift $(( $# >= 2 ? 2 : 1 ))
 DATA=benchmarks/results/finite/data
 export OMP_NUM_THREADS=1
 COMMON=(--tournament --jobs "$JOBS" --reuse_runs)
-# On the stream and the code task no prompt comes back: the rules that differ from one another there.
-DISTINCT=(grpo_n4 grpo_n16 dapo seq_balance knapsack)
 case $WHICH in
     mix)
         SEEDS=(${@:-0 1 2 3 4})
@@ -46,21 +42,13 @@ case $WHICH in
             --completions_budget 58216 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
     stream)
         SEEDS=(${@:-0 1 2 3 4})
-        STREAM=(--out benchmarks/results/tournament-stream --steps 300 --eval_every 25 --heldout_size 600
-                --learning_rate 1e-4 --completions_budget 78891)
-        # The gated refill at the first seed only: on fresh prompts it is DAPO run for run, which the report checks.
-        python scripts/benchmark_learning.py "${STREAM[@]}" --methods dapo dapo_gated dapo_gated_fitted \
-            --seeds "${SEEDS[0]}" "${COMMON[@]}"
-        python scripts/benchmark_learning.py "${STREAM[@]}" --methods "${DISTINCT[@]}" --seeds "${SEEDS[@]}" "${COMMON[@]}"
-        python scripts/benchmark_learning.py "${STREAM[@]}" --methods "${DISTINCT[@]}" dapo_gated dapo_gated_fitted \
-            --seeds "${SEEDS[@]}" --tournament --report_only ;;
+        python scripts/benchmark_learning.py --out benchmarks/results/tournament-stream \
+            --steps 300 --eval_every 25 --heldout_size 600 --learning_rate 1e-4 \
+            --completions_budget 78891 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
     code)
         SEEDS=(${@:-0 1 2 3 4})
-        CODE=(--out benchmarks/results/code-tournament --steps 60 --prompts_per_step 8 --learning_rate 2e-4
-              --heldout_size 300 --eval_samples 2 --completions_budget 4683 --tournament --reuse_runs)
-        nice -n 10 python benchmarks/code_learning.py "${CODE[@]}" --methods "${DISTINCT[@]}" --seeds "${SEEDS[@]}"
-        nice -n 10 python benchmarks/code_learning.py "${CODE[@]}" --methods dapo dapo_gated --seeds "${SEEDS[0]}"
-        python benchmarks/code_learning.py "${CODE[@]}" --methods "${DISTINCT[@]}" dapo_gated --seeds "${SEEDS[@]}" \
-            --report_only ;;
+        nice -n 10 python benchmarks/code_learning.py --out benchmarks/results/code-tournament \
+            --steps 60 --prompts_per_step 8 --learning_rate 2e-4 --heldout_size 300 --eval_samples 2 \
+            --completions_budget 4683 --seeds "${SEEDS[@]}" --tournament --reuse_runs ;;
     *) echo "run_tournament.sh: mix, hard, stream or code, not '$WHICH'" >&2; exit 2 ;;
 esac
