@@ -598,6 +598,8 @@ def main(argv: list[str] | None = None) -> int:
         if path.name.endswith(".spec.json"):
             continue
         run = json.loads(path.read_text())
+        if run["seed"] not in args.seeds:  # as scripts/benchmark_learning.py: the table holds the seeds asked for
+            continue
         # A method not defined in this invocation (an earlier --method_config) counts only with built-in settings.
         wanted = settings_of(method_spec(base, run["method"], run["seed"])) if run["method"] in METHODS else settings
         if run.get("settings") == wanted:
