@@ -1270,9 +1270,9 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
                     first_reach(mean, "samples", target) / ref_completions if target > ref_start else math.nan
                 ),
             }
-            # On fresh prompts some rules draw exactly what the reference draws (dapo_gated never passes over a prompt
-            # it has not seen): same draws and same held-out at every evaluation, seed for seed. Said, not hidden in
-            # a difference of 0.000 whose interval only measures nothing.
+            # A rule can draw exactly what the reference draws (dapo_gated where no prompt it would pass over comes
+            # back: the code task's seeds 0-1): same draws and held-out at every evaluation, seed for seed. Said, not
+            # hidden in a difference of 0.000.
             paired = [(run, ref_by_seed[run["seed"]]) for run in runs if run["seed"] in ref_by_seed]
             row["identical_to_reference"] = bool(paired) and all(same_run(run, ref) for run, ref in paired)
             # Equal time, per seed: both curves read at the training time both runs reached (the shorter run's total;
