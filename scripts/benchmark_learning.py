@@ -230,6 +230,16 @@ def draw_accounting(entries: Sequence[dict]) -> dict[str, Any]:
     }
 
 
+def gate_passes(entries: Sequence[dict]) -> float | None:
+    """
+    The rows DAPO's refill walk stepped past in a run because the sampler predicted them unmixed (`sampler=
+    "dapo_gated"`), summed from the per-step `ada/dapo/passed_over`; None for a run without a refill. Kept apart
+    from `draws`, which a gated run that passed over nothing shares with DAPO's.
+    """
+    logged = [entry["ada/dapo/passed_over"] for entry in entries if "ada/dapo/passed_over" in entry]
+    return float(sum(logged)) if logged else None
+
+
 class EvaluationPlan:
     """
     When a run measures its held-out and when it stops: every `eval_every` steps and at the last step; or, with a
@@ -335,6 +345,7 @@ def run_one(
         "median_step_seconds": statistics.median(e["step_time"] for e in entries),
         "train_pass_rate": [e.get("ada/pass_rate/mean") for e in entries],
         "draws": draw_accounting(entries),
+        "gate_passed_over": gate_passes(entries),
         "completions": scored[0],
         "steps_run": len(entries),
     }
@@ -636,6 +647,7 @@ def run_finite(
         "visits": [sorted(v) for v in visits],
         "completions_per_step": scored,
         "draws": draw_accounting(entries),
+        "gate_passed_over": gate_passes(entries),
     }
 
 
@@ -1246,6 +1258,9 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
                 if counts["drawn"]
             },
         }
+        gated = [run["gate_passed_over"] for run in runs if run.get("gate_passed_over") is not None]
+        if gated:  # runs written before it was recorded lack it
+            row["gate_passed_over"] = {"per_run": statistics.fmean(gated), "runs": len(gated)}
         if ref_runs and method != reference:
             row["minus_reference"] = paired_difference(runs, ref_runs, _final)
             # Issue 33's first goal: the completions a method needs to reach the reference's mean final held-out, read
@@ -1343,6 +1358,12 @@ def tournament_table(summary: dict[str, Any]) -> str:
             entry = row["bands"].get(band)
             cells.append("-" if entry is None else f"{entry['share']:.3f} ({entry['useful_share']:.2f})")
         lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+    gates = [
+        (row["label"], row["gate_passed_over"]) for row in summary["methods"].values() if "gate_passed_over" in row
+    ]
+    if gates:
+        lines += ["", "Prompts the gated refill passed over (`ada/gate/passed_over`), per run:", ""]
+        lines += [f"- {label}: {gate['per_run']:,.1f} (mean of {gate['runs']} runs)" for label, gate in gates]
     return "\n".join(lines) + "\n"
 
 

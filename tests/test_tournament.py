@@ -134,3 +134,41 @@ def test_a_rule_that_draws_what_dapo_draws_is_named_identical_and_a_flat_dapo_se
     assert math.isnan(flat_summary["methods"]["mine"]["to_reference_final"]["completions_ratio"])
     flat_table = bench.tournament_table(flat_summary)
     assert "0.00x" not in flat_table and "the reference ended at or below its start" in flat_table
+
+
+def test_a_run_records_the_prompts_the_gated_refill_passed_over(bench, tmp_path, tokenizer, arithmetic_dataset):
+    from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
+
+    from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+    from trl_ada.tiny import build_tiny_model
+
+    # Every other prompt is hopeless (all wrong at every draw): after one visit the gate passes it over, and the refill
+    # walks the 16 prompts often enough to meet it again.
+    dataset = arithmetic_dataset.select(range(16)).map(lambda row, i: {"hopeless": i % 2 == 0}, with_indices=True)
+
+    def reward(completions, hopeless, **kwargs):
+        return [0.0 if h else r for h, r in zip(hopeless, starts_low_digit(completions), strict=True)]
+
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path, max_steps=6, per_device_train_batch_size=16),
+        sampler="dapo_gated",
+        dapo_max_refills=40,
+        dapo_on_exhausted="keep_partial",
+    )
+    model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
+    trainer = AdaGRPOTrainer(model, [reward], args=config, train_dataset=dataset, processing_class=tokenizer)
+    verdicts: list[bool] = []
+    judge = trainer.ada_sampler.refill_passes_over
+
+    def recording_judge(key):
+        verdicts.append(judge(key))
+        return verdicts[-1]
+
+    trainer.ada_sampler.refill_passes_over = recording_judge
+    trainer.train()
+    entries = [e for e in trainer.state.log_history if "step_time" in e]
+    assert sum(verdicts) > 0
+    # Every verdict, also those of a walk that found nothing to draw (the sampler's per-batch `gate/passed_over` is
+    # averaged over the step's batches by TRL and misses those).
+    assert bench.gate_passes(entries) == sum(verdicts)
+    assert bench.gate_passes([{"ada/pass_rate/mean": 0.5, "step_time": 1.0}]) is None  # no refill: nothing to count

@@ -84,6 +84,9 @@ class BatchFiller:
     """`(batch, prompt)` of the update's prompts, once `take` chose them."""
     selections: list[Selection] = field(default_factory=list)
     """Every batch's selection, in order: the draw accounting (`draws/*`) covers the refills' draws too."""
+    passed_over: int = 0
+    """Rows the refill walk stepped past because the sampler expects nothing from them ([`fill_update`]'s
+    `passes_over`), this step."""
 
     def add(self, selection: Selection) -> None:
         """File every prompt of one generation batch as informative or dropped."""
@@ -118,7 +121,9 @@ class BatchFiller:
         """
         `dapo/dropped_groups` / `dropped_share`: prompts sampled this step (first batch and refills) without a signal,
         their number and share; `dapo/extra_batches`: refill batches drawn; `dapo/filled_share`: the share of the
-        update's prompts that carry a signal; `zero_variance_share/kept`: the share of the update's groups (after
+        update's prompts that carry a signal; `dapo/passed_over`: rows the refill walk stepped past this step because
+        the sampler predicts them unmixed (`sampler="dapo_gated"`; a row met twice in the step counts twice);
+        `zero_variance_share/kept`: the share of the update's groups (after
         `take`) whose kept rewards are constant, what TRL's `frac_reward_zero_std` describes.
         Once `take` chose the update, `draws/*` ([`draw_metrics`]) over every batch: a dropped or untaken prompt's draws
         were not useful.
@@ -129,6 +134,7 @@ class BatchFiller:
             "dapo/dropped_share": len(self.dropped) / seen,
             "dapo/extra_batches": float(self.batches - 1),
             "dapo/filled_share": min(len(self.informative), self.num_prompts) / self.num_prompts,
+            "dapo/passed_over": float(self.passed_over),
         }
         if self.taken:
             constant = [self.kept_constant[batch][prompt] for batch, prompt in self.taken]
@@ -234,8 +240,16 @@ def fill_update(
     filler = BatchFiller(len(first.prompts))
     filler.add(first)
     in_step = set(first_keys)
+
+    def judged(key: Hashable) -> bool:
+        # Counted here, once per update: the sampler's own per-batch count (`gate/passed_over`) reaches TRL's log as a
+        # mean over the step's batches and misses a walk that found no row to draw.
+        passes = passes_over is not None and passes_over(key)
+        filler.passed_over += passes
+        return passes
+
     while not filler.is_full and filler.batches <= max_refills:
-        rows = walk.next_prompts(filler.num_prompts, exclude=in_step, passes_over=passes_over)
+        rows = walk.next_prompts(filler.num_prompts, exclude=in_step, passes_over=judged)
         if not rows:
             break  # every prompt of the dataset is already in this step
         filler.add(sample(rows))
