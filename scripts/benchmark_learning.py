@@ -1362,8 +1362,11 @@ def tournament_table(summary: dict[str, Any]) -> str:
         (row["label"], row["gate_passed_over"]) for row in summary["methods"].values() if "gate_passed_over" in row
     ]
     if gates:
-        lines += ["", "Prompts the gated refill passed over (`ada/gate/passed_over`), per run:", ""]
-        lines += [f"- {label}: {gate['per_run']:,.1f} (mean of {gate['runs']} runs)" for label, gate in gates]
+        lines += ["", "Rows the refill walk stepped past as predicted unmixed (`ada/dapo/passed_over`), per run:", ""]
+        lines += [
+            f"- {label}: {gate['per_run']:,.1f} (mean of {gate['runs']} run{'s' * (gate['runs'] > 1)} that record it)"
+            for label, gate in gates
+        ]
     return "\n".join(lines) + "\n"
 
 

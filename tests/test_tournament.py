@@ -126,6 +126,12 @@ def test_a_rule_that_draws_what_dapo_draws_is_named_identical_and_a_flat_dapo_se
     table = bench.tournament_table(summary)
     assert "| TWIN (= dapo run for run: same draws and held-out, seeds 0, 1) | 2 |" in table
     assert "| NEAR | 2 |" in table
+    assert "stepped past" not in table  # no run recorded the gate's count
+    # The gate's count, a mean over the runs that record it (those written before it was kept lack it).
+    twin[0]["gate_passed_over"], twin[1]["gate_passed_over"] = 10.0, 25.0
+    near[0]["gate_passed_over"] = 7.0
+    gated = bench.tournament_table(bench.tournament_summary(dapo + twin + near, budget=100))
+    assert "- TWIN: 17.5 (mean of 2 runs that record it)" in gated and "- NEAR: 7.0 (mean of 1 run that" in gated
 
     # A reference that ended at its start (0.1) sets no target: the reading is left out, not printed as 0.00x.
     flat = [run(bench, "dapo", seed, 0.1, 10.0, (100, 30, 50)) for seed in range(2)]
