@@ -1286,7 +1286,7 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
                 ),
             }
             # A rule can draw exactly what the reference draws (dapo_gated where no prompt it would pass over comes
-            # back: the code task's seeds 0-1): same draws and held-out at every evaluation, seed for seed. Said, not
+            # back: the code task's 5 seeds): same draws and held-out at every evaluation, seed for seed. Said, not
             # hidden in a difference of 0.000.
             paired = [(run, ref_by_seed[run["seed"]]) for run in runs if run["seed"] in ref_by_seed]
             row["identical_to_reference"] = bool(paired) and all(same_run(run, ref) for run, ref in paired)

@@ -10,8 +10,8 @@
 #
 # code: the CPU code task (benchmarks/code_learning.py, sandboxed reward) at the published code table's settings (60
 # steps of 8 prompts, lr 2e-4, held-out 300 x 2), stopped at 4,683 completions (DAPO's mean total there), one run at a
-# time (JOBS is ignored: the sandboxes take the other core), 7-10.5 minutes a run measured (413-627 s, mostly
-# beside the stream's runs), about 4 h for 5 seeds; the gated refill with its default prior only. Report:
+# time (JOBS is ignored: the sandboxes take the other core), 6-10.5 minutes a run measured (364-627 s, mostly
+# beside other runs), about 4 h for 5 seeds; the gated refill with its default prior only. Report:
 # benchmarks/results/code-tournament/tournament.md.
 #
 # Neither the stream nor the code task is free of repeats: both draw their problems with replacement (the stream's
