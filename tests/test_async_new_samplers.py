@@ -202,6 +202,27 @@ def test_dapo_gated_draws_a_prompt_its_gate_rejects_once_per_epoch_in_the_async_
     assert passed and passed <= loop._dropped and loop._gate.passed_over_total == len(passed)
 
 
+def test_the_async_log_window_holds_every_row_the_gated_stream_passed_over(tmp_path, tokenizer):
+    # The sampler counts per batch; a gauge of that count is averaged over TRL's log window, not summed.
+    import warnings
+
+    with warnings.catch_warnings():  # TRL warns on any import from trl.experimental
+        warnings.simplefilter("ignore")
+        from trl.experimental.async_grpo.async_grpo_trainer import _reduce_metric
+
+    loop = gated_loop(tmp_path, tokenizer)
+    pushed, push = [], loop._push_metrics
+    loop._push_metrics = lambda values: (pushed.append(dict(values)), push(values))[1]
+    stream = Stream(loop, right_unless_hopeless)
+    stream.run(rows=QUESTIONS * 12)
+    assert not loop._batches  # every batch the stream opened has finished and reported
+    passed = [row for row, drawn, _ in stream.rows_met if not drawn]
+    window = [values["ada/gate/passed_over_total"] for values in pushed if "ada/gate/passed_over_total" in values]
+    assert sum(count > 0 for count in window) >= 2  # rows passed over in several batches: a mean is not the count
+    assert _reduce_metric("ada/gate/passed_over_total", window) == len(passed) > 0
+    assert not any("ada/gate/passed_over" in values for values in pushed)
+
+
 def test_dapo_gateds_state_travels_with_the_workers_state_and_gates_the_resumed_stream(tmp_path, tokenizer):
     loop = gated_loop(tmp_path, tokenizer)
     Stream(loop, right_unless_hopeless).run(rows=QUESTIONS * 6)

@@ -191,6 +191,7 @@ class StreamGate:
         """Rows passed over since the last one drawn (a whole walk of them opens a new epoch)."""
         self.passed_over_total = 0
         """Rows passed over since the worker started."""
+        self._passed_over_reported = 0
 
     def passes_over(self, key: Hashable) -> bool:
         """Whether the stream passes over this row of prompt `key` (it is then not drawn); else it is drawn."""
@@ -207,6 +208,12 @@ class StreamGate:
         if self.passed_in_a_row >= self.dataset_size:
             self._next_epoch()
         return True
+
+    def take_passed_over(self) -> int:
+        """The rows passed over since the last call (the first: since the worker started)."""
+        count = self.passed_over_total - self._passed_over_reported
+        self._passed_over_reported = self.passed_over_total
+        return count
 
     def count_kept(self, prompts: int) -> None:
         """`prompts` more prompts were kept with a signal (a finished batch's)."""
@@ -503,7 +510,11 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self._gate is not None:
                 self._gate.count_kept(len(selection.prompts) - dropped)
-                # The rows it passed over are the sampler's `gate/passed_over` (its `refill_passes_over` counts them).
+                # The rows the stream passed over since the last batch, counted by the stream (a plug-in gate's sampler
+                # need not count them): an increment, so a `total`, which TRL's log window sums. The sampler's own
+                # per-batch `gate/passed_over` would be averaged over the window's batches, as a gauge: left out.
+                metrics.pop("gate/passed_over", None)
+                metrics["gate/passed_over_total"] = float(self._gate.take_passed_over())
                 metrics["gate/stream_epoch"] = float(self._gate.epoch)
             if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:
                 # The trained groups are the pools (their rewards are the baseline's: baseline="pool").

@@ -186,6 +186,7 @@ LOG_WINDOW_REDUCTIONS: dict[str, str] = {
     "dapo/prompts_dropped_total": "sum",
     "dapo/groups_dropped_total": "sum",
     "dapo/groups_total": "sum",
+    "gate/passed_over_total": "sum",
     "sample/dropped_stale_total": "sum",
 }
 """
