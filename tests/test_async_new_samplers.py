@@ -203,7 +203,7 @@ def test_dapo_gated_draws_a_prompt_its_gate_rejects_once_per_epoch_in_the_async_
 
 
 def test_the_async_log_window_holds_every_row_the_gated_stream_passed_over(tmp_path, tokenizer):
-    # The sampler counts per batch; a gauge of that count is averaged over TRL's log window, not summed.
+    # A per-batch count under a plain name is averaged over TRL's log window, not summed.
     import warnings
 
     with warnings.catch_warnings():  # TRL warns on any import from trl.experimental

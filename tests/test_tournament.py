@@ -174,7 +174,7 @@ def test_a_run_records_the_prompts_the_gated_refill_passed_over(bench, tmp_path,
     trainer.train()
     entries = [e for e in trainer.state.log_history if "step_time" in e]
     assert sum(verdicts) > 0
-    # Every verdict, also those of a walk that found nothing to draw (the sampler's per-batch `gate/passed_over` is
-    # averaged over the step's batches by TRL and misses those).
+    # Every verdict, also those of a walk that found nothing to draw (a per-batch count is averaged over the step's
+    # batches by TRL and misses those).
     assert bench.gate_passes(entries) == sum(verdicts)
     assert bench.gate_passes([{"ada/pass_rate/mean": 0.5, "step_time": 1.0}]) is None  # no refill: nothing to count

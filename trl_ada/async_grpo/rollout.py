@@ -510,10 +510,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self._gate is not None:
                 self._gate.count_kept(len(selection.prompts) - dropped)
-                # The rows the stream passed over since the last batch, counted by the stream (a plug-in gate's sampler
-                # need not count them): an increment, so a `total`, which TRL's log window sums. The sampler's own
-                # per-batch `gate/passed_over` would be averaged over the window's batches, as a gauge: left out.
-                metrics.pop("gate/passed_over", None)
+                # The rows the stream passed over since the last batch: an increment, so a `total`, which TRL's log
+                # window sums (a per-batch count under a plain name would be averaged over the window's batches).
                 metrics["gate/passed_over_total"] = float(self._gate.take_passed_over())
                 metrics["gate/stream_epoch"] = float(self._gate.epoch)
             if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:

@@ -242,8 +242,8 @@ def fill_update(
     in_step = set(first_keys)
 
     def judged(key: Hashable) -> bool:
-        # Counted here, once per update: the sampler's own per-batch count (`gate/passed_over`) reaches TRL's log as a
-        # mean over the step's batches and misses a walk that found no row to draw.
+        # Counted here, once per update: TRL's log averages a per-batch count over the step's batches, and a walk
+        # that found no row to draw belongs to no batch.
         passes = passes_over is not None and passes_over(key)
         filler.passed_over += passes
         return passes

@@ -139,7 +139,6 @@ class GatedRefillSampler(DapoSampler):
         # Counts only: the prior is applied at query time, from the measured mean pass rate.
         self.history = DrawHistory(settings.pass_rate_decay)
         self.mixed_share = math.nan
-        self.passed_over = 0
         self._fitted: tuple[float, float] | None = None  # `prior="fitted"`: refitted after every batch
 
     @property
@@ -183,9 +182,9 @@ class GatedRefillSampler(DapoSampler):
         chance = self.predicted_mixed_chance(key)
         if chance is None or math.isnan(self.mixed_share):
             return False
-        passes = chance < self.options.min_mixed_chance_ratio * self.mixed_share
-        self.passed_over += passes
-        return passes
+        # Counted by the walk that asks (DAPO's refill, the asynchronous stream), which logs it once per update or
+        # log window; a count here would reach the log per batch, averaged.
+        return chance < self.options.min_mixed_chance_ratio * self.mixed_share
 
     def begin(self, num_prompts: int, prompt_keys: Any = None) -> SamplingStep:
         if prompt_keys is None or len(prompt_keys) != num_prompts:
@@ -208,11 +207,9 @@ class GatedRefillSampler(DapoSampler):
         selection.metrics.update(
             {
                 "gate/mixed_share": self.mixed_share,
-                "gate/passed_over": float(self.passed_over),
                 "gate/remembered_prompts": float(len(self.history.counts)),
             }
         )
-        self.passed_over = 0
 
     def state_dict(self) -> dict[str, Any]:
         return {
