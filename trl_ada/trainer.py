@@ -21,8 +21,10 @@ from trl import GRPOConfig, GRPOTrainer
 
 from .checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state, resolve_resume_checkpoint
 from .config import AdaGRPOConfig
+from .cpu_threads import apply_cpu_thread_default
 from .data import check_prompt_column
 from .generation.weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
+from .model_path import check_model_name
 from .predictor_hub import resolve_pass_rate_predictor
 from .reporting.card import describe_rollouts, write_trainer_card
 from .rewards.registry import resolve_reward_funcs
@@ -150,6 +152,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             raise TypeError(
                 f"AdaGRPOTrainer takes GRPOTrainer's arguments plus pass_rate_estimator=: {error}"
             ) from None
+        if isinstance(model, str):
+            check_model_name(model)  # before anything loads it: a missing directory fails in one line
         train_dataset = named.get("train_dataset")
         environment_factory = named.get("environment_factory")
         # GRPOTrainer lets an environment own the data (no train_dataset; reset() returns the prompt). Only plain GRPO
@@ -182,6 +186,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         reward_funcs = resolve_reward_funcs(reward_funcs)
         self.ada_sampler = build_sampler(settings, pass_rate_estimator, resolve_pass_rate_predictor(settings))
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        apply_cpu_thread_default(self.model, self.accelerator.device)
         if args.generation_schedule == "continuous" and is_vlm(self):
             raise ValueError(
                 "generation_schedule='continuous' sends token ids only; a vision-language model's prompts carry "

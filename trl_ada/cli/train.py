@@ -71,6 +71,7 @@ from trl import (
 
 from ..checkpoints import latest_complete_checkpoint
 from ..config import AdaGRPOConfig
+from ..model_path import model_name_error
 from ..reporting.plots import logged_series, training_entries
 from ..trainer import AdaGRPOTrainer
 
@@ -235,6 +236,11 @@ class TrainParser(TrlParser):
         # HfArgumentParser adds every field of one dataclass to one container; the script's AdaGRPOConfig spans
         # three groups, so each field goes to its own.
         super()._parse_dataclass_field(self.help_group(help_group_of(field.name)), field)
+        negation = self._option_string_actions.get(f"--no_{field.name}")
+        if negation is not None:
+            # HfArgumentParser gives `--no_X` the help of `--X` and the default False, which reads as X's own default.
+            negation.help = f"Same as --{field.name} false."
+            negation.default = argparse.SUPPRESS  # `--X` (added first) sets the default
 
     def help_group(self, key: str) -> argparse._ArgumentGroup:
         """The argument group `key` of [`HELP_GROUPS`]; all of them are made on first use, in their order."""
@@ -507,11 +513,7 @@ def load_model_and_data(
         from ..tiny import load_tiny_arith_model
 
         reward_funcs = resolve_reward_funcs(script_args, "exact_match")
-        if not torch.cuda.is_available():
-            # A 0.6M-parameter model gains nothing from more threads, and extra threads slow it badly when the cores
-            # are shared.
-            torch.set_num_threads(1)
-
+        # The thread count on CPU is the trainer's default (`trl_ada.cpu_threads`).
         model, tokenizer = load_tiny_arith_model()
         train = make_dataset(script_args.arithmetic_train_size, seed=training_args.seed)
         # What the model card says the data was (it names no dataset here).
@@ -870,6 +872,21 @@ def silence_unactionable_warnings(argv: Sequence[str]) -> None:
         warnings.filterwarnings("ignore", message=_ARGUMENT_DEPRECATION, category=FutureWarning)
 
 
+def model_name_in_argv(argv: Sequence[str]) -> str | None:
+    """The `--model_name_or_path` that `argv` gives (its last one, as argparse takes it), else the `--config` file's,
+    else `None`; read before the full parse, whose checks of the other settings must not hide a missing model."""
+    reader = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    reader.add_argument("--model_name_or_path", "--model-name-or-path")
+    try:
+        known, _ = reader.parse_known_args(argv)
+    except argparse.ArgumentError:  # no value after the flag: the full parse says so
+        return None
+    if known.model_name_or_path is not None:
+        return known.model_name_or_path
+    value = config_file_values(argv).get("model_name_or_path")
+    return str(value) if value is not None else None
+
+
 def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Parse `argv` (default: `sys.argv[1:]`) and train: `trl-ada train`, `python -m trl_ada.train` and the script.
 
@@ -889,6 +906,10 @@ def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             argv = with_config_resolved(argv)
         except ValueError as error:  # a mistyped recipe name: say which exist, no traceback
             return fail(error)
+        model_name = None if asks_for_help(argv) else model_name_in_argv(argv)
+        if model_name is not None and (error_line := model_name_error(model_name, "--model_name_or_path")):
+            print(f"{prog}: error: {error_line}", file=sys.stderr)
+            return 2
         silence_unactionable_warnings(argv)
         parser = make_parser(argv)
         parser.prog = prog
