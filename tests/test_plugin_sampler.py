@@ -1,11 +1,12 @@
 """
-A sampler defined outside the package (`examples/knapsack_sampler.py`, the README's "Write your own sampler") is
+A sampler defined outside the package (`examples/knapsack_sampler.py`, docs/custom-sampler.md) is
 selectable by name in AdaGRPOConfig, trains, resumes its state, runs in `trl-ada simulate` (by name, and by import path
 in a fresh process) and appears on the model card, with no file of trl_ada touched.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,6 +119,11 @@ def test_simulate_runs_the_plug_in_by_name_and_by_import_path(capsys):
         text=True,
     )
     assert completed.returncode == 2 and "sampler='greedy_mixed_chance' is not supported" in completed.stderr
+    # ... and its error says how a fresh process finds it, and where the docs are (a page that exists)
+    assert "pass its import path 'module:Class'" in completed.stderr
+    (page,) = re.findall(r"See (docs/[\w-]+\.md) \('([^']+)'\)", completed.stderr)
+    assert (EXAMPLES.parent / page[0]).read_text().startswith(f"# {page[1]}\n")
+    assert "README" not in completed.stderr
 
 
 def test_the_readme_shows_the_example_file_verbatim():

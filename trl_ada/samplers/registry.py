@@ -90,6 +90,9 @@ def _where(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+CUSTOM_SAMPLER_DOCS = "docs/custom-sampler.md ('Write your own sampler')"
+"""Where the error for an unknown sampler sends the user."""
+
 ENTRY_POINT_GROUP = "trl_ada.samplers"
 """Installed packages can ship samplers: an entry point in this group names a module (or class) to import."""
 
@@ -109,8 +112,10 @@ def sampler_class(name: str) -> type[Sampler]:
         return SAMPLERS[name] if name in SAMPLERS else _IMPORTED[name]
     except (KeyError, TypeError):
         raise ValueError(
-            f"sampler={name!r} is not supported. Choose one of {sampler_names()}, or register your own with "
-            "@trl_ada.samplers.register_sampler (see the README's 'Write your own sampler')."
+            f"sampler={name!r} is not supported. Choose one of {sampler_names()}. A sampler of your own "
+            "(@trl_ada.samplers.register_sampler) is known only in a process that imported its module: import it "
+            "before building the config, or pass its import path 'module:Class' (e.g. 'my_samplers:MySampler'), "
+            f"which imports it in any process (the command line, a worker). See {CUSTOM_SAMPLER_DOCS}."
         ) from None
 
 
