@@ -15,7 +15,10 @@ INSTALL_REQUIRES = [
     "datasets>=4.7.0",
     "huggingface_hub>=1.3.0",
     "tokenizers>=0.22.0",  # trl_ada.tiny builds its character tokenizer with it
-    "math-verify[antlr4-13-2]>=0.6.0",  # the first release with that extra
+    "math-verify>=0.6.0",  # the first release with the `antlr4-13-2` extra, whose one requirement is the next line
+    # math-verify's extra asks latex2sympy2_extended for `antlr4_13_2`, which pip does not match to the extra that
+    # package declares (`antlr4-13-2`) and warns about at every install; the runtime it pins, named directly, does not.
+    "antlr4-python3-runtime==4.13.2",
     "matplotlib>=3.8.4",  # the first release that imports under numpy 2
     "jinja2>=3.1",
     "tqdm>=4.66",

@@ -395,3 +395,33 @@ def test_gpu_constraints_are_the_main_stack_within_setup_pys_ranges_and_trls_ext
                     names.add(canonical(requirement.name))
                     assert requirement.specifier.contains(gpu[canonical(requirement.name)]), (extra, str(requirement))
         assert extra in names, (extra, names)  # the extra's own package is pinned
+
+
+def test_every_extra_the_install_asks_for_is_declared_under_that_name(monkeypatch):
+    # pip matches an extra by the name a requirement writes and warns at install when the package declares it under
+    # another spelling (math-verify's `antlr4-13-2` extra asks latex2sympy2_extended for `antlr4_13_2`, declared as
+    # `antlr4-13-2`). Walk what installing trl-ada requests, through the installed distributions' metadata.
+    import importlib.metadata
+
+    pending = [Requirement(r) for r in setup_py_arguments(monkeypatch)["install_requires"]]
+    seen: set[tuple[str, frozenset[str]]] = set()
+    undeclared = []
+    while pending:
+        requirement = pending.pop()
+        key = (canonical(requirement.name), frozenset(requirement.extras))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            distribution = importlib.metadata.distribution(requirement.name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        declared = set(distribution.metadata.get_all("Provides-Extra") or [])
+        undeclared += [f"{requirement.name}[{extra}]" for extra in requirement.extras if extra not in declared]
+        for text in distribution.requires or []:
+            dependency = Requirement(text)
+            active = [{"extra": extra} for extra in requirement.extras] or [{"extra": ""}]
+            if dependency.marker is None or any(dependency.marker.evaluate(env) for env in active):
+                pending.append(dependency)
+    assert not undeclared, undeclared
+    assert ("trl", frozenset()) in seen  # the walk reached the dependencies
