@@ -123,7 +123,11 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
     est_prior_beta: float | None = knob(None, "Deprecated name of `pass_rate_prior_beta` (see `est_decay`).")
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        with warnings.catch_warnings():
+            if self.gradient_checkpointing is True and getattr(self, "activation_checkpointing", None) is None:
+                # TRL's default, under the name transformers deprecates: nothing for the user to rename.
+                warnings.filterwarnings("ignore", "`gradient_checkpointing` is deprecated", FutureWarning)
+            super().__post_init__()
         self._validate_adaptive_sampling()
 
     @classmethod

@@ -96,6 +96,7 @@ __all__ = [
     "filter_rows_without_tests",
     "check_args",
     "deduplicate",
+    "default_report_path",
     "difficulty_filter",
     "filter_long_prompts",
     "filter_verifiable_references",
@@ -109,6 +110,15 @@ __all__ = [
     "select_band_mix",
     "write_dataset",
 ]
+
+
+REPORT_PATH_EXAMPLE = Path("data/train.parquet")
+"""The --output path `--report`'s help shows its default for."""
+
+
+def default_report_path(output: Path) -> Path:
+    """Where the report goes without `--report`: beside `output`, with `.report.json` for its suffix."""
+    return output.with_name(output.stem + ".report.json")
 
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
@@ -147,7 +157,13 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     data.add_argument(
         "--output", required=True, type=Path, help="Output file: .parquet, .jsonl or .json (JSON lines)."
     )
-    data.add_argument("--report", type=Path, default=None, help="JSON report path (default: <output>.report.json).")
+    data.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        help="JSON report path (default: the --output path with .report.json for its suffix, e.g. "
+        f"{default_report_path(REPORT_PATH_EXAMPLE)} for {REPORT_PATH_EXAMPLE}).",
+    )
 
     prompts = parser.add_argument_group("prompt format")
     prompts.add_argument(
@@ -236,8 +252,10 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--band_ends",
         choices=["(]", "[]", "[)", "()"],
         default="(]",
-        help="Which ends of --pass_rate_band are included: '(]' (default, the paper's (0, 0.375]) excludes LOW and "
-        "includes HIGH.",
+        # A metavar without brackets: argparse's usage line deletes the choices' empty bracket pairs ("{,,,}").
+        metavar="ENDS",
+        help="Which ends of --pass_rate_band are included: one of '(]', '[]', '[)', '()'. '(]' (default, the paper's "
+        "(0, 0.375]) excludes LOW and includes HIGH.",
     )
     difficulty.add_argument("--model_name_or_path", default=None, help="Base model to sample from (dir or hub id).")
     difficulty.add_argument("--num_samples", type=int, default=16, help="Completions per prompt (k).")
@@ -910,7 +928,7 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
     counts["output"] = len(dataset)
 
     write_dataset(dataset, args.output)
-    report_path = args.report or args.output.with_name(args.output.stem + ".report.json")
+    report_path = args.report or default_report_path(args.output)
     report = {
         "dataset": args.dataset_name,
         "dataset_config": args.dataset_config,
