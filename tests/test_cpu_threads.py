@@ -34,6 +34,7 @@ def torch_default_threads(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     torch.set_num_threads(2)
     monkeypatch.setattr(cpu_threads, "THREADS_AT_IMPORT", 2)
+    monkeypatch.setattr(cpu_threads, "_applied", None)
     monkeypatch.setattr(torch, "get_num_interop_threads", lambda: 2)
     yield
     torch.set_num_threads(before)
@@ -55,6 +56,18 @@ def test_a_small_model_trains_on_one_cpu_thread_by_default(
     assert not cpu_threads.user_set_threads()
     make_trainer(tmp_path, tokenizer, arithmetic_dataset)
     assert torch.get_num_threads() == 1
+
+
+def test_a_later_larger_model_gets_torchs_count_back(monkeypatch, torch_default_threads):
+    # The count set for a small model is trl-ada's, not the user's: a large model trained next in the process gets
+    # torch's count (capped at the CPUs this process may use).
+    monkeypatch.setattr("trl_ada.rewards.code.available_cpus", lambda: 8)
+    cpu = torch.device("cpu")
+    assert cpu_threads.apply_cpu_thread_default(torch.nn.Linear(10, 10), cpu) == 1
+    assert torch.get_num_threads() == 1 and not cpu_threads.user_set_threads()
+    large = torch.nn.Linear(1, SMALL_MODEL_PARAMETERS, bias=False, device="meta")
+    assert cpu_threads.apply_cpu_thread_default(large, cpu) == 2
+    assert torch.get_num_threads() == 2
 
 
 @pytest.mark.parametrize("how", ["OMP_NUM_THREADS", "MKL_NUM_THREADS", "torch.set_num_threads"])

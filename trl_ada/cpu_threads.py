@@ -25,6 +25,9 @@ THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 THREADS_AT_IMPORT = torch.get_num_threads()
 """torch's thread count when trl-ada first imported this module: a later `torch.set_num_threads` call changes it."""
 
+_applied: int | None = None
+"""The count [`apply_cpu_thread_default`] last set: still in place, it is trl-ada's choice, not the user's."""
+
 
 def user_set_threads() -> bool:
     """Whether the user chose torch's thread count: through [`THREAD_ENV_VARS`], or with `torch.set_num_threads`.
@@ -36,6 +39,8 @@ def user_set_threads() -> bool:
     if any(os.environ.get(name, "").strip() for name in THREAD_ENV_VARS):
         return True
     current = torch.get_num_threads()
+    if _applied is not None and current == _applied:
+        return False
     return current != THREADS_AT_IMPORT or current != torch.get_num_interop_threads()
 
 
@@ -50,18 +55,21 @@ def cpu_training_threads(num_parameters: int, current: int, available: int) -> i
 def apply_cpu_thread_default(model: torch.nn.Module, device: torch.device) -> int | None:
     """Set torch's thread count for training `model` on `device` by [`cpu_training_threads`], when the device is the
     CPU and the user chose no count ([`user_set_threads`]). Returns the count set, or `None` when it is left alone."""
+    global _applied
     if device.type != "cpu" or user_set_threads():
         return None
     from .rewards.code import available_cpus
 
-    current = torch.get_num_threads()
-    threads = cpu_training_threads(sum(p.numel() for p in model.parameters()), current, available_cpus())
-    if threads != current:
+    # Not the user's: either torch's own count, or one this function set for an earlier trainer's model.
+    threads = cpu_training_threads(sum(p.numel() for p in model.parameters()), THREADS_AT_IMPORT, available_cpus())
+    if threads != torch.get_num_threads():
         torch.set_num_threads(threads)
+    if threads != THREADS_AT_IMPORT:
         logger.info(
-            "Training on CPU with %d torch thread(s) instead of %d (a small model, or fewer CPUs available). Set "
-            "OMP_NUM_THREADS or call torch.set_num_threads to choose the count yourself.",
+            "Training on CPU with %d torch thread(s) instead of torch's %d (a small model, or fewer CPUs available). "
+            "Set OMP_NUM_THREADS or call torch.set_num_threads to choose the count yourself.",
             threads,
-            current,
+            THREADS_AT_IMPORT,
         )
+    _applied = threads
     return threads
