@@ -1,5 +1,5 @@
 """
-The CPU thread default of `trl_ada.cpu_threads`, as ratios against torch's own count measured in the same run.
+The CPU thread default of `trl_ada.runtime.cpu_threads`, as ratios against torch's own count measured in the same run.
 
 1. Quick start: the README's Python quick start, as written except for its step count and output directory, run in
    a fresh process with the package's default (no thread setting) and with torch's own count (`OMP_NUM_THREADS` set

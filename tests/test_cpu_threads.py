@@ -11,8 +11,9 @@ import pytest
 import torch
 from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
 
-from trl_ada import AdaGRPOConfig, AdaGRPOTrainer, cpu_threads
-from trl_ada.cpu_threads import SMALL_MODEL_PARAMETERS, THREAD_ENV_VARS, cpu_training_threads
+from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+from trl_ada.runtime import cpu_threads
+from trl_ada.runtime.cpu_threads import SMALL_MODEL_PARAMETERS, THREAD_ENV_VARS, cpu_training_threads
 from trl_ada.tiny import build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 from conftest import starts_low_digit, tiny_args
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.model_path import model_name_error
+from trl_ada.runtime.model_path import model_name_error
 
 MISSING = ["no/such/dir", "./no-such-dir", "/no/such/dir", "~/models/x"]
 

@@ -21,13 +21,13 @@ from trl import GRPOConfig, GRPOTrainer
 
 from .checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state, resolve_resume_checkpoint
 from .config import AdaGRPOConfig
-from .cpu_threads import apply_cpu_thread_default
 from .data import check_prompt_column
 from .generation.weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
-from .model_path import check_model_name
 from .predictor_hub import resolve_pass_rate_predictor
 from .reporting.card import describe_rollouts, write_trainer_card
 from .rewards.registry import resolve_reward_funcs
+from .runtime.cpu_threads import apply_cpu_thread_default
+from .runtime.model_path import check_model_name
 from .samplers import PassRateEstimator, Selection, build_sampler
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR

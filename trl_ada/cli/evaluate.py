@@ -297,7 +297,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Command-line entry point: `trl-ada evaluate` and `scripts/evaluate.py`."""
     args = build_parser(prog).parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from trl_ada.model_path import check_model_name
+    from trl_ada.runtime.model_path import check_model_name
 
     try:
         check_model_name(args.model_name_or_path, "--model_name_or_path")  # before any dataset or model loads

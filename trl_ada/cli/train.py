@@ -71,8 +71,8 @@ from trl import (
 
 from ..checkpoints import latest_complete_checkpoint
 from ..config import AdaGRPOConfig
-from ..model_path import model_name_error
 from ..reporting.plots import logged_series, training_entries
+from ..runtime.model_path import model_name_error
 from ..trainer import AdaGRPOTrainer
 
 logger = logging.getLogger("train_ada")
@@ -513,7 +513,7 @@ def load_model_and_data(
         from ..tiny import load_tiny_arith_model
 
         reward_funcs = resolve_reward_funcs(script_args, "exact_match")
-        # The thread count on CPU is the trainer's default (`trl_ada.cpu_threads`).
+        # The thread count on CPU is the trainer's default (`trl_ada.runtime.cpu_threads`).
         model, tokenizer = load_tiny_arith_model()
         train = make_dataset(script_args.arithmetic_train_size, seed=training_args.seed)
         # What the model card says the data was (it names no dataset here).

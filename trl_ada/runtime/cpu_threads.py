@@ -58,7 +58,7 @@ def apply_cpu_thread_default(model: torch.nn.Module, device: torch.device) -> in
     global _applied
     if device.type != "cpu" or user_set_threads():
         return None
-    from .rewards.code import available_cpus
+    from ..rewards.code import available_cpus
 
     # Not the user's: either torch's own count, or one this function set for an earlier trainer's model.
     threads = cpu_training_threads(sum(p.numel() for p in model.parameters()), THREADS_AT_IMPORT, available_cpus())
