@@ -136,6 +136,11 @@ def test_missing_bubblewrap_names_the_install_command(monkeypatch):
 def test_refuses_to_run_programs_as_root():
     with pytest.raises(ValueError, match="unprivileged uid"):
         Sandbox(FAST, run_as_uid=0)
+    with pytest.raises(ValueError, match="unprivileged uid"):
+        Sandbox(FAST, run_as_uid=range(0, 8))
+    for bad in (range(5, 5), -1, "65534", range(10, 20, 2)):
+        with pytest.raises(ValueError, match="run_as_uid"):
+            Sandbox(FAST, run_as_uid=bad)
 
 
 @needs_bwrap
@@ -421,6 +426,94 @@ print("ptrace init", libc.ptrace(PTRACE_ATTACH, 1, None, None), ctypes.get_errno
     assert "INIT CapPrm 0000000000000000" in result.stdout  # ptrace into the init gains no capability
     assert "BECAME ROOT" not in result.stdout
     assert elapsed < limits.wall_time_s + SLACK and not left
+
+
+@needs_bwrap
+def test_proc_tells_the_program_nothing_of_the_trainer(box):
+    """``/proc/self/cgroup`` names the run's memory cgroup without the trainer's PID or a run counter, and the
+    sandbox's init (bubblewrap) has none of the host's paths or descriptors on its command line."""
+    program = (
+        "print(open('/proc/self/cgroup').read())\nprint('INIT', open('/proc/1/cmdline', 'rb').read().split(b'\\0'))"
+    )
+    first, second = box.run(program=program), box.run(program=program)
+    assert first.status == second.status == "ok", first.stderr
+    cgroup_lines = first.stdout.split("INIT")[0]
+    assert str(os.getpid()) not in cgroup_lines, cgroup_lines
+    names = [line.rsplit("/", 1)[-1] for line in (first.stdout + second.stdout).splitlines() if "trl-ada" in line]
+    assert len(set(names)) == len(names), names  # one name a run, random: no counter to read the step from
+    init = eval(first.stdout.split("INIT ", 1)[1].splitlines()[0])
+    assert init[:2] == [box._bwrap.encode(), b"--args"] and init[3] == b"--", init
+    assert init[4:] == [arg.encode() for arg in box._limit_args()] + [arg.encode() for arg in box.python_argv()] + [
+        b""
+    ]
+
+
+@needs_bwrap
+def test_message_queues_inotify_and_file_locks_are_refused(box):
+    """Kernel objects that concurrent sandboxes could signal each other through: per-user budgets (POSIX message
+    queues, inotify instances) and locks on the read-only files every sandbox sees. Other fcntl commands work."""
+    numbers = sandbox_module._DENIED_SYSCALLS[sandbox_module.platform.machine()][1]
+    program = f"""
+import ctypes, fcntl, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, *args):
+    result = libc.syscall({numbers["mq_open"]} if name == "mq_open" else {numbers["inotify_init1"]}, *args)
+    return result if result >= 0 else -ctypes.get_errno()
+print("mq_open", call("mq_open", b"q", os.O_CREAT | os.O_RDWR, 0o600, None))
+print("inotify_init1", call("inotify_init1", 0))
+handle = open("/usr/bin/env", "rb")
+for name, lock in (("flock", lambda: fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                   ("lockf", lambda: fcntl.lockf(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+                   ("getlk", lambda: fcntl.fcntl(handle, fcntl.F_GETLK, bytes(32)))):
+    try:
+        lock()
+        print(name, "locked")
+    except OSError as error:
+        print(name, -error.errno)
+print("getfl", fcntl.fcntl(handle, fcntl.F_GETFL) >= 0)
+"""
+    result = box.run(program=program)
+    assert result.status == "ok", result.stderr
+    eperm = -1
+    for name in ("mq_open", "inotify_init1", "flock", "lockf", "getlk"):
+        assert f"{name} {eperm}\n" in result.stdout, (name, result.stdout)
+    assert "getfl True" in result.stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="each run gets a uid of its own only when the trainer is root")
+@needs_bwrap
+def test_concurrent_sandboxes_share_no_per_user_budget():
+    """A sender pushes its uid's pipe pages over the kernel's soft limit: a receiver running as the same uid would
+    get 8 KiB pipes instead of 64 KiB, a bit it could read. Each run holds a uid of its own, so it reads nothing."""
+    box = Sandbox(SandboxLimits(wall_time_s=8, cpu_time_s=5, max_open_files=512))
+    sender = """
+import fcntl, os, sys, time
+held = []
+for _ in range(100):
+    read, write = os.pipe()
+    try:
+        fcntl.fcntl(write, 1031, 1 << 20)  # F_SETPIPE_SZ: count 256 pages against this uid
+    except OSError:
+        break
+    held.append((read, write))
+held += [os.pipe() for _ in range(40)]
+read, write = os.pipe()
+print(fcntl.fcntl(write, 1032), flush=True)  # F_GETPIPE_SZ: over the soft limit, a new pipe is small
+os.write(int(os.environ["SANDBOX_CHANNEL_FD"]), b"ready")
+time.sleep(4)
+"""
+    receiver = "import fcntl, os\nread, write = os.pipe()\nprint(fcntl.fcntl(write, 1032))"
+    soft_limit_pages = int(Path("/proc/sys/fs/pipe-user-pages-soft").read_text())
+    if not 0 < soft_limit_pages <= 256 * 90:
+        pytest.skip(f"fs.pipe-user-pages-soft is {soft_limit_pages}: the sender cannot pass it here")
+    results = {}
+    thread = threading.Thread(target=lambda: results.setdefault("sender", box.run(program=sender, channel=True)))
+    thread.start()
+    time.sleep(2.0)  # the sender holds its pipes now (it sleeps 4 s after)
+    results["receiver"] = box.run(program=receiver)
+    thread.join(15)
+    assert int(results["sender"].stdout) < 65536, results["sender"]  # the sender's own uid is over the limit
+    assert results["receiver"].stdout.strip() == "65536", results["receiver"]
 
 
 @needs_bwrap
@@ -810,10 +903,11 @@ def test_the_sandboxs_total_memory_is_bounded_where_a_memory_cgroup_can_be_made(
     assert not [name for name in os.listdir(small.memory_cgroup) if name.startswith("trl-ada-sandbox-")]
 
 
-def _run_classic_bpf(program: bytes, arch: int, number: int) -> int:
+def _run_classic_bpf(program: bytes, arch: int, number: int, second_argument: int = 0) -> int:
     """What a seccomp classic-BPF program returns for a system call: the few instructions ``_seccomp_program`` uses."""
     instructions = [struct.unpack("=HBBI", program[i : i + 8]) for i in range(0, len(program), 8)]
-    data, accumulator, pc = {0: number, 4: arch}, 0, 0
+    low, high = (24, 28) if sys.byteorder == "little" else (28, 24)  # args[1]'s two words in seccomp_data
+    data, accumulator, pc = {0: number, 4: arch, low: second_argument, high: 0}, 0, 0
     while True:
         code, true_offset, false_offset, value = instructions[pc]
         if code == 0x20:  # load a word of seccomp_data
@@ -836,8 +930,13 @@ def test_the_seccomp_filter_refuses_exactly_its_calls_on_each_architecture(machi
     assert {name for name in numbers} >= {"shmget", "msgget", "semget", "memfd_create", "keyctl", "add_key"}
     for number in numbers.values():
         assert _run_classic_bpf(program, arch, number) == eperm
+    assert {"mq_open", "inotify_init1", "flock"} <= set(numbers)
     for number in set(range(460)) - set(numbers.values()):
         assert _run_classic_bpf(program, arch, number) == allow, number
+    fcntl_number = sandbox_module._FCNTL_SYSCALL[machine]
+    for command in range(1100):  # only the record-lock commands of fcntl are refused
+        expected = eperm if command in sandbox_module._DENIED_FCNTL_COMMANDS else allow
+        assert _run_classic_bpf(program, arch, fcntl_number, command) == expected, command
     assert _run_classic_bpf(program, 0x40000003, 0) == eperm  # another architecture's ABI (i386 on x86_64)
     if second_abi is not None:
         assert _run_classic_bpf(program, arch, second_abi + 1) == eperm  # x32

@@ -24,20 +24,27 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   host's own ports), IPC, UTS and cgroup namespaces; further user namespaces are disabled inside (``--disable-userns``)
   and the program runs in a new session (no ``TIOCSTI`` into the trainer's terminal). The program sees only its own
   processes in ``/proc``; the trainer's PIDs do not exist there, so it can neither signal nor ``ptrace`` nor read the
-  ``environ`` of any process outside.
+  ``environ`` of any process outside. bubblewrap, the sandbox's init, reads its options from a memfd (``--args``), so
+  ``/proc/1/cmdline`` holds only the command it runs; the run's memory cgroup has a random name, so
+  ``/proc/self/cgroup`` carries neither the trainer's PID nor a count of its runs.
 - **System calls refused** (a seccomp filter, EPERM; x86_64 and aarch64): System V shared memory, semaphores and
   message queues and ``memfd_create``, whose memory no process maps, so ``RLIMIT_AS`` would not count it; and the
   kernel keyring (``add_key``, ``request_key``, ``keyctl``), since every child inherits the trainer's session keyring
-  (a PAM login, ``keyctl session``) and could read, revoke or add to it. Calls of a second ABI (32-bit, x32) are
-  refused too. Other system calls are not filtered.
+  (a PAM login, ``keyctl session``) and could read, revoke or add to it; POSIX message queues (``mq_*``) and
+  ``inotify_init``, whose budgets the kernel keeps per user, and file locks (``flock`` and ``fcntl``'s record-lock
+  commands), which two sandboxes could take and test on the read-only files both see: each is a channel between
+  concurrent runs. Calls of a second ABI (32-bit, x32) are refused too. Other system calls are not filtered.
 - **A clean environment**: bubblewrap itself is started with an empty environment and ``--clearenv``, and the program
   gets only ``PATH``, ``HOME=/tmp``, ``LANG``, ``PYTHONDONTWRITEBYTECODE``, one-thread settings for BLAS/OpenMP
   (``OMP_NUM_THREADS=1``, ...) and, when a channel is asked for, ``SANDBOX_CHANNEL_FD``. ``HF_TOKEN`` and every
   other variable of the trainer are absent, also from ``/proc/1/environ``.
-- **An unprivileged user**: when the trainer runs as root, bubblewrap is started as ``run_as_uid`` (``nobody``,
-  65534, by default). This is what makes ``RLIMIT_NPROC`` bite: the kernel does not enforce it for uid 0. Inside the
-  sandbox's own user namespace the process count is per sandbox, so a fork bomb in one sandbox does not starve the
-  others.
+- **An unprivileged user of its own**: when the trainer runs as root, each run's bubblewrap is started as a host uid
+  that no other run on the machine holds at the time, from ``run_as_uid`` (``SANDBOX_UIDS``, 4,096 uids, by
+  default). This is what makes ``RLIMIT_NPROC`` bite: the kernel does not enforce it for uid 0. The kernel keeps some
+  budgets per user (pipe pages, descriptors in flight over unix sockets, message-queue bytes, inotify instances):
+  with one uid for all, a run holding them could signal a concurrent run, or shrink its pipes. A trainer that is not
+  root runs every sandbox as itself: those budgets are then shared (the filter still refuses message queues,
+  inotify and locks).
 - **Resource limits** (``SandboxLimits``), set with util-linux ``prlimit`` inside the sandbox: CPU seconds
   (``RLIMIT_CPU``), address space (``RLIMIT_AS``), file size (``RLIMIT_FSIZE``), processes and threads
   (``RLIMIT_NPROC``), open files, no core dumps; plus a wall-clock timeout and a cap on each output stream enforced by
@@ -65,16 +72,16 @@ and for measuring the sandbox's overhead, and it logs a warning when constructed
 from __future__ import annotations
 
 import errno
-import itertools
 import json
 import logging
 import math
 import os
 import platform
-import pwd
+import random
 import selectors
 import shutil
 import signal
+import socket
 import stat
 import struct
 import subprocess
@@ -95,6 +102,9 @@ SCRATCH_DIR = "/tmp"
 """Where the program runs inside the sandbox: its working directory, and the only writable place."""
 PROGRAM_FILE = "main.py"
 """The name ``Sandbox.run(program=...)`` writes the program under, in the working directory."""
+SANDBOX_UIDS = range(0x70000000, 0x70000000 + 4096)
+"""The host uids a root trainer's sandboxes run as by default, one per run at a time (see ``Sandbox``'s
+``run_as_uid``): uids no account or file of a usual machine has."""
 
 _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 # One thread per BLAS/OpenMP pool: under the process limit a pool sized to the machine's cores would fail to start.
@@ -104,7 +114,10 @@ _READ_CHUNK = 65536
 # System calls a sandboxed program gets EPERM for (a seccomp filter bubblewrap installs before exec'ing the program):
 # - System V IPC and memfds hold memory that no process maps, so RLIMIT_AS does not count it and (for SysV) it
 #   outlives the process that made it until the IPC namespace is freed;
-# - the kernel keyring calls would reach the trainer's session keyring, which every child inherits.
+# - the kernel keyring calls would reach the trainer's session keyring, which every child inherits;
+# - POSIX message queues and inotify instances are counted against per-user budgets that concurrent sandboxes would
+#   share (a covert channel), and file locks (``flock``, and the ``fcntl`` lock commands of ``_DENIED_FCNTL_COMMANDS``)
+#   on the read-only files every sandbox sees would let one sandbox signal another.
 # Numbers per architecture: (AUDIT_ARCH_* of seccomp_data.arch, {name: number}, first number of a second ABI that
 # shares the arch value (x86_64's x32), whose calls are all refused).
 _DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
@@ -113,7 +126,9 @@ _DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
         {
             "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
             "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "add_key": 248,
-            "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447,
+            "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447, "flock": 73,
+            "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+            "mq_getsetattr": 245, "inotify_init": 253, "inotify_init1": 294,
         },
         0x40000000,
     ),
@@ -123,10 +138,16 @@ _DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
             "msgget": 186, "msgctl": 187, "msgrcv": 188, "msgsnd": 189, "semget": 190, "semctl": 191,
             "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
             "add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
+            "flock": 32, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183,
+            "mq_notify": 184, "mq_getsetattr": 185, "inotify_init1": 26,
         },
         None,
     ),
 }  # fmt: skip
+# ``fcntl``'s number per architecture, and the commands of it that get EPERM: record locks, classic and open-file
+# description ones (F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW); its other commands work.
+_FCNTL_SYSCALL = {"x86_64": 72, "aarch64": 25}
+_DENIED_FCNTL_COMMANDS = (5, 6, 7, 36, 37, 38)
 
 
 @dataclass(frozen=True)
@@ -276,8 +297,11 @@ class Sandbox:
         python: Interpreter for ``run(program=...)``. Default: this process's interpreter when the sandbox user can
             read it, else ``/usr/bin/python3``. Its installation prefix is bound read-only when it is outside ``/usr``;
             a virtualenv's own site-packages are not (its base interpreter runs).
-        run_as_uid: When this process is root, the unprivileged uid (and gid) bubblewrap runs as; default ``nobody``.
-            Ignored when not root (the sandbox then runs as the current user, who is not exempt from process limits).
+        run_as_uid: When this process is root, the unprivileged uids (each also the gid) bubblewrap runs as: a
+            ``range``, from which each run takes a uid that no other run on the machine holds at the time (default
+            [`SANDBOX_UIDS`]), or one ``int`` for every run (then concurrent runs share the kernel's per-user budgets,
+            a covert channel between them). Ignored when not root (the sandbox then runs as the current user, who is
+            not exempt from process limits).
 
     Attributes:
         memory_cgroup: The cgroup v1 memory directory under which each run gets its own capped cgroup, found at
@@ -291,7 +315,7 @@ class Sandbox:
         *,
         isolation: Isolation = "bwrap",
         python: str | None = None,
-        run_as_uid: int | None = None,
+        run_as_uid: int | range | None = None,
     ) -> None:
         self.limits = limits if limits is not None else SandboxLimits()
         if not isinstance(self.limits, SandboxLimits):
@@ -301,12 +325,16 @@ class Sandbox:
         self.isolation: Isolation = isolation
         self._as_root = os.geteuid() == 0
         if run_as_uid is None:
-            try:
-                run_as_uid = pwd.getpwnam("nobody").pw_uid
-            except KeyError:
-                run_as_uid = 65534
-        self.run_as_uid = run_as_uid
-        if self._as_root and isolation == "bwrap" and run_as_uid == 0:
+            run_as_uid = SANDBOX_UIDS
+        if isinstance(run_as_uid, bool) or not isinstance(run_as_uid, (int, range)):
+            raise ValueError(f"run_as_uid must be a uid or a non-empty range of uids, got {run_as_uid!r}.")
+        uids = run_as_uid if isinstance(run_as_uid, range) else range(run_as_uid, run_as_uid + 1)
+        if not uids or uids.start < 0:
+            raise ValueError(f"run_as_uid must be a uid or a non-empty range of uids, got {run_as_uid!r}.")
+        if uids.stop > (1 << 32) - 1 or uids.step != 1:
+            raise ValueError(f"run_as_uid must hold consecutive uids below 2**32 - 1, got {run_as_uid!r}.")
+        self.run_as_uids = uids
+        if self._as_root and isolation == "bwrap" and 0 in uids:
             raise ValueError(
                 "run_as_uid=0 would run sandboxed programs as root, for whom the kernel ignores the process limit "
                 "(a fork bomb would not be bounded); pass an unprivileged uid such as 65534."
@@ -359,7 +387,7 @@ class Sandbox:
 
         if python is not None:
             if not usable(python):
-                who = f"uid {self.run_as_uid}" if self._drops_privileges() else "this user"
+                who = "the sandbox's uids" if self._drops_privileges() else "this user"
                 raise ValueError(
                     f"python={python!r} is not an executable interpreter that {who} can read; pass another "
                     "interpreter (e.g. /usr/bin/python3) or make its directories world-readable."
@@ -421,7 +449,6 @@ class Sandbox:
         cgroup: _MemoryCgroup | None = None,
     ) -> list[str]:
         args = [
-            self._bwrap,
             "--unshare-all",
             "--unshare-user",
             "--disable-userns",
@@ -458,7 +485,7 @@ class Sandbox:
             args += ["--seccomp", str(seccomp_fd)]
         if cgroup is not None:  # set up, the sandbox waits there until its init is in the memory cgroup
             args += ["--block-fd", str(cgroup.block_read)]
-        return args + ["--"]
+        return args
 
     # -----------------------------------------------------------------------------------------------------------------
     # Running
@@ -520,6 +547,7 @@ class Sandbox:
         file_fds: dict[str, int] = {}
         read_fd = write_fd = seccomp_fd = None
         cgroup: _MemoryCgroup | None = None
+        uid_lease: _UidLease | None = None
         status_read, status_write = os.pipe()
         open_fds = {status_read, status_write}
 
@@ -548,11 +576,25 @@ class Sandbox:
                     return SandboxResult("sandbox_error", None, detail=f"could not create a memory cgroup: {error}")
                 open_fds.add(cgroup.block_write)
                 write_ends.append(cgroup.block_read)
-            command = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd, cgroup) + self._limit_args()
-            pass_fds = [*file_fds.values(), *write_ends, *([seccomp_fd] if seccomp_fd is not None else [])]
+            # bubblewrap reads its options from a memfd, so the sandbox's init (bubblewrap, /proc/1/cmdline inside)
+            # shows none of the host's paths or descriptors; only the command it runs is on its command line.
+            options = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd, cgroup)
+            options_fd = memfd("sandbox-args", b"".join(option.encode() + b"\0" for option in options))
+            command = [self._bwrap, "--args", str(options_fd), "--", *self._limit_args()]
+            pass_fds = [
+                *file_fds.values(),
+                *write_ends,
+                options_fd,
+                *([seccomp_fd] if seccomp_fd is not None else []),
+            ]
             user = {}
             if self._drops_privileges():
-                user = {"user": self.run_as_uid, "group": self.run_as_uid, "extra_groups": []}
+                uid_lease = _UidLease.take(self.run_as_uids)
+                if uid_lease is None:
+                    return SandboxResult(
+                        "sandbox_error", None, detail=f"every uid of {self.run_as_uids} is held by a running sandbox"
+                    )
+                user = {"user": uid_lease.uid, "group": uid_lease.uid, "extra_groups": []}
             return self._communicate(
                 command + argv,
                 stdin,
@@ -571,6 +613,8 @@ class Sandbox:
                 os.close(fd)
             if cgroup is not None:
                 cgroup.remove()
+            if uid_lease is not None:
+                uid_lease.release()
 
     def _run_plain(
         self, argv: list[str], files: Mapping[str, str | bytes], stdin: bytes, channel: bool
@@ -884,7 +928,35 @@ class _BwrapStatus:
             self.pidfd = None
 
 
-_cgroup_numbers = itertools.count()
+class _UidLease:
+    """A host uid held by one run: the kernel keeps some budgets per user (POSIX message-queue bytes, inotify
+    instances, pipe pages, descriptors in flight over unix sockets), so two sandboxes running as one uid could signal
+    each other through them. The hold is a bound abstract unix socket named after the uid, which the kernel releases
+    when this process closes it or dies, so trainer processes on one machine (one network namespace) never hand out
+    the same uid at once."""
+
+    def __init__(self, uid: int, holder: socket.socket) -> None:
+        self.uid, self._holder = uid, holder
+
+    @classmethod
+    def take(cls, uids: range) -> _UidLease | None:
+        """A free uid of ``uids`` (tried from a random one on), or ``None`` when every one is held."""
+        first = random.randrange(len(uids))
+        for index in range(len(uids)):
+            uid = uids[(first + index) % len(uids)]
+            holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                holder.bind(f"\0trl-ada-sandbox-uid-{uid}")
+            except OSError:
+                holder.close()
+                continue
+            return cls(uid, holder)
+        return None
+
+    def release(self) -> None:
+        self._holder.close()
+
+
 _cgroups_to_remove: list[str] = []  # of runs whose processes had not all exited when the run ended
 
 
@@ -928,7 +1000,8 @@ class _MemoryCgroup:
                 _cgroups_to_remove.remove(path)
             except (OSError, ValueError):
                 pass
-        self.path = os.path.join(parent, f"trl-ada-sandbox-{os.getpid()}-{next(_cgroup_numbers)}")
+        # A random name: the program reads it in /proc/self/cgroup, so it carries nothing of the trainer's.
+        self.path = os.path.join(parent, f"trl-ada-sandbox-{os.urandom(8).hex()}")
         os.mkdir(self.path)
         try:
             self._write("memory.limit_in_bytes", limit_bytes)
@@ -998,24 +1071,42 @@ def _wait_readable(fd: int, deadline: float) -> bool:
 
 def _seccomp_program(machine: str) -> bytes | None:
     """The classic-BPF program for bubblewrap's ``--seccomp``: EPERM for the calls of ``_DENIED_SYSCALLS`` on
-    ``machine`` (``platform.machine()``) and for every call of another ABI (32-bit, x32), whose numbers differ;
-    ``None`` on an architecture without a table."""
+    ``machine`` (``platform.machine()``), for ``fcntl``'s lock commands, and for every call of another ABI (32-bit,
+    x32), whose numbers differ; ``None`` on an architecture without a table."""
     if machine not in _DENIED_SYSCALLS:
         return None
     arch, numbers, second_abi = _DENIED_SYSCALLS[machine]
     # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
     load_word, jump_equal, jump_greater_equal, ret = 0x20, 0x15, 0x35, 0x06
-    arch_offset, nr_offset = 4, 0  # in struct seccomp_data
-    denied = sorted(set(numbers.values()))
-    checks = [(jump_greater_equal, second_abi)] if second_abi is not None else []
-    checks += [(jump_equal, number) for number in denied]
-    deny_at = 3 + len(checks) + 1  # load arch, check arch, load nr, the checks, allow, deny
-    program = [(load_word, 0, 0, arch_offset), (jump_equal, 0, deny_at - 2, arch), (load_word, 0, 0, nr_offset)]
-    for index, (code, value) in enumerate(checks, start=3):
-        program.append((code, deny_at - index - 1, 0, value))
-    program.append((ret, 0, 0, 0x7FFF0000))  # SECCOMP_RET_ALLOW
-    program.append((ret, 0, 0, 0x00050000 | errno.EPERM))  # SECCOMP_RET_ERRNO
-    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+    # Offsets in struct seccomp_data: nr, arch, then args[] from 16, 8 bytes each (the command is fcntl's args[1],
+    # an int: its low word, which comes first on a little-endian machine).
+    nr_offset, arch_offset = 0, 4
+    command_offset = 16 + 8 + (0 if sys.byteorder == "little" else 4)
+    # Instructions as (code, value, label taken, label not taken); labels are resolved to relative jumps below.
+    code: list[tuple[int, int, str | None, str | None]] = [
+        (load_word, arch_offset, None, None),
+        (jump_equal, arch, None, "deny"),
+        (load_word, nr_offset, None, None),
+    ]
+    if second_abi is not None:
+        code.append((jump_greater_equal, second_abi, "deny", None))
+    code += [(jump_equal, number, "deny", None) for number in sorted(set(numbers.values()))]
+    code.append((jump_equal, _FCNTL_SYSCALL[machine], "fcntl", None))
+    code.append((ret, 0x7FFF0000, None, None))  # SECCOMP_RET_ALLOW
+    labels = {"fcntl": len(code)}
+    code.append((load_word, command_offset, None, None))
+    code += [(jump_equal, command, "deny", None) for command in _DENIED_FCNTL_COMMANDS]
+    code.append((ret, 0x7FFF0000, None, None))
+    labels["deny"] = len(code)
+    code.append((ret, 0x00050000 | errno.EPERM, None, None))  # SECCOMP_RET_ERRNO
+
+    def offset(index: int, label: str | None) -> int:
+        return 0 if label is None else labels[label] - index - 1
+
+    return b"".join(
+        struct.pack("=HBBI", op, offset(i, taken), offset(i, not_taken), value)
+        for i, (op, value, taken, not_taken) in enumerate(code)
+    )
 
 
 def bwrap_available() -> bool:
