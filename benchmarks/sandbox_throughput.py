@@ -9,17 +9,23 @@ each starting one program at a time), it measures programs per second of:
   sandbox uses: the baseline;
 - ``limits_only``: `Sandbox(isolation="none")` (the baseline plus `prlimit`, a clean environment and the output
   plumbing; not a security boundary);
-- ``bwrap``: `Sandbox()`, the bubblewrap sandbox.
+- ``bwrap``: `Sandbox()`, the bubblewrap sandbox;
+- ``bwrap_no_cgroup``: the same without its per-run memory cgroup (where the machine gives one), to tell what
+  moving the sandbox into it costs;
+- ``reference``: with ``--reference FILE``, the bubblewrap sandbox of another version of
+  ``trl_ada/rewards/sandbox.py`` (``git show REV:trl_ada/rewards/sandbox.py > FILE``), to price a change.
 
 Per mode: programs/s, ms per program (wall / programs, per worker), the overhead per program against ``plain``
-(ms) and the throughput ratio ``plain / mode``. Modes alternate in blocks so machine noise hits all of them.
+(ms) and the throughput ratio ``plain / mode``. Modes alternate in small blocks (``--programs`` each, every mode in
+turn, ``--blocks`` rounds, the median reported), so a load that comes and goes on a shared machine hits them alike.
 
-    python benchmarks/sandbox_throughput.py [--programs 60] [--blocks 3] [--json out.json]
+    python benchmarks/sandbox_throughput.py [--programs 10] [--blocks 9] [--reference FILE] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -105,8 +111,9 @@ def throughput(run, programs: int, workers: int) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--programs", type=int, default=60, help="programs per measurement")
-    parser.add_argument("--blocks", type=int, default=3, help="alternating blocks per mode (median reported)")
+    parser.add_argument("--programs", type=int, default=10, help="programs per block")
+    parser.add_argument("--blocks", type=int, default=9, help="alternating blocks per mode (median reported)")
+    parser.add_argument("--reference", type=Path, default=None, help="another version's sandbox.py to compare")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -117,11 +124,21 @@ def main(argv: list[str] | None = None) -> int:
 
     sandbox = Sandbox()
     unisolated = Sandbox(isolation="none", python=sandbox.python)
+    no_cgroup = Sandbox(python=sandbox.python)
+    no_cgroup.memory_cgroup = None
+    reference = None
+    if args.reference is not None:
+        spec = importlib.util.spec_from_file_location("reference_sandbox", args.reference)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+        reference = module.Sandbox(python=sandbox.python)
     programs = {"trivial": ({"main.py": TRIVIAL}, False), "typical": (typical_files(), True)}
     results: dict[str, object] = {
         "python": sandbox.python,
         "cpus": os.cpu_count(),
-        "programs_per_measurement": args.programs,
+        "programs_per_block": args.programs,
+        "reference": str(args.reference) if args.reference else None,
         "blocks": args.blocks,
         "runs": [],
     }
@@ -131,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
             "limits_only": sandbox_runner(unisolated, files, channel),
             "bwrap": sandbox_runner(sandbox, files, channel),
         }
+        if sandbox.memory_cgroup is not None:
+            runners["bwrap_no_cgroup"] = sandbox_runner(no_cgroup, files, channel)
+        if reference is not None:
+            runners["reference"] = sandbox_runner(reference, files, channel)
         for run in runners.values():  # warm-up: page cache, imports
             run()
         for workers in (1, 2):

@@ -996,6 +996,8 @@ class _MemoryCgroup:
     def __init__(self, parent: str, limit_bytes: int) -> None:
         for path in list(_cgroups_to_remove):  # earlier runs' leftovers, empty by now
             try:
+                with open(os.path.join(path, "memory.force_empty"), "w") as handle:  # as in `remove`
+                    handle.write("0")
                 os.rmdir(path)
                 _cgroups_to_remove.remove(path)
             except (OSError, ValueError):
@@ -1048,6 +1050,16 @@ class _MemoryCgroup:
         return counters.get("oom_kill", "0").strip() != "0"
 
     def remove(self) -> None:
+        """Frees what the run left in the kernel's caches, then removes the cgroup.
+
+        The directory cache is shared with the host: a program's lookups of names that do not exist leave negative
+        entries behind (kernel memory, and a later program could time a lookup to read a name as a bit). They are
+        charged to this cgroup, and ``memory.force_empty`` reclaims them (without it ``rmdir`` would hand them to the
+        trainer's cgroup, where they stay)."""
+        try:
+            self._write("memory.force_empty", 0)
+        except OSError:  # a process of the sandbox has not exited yet (EBUSY): rmdir below waits for it
+            pass
         deadline = time.monotonic() + 1
         while True:
             try:
