@@ -59,6 +59,8 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   ``memory_bytes + scratch_bytes``, which its init enters before the program starts (bubblewrap waits on
   ``--block-fd``). Every process of the sandbox, its tmpfs and the kernel memory it causes (inodes, pipe and socket
   buffers) are charged to it; past the cap the kernel's OOM killer kills inside the sandbox (status ``memory``).
+  After the run the cgroup is emptied before it is removed, which frees the negative directory-cache entries the
+  program's lookups left on the host's filesystems (a later run could otherwise time them).
   Elsewhere (cgroup v2, a container without a writable ``/sys/fs/cgroup``, a non-root trainer) there is no such
   total: the kernel memory of the scratch tmpfs's inodes is unbounded (empty files cost no ``scratch_bytes``, and
   bubblewrap cannot set the tmpfs's ``nr_inodes``), freed with the call.
