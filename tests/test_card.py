@@ -78,7 +78,7 @@ def test_push_to_hub_uploads_model_card_and_plots(trained):
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
-        trained.push_to_hub(blocking=True)
+        trained.push_to_hub(blocking=True, license="apache-2.0")  # transformers passes it to create_model_card
     (upload,) = uploads
     assert upload["repo_id"] == "someone/tiny-ada"
     assert {"README.md", "model.safetensors", "config.json", "plots/reward.png", "metrics.json"} <= set(
@@ -86,6 +86,10 @@ def test_push_to_hub_uploads_model_card_and_plots(trained):
     )
     card = ModelCard.load(Path(trained.args.output_dir) / "README.md")
     assert "someone/tiny-ada" in card.text  # the quick start points at the pushed repo
+    assert card.data.license == "apache-2.0" and card.data.pipeline_tag == "text-generation"
+    with pytest.raises(ValueError, match="not a Hub license id.*'apache-2.0'"):
+        trained.push_to_hub(blocking=True, license="Apache 2.0")  # refused before anything is written or pushed
+    assert len(uploads) == 1
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -370,6 +374,9 @@ def test_front_matter_has_the_hub_ids_the_run_knows_and_no_placeholder(tmp_path)
     card = render(tmp_path, card_data=trl_data, base_model_name_or_path=str(snapshot), reward_names=["math_verify"])
     data = card.data.to_dict()
     assert data["base_model"] == "Qwen/Qwen2.5-0.5B" and data["license"] == "apache-2.0"
+    assert data["pipeline_tag"] == "text-generation"
+    chosen = render(tmp_path, card_data=trl_data, base_model_name_or_path=str(snapshot), license="mit")
+    assert ModelCard(chosen.content).data.license == "mit"  # the user's license wins over the base model's
     assert data["datasets"] == ["open-r1/OpenR1-Math-220k"]  # the Hub rejects local paths there
     assert data["library_name"] == "transformers" and "reinforce-ada" in data["tags"] and "licence" not in data
     text = " ".join(card.text.split())

@@ -24,7 +24,7 @@ from .config import AdaGRPOConfig
 from .data import check_prompt_column
 from .generation.weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
 from .predictor_hub import resolve_pass_rate_predictor
-from .reporting.card import describe_rollouts, write_trainer_card
+from .reporting.card import check_license, describe_rollouts, write_trainer_card
 from .rewards.registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
 from .runtime.model_path import check_model_name
@@ -292,13 +292,19 @@ class AdaGRPOTrainer(GRPOTrainer):
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
 
     def create_model_card(
-        self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+        license: str | None = None,
     ) -> None:
         """
         Write `README.md` from trl-ada's template (`hub_cards/`) with a Reinforce-Ada section, plus the plots and the
         logged metrics it shows, into `output_dir` (so `push_to_hub` uploads them together): see
-        `trl_ada.reporting.card.write_trainer_card`.
+        `trl_ada.reporting.card.write_trainer_card`. `license` is the model's Hub license id, as transformers'
+        `Trainer.create_model_card` takes it (`trainer.push_to_hub(license="apache-2.0")` passes it on).
         """
+        check_license(license)
         # TRL decides the card's metadata (base model, tags, dataset); we only replace the text.
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
@@ -307,6 +313,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             self,
             self.ada_sampler.settings,
             model_name=model_name,
+            license=license,
             rollouts=describe_rollouts(
                 tools=self.tools,
                 environment_factories=self.environment_factories,

@@ -27,7 +27,7 @@ from ..generation.faults import (
     vllm_server_message,
 )
 from ..predictor_hub import resolve_pass_rate_predictor
-from ..reporting.card import ASYNC_TRAINER_NAME, write_trainer_card
+from ..reporting.card import ASYNC_TRAINER_NAME, check_license, write_trainer_card
 from ..samplers import PassRateEstimator, build_sampler
 from ..samplers.predictor import PREDICTOR_DIR
 from ..trainer import AdaGRPOTrainer
@@ -534,10 +534,18 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             self._state_of_this_save = None
 
     def create_model_card(
-        self, model_name: str | None = None, dataset_name: str | None = None, tags: str | list[str] | None = None
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+        license: str | None = None,
     ) -> None:
-        """`README.md` from trl-ada's template, naming this trainer, with the sampler's settings, plots and metrics."""
+        """`README.md` from trl-ada's template, naming this trainer, with the sampler's settings, plots and metrics;
+        `license` is the model's Hub license id (`push_to_hub(license=...)` passes it on)."""
+        check_license(license)
         super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
         if not self.is_world_process_zero():
             return
-        write_trainer_card(self, self.ada_sampling.settings, model_name=model_name, trainer_name=ASYNC_TRAINER_NAME)
+        write_trainer_card(
+            self, self.ada_sampling.settings, model_name=model_name, trainer_name=ASYNC_TRAINER_NAME, license=license
+        )

@@ -183,13 +183,30 @@ def describe_training_data(dataset_names: str | Sequence[str] | None, descriptio
     return f"the dataset{'s' if len(parts) > 1 else ''} {listed}"
 
 
+_LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.\-]*")
+
+
+def check_license(license_id: str | None) -> None:
+    """Refuses a `license` the Hub would not take as one (its ids are lowercase: `apache-2.0`, `mit`,
+    `cc-by-4.0`, `llama3.1`, or `other`), before anything is written."""
+    if license_id is not None and (not isinstance(license_id, str) or not _LICENSE_ID.fullmatch(license_id)):
+        raise ValueError(
+            f"license={license_id!r} is not a Hub license id; pass one such as 'apache-2.0', 'mit' or 'cc-by-4.0' "
+            "(the list: https://huggingface.co/docs/hub/repositories-licenses), or 'other'."
+        )
+
+
 def hub_metadata(
-    card_data: ModelCardData, base_model_name_or_path: str | None, dataset_names: str | Sequence[str] | None
+    card_data: ModelCardData,
+    base_model_name_or_path: str | None,
+    dataset_names: str | Sequence[str] | None,
+    license: str | None = None,
 ) -> ModelCardData:
     """The card's front matter: TRL's (`library_name`, `tags`, `model_name`, `base_model`, `datasets`), with the
     Hub ids filled where the run knows them (a base model loaded from the Hugging Face cache, every Hub dataset of a
     mixture) and nothing else: no local path (the Hub rejects them) and no `licence: license` placeholder (TRL's);
-    the base model's own license when its card is on disk."""
+    `pipeline_tag: text-generation`; the `license` given, else the base model's own when its card is on disk."""
+    check_license(license)
     values = {key: value for key, value in card_data.to_dict().items() if key not in ("licence", "license")}
     base_model = hub_id_of(base_model_name_or_path) if base_model_name_or_path else card_data.base_model
     names = [dataset_names] if isinstance(dataset_names, str) else list(dataset_names or [])
@@ -197,7 +214,8 @@ def hub_metadata(
     values.update(
         base_model=base_model,
         datasets=datasets or None,
-        license=declared_license(base_model_name_or_path or base_model),
+        license=license or declared_license(base_model_name_or_path or base_model),
+        pipeline_tag="text-generation",
     )
     return ModelCardData(**{key: value for key, value in values.items() if value is not None})
 
@@ -280,6 +298,7 @@ def render_model_card(
     trainer_settings: Sequence[tuple[str, Any]] = (),
     data_description: str | None = None,
     reward_names: Sequence[str] = (),
+    license: str | None = None,
 ) -> ModelCard:
     """A `ModelCard` from `hub_cards/reinforce_ada_model_card.md`, with TRL's metadata completed by [`hub_metadata`].
 
@@ -296,10 +315,12 @@ def render_model_card(
         reward_names: The run's reward functions (GRPOTrainer's `reward_func_names`).
         trainer_name: The trainer the card names (the synchronous or the asynchronous one).
         trainer_settings: `(name, value)` rows of the trainer's own knobs, shown after the sampler's.
+        license: The model's Hub license id (`apache-2.0`, `mit`, ...); default: the base model's, when its card
+            is on disk, else none.
     """
     template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
     return ModelCard.from_template(
-        hub_metadata(card_data, base_model_name_or_path, card_data.datasets),
+        hub_metadata(card_data, base_model_name_or_path, card_data.datasets, license),
         template_path=str(template),
         model_name=model_name or card_data.model_name,
         **describe_base_model(card_data, base_model_name_or_path),
@@ -339,6 +360,7 @@ def write_trainer_card(
     model_name: str | None,
     trainer_name: str = SYNC_TRAINER_NAME,
     rollouts: Sequence[str] = (),
+    license: str | None = None,
 ) -> ModelCard:
     """[`write_model_card`] for a trainer that has run (either trl-ada trainer): its output folder, logs, Hub id,
     paper, base model, training data and completion length, on the main process after TRL wrote its own card; the
@@ -365,6 +387,7 @@ def write_trainer_card(
         rollouts=rollouts,
         trainer_name=trainer_name,
         trainer_settings=trainer_settings,
+        license=license,
     )
 
 
@@ -383,6 +406,7 @@ def write_model_card(
     trainer_name: str = SYNC_TRAINER_NAME,
     trainer_settings: Sequence[tuple[str, Any]] = (),
     reward_names: Sequence[str] = (),
+    license: str | None = None,
 ) -> ModelCard:
     """Replace the `README.md` TRL wrote into `output_dir` with trl-ada's card, keeping TRL's metadata, and write the
     logged metrics (`metrics.json`, `metrics.csv`) and the training plots (`plots/`) it shows next to it.
@@ -392,13 +416,14 @@ def write_model_card(
             `datasets.Dataset` of text prompts (else [`render_model_card`]'s default), and its `info.description`
             says what the data was when TRL's metadata names no dataset.
         settings, log_history, model_name, hub_model_id, paper, base_model_name_or_path, example_max_new_tokens,
-            rollouts, trainer_name, trainer_settings, reward_names: As for [`render_model_card`].
+            rollouts, trainer_name, trainer_settings, reward_names, license: As for [`render_model_card`].
 
     Returns:
         The card written.
     """
     from datasets import Dataset, IterableDataset
 
+    check_license(license)
     output_dir = Path(output_dir)
     trl_card = ModelCard.load(output_dir / "README.md")
     write_metrics(log_history, output_dir)
@@ -422,6 +447,7 @@ def write_model_card(
         trainer_settings=trainer_settings,
         data_description=info.description if info is not None else None,
         reward_names=reward_names,
+        license=license,
     )
     card.save(output_dir / "README.md")
     return card
