@@ -544,6 +544,11 @@ def test_a_program_that_prints_nothing_fails_an_expected_zero(reward):
 
 
 class _SandboxThatDoesNotStart:
+    limits = SandboxLimits()
+
+    def with_limits(self, limits: SandboxLimits) -> _SandboxThatDoesNotStart:
+        return self
+
     def run(self, *args, **kwargs) -> SandboxResult:
         return SandboxResult("sandbox_error", None, detail="bwrap: setting up uid map: Permission denied")
 

@@ -15,7 +15,21 @@ the end of the text. Completions may be strings or lists of chat messages (the l
   string is its ``str``: ``0`` is ``"0"``; ``None`` is empty). Each case is one sandboxed run of the program as
   ``__main__`` that sees only its own input; the case passes when the run ends normally in time and its standard
   output equals the expected output after each line is right-stripped and leading/trailing blank lines are dropped.
-  Another language or no ``stdin_stdout`` case gives ``None``.
+  Another language or no ``stdin_stdout`` case gives ``None``. Two rules bound what a case and a row cost the
+  trainer, whatever the program prints or how long it idles:
+
+  - *Output*: each stream of a case (stdout, stderr) may carry at most ``CASE_OUTPUT_FACTOR`` (4) times the expected
+    output's UTF-8 bytes plus ``CASE_OUTPUT_SLACK_BYTES`` (64 KiB), and never more than ``SandboxLimits.output_bytes``
+    ([`case_output_bytes`]); a program writing more is stopped and fails the case (``output_limit``): a million blank
+    lines before a one-line answer fail, a few thousand pass. The bytes are capped before anything is decoded, and the
+    run and its comparison (linear in the output) are one job of the reward's executor, off the event loop; only the
+    verdict is kept.
+  - *Time*: a row's cases share ``row_wall_time_s`` sandbox seconds (default ``ROW_WALL_FACTOR`` (3) times
+    ``SandboxLimits.wall_time_s``). A case runs with the smaller of its wall and what the row has left, and is charged
+    the seconds it used; a case that finds nothing left is not run and fails (``timeout``). So a program that prints
+    the answer and then sleeps to just under the wall passes about three cases of a row, not all of them, and a row
+    costs at most about three walls of sandbox time however many cases it has. Honest programs use a fraction of
+    the budget (a trivial case takes tens of milliseconds); raise it for rows with many slow cases.
 - ``tests`` (MBPP / HumanEval style): Python test code (a string, or a list of statements such as MBPP's
   ``test_list``), with an optional ``entry_point`` column: when the test code defines ``def check(candidate)``
   (HumanEval), its body runs with ``candidate`` bound to the entry point (the column, else the name in a top-level
@@ -73,6 +87,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import builtins
+import dataclasses
 import functools
 import json
 import logging
@@ -174,13 +189,32 @@ class AssertPlan:
 
 
 def normalize_output(text: str) -> list[str]:
-    """Output as compared: lines right-stripped, leading and trailing blank lines dropped."""
+    """Output as compared: lines right-stripped, leading and trailing blank lines dropped (linear in the text)."""
     lines = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    while lines and not lines[0]:
-        lines.pop(0)
-    return lines
+    start, end = 0, len(lines)
+    while end > start and not lines[end - 1]:
+        end -= 1
+    while start < end and not lines[start]:
+        start += 1
+    return lines[start:end]
+
+
+# A stdin/stdout case's output cap: a few times its expected output (trailing spaces, ``\r\n``) plus a fixed slack,
+# so judging a case costs the trainer little whatever the program prints.
+CASE_OUTPUT_FACTOR = 4
+"""Each stream of a stdin/stdout case may carry this many times the expected output's bytes, plus
+``CASE_OUTPUT_SLACK_BYTES`` (at most ``SandboxLimits.output_bytes``); a program writing more fails the case
+(``output_limit``)."""
+CASE_OUTPUT_SLACK_BYTES = 64 << 10
+"""The fixed part of a stdin/stdout case's output cap (see ``CASE_OUTPUT_FACTOR``)."""
+ROW_WALL_FACTOR = 3
+"""A stdin/stdout row's cases share ``ROW_WALL_FACTOR * SandboxLimits.wall_time_s`` sandbox seconds by default."""
+
+
+def case_output_bytes(expected: str, output_bytes: int) -> int:
+    """The output cap of a stdin/stdout case whose expected output is ``expected``, under a sandbox cap of
+    ``output_bytes``: ``min(output_bytes, CASE_OUTPUT_FACTOR * len(expected in UTF-8) + CASE_OUTPUT_SLACK_BYTES)``."""
+    return min(output_bytes, CASE_OUTPUT_FACTOR * len(expected.encode("utf-8", "replace")) + CASE_OUTPUT_SLACK_BYTES)
 
 
 def parse_verification_info(info: Any) -> list[StdioCase] | None:
@@ -520,6 +554,10 @@ class CodeExecutionReward:
         tests_column: Column of assert-style test code.
         entry_point_column: Column naming the function HumanEval's ``check(candidate)`` receives.
         max_test_cases: Run at most this many stdin/stdout cases per row (the first ones); default all.
+        row_wall_time_s: Sandbox seconds a stdin/stdout row's cases share (each case's wall is at most what is left;
+            a case that finds nothing left is not run and fails as ``timeout``); default ``ROW_WALL_FACTOR`` (3) times
+            ``limits.wall_time_s``, so a row costs at most a few walls however many cases it has. Raise it for rows
+            with many cases of slow but honest programs.
         isolation: ``"bwrap"`` or ``"none"`` (NOT a security boundary), passed to [`Sandbox`].
         python: Interpreter programs run with, passed to [`Sandbox`].
         check_sandbox: Build (and so check) the sandbox now, raising the install command if bubblewrap is missing;
@@ -537,6 +575,7 @@ class CodeExecutionReward:
         tests_column: str = "tests",
         entry_point_column: str = "entry_point",
         max_test_cases: int | None = None,
+        row_wall_time_s: float | None = None,
         isolation: Isolation = "bwrap",
         python: str | None = None,
         check_sandbox: bool = True,
@@ -558,6 +597,19 @@ class CodeExecutionReward:
         if isolation not in ("bwrap", "none"):
             raise ValueError(f"isolation must be 'bwrap' or 'none' (no security boundary), got {isolation!r}.")
         self.limits = limits if limits is not None else SandboxLimits()
+        if row_wall_time_s is None:
+            row_wall_time_s = ROW_WALL_FACTOR * self.limits.wall_time_s
+        if (
+            not isinstance(row_wall_time_s, (int, float))
+            or isinstance(row_wall_time_s, bool)
+            or not math.isfinite(row_wall_time_s)
+            or row_wall_time_s <= 0
+        ):
+            raise ValueError(
+                f"row_wall_time_s must be a positive number of seconds or None (default {ROW_WALL_FACTOR} walls), got "
+                f"{row_wall_time_s!r}."
+            )
+        self.row_wall_time_s = float(row_wall_time_s)
         self.all_or_nothing = bool(all_or_nothing)
         self.concurrency = concurrency
         self.verification_info_column = verification_info_column
@@ -605,34 +657,37 @@ class CodeExecutionReward:
     def __repr__(self) -> str:
         return (
             f"CodeExecutionReward(all_or_nothing={self.all_or_nothing}, concurrency={self.concurrency}, "
-            f"isolation={self.isolation!r}, limits={self.limits!r})"
+            f"isolation={self.isolation!r}, row_wall_time_s={self.row_wall_time_s}, limits={self.limits!r})"
         )
 
     # -- running -------------------------------------------------------------------------------------------------
 
-    async def _run(self, **kwargs: Any) -> SandboxResult:
-        sandbox = self.sandbox
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool(), functools.partial(sandbox.run, **kwargs))
-
     async def _score_stdio(self, program: str, cases: list[StdioCase]) -> tuple[float | None, Outcome]:
         if self.max_test_cases is not None:
             cases = cases[: self.max_test_cases]
+        sandbox, pool = self.sandbox, self._pool()
+        loop = asyncio.get_running_loop()
+        budget = _WallBudget(self.row_wall_time_s, self.limits.wall_time_s)
 
-        def verdict(case: StdioCase, result: SandboxResult) -> Outcome:
-            if result.status == "ok":
-                return "passed" if normalize_output(result.stdout) == normalize_output(case.output) else "wrong_answer"
-            if result.status == "error" and _is_syntax_error(result.stderr):
-                return "syntax_error"
-            return _SANDBOX_STATUS_OUTCOME[result.status]
+        async def judge(case: StdioCase) -> Outcome:
+            wall_s = await budget.take()
+            if wall_s <= 0:  # the row's cases have spent its budget: this one is not run
+                return "timeout"
+            used_s = wall_s
+            try:
+                # Run and judge in one executor job: only the verdict comes back, and the output is compared off
+                # the event loop.
+                outcome, used_s = await loop.run_in_executor(pool, _judge_stdio_case, sandbox, program, case, wall_s)
+            finally:
+                await budget.settle(wall_s, used_s)
+            return outcome
 
         # The first case alone: a program that does not compile is not run on every case.
-        first = verdict(cases[0], await self._run(program=program, stdin=cases[0].input))
+        first = await judge(cases[0])
         if first in ("syntax_error", "sandbox_error"):
             return self._reward([first])
-        rest = await asyncio.gather(*(self._run(program=program, stdin=case.input) for case in cases[1:]))
-        verdicts = [first, *(verdict(case, result) for case, result in zip(cases[1:], rest))]
-        return self._reward(verdicts)
+        rest = await asyncio.gather(*(judge(case) for case in cases[1:]))
+        return self._reward([first, *rest])
 
     async def _score_asserts(self, program: str, plan: AssertPlan) -> tuple[float | None, Outcome]:
         files = {
@@ -732,6 +787,58 @@ class CodeExecutionReward:
         return {"value": kinds["value"], "assert": kinds["assert"], "ignored": plan.ignored if plan else 0}
 
 
+class _WallBudget:
+    """The sandbox seconds a stdin/stdout row's cases share. A case holds ``min(case wall, what is left)`` while it
+    runs (waiting, on the event loop, while that would be less than a full wall and other cases of the row hold some)
+    and is charged what it used when it ends; so the row's sandbox time stays within its budget (plus the time to
+    kill the last runs) and at most ``total / case wall`` of its cases run at once."""
+
+    def __init__(self, total_s: float, case_wall_s: float) -> None:
+        self.left_s = total_s
+        self.case_wall_s = case_wall_s
+        self.held_s = 0.0
+        self.running = 0
+        self._changed = asyncio.Condition()
+
+    async def take(self) -> float:
+        """Seconds of wall for the next case (0 or less: none left, do not run it)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: not self.running or self.left_s - self.held_s >= self.case_wall_s)
+            share = min(self.case_wall_s, self.left_s - self.held_s)
+            if share > 0:
+                self.held_s += share
+                self.running += 1
+            return share
+
+    async def settle(self, share_s: float, used_s: float) -> None:
+        """Ends a case that held ``share_s`` and ran ``used_s`` seconds."""
+        async with self._changed:
+            self.held_s -= share_s
+            self.running -= 1
+            self.left_s -= used_s
+            self._changed.notify_all()
+
+
+def _judge_stdio_case(sandbox: Sandbox, program: str, case: StdioCase, wall_s: float) -> tuple[Outcome, float]:
+    """One stdin/stdout case's verdict and the sandbox seconds it took (blocking: run it off the event loop). The run
+    gets ``wall_s`` of wall time and the case's output cap ([`case_output_bytes`]); only the verdict outlives it."""
+    limits = dataclasses.replace(
+        sandbox.limits,
+        wall_time_s=wall_s,
+        output_bytes=case_output_bytes(case.output, sandbox.limits.output_bytes),
+    )
+    result = sandbox.with_limits(limits).run(program=program, stdin=case.input)
+    if result.status == "ok":
+        outcome: Outcome = (
+            "passed" if normalize_output(result.stdout) == normalize_output(case.output) else "wrong_answer"
+        )
+    elif result.status == "error" and _is_syntax_error(result.stderr):
+        outcome = "syntax_error"
+    else:
+        outcome = _SANDBOX_STATUS_OUTCOME[result.status]
+    return outcome, result.wall_time_s
+
+
 def _assert_verdicts(result: SandboxResult, plan: AssertPlan) -> list[Outcome]:
     """Each test's verdict from one harness run (blocking: run it off the event loop)."""
     if result.status == "sandbox_error":
@@ -809,11 +916,15 @@ code_execution_reward = CodeExecutionReward(check_sandbox=False)
 __all__ = [
     "HARNESS",
     "OUTCOMES",
+    "CASE_OUTPUT_FACTOR",
+    "CASE_OUTPUT_SLACK_BYTES",
+    "ROW_WALL_FACTOR",
     "AssertPlan",
     "CodeExecutionReward",
     "StdioCase",
     "available_cpus",
     "build_assert_plan",
+    "case_output_bytes",
     "code_execution_reward",
     "extract_program",
     "normalize_output",

@@ -843,6 +843,15 @@ class Sandbox:
         status.read()
         status.wait_for_init()
 
+    def with_limits(self, limits: SandboxLimits) -> Sandbox:
+        """This sandbox with other limits (a shorter wall, a smaller output cap): a shallow copy that shares the set-up
+        checked at construction, so nothing is rebuilt or checked again."""
+        if not isinstance(limits, SandboxLimits):
+            raise TypeError(f"limits must be a SandboxLimits, got {type(limits).__name__}.")
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__, limits=limits)
+        return other
+
     def __repr__(self) -> str:
         return f"Sandbox(isolation={self.isolation!r}, python={self.python!r}, limits={self.limits!r})"
 
