@@ -25,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import logging
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -44,6 +45,7 @@ def load_reference(path: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location("trl_ada.rewards._code_reference", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 

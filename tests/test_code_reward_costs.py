@@ -95,7 +95,7 @@ def test_a_million_blank_lines_before_the_answer_end_the_call_within_a_few_walls
     start = time.monotonic()
     rewards, longest_gap = asyncio.run(main())
     elapsed = time.monotonic() - start
-    assert elapsed < ROW_WALL_FACTOR * limits.wall_time_s + START_SLACK_S, elapsed  # 86 s for a 5 s wall before
+    assert elapsed < ROW_WALL_FACTOR * limits.wall_time_s + START_SLACK_S, elapsed  # not the time to normalise 1M lines
     assert rewards == [0.0, 1.0, 1.0]
     assert reward.last_row_outcomes == ["output_limit", "passed", "passed"]
     assert longest_gap < 1.0, longest_gap
@@ -115,7 +115,7 @@ def test_an_honest_long_output_with_trailing_spaces_and_crlf_passes():
 def test_case_results_keep_only_the_verdict():
     """Rows whose cases print the answer and then about 1 MiB of 4-byte characters on stdout and on stderr: the
     trainer's peak Python memory stays within what the cases running at once may hold (two streams at the case cap,
-    as bytes and decoded), not what every case printed (about 2 MiB each, 80 MiB here, before)."""
+    as bytes and decoded), not what every case printed (about 2 MiB each)."""
     limits = SandboxLimits(wall_time_s=10, cpu_time_s=5, output_bytes=1 << 20)
     concurrency = 2
     reward = CodeExecutionReward(limits=limits, concurrency=concurrency)
@@ -172,7 +172,7 @@ def test_passing_then_idling_to_the_wall_costs_a_few_walls_per_row_not_one_per_c
     idler = f"import time\nprint(42, flush=True)\ntime.sleep({0.9 * wall})"
     clock = _SandboxSeconds(monkeypatch)
     rewards = reward.score([idler], verification_info=[info])
-    assert clock.total_s < reward.row_wall_time_s + 2 * wall, clock.total_s  # 12 x 1.8 s before
+    assert clock.total_s < reward.row_wall_time_s + 2 * wall, clock.total_s  # not 12 x 1.8 s
     assert rewards[0] is not None and 0 < rewards[0] <= ROW_WALL_FACTOR / cases
     assert reward.last_row_outcomes == ["timeout"]
     assert reward.score(["print(42)"], verification_info=[info]) == [1.0]

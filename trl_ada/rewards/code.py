@@ -547,7 +547,8 @@ class CodeExecutionReward:
     at a time. Outside a trainer call [`score`]. Instances pickle (TRL's async trainer spawns a worker process).
 
     Args:
-        limits: Limits of each sandboxed run (one per stdin/stdout case; one per completion for assert tests).
+        limits: Limits of each sandboxed run (one per stdin/stdout case; one per completion for assert tests). A
+            stdin/stdout case may get a shorter wall and a smaller output cap (see the module docstring).
         all_or_nothing: Reward 1 only when every test passes, else 0 (default: the fraction passed).
         concurrency: Sandboxes running at once (default: [`available_cpus`], the CPUs this process may use).
         verification_info_column: Column of open-r1 ``verification_info`` values.
