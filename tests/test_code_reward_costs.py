@@ -95,10 +95,10 @@ def test_a_million_blank_lines_before_the_answer_end_the_call_within_a_few_walls
     start = time.monotonic()
     rewards, longest_gap = asyncio.run(main())
     elapsed = time.monotonic() - start
-    assert elapsed < ROW_WALL_FACTOR * limits.wall_time_s + START_SLACK_S, elapsed  # not the time to normalise 1M lines
+    assert elapsed < ROW_WALL_FACTOR * limits.wall_time_s + START_SLACK_S, elapsed  # not 1M lines normalised
     assert rewards == [0.0, 1.0, 1.0]
     assert reward.last_row_outcomes == ["output_limit", "passed", "passed"]
-    assert longest_gap < 1.0, longest_gap
+    assert longest_gap < limits.wall_time_s, longest_gap  # the loop was never blocked for a wall
 
 
 @needs_bwrap
@@ -161,19 +161,22 @@ class _SandboxSeconds:
 
 @needs_bwrap
 def test_passing_then_idling_to_the_wall_costs_a_few_walls_per_row_not_one_per_case(monkeypatch):
-    """Twelve cases whose program prints the answer and sleeps to 90% of a 2 s wall: the row's sandbox time stays
-    within its shared budget (3 walls, plus the time to stop the last runs), the cases past the budget fail as
-    timeouts, and an honest program still passes every case under the same budget."""
+    """Twelve cases whose program prints the answer and then idles for most of a 2 s wall (0.8 s of it left, so
+    that a loaded machine's start-up does not make a case time out on its own): the row's sandbox time stays within
+    its shared budget (3 walls, plus the time to stop the last runs), each passing case is charged at least its idle
+    time, the cases past the budget fail as timeouts, and an honest program still passes every case under the same
+    budget."""
     wall = 2.0
     reward = CodeExecutionReward(limits=SandboxLimits(wall_time_s=wall, cpu_time_s=2), concurrency=2)
     assert reward.row_wall_time_s == ROW_WALL_FACTOR * wall
     cases = 12
     info = stdio_rows("42", cases)
-    idler = f"import time\nprint(42, flush=True)\ntime.sleep({0.9 * wall})"
+    idle_s = wall - 0.8
+    idler = f"import time\nprint(42, flush=True)\ntime.sleep({idle_s})"
     clock = _SandboxSeconds(monkeypatch)
     rewards = reward.score([idler], verification_info=[info])
-    assert clock.total_s < reward.row_wall_time_s + 2 * wall, clock.total_s  # not 12 x 1.8 s
-    assert rewards[0] is not None and 0 < rewards[0] <= ROW_WALL_FACTOR / cases
+    assert clock.total_s < reward.row_wall_time_s + 2 * wall, clock.total_s  # not 12 x idle_s
+    assert rewards[0] is not None and 0 < rewards[0] <= reward.row_wall_time_s / idle_s / cases
     assert reward.last_row_outcomes == ["timeout"]
     assert reward.score(["print(42)"], verification_info=[info]) == [1.0]
 
