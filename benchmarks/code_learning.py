@@ -2,13 +2,13 @@
 Learning comparison on the CPU code task (`trl_ada.tasks.code_synthesis`), scored by the sandboxed code reward.
 
 The warm-started tiny code model (`load_tiny_code_model`: noisy-label SFT, built and cached on first use) trains on a
-fresh stream of program-synthesis prompts from all six levels with GRPO n=4, GRPO n=16, DAPO n=4 and Seq-balance
-(n=4, rounds of 8, at most 4), the same learning rate, steps and prompts per step, several seeds. Every completion is
-scored by `CodeExecutionReward` in the bubblewrap sandbox (all-or-nothing over 4 shown and 4 hidden test inputs), at
-the reward's default concurrency (one sandbox per CPU). Every `--eval_every` steps each run measures its held-out
-pass rate: `--eval_samples` completions at temperature 1 per prompt of a fixed held-out set, scored in the sandbox
-(each distinct expression once per prompt). Runs are one child process each, one at a time, one torch thread each
-(the other core runs the sandboxes).
+stream of program-synthesis prompts from all six levels (drawn with replacement, so a few come back) with GRPO n=4,
+GRPO n=16, DAPO n=4 and Seq-balance (n=4, rounds of 8, at most 4), the same learning rate, steps and prompts per step,
+several seeds. Every completion is scored by `CodeExecutionReward` in the bubblewrap sandbox (all-or-nothing over 4
+shown and 4 hidden test inputs), at the reward's default concurrency (one sandbox per CPU). Every `--eval_every` steps
+each run measures its held-out pass rate: `--eval_samples` completions at temperature 1 per prompt of a fixed held-out
+set, scored in the sandbox (each distinct expression once per prompt). Runs are one child process each, one at a time,
+one torch thread each (the other core runs the sandboxes).
 
 The report (`table.md`, `summary.json` in `--out`): per method the final held-out pass rate with a 95% t-interval
 over seeds, per level, completions drawn and training seconds (the trainer's `step_time`, evaluation excluded);
@@ -78,9 +78,10 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
         "Seq-balance n=4 (rounds of 8, at most 4)",
         {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4},
     ),
-    # Issue 33's tournament entries, the arithmetic benchmark's configurations. On fresh prompts (this task never
-    # repeats one) the gated refill has no visit to judge a prompt by, so it draws what DAPO draws, and Knapsack-RL
-    # gives every prompt its first-visit budget of num_generations.
+    # Issue 33's tournament entries, the arithmetic benchmark's configurations. The task's problems are drawn with
+    # replacement and a run meets few of them twice (BENCHMARKS.md counts the repeats), so the gated refill seldom has
+    # a visit to judge a prompt by and mostly draws what DAPO draws, and Knapsack-RL gives most prompts their
+    # first-visit budget of num_generations.
     "knapsack": benchmark_learning.METHODS["knapsack"],
     "dapo_gated": benchmark_learning.METHODS["dapo_gated"],
 }
@@ -141,7 +142,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         seed=seed,
         **overrides,
     )
-    # Fresh prompts with room for DAPO's refills. Under a budget a run uses at most budget / 2 prompts (every method
+    # Prompts with room for DAPO's refills. Under a budget a run uses at most budget / 2 prompts (every method
     # draws 2 or more completions a prompt, as budget_steps assumes): sizing by its raised step cap would only slow the
     # set's generation (28k problems at the code table's budget, half a minute).
     dataset = make_dataset(max(spec["steps"] * prompts * 12, 2000, budget or 0), seed=seed)
