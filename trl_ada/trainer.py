@@ -44,11 +44,30 @@ from .trl_seam import (
     micro_step,
     set_environment_pool,
     split_generate_output,
+    summed_rewards,
+    train_metrics,
 )
 
 logger = logging.getLogger(__name__)
 
 _GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
+
+
+def zero_std_row_share(rewards: torch.Tensor, group_sizes: list[int]) -> float:
+    """
+    TRL's `frac_reward_zero_std` over the given groups (consecutive rows, `group_sizes` of them per group): the share
+    of rows whose group's rewards have a zero std, by TRL's rule (the NaN-skipping sample std `torch.isclose` to 0; a
+    group with fewer than two scored rewards has no std and does not count). Equal to TRL's value when every group has
+    `num_generations` rows.
+    """
+    if sum(group_sizes) != len(rewards):
+        raise ValueError(f"{len(rewards)} rewards cannot be split into groups of {group_sizes} rows")
+    zero_rows = 0
+    for group, size in zip(torch.split(rewards, group_sizes), group_sizes, strict=True):
+        scored = group[~torch.isnan(group)]
+        if len(scored) > 1 and torch.isclose(scored.std(), torch.zeros_like(scored[0])):
+            zero_rows += size
+    return zero_rows / len(rewards)
 
 
 class _RoundGenerated(Exception):
@@ -129,6 +148,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     # work on a trainer built without `__init__` (as TRL's own rollout-dispatch tests build one).
     _ada_kept_rows: list[LocalRow] | None = None
     _ada_kept_rewards: torch.Tensor | None = None
+    _ada_kept_group_sizes: list[int] | None = None
     _ada_advantages: torch.Tensor | None = None
     _ada_round_block: int | None = None
     _ada_generating_round: bool = False
@@ -245,12 +265,14 @@ class AdaGRPOTrainer(GRPOTrainer):
             # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
             # line up with the completions even when the kept prompts differ from `inputs` (DAPO refills, est).
             kept_inputs = self._sample(inputs)
+            kept_rewards, group_sizes = self._ada_kept_rewards, self._ada_kept_group_sizes
             with self._finished_episodes(len(kept_inputs)):
                 output = super()._generate_and_score_completions(kept_inputs)
             advantages = self._ada_advantages
         finally:
             # Whatever happened, nothing of this batch may leak into the next one.
-            self._ada_kept_rows = self._ada_kept_rewards = self._ada_advantages = None
+            self._ada_kept_rows = self._ada_kept_rewards = self._ada_advantages = self._ada_kept_group_sizes = None
+        self._correct_frac_reward_zero_std(kept_rewards, group_sizes)
         if advantages is not None:
             local = len(inputs)
             start = self.accelerator.process_index * local
@@ -261,6 +283,23 @@ class AdaGRPOTrainer(GRPOTrainer):
                 logged.pop()
             logged.extend(advantages.tolist())
         return output
+
+    def _correct_frac_reward_zero_std(
+        self, rewards_per_func: torch.Tensor | None, group_sizes: list[int] | None
+    ) -> None:
+        """
+        Replace the `frac_reward_zero_std` TRL just logged by the value over the update's true groups when they are
+        not TRL's chunks of `num_generations` rows (knapsack's budgets, `est_train_on="all"`): TRL reshapes the rows by
+        `num_generations`, which then mixes prompts. With `scale_rewards="batch"` TRL's value reads the whole batch's
+        std, which no grouping changes, so it stands.
+        """
+        n = self.num_generations
+        if rewards_per_func is None or not group_sizes or all(size == n for size in group_sizes):
+            return
+        if self.args.scale_rewards == "batch":
+            return
+        rewards = summed_rewards(self, rewards_per_func)
+        train_metrics(self)["frac_reward_zero_std"][-1] = zero_std_row_share(rewards, group_sizes)
 
     def _generate(self, prompts: list):
         if self._ada_generating_round:

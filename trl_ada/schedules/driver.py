@@ -100,6 +100,7 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
         advantages.extend(result.advantages)
     trainer._ada_kept_rewards = torch.stack([entry.rewards_per_func for entry in kept])
+    trainer._ada_kept_group_sizes = [len(batches[b].selection.prompts[g].kept) for b, g in chosen]
     # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
     # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
     identity = chosen == [(0, g) for g in range(len(chosen))]
