@@ -213,3 +213,149 @@ def test_screenshots_show_the_pages(opened):
         distances = {other: distance(pixels, reference) for other, reference in references.items()}
         assert distances[page] <= TOLERANCE, (page, distances)
         assert min(distances, key=distances.get) == page, (page, distances)
+
+
+class Browser:
+    """Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``: JSON messages ended by a
+    NUL byte, read on its fd 3 and written on its fd 4), so a test can wait for what a page's scripts do."""
+
+    def __init__(self) -> None:
+        import fcntl
+
+        reads, self._to_browser = os.pipe()
+        self._from_browser, writes = os.pipe()
+        # Moved above the fds bash may use, then given to Chromium as its fds 3 and 4.
+        high_reads, high_writes = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (reads, writes))
+        os.close(reads)
+        os.close(writes)
+        binary = os.path.realpath(CHROMIUM)
+        if Path("/usr/lib/chromium/chromium").is_file():  # Debian's /usr/bin/chromium is a wrapper script
+            binary = "/usr/lib/chromium/chromium"
+        command = f'exec 3<&{high_reads} 4>&{high_writes} {high_reads}<&- {high_writes}>&-; exec "$0" "$@"'
+        self.process = subprocess.Popen(
+            ["bash", "-c", command, binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run"]
+            + ["--remote-debugging-pipe", "about:blank"],
+            pass_fds=(high_reads, high_writes),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(high_reads)
+        os.close(high_writes)
+        self._id, self._buffer = 0, b""
+
+    def call(self, method: str, session: str | None = None, **params):
+        self._id += 1
+        message = {"id": self._id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self._buffer:
+                chunk = os.read(self._from_browser, 1 << 16)
+                assert chunk, "chromium closed its DevTools pipe"
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, reply["error"]
+                return reply["result"]
+
+    def open(self, url: str) -> str:
+        target = self.call("Target.createTarget", url=url)["targetId"]
+        return self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def evaluate(self, session: str, expression: str):
+        return self.call("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"].get("value")
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+
+
+def test_search_works_with_the_site_opened_from_disk(site):
+    """Opened from disk (file://, no server, no network), a page's search finds pages: the web worker it needs is the
+    site's own iframe-worker shim, not a CDN's (which left it on "Initializing search")."""
+    assert CHROMIUM, "chromium is not installed (CI=true): apt-get install -y chromium"
+    for page in sorted(site.rglob("*.html")):
+        sources = re.findall(r'<script[^>]*\ssrc="([^"]+)"', page.read_text())
+        assert not [source for source in sources if "//" in source], (page, sources)  # every script is the site's
+    browser = Browser()
+    try:
+        session = browser.open((site / "reference" / "samplers.html").as_uri() + "?q=sandbox")
+        meta, found = "", 0
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not found:
+            time.sleep(0.5)
+            meta, found = browser.evaluate(
+                session,
+                "[document.querySelector('.md-search-result__meta').textContent.trim(),"
+                " document.querySelectorAll('.md-search-result__item').length]",
+            )
+    finally:
+        browser.close()
+    assert found > 0 and "matching document" in meta, meta
+
+
+def test_the_api_reference_links_every_cross_reference(site):
+    """The docstrings' TRL-style references (``[`Sandbox`]``, ``[`~trl.GRPOTrainer`]``) render as links to their
+    entries (or as code, for another library's), never as bracketed text."""
+    unresolved = {}
+    for page in sorted(site.rglob("*.html")):
+        found = re.findall(r"\[<code>~?[\w.]+</code>\]", page.read_text())
+        if found:
+            unresolved[page.relative_to(site).as_posix()] = found
+    assert not unresolved, unresolved
+    sandbox_page = (site / "reference" / "sandbox.html").read_text()
+    assert 'href="#trl_ada.rewards.sandbox.SANDBOX_UIDS"' in sandbox_page  # Sandbox's docstring links the uids
+
+
+def test_an_unresolved_cross_reference_fails_the_strict_build(tmp_path):
+    """A reference to an object the reference does not render, or to no object at all, stops `mkdocs build
+    --strict`, naming it; rendered, the same reference is a link."""
+    package = tmp_path / "demo"
+    package.mkdir()
+    source = 'def shown():\n    """Calls [`helper`]."""\n\n\ndef helper():\n    """Helps."""\n'
+    (package / "__init__.py").write_text(source)
+    (tmp_path / "docs").mkdir()
+    config = {
+        "site_name": "demo",
+        "strict": True,
+        "docs_dir": "docs",
+        "plugins": [
+            {
+                "mkdocstrings": {
+                    "handlers": {
+                        "python": {
+                            "paths": ["."],
+                            "options": {
+                                "extensions": [
+                                    {f"{ROOT}/docs/hooks/cross_references.py:CrossReferences": {"package": "demo"}}
+                                ]
+                            },
+                        }
+                    }
+                }
+            }
+        ],
+    }
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
+
+    def build(page: str) -> subprocess.CompletedProcess:
+        (tmp_path / "docs" / "index.md").write_text(page)
+        return subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        )
+
+    missing = build("# Demo\n\n::: demo.shown\n")
+    assert missing.returncode != 0 and "demo.helper" in missing.stderr, missing.stderr[-2000:]
+    linked = build("# Demo\n\n::: demo.shown\n\n::: demo.helper\n")
+    assert linked.returncode == 0, linked.stderr[-2000:]
+    assert 'href="#demo.helper"' in (tmp_path / "site" / "index.html").read_text()
+    (package / "__init__.py").write_text(source + '\n\ndef typo():\n    """Calls [`nowhere`]."""\n')
+    typo = build("# Demo\n\n::: demo.shown\n\n::: demo.helper\n")
+    assert typo.returncode != 0 and "[`nowhere`]" in typo.stderr, typo.stderr[-2000:]

@@ -39,7 +39,7 @@ def register_sampler(name: str):
     Class decorator: register a [`Sampler`] subclass under `name` (sets its `name`). It is then selectable as
     `sampler=name` in `AdaGRPOConfig`, `--sampler name` on the command line and in `trl-ada simulate`, and its knobs
     appear on the model card. Registering another class under a taken name raises; re-registering the same class
-    replaces it (see [`_same_definition`]).
+    replaces it (see `_same_definition`).
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"a sampler name must be a Python identifier (it is a config value), got {name!r}")
