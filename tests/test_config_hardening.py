@@ -236,3 +236,16 @@ def test_the_schedule_choices_are_the_schedules_there_are():
 
     declared = AdaGRPOConfig.__dataclass_fields__["generation_schedule"].metadata
     assert tuple(SCHEDULES) == GENERATION_SCHEDULES == tuple(declared["choices"])
+
+
+def test_the_sampler_help_names_every_built_in_sampler_and_every_one_that_takes_sampler_kwargs():
+    from trl_ada.samplers.registry import SAMPLERS
+
+    built_in = {name: cls for name, cls in SAMPLERS.items() if cls.__module__.startswith("trl_ada.samplers.")}
+    assert {"uniform", "dapo", "knapsack", "dapo_gated"} <= set(built_in)
+    sampler_help = KNOB_FIELDS["sampler"].metadata["help"]
+    kwargs_help = KNOB_FIELDS["sampler_kwargs"].metadata["help"]
+    for name, cls in built_in.items():
+        assert f'`"{name}"`' in sampler_help, name
+        if cls.options_class is not None:
+            assert f'`"{name}"`' in kwargs_help and f"trl_ada.samplers.{cls.options_class.__name__}" in kwargs_help

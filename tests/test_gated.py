@@ -128,3 +128,26 @@ def test_the_fitted_prior_recovers_the_spread_of_the_prompts_pass_rates():
     assert sum(sampler.prior_parameters()) == pytest.approx(sum(fitted))
     with pytest.raises(ValueError, match="prior"):
         settings(prior="flat")
+
+
+def test_pass_rate_decay_is_accepted_and_discounts_the_gates_history(tmp_path):
+    from trl_ada import AdaGRPOConfig
+
+    config = AdaGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to="none",
+        bf16=False,
+        num_generations=4,
+        sampler="dapo_gated",
+        pass_rate_decay=0.5,
+    )
+    sampler = build_sampler(config.sampler_settings())
+    assert sampler.history.decay == 0.5
+    for _ in range(2):
+        visit(sampler, ["x", "a"], [[0.0] * 4, [1.0, 0.0, 0.0, 0.0]])
+    # N <- 0.5 N + 4 at the second visit: (6, 0) and (6, 1.5), not 0.9's (7.6, 0) and (7.6, 1.9).
+    assert sampler.history.counts == {"x": (6.0, 0.0), "a": (6.0, 1.5)}
+    # The value is checked where it is read now, not waved through.
+    with pytest.raises(ValueError, match="pass_rate_decay must lie in"):
+        SamplerSettings(sampler="dapo_gated", pass_rate_decay=0.0).validated()

@@ -124,6 +124,7 @@ class GatedRefillSampler(DapoSampler):
     """
 
     options_class = GatedRefillOptions
+    knobs = DapoSampler.knobs | {"pass_rate_decay"}  # the discount of the gate's draw history (`DrawHistory`)
 
     @classmethod
     def describe(cls, settings: SamplerSettings) -> str:

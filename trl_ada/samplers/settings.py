@@ -101,14 +101,17 @@ class SamplerFields:
         'step from tracked pass rates (`est_*` knobs). `"dapo"`: the DAPO baseline, uniform sampling that drops '
         'zero-variance groups and refills the batch (`dapo_*`). `"knapsack"`: Knapsack-RL (Li et al., arXiv '
         "2509.25849), a fixed budget per step split by a knapsack over the prompts' pass rates (its knobs are "
-        "`sampler_kwargs`, `trl_ada.samplers.KnapsackOptions`).",
+        '`sampler_kwargs`, `trl_ada.samplers.KnapsackOptions`). `"dapo_gated"`: DAPO whose refill passes over '
+        "prompts that their past draws predict will come back without a signal (its knobs are `sampler_kwargs`, "
+        "`trl_ada.samplers.GatedRefillOptions`).",
         section=SECTION_SAMPLING,
     )
     sampler_kwargs: dict[str, Any] | str | None = knob(
         None,
         "Keyword arguments of a registered sampler's own knobs (the fields of its `options` dataclass), as a dict or "
-        'a JSON string (on the command line). Of the built-in samplers only `"knapsack"` takes some '
-        "(`trl_ada.samplers.KnapsackOptions`): the others' knobs are the fields below.",
+        'a JSON string (on the command line). Of the built-in samplers `"knapsack"` '
+        '(`trl_ada.samplers.KnapsackOptions`) and `"dapo_gated"` (`trl_ada.samplers.GatedRefillOptions`) take some: '
+        "the others' knobs are the fields below.",
         doc_type="`dict` or `str` or `None`",
     )
     round_size: int = knob(
@@ -215,7 +218,8 @@ class SamplerFields:
     pass_rate_decay: float = knob(
         0.9,
         "Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n_t`, `K <- λK + k_t`. In (0, 1]; 1 keeps "
-        'the whole history. Read by `sampler="est"` and `round_policy="tracked"`.',
+        'the whole history. Read by `sampler="est"`, `"knapsack"`, `"dapo_gated"` (its refill gate\'s draw history) and '
+        '`round_policy="tracked"`.',
         check=lambda v: 0.0 < v <= 1.0,
         requirement="must lie in (0, 1] (1 keeps all history)",
         section=SECTION_PASS_RATES,
