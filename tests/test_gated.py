@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.samplers import BatchExhaustedError, SamplerSettings, build_sampler
 from trl_ada.samplers.dapo import RefillWalk, fill_update
 from trl_ada.samplers.gated import mixed_chance
 
@@ -151,3 +151,50 @@ def test_pass_rate_decay_is_accepted_and_discounts_the_gates_history(tmp_path):
     # The value is checked where it is read now, not waved through.
     with pytest.raises(ValueError, match="pass_rate_decay must lie in"):
         SamplerSettings(sampler="dapo_gated", pass_rate_decay=0.0).validated()
+
+
+def hopeless_history():
+    """A gate that passes over `h0`..`h3` (wrong at every draw of two visits, beside always-mixed prompts)."""
+    sampler = build_sampler(settings())
+    keys = ["h0", "h1", "h2", "h3", "m0", "m1", "m2", "m3"]
+    for _ in range(2):
+        visit(sampler, keys, [[0.0] * 4] * 4 + [[1.0, 0.0, 1.0, 0.0]] * 4)
+    assert all(sampler.refill_passes_over(key) for key in keys[:4])
+    return sampler
+
+
+def test_a_gate_that_passes_over_every_remaining_prompt_does_not_starve_the_refill():
+    sampler = hopeless_history()
+    rows = [{"prompt": name} for name in ("c", "d", "h0", "h1", "h2", "h3")]
+    walk = RefillWalk(rows, lambda epoch: list(range(len(rows))), lambda row: row["prompt"])
+    drawn = []
+
+    def learned(batch):  # the policy has since learned the hopeless prompts: they come back mixed
+        drawn.append([row["prompt"] for row in batch])
+        return visit(sampler, drawn[-1], [[1.0, 0.0, 0.0, 0.0]] * len(batch))
+
+    first = visit(sampler, ["c", "d"], [[0.0] * 4, [1.0] * 4])
+    filler = fill_update(first, ["c", "d"], learned, walk, max_refills=10, keep_partial=False,
+                         passes_over=sampler.refill_passes_over)  # fmt: skip
+    # A whole walk passed over all four: the refill batch is drawn from them as DAPO would (before: none drawn, and
+    # "found only 0 of 2 after 0 extra generation batches. Raise dapo_max_refills").
+    assert drawn == [["h0", "h1"]]
+    assert filler.metrics()["dapo/filled_share"] == 1.0 and filler.passed_over == 4
+
+
+def test_a_refill_that_runs_out_of_prompts_says_so_rather_than_to_raise_the_cap():
+    sampler = hopeless_history()
+    rows = [{"prompt": name} for name in ("c", "d", "h0", "h1", "h2", "h3")]
+    walk = RefillWalk(rows, lambda epoch: list(range(len(rows))), lambda row: row["prompt"])
+    drawn = []
+
+    def unmixed(batch):
+        drawn.append([row["prompt"] for row in batch])
+        return visit(sampler, drawn[-1], [[0.0] * 4] * len(batch))
+
+    first = visit(sampler, ["c", "d"], [[0.0] * 4, [1.0] * 4])
+    with pytest.raises(BatchExhaustedError, match=r"after 2 extra .* every prompt of the dataset \(6\)") as error:
+        fill_update(first, ["c", "d"], unmixed, walk, max_refills=10, keep_partial=False,
+                    passes_over=sampler.refill_passes_over)  # fmt: skip
+    assert "Raise dapo_max_refills" not in str(error.value)
+    assert sorted(prompt for batch in drawn for prompt in batch) == ["h0", "h1", "h2", "h3"]

@@ -87,6 +87,8 @@ class BatchFiller:
     passed_over: int = 0
     """Rows the refill walk stepped past because the sampler expects nothing from them ([`fill_update`]'s
     `passes_over`), this step."""
+    out_of_prompts: int | None = None
+    """Set when the refill stopped because every prompt of the dataset was already in this step: their number."""
 
     def add(self, selection: Selection) -> None:
         """File every prompt of one generation batch as informative or dropped."""
@@ -107,11 +109,22 @@ class BatchFiller:
             self.taken = self.informative[: self.num_prompts]
             return self.taken
         if not keep_partial:
-            raise BatchExhaustedError(
+            found = (
                 f"DAPO refilling found only {len(self.informative)} of {self.num_prompts} prompts with a non-zero "
-                f"reward variance after {self.batches - 1} extra generation batches. Raise dapo_max_refills, set "
-                "dapo_on_exhausted='keep_partial' to train on the partial batch, or use sampler='seq_balance', "
-                "which spends extra samples on the same prompts instead of dropping them."
+                f"reward variance after {self.batches - 1} extra generation batches"
+            )
+            if self.out_of_prompts is not None:
+                # Raising the cap cannot help here: the walk had nothing left to draw.
+                raise BatchExhaustedError(
+                    f"{found}, when every prompt of the dataset ({self.out_of_prompts}) had been drawn in this step. "
+                    "Use a dataset with more prompts, set dapo_on_exhausted='keep_partial' to train on the partial "
+                    "batch, or use sampler='seq_balance', which spends extra samples on the same prompts instead of "
+                    "dropping them."
+                )
+            raise BatchExhaustedError(
+                f"{found} (dapo_max_refills). Raise dapo_max_refills, set dapo_on_exhausted='keep_partial' to train "
+                "on the partial batch, or use sampler='seq_balance', which spends extra samples on the same prompts "
+                "instead of dropping them."
             )
         # Static shapes: pad with dropped groups; without a signal their advantages are zero, so they add no gradient.
         self.taken = self.informative + self.dropped[: self.num_prompts - len(self.informative)]
@@ -231,7 +244,10 @@ def fill_update(
     returns their selection) and file it too. Returns the filler after `take`: `taken` holds the update's
     `(batch, prompt)` pairs (batch 0 is `first`, batch `i` the `i`-th `sample` call), `metrics()` the `dapo/*` values.
     Raises `BatchExhaustedError` when the batch is short and not `keep_partial`. `passes_over` (the sampler's
-    [`Sampler.refill_passes_over`]) lets the walk step past prompts the sampler expects nothing from.
+    [`Sampler.refill_passes_over`]) lets the walk step past prompts the sampler expects nothing from; when a whole walk
+    of the dataset leaves a refill batch short because of it, the rest of that batch is drawn without it, as plain DAPO
+    draws (the asynchronous stream's gate, likewise, opens a new epoch after a whole walk passed over), so the gate
+    never starves the update of prompts DAPO would have drawn.
 
     The loop lives here, next to the filter and the walk, rather than in `trl_ada.schedules`: it is DAPO's rule (which
     batches to draw, when to stop, what the update keeps), pure and the same for any schedule, which it drives only
@@ -249,9 +265,14 @@ def fill_update(
         return passes
 
     while not filler.is_full and filler.batches <= max_refills:
+        passed_before = filler.passed_over
         rows = walk.next_prompts(filler.num_prompts, exclude=in_step, passes_over=judged)
+        if len(rows) < filler.num_prompts and filler.passed_over > passed_before:
+            # A whole walk of the dataset without enough prompts the gate lets through: the rest ungated.
+            rows += walk.next_prompts(filler.num_prompts - len(rows), exclude=in_step)
         if not rows:
-            break  # every prompt of the dataset is already in this step
+            filler.out_of_prompts = len(in_step)  # every prompt of the dataset is already in this step
+            break
         filler.add(sample(rows))
     filler.take(keep_partial=keep_partial)
     return filler
