@@ -1,6 +1,5 @@
 """`sampler="dapo_gated"` (issue 33 item 3): DAPO whose refill passes over prompts predicted to come back unmixed."""
 
-import itertools
 import math
 
 import pytest
@@ -91,12 +90,45 @@ def test_bad_options_are_refused_naming_the_knob(bad):
 
 
 def test_the_gate_changes_only_which_refill_prompts_are_drawn():
-    # Without history every prompt is drawn: the first batches' selections equal DAPO's, draw for draw.
-    for pools in itertools.islice(itertools.product([[0.0] * 4, [1.0, 0.0, 0.0, 1.0]], repeat=3), 4):
-        gated = visit(build_sampler(settings()), ["a", "b", "c"], list(pools))
-        dapo = visit(build_sampler(SamplerSettings(sampler="dapo", num_generations=4, seed=0).validated()),
-                     ["a", "b", "c"], list(pools))  # fmt: skip
-        assert gated.prompts == dapo.prompts and gated.pools == dapo.pools
+    # The same step under DAPO and under a gate that has learned h0..h3 are hopeless: the loader's batch, every prompt
+    # drawn by both, and the update are DAPO's; the gated refill draws DAPO's walk without the prompts it passes over.
+    pools = {"h": [0.0] * 4, "s": [1.0] * 4, "m": [1.0, 0.0, 0.0, 1.0], "x": [0.0] * 4}
+    rows = [{"prompt": name} for name in ("m0", "h0", "h1", "m1", "s0", "h2", "m2", "m3", "h3", "m4", "m5")]
+    dapo_settings = SamplerSettings(sampler="dapo", num_generations=4, seed=0).validated()
+    runs = {}
+    for name, sampler in (("dapo", build_sampler(dapo_settings)), ("gated", hopeless_history())):
+        drawn, results = [], {}
+
+        def sample(batch, sampler=sampler, drawn=drawn, results=results):
+            keys = [row["prompt"] for row in batch]
+            drawn.extend(keys)
+            selection = visit(sampler, keys, [pools[key[0]] for key in keys])
+            results.update(zip(keys, zip(selection.prompts, selection.pools, strict=True), strict=True))
+            return selection
+
+        first_keys = ["x0", "x1", "x2"]
+        first = sample([{"prompt": key} for key in first_keys])
+        walk = RefillWalk(rows, lambda epoch: list(range(len(rows))), lambda row: row["prompt"])
+        filler = fill_update(first, first_keys, sample, walk, max_refills=10, keep_partial=False,
+                             passes_over=sampler.refill_passes_over)  # fmt: skip
+        batches = [first_keys, *[drawn[i : i + 3] for i in range(3, len(drawn), 3)]]  # every refill batch is full
+        update = [batches[batch][prompt] for batch, prompt in filler.taken]
+        runs[name] = drawn, results, update, filler.passed_over
+    dapo_drawn, dapo_results, dapo_update, dapo_passed = runs["dapo"]
+    gated_drawn, gated_results, gated_update, gated_passed = runs["gated"]
+    assert dapo_passed == 0 and gated_passed > 0  # the gate acted
+    hopeless = {"h0", "h1", "h2", "h3"}
+    assert hopeless & set(dapo_drawn) and not hopeless & set(gated_drawn)
+    # Both draw the loader's batch, then the walk in its order; the gated refill skips what its gate passes over.
+    walk_order = [row["prompt"] for row in rows]
+    assert dapo_drawn == ["x0", "x1", "x2", *walk_order[: len(dapo_drawn) - 3]]
+    let_through = [key for key in walk_order if key not in hopeless]
+    assert gated_drawn == ["x0", "x1", "x2", *let_through[: len(gated_drawn) - 3]]
+    assert len(gated_drawn) < len(dapo_drawn)  # fewer completions for the same update
+    for key in set(gated_drawn) & set(dapo_drawn):
+        assert gated_results[key] == dapo_results[key], key
+    assert gated_update == dapo_update == ["m0", "m1", "m2"]
+    assert [gated_results[key] for key in gated_update] == [dapo_results[key] for key in dapo_update]
 
 
 def test_the_fitted_prior_recovers_the_spread_of_the_prompts_pass_rates():
