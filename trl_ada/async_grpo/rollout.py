@@ -174,7 +174,8 @@ class StreamGate:
 
     So every prompt keeps at least one visit per epoch, and only refill visits are gated. A whole walk of the dataset
     passed over (the gate rejects every prompt already visited) opens a new epoch rather than walk for ever. The
-    epoch's bookkeeping is not saved: after a resume every prompt's next row is drawn (a visit is never lost).
+    epoch's bookkeeping is not saved: after a resume every prompt's next row is drawn (a visit is never lost), and
+    the rows passed over are saved as such (`WorkerState.passed_over`), so a resume counts their new draws.
     """
 
     def __init__(self, sampler: Sampler, dataset_size: int) -> None:
@@ -241,10 +242,17 @@ class WorkerState:
     """The rows counted at or above `counted_below` (rows finish out of order while others are open)."""
     dropped: list[int] = field(default_factory=list)
     """The rows finished without a sample since the previous answer (the trainer keeps them for the resume position)."""
+    passed_over: list[int] = field(default_factory=list)
+    """The rows a refill gate passed over ([`StreamGate`]): settled in `counted_below` and `counted_above`, though the
+    sampler counted no draw of them, so a resume that draws them again counts their draws."""
 
     def counted_from(self, first: int) -> list[int]:
         """The rows counted whose id is `first` or more: what a resume at `first` would draw and count again."""
-        return [*range(first, self.counted_below), *(row for row in self.counted_above if row >= first)]
+        settled = [*range(first, self.counted_below), *(row for row in self.counted_above if row >= first)]
+        if not self.passed_over:
+            return settled
+        passed_over = set(self.passed_over)
+        return [row for row in settled if row not in passed_over]
 
 
 class SamplerStateChannel:
@@ -376,6 +384,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._dapo_prompts_with_signal = 0
         # `dapo_gated`: the rows of the stream its refill gate passes over (`_next_row`).
         self._gate = StreamGate(self.sampler, len(self.dataset)) if gates_refills(settings) else None
+        # The rows it passed over, which the sampler counted nothing of (`WorkerState.passed_over`).
+        self._passed_over_rows: set[int] = set()
 
     # -- the work iterator ------------------------------------------------------------------------------------------
 
@@ -430,6 +440,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 return row_id, row
             self._drop_row(row_id)
             self._count_rows([row_id])
+            if row_id not in self._rows_already_counted:  # else the loaded state did count its earlier draws
+                self._passed_over_rows.add(row_id)
 
     def _queue_draws(self, batch_id: int, queue: deque[tuple[int, dict[str, Any]]]) -> int:
         batch = self._batches[batch_id]
@@ -563,6 +575,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             # The rows a resumed run's loaded state counted and this run has not drawn again yet: counted too.
             counted_above=sorted(self._counted_above | self._rows_already_counted),
             dropped=sorted(self._dropped),
+            passed_over=sorted(self._passed_over_rows),
         )
         self._dropped = set()
         return state
