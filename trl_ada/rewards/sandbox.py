@@ -1043,8 +1043,9 @@ class _MemoryCgroup:
             try:
                 self._write("cgroup.procs", status.child_pid)
             except OSError:
-                # An init that already exited (bubblewrap failed while setting up) has nothing left to charge.
-                return status.pidfd is not None and _wait_readable(status.pidfd, time.monotonic())
+                # An init that is exiting (bubblewrap failed while setting up) has nothing left to charge; the
+                # kernel refuses the move as soon as the exit begins, a moment before its pidfd reports it.
+                return status.pidfd is not None and _wait_readable(status.pidfd, min(deadline, time.monotonic() + 1))
         try:
             os.write(self.block_write, b"x")
         except BrokenPipeError:  # bubblewrap failed while setting up: nothing waits
