@@ -280,7 +280,6 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     # second torch thread there only waits for that core. The synchronous trainer has the machine to itself.
     torch.set_num_threads(spec["trainer_threads"] or (os.cpu_count() if kind == "sync" else 1))
     n = overrides["num_generations"]
-    prompts = spec["prompts_per_step"]
     budget_s, eval_every_s = spec["budget_s"], spec["eval_every_s"]
     model, tokenizer = load_tiny_arith_model()
     heldout = held_out_problems(spec["heldout_size"], seed=1234)
@@ -375,10 +374,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     if kind == "sync":
         for point in curve:
             done = [e for e in entries if e["step"] <= point["step"]]
-            point["completions"] = sum(
-                e.get("ada/samples_per_prompt/mean", n) * prompts * (1 + e.get("ada/dapo/extra_batches", 0.0))
-                for e in done
-            )
+            # Each entry's counter is its window's sum (AdaGRPOTrainer.log), whatever logging_steps is.
+            point["completions"] = math.fsum(e.get("ada/draws/drawn_total") or 0.0 for e in done)
 
     def logged(key: str, reduce: Any = statistics.fmean) -> float | None:
         values = [e[key] for e in history if e.get(key) is not None and not math.isnan(e[key])]

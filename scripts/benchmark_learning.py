@@ -202,41 +202,44 @@ def make_config(method: str, seed: int, steps: int, lr: float, out: Path, prompt
 
 def draw_accounting(entries: Sequence[dict]) -> dict[str, Any]:
     """
-    A run's draws per pass-rate band of the pool (issue 33 item 1), summed from the trainer's per-step `ada/draws/*`
-    metrics (`trl_ada.samplers.accounting`): completions drawn, those that served an update group with a signal
-    (useful) and those in it (trained), overall and per band.
+    A run's draws per pass-rate band of the pool (issue 33 item 1), summed from the trainer's `ada/draws/*_total`
+    counters (`trl_ada.samplers.accounting`), which each log entry holds summed over its window: completions drawn,
+    those that served an update group with a signal (useful) and those in it (trained), overall and per band.
     """
     from trl_ada.samplers.accounting import BANDS
 
-    total = useful = trained = 0.0
-    bands = {band: {"drawn": 0.0, "useful": 0.0} for band in BANDS}
-    for entry in entries:
-        step_total = entry.get("ada/draws/drawn") or 0.0
-        if not step_total:
-            continue
-        total += step_total
-        useful += step_total * entry["ada/draws/useful_share"]
-        trained += step_total * entry["ada/draws/trained_share"]
-        for band in BANDS:
-            drawn = step_total * entry.get(f"ada/draws/{band}/share", 0.0)
-            if drawn:
-                bands[band]["drawn"] += drawn
-                bands[band]["useful"] += drawn * entry[f"ada/draws/{band}/useful_share"]
+    def total(name: str) -> float:
+        return math.fsum(entry.get(f"ada/draws/{name}_total") or 0.0 for entry in entries)
+
+    bands = {band: {"drawn": total(f"{band}/drawn"), "useful": total(f"{band}/useful")} for band in BANDS}
     return {
-        "total": total,
-        "useful": useful,
-        "trained": trained,
+        "total": total("drawn"),
+        "useful": total("useful"),
+        "trained": total("trained"),
         "bands": {b: v for b, v in bands.items() if v["drawn"]},
     }
+
+
+def train_seconds(entries: Sequence[dict]) -> float:
+    """
+    The training seconds of the steps `entries` cover (log entries with TRL's `step_time`, in order from the run's
+    first): each entry's `step_time` is the mean over the optimizer steps since the previous entry, so it weighs that
+    many steps.
+    """
+    steps = [entry["step"] for entry in entries]
+    return math.fsum(
+        entry["step_time"] * (step - previous)
+        for entry, step, previous in zip(entries, steps, [0, *steps], strict=False)
+    )
 
 
 def gate_passes(entries: Sequence[dict]) -> float | None:
     """
     The rows DAPO's refill walk stepped past in a run because the sampler predicted them unmixed (`sampler=
-    "dapo_gated"`), summed from the per-step `ada/dapo/passed_over`; None for a run without a refill. Kept apart
-    from `draws`, which a gated run that passed over nothing shares with DAPO's.
+    "dapo_gated"`), summed from `ada/dapo/passed_over_total` (each log entry's sum over its window); None for a run
+    without a refill. Kept apart from `draws`, which a gated run that passed over nothing shares with DAPO's.
     """
-    logged = [entry["ada/dapo/passed_over"] for entry in entries if "ada/dapo/passed_over" in entry]
+    logged = [entry["ada/dapo/passed_over_total"] for entry in entries if "ada/dapo/passed_over_total" in entry]
     return float(sum(logged)) if logged else None
 
 
@@ -291,7 +294,6 @@ def run_one(
 
     torch.set_num_threads(1)
     label, overrides = METHODS[method]
-    n = overrides["num_generations"]
     model, tokenizer = load_tiny_arith_model()
     heldout = held_out_problems(heldout_size, seed=1234)
     steps = budget_steps(completions_budget, steps, PROMPTS_PER_STEP)
@@ -331,11 +333,8 @@ def run_one(
     entries = [e for e in trainer.state.log_history if "step_time" in e]
     for point in curve:
         done = [e for e in entries if e["step"] <= point["step"]]
-        point["samples"] = sum(
-            e.get("ada/samples_per_prompt/mean", n) * PROMPTS_PER_STEP * (1 + e.get("ada/dapo/extra_batches", 0.0))
-            for e in done
-        )
-        point["train_seconds"] = sum(e["step_time"] for e in done)
+        point["samples"] = draw_accounting(done)["total"]
+        point["train_seconds"] = train_seconds(done)
     return {
         "method": method,
         "label": label,
@@ -347,7 +346,7 @@ def run_one(
         "draws": draw_accounting(entries),
         "gate_passed_over": gate_passes(entries),
         "completions": scored[0],
-        "steps_run": len(entries),
+        "steps_run": trainer.state.global_step,
     }
 
 
@@ -629,7 +628,7 @@ def run_finite(
     trainer.train()
     entries = [e for e in trainer.state.log_history if "step_time" in e]
     for entry in [start, *curve]:
-        entry["train_seconds"] = sum(e["step_time"] for e in entries if e["step"] <= entry["step"])
+        entry["train_seconds"] = train_seconds([e for e in entries if e["step"] <= entry["step"]])
     return {
         "method": method,
         "label": label,
@@ -1362,7 +1361,11 @@ def tournament_table(summary: dict[str, Any]) -> str:
         (row["label"], row["gate_passed_over"]) for row in summary["methods"].values() if "gate_passed_over" in row
     ]
     if gates:
-        lines += ["", "Rows the refill walk stepped past as predicted unmixed (`ada/dapo/passed_over`), per run:", ""]
+        lines += [
+            "",
+            "Rows the refill walk stepped past as predicted unmixed (`ada/dapo/passed_over_total`), per run:",
+            "",
+        ]
         lines += [
             f"- {label}: {gate['per_run']:,.1f} (mean of {gate['runs']} run{'s' * (gate['runs'] > 1)} that record it)"
             for label, gate in gates

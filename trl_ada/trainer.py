@@ -25,6 +25,7 @@ from .data import check_prompt_column
 from .generation.weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
 from .predictor_hub import resolve_pass_rate_predictor
 from .reporting.card import check_license, describe_rollouts, write_trainer_card
+from .reporting.metrics import reduce_log_window
 from .rewards.registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
 from .runtime.model_path import check_model_name
@@ -329,6 +330,16 @@ class AdaGRPOTrainer(GRPOTrainer):
         if self._ada_round_block is not None:
             num_generations, self._ada_round_block = self._ada_round_block, None
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """
+        [`~trl.GRPOTrainer.log`], which averages every metric over the logging window, after trl-ada's counters and
+        extrema are reduced as they mean (`trl_ada.reporting.metrics.reduce_log_window`): a logged `ada/*_total` is
+        the window's sum, so summing a run's log entries gives its totals at any `logging_steps`.
+        """
+        if self.model.training:
+            reduce_log_window(train_metrics(self))
+        super().log(logs, start_time)
 
     def create_model_card(
         self,

@@ -7,10 +7,11 @@ No torch, no TRL: everything here is plain Python and exact where it can be (ban
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, MutableMapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..samplers.accounting import draw_counters
 from ..samplers.rules import is_positive
 from ..samplers.settings import SamplerFields
 
@@ -186,8 +187,10 @@ LOG_WINDOW_REDUCTIONS: dict[str, str] = {
     "dapo/prompts_dropped_total": "sum",
     "dapo/groups_dropped_total": "sum",
     "dapo/groups_total": "sum",
+    "dapo/passed_over_total": "sum",
     "gate/passed_over_total": "sum",
     "sample/dropped_stale_total": "sum",
+    **dict.fromkeys(draw_counters(), "sum"),
 }
 """
 The metrics trl-ada logs (names without the `ada/` prefix) that a logging window reduces by something other than the
@@ -196,15 +199,32 @@ value, averaged. The name carries the reduction, because TRL's asynchronous trai
 name's last segment (`trl.experimental.async_grpo.async_grpo_trainer._reduce_metric`: a word `total` sums, `max` and
 `min` take the extremum, anything else is averaged), so an averaged metric must have none of those words in its last
 segment (`est/budget_at_cap_share`, not `est/at_max_share`). `tests/test_sampler_hardening.py` checks every name trl-ada
-logs against TRL's rule and this table. (TRL's synchronous `GRPOTrainer` averages every metric over the window, its own
-`completions/max_length` included.)
+logs against TRL's rule and this table. TRL's synchronous `GRPOTrainer` averages every metric over the window (its own
+`completions/max_length` included); `AdaGRPOTrainer` first reduces trl-ada's own metrics by this table
+([`reduce_log_window`]), so a logged `*_total` is the window's sum at any `logging_steps`.
 """
+
+_REDUCERS = {"sum": math.fsum, "max": max, "min": min}
 
 
 def log_window_reduction(name: str) -> str:
     """How a logging window should reduce metric `name` (with or without its `ada/` prefix): `"mean"`, `"max"`,
     `"min"` or `"sum"`, from [`LOG_WINDOW_REDUCTIONS`]."""
     return LOG_WINDOW_REDUCTIONS.get(name.removeprefix("ada/"), "mean")
+
+
+def reduce_log_window(window: MutableMapping[str, list[float]]) -> None:
+    """
+    Collapse, in place, the values a logging window holds for each trl-ada metric (`ada/*`) that
+    [`log_window_reduction`] does not average into the one value it reduces to (NaN values skipped, as TRL skips them),
+    so a trainer that averages every window (TRL's synchronous `GRPOTrainer.log`) logs the sum, maximum or minimum.
+    Averaged metrics, and TRL's own, are left alone.
+    """
+    for name, values in window.items():
+        reduction = log_window_reduction(name) if name.startswith("ada/") else "mean"
+        valid = [value for value in values if not math.isnan(value)]
+        if reduction != "mean" and valid:
+            window[name] = [float(_REDUCERS[reduction](valid))]
 
 
 __all__ = [
@@ -216,5 +236,6 @@ __all__ = [
     "mean_pass_at_k",
     "pass_at_k",
     "pass_rate_histogram",
+    "reduce_log_window",
     "weighted_average",
 ]

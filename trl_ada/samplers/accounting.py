@@ -61,12 +61,15 @@ def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
       `draws/useful_share`, `draws/trained_share`: the shares of them that were useful and trained (see the module
       docstring);
     - per band `B` with at least one draw: `draws/B/share`, the share of the update's draws spent on prompts of that
-      band, and `draws/B/useful_share`, the share of that band's draws that were useful.
+      band, and `draws/B/useful_share`, the share of that band's draws that were useful;
+    - the same counts as counters ([`draw_counters`]), which a logging window sums: a run's totals are the sums of its
+      logged counters at any `logging_steps`, where the shares above are averaged over the window's updates.
     """
     drawn, useful, trained = _tally(prompts)
     total = sum(drawn.values())
+    counters = _counters(drawn, useful, trained)
     if total == 0:
-        return {"draws/drawn": 0.0}
+        return {"draws/drawn": 0.0, **counters}
     metrics = {
         "draws/drawn": float(total),
         "draws/useful_share": sum(useful.values()) / total,
@@ -76,20 +79,20 @@ def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
         if drawn[band]:
             metrics[f"draws/{band}/share"] = drawn[band] / total
             metrics[f"draws/{band}/useful_share"] = useful[band] / drawn[band]
-    return metrics
+    return {**metrics, **counters}
 
 
-def draw_rates(prompts: Iterable[PromptDraws]) -> dict[str, tuple[float, float]]:
+def draw_rates(prompts: Iterable[PromptDraws]) -> dict[str, tuple[float, float] | float]:
     """
     The shares of [`draw_metrics`] as `(numerator, denominator)` pairs, for a producer that reports many small
     batches: TRL's asynchronous trainer reduces a pair over its log window as `sum(numerators) / sum(denominators)`,
     so every draw of the window weighs the same (a mean of per-batch shares would not). Every band is present in
     every report, so each band's share of the window has the window's whole draw count below it. `draws/drawn` is
-    the mean number of draws per report.
+    the mean number of draws per report. The counters ([`draw_counters`]) are plain numbers, which that trainer sums.
     """
     drawn, useful, trained = _tally(prompts)
     total = float(sum(drawn.values()))
-    rates = {
+    rates: dict[str, tuple[float, float] | float] = {
         "draws/drawn": (total, 1.0),
         "draws/useful_share": (float(sum(useful.values())), total),
         "draws/trained_share": (float(trained), total),
@@ -97,7 +100,24 @@ def draw_rates(prompts: Iterable[PromptDraws]) -> dict[str, tuple[float, float]]
     for band in BANDS:
         rates[f"draws/{band}/share"] = (float(drawn[band]), total)
         rates[f"draws/{band}/useful_share"] = (float(useful[band]), float(drawn[band]))
-    return rates
+    return {**rates, **_counters(drawn, useful, trained)}
+
+
+def draw_counters() -> tuple[str, ...]:
+    """
+    The names of the counters [`draw_metrics`] and [`draw_rates`] report, every band included whether drawn or not:
+    `draws/drawn_total`, `draws/useful_total`, `draws/trained_total`, and per band `B` `draws/B/drawn_total` and
+    `draws/B/useful_total`. The word `total` makes a logging window sum them
+    (`trl_ada.reporting.metrics.LOG_WINDOW_REDUCTIONS`, and TRL's asynchronous trainer by the name).
+    """
+    per_band = tuple(f"draws/{band}/{count}_total" for band in BANDS for count in ("drawn", "useful"))
+    return ("draws/drawn_total", "draws/useful_total", "draws/trained_total", *per_band)
+
+
+def _counters(drawn: dict[str, int], useful: dict[str, int], trained: int) -> dict[str, float]:
+    counts = [sum(drawn.values()), sum(useful.values()), trained]
+    counts += [count for band in BANDS for count in (drawn[band], useful[band])]
+    return {name: float(count) for name, count in zip(draw_counters(), counts, strict=True)}
 
 
 def _tally(prompts: Iterable[PromptDraws]) -> tuple[dict[str, int], dict[str, int], int]:

@@ -134,8 +134,8 @@ class BatchFiller:
         """
         `dapo/dropped_groups` / `dropped_share`: prompts sampled this step (first batch and refills) without a signal,
         their number and share; `dapo/extra_batches`: refill batches drawn; `dapo/filled_share`: the share of the
-        update's prompts that carry a signal; `dapo/passed_over`: rows the refill walk stepped past this step because
-        the sampler predicts them unmixed (`sampler="dapo_gated"`; a row met twice in the step counts twice);
+        update's prompts that carry a signal; `dapo/passed_over_total`: rows the refill walk stepped past this step
+        because the sampler predicts them unmixed (`sampler="dapo_gated"`; a row met twice in the step counts twice);
         `zero_variance_share/kept`: the share of the update's groups (after
         `take`) whose kept rewards are constant, what TRL's `frac_reward_zero_std` describes.
         Once `take` chose the update, `draws/*` ([`draw_metrics`]) over every batch: a dropped or untaken prompt's draws
@@ -147,7 +147,7 @@ class BatchFiller:
             "dapo/dropped_share": len(self.dropped) / seen,
             "dapo/extra_batches": float(self.batches - 1),
             "dapo/filled_share": min(len(self.informative), self.num_prompts) / self.num_prompts,
-            "dapo/passed_over": float(self.passed_over),
+            "dapo/passed_over_total": float(self.passed_over),
         }
         if self.taken:
             constant = [self.kept_constant[batch][prompt] for batch, prompt in self.taken]
