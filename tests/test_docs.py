@@ -307,21 +307,6 @@ def test_the_readme_quick_start_trains_on_cpu(tmp_path, monkeypatch):
     assert any("ada/samples_per_prompt/mean" in entry for entry in trainer.state.log_history)
 
 
-# Python blocks of the pages that run as they stand (no model download, no GPU): (page, a line of the block).
-RUNNABLE_BLOCKS = [
-    ("samplers.md", 'sampler="seq_balance",  # or "uniform"'),
-    ("how-it-works.md", "from trl_ada.samplers import SamplerSettings, simulate"),
-    ("paper.md", "from trl_ada.rewards import math_verify_reward"),
-]
-
-
-@pytest.mark.parametrize("page, line", RUNNABLE_BLOCKS, ids=[page for page, _ in RUNNABLE_BLOCKS])
-def test_the_self_contained_python_blocks_of_the_pages_run(page, line, tmp_path, monkeypatch):
-    (block,) = [b for b in code_blocks((ROOT / "docs" / page).read_text(), "python") if line in b]
-    monkeypatch.chdir(tmp_path)
-    exec(compile(block, f"docs/{page}", "exec"), {"__name__": "__main__"})  # each block asserts what it shows
-
-
 def test_which_sampler_should_i_use_is_in_the_readme_and_the_samplers_page_and_unread_knobs_raise():
     from trl_ada import AdaGRPOConfig
 
