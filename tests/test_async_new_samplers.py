@@ -303,38 +303,6 @@ def test_a_resumed_gated_worker_counts_the_draws_of_rows_its_gate_had_passed_ove
     assert resumed.sampler.history.counts[key] == pytest.approx((decay * total + 4, decay * positives))
 
 
-def test_a_resumed_gated_worker_counts_the_draws_of_a_row_its_gate_had_passed_over(tmp_path, tokenizer):
-    first = gated_loop(tmp_path, tokenizer)
-    stream = Stream(first, right_unless_hopeless)
-    stream.run(rows=QUESTIONS * 6)
-    passed = sorted(row for row, drawn, _ in stream.rows_met if not drawn)
-    assert passed
-    # A checkpoint whose resume position is the first row the gate passed over: the resume draws it (the fresh gate
-    # draws every prompt's first row), and nothing of it was counted before, so its draws must enter the history.
-    position = passed[0]
-    state = first.worker_state()
-    ahead = state.counted_from(position)
-    assert not set(passed) & set(ahead)  # before the fix: every passed-over row was saved as counted
-    assert set(ahead) == {row for row in range(position, first._counted_below)} - set(passed)
-    resolved = async_sampling(async_config(tmp_path, sampler="dapo_gated", num_generations=4))
-    resumed = make_loop(
-        resolved.settings,
-        tokenizer,
-        prompts_per_batch=resolved.prompts_per_batch,
-        rows=QUESTIONS,
-        initial_state=json.loads(json.dumps(state.sampler)),
-        loop={"dataset_start_index": position, "ada_rows_already_counted": [row - position for row in ahead]},
-    )
-    again = Stream(resumed, right_unless_hopeless)
-    again.run(rows=1)
-    assert again.rows_met[0][:2] == (0, True)  # the passed-over row, drawn
-    key = str(prompt_key(question(position % QUESTIONS)))
-    total, positives = first.sampler.history.counts[key]
-    decay = resolved.settings.pass_rate_decay
-    n = resolved.settings.num_generations
-    assert resumed.sampler.history.counts[key] == pytest.approx((decay * total + n, decay * positives))
-
-
 class RejectsAll:
     """A sampler whose gate rejects every prompt."""
 
