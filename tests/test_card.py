@@ -405,3 +405,33 @@ def test_the_card_says_what_the_data_were_from_the_datasets_own_description(tmp_
     text = " ".join(card.text.split())
     assert "(`trl_ada.tiny.load_tiny_arith_model()`) on trl-ada's embedded arithmetic task (20000 fresh" in text
     assert "of graded difficulty), rewarded by `exact_match_reward`." in text
+
+
+def test_the_command_lines_license_reaches_the_card_whose_header_huggingface_hub_reads(tmp_path):
+    """`trl-ada train --license` sets the card's `license` (an id the Hub would not take stops the run before any
+    model loads), and the header parses with huggingface_hub (`metadata_load`, `ModelCardData`) with the fields a
+    Hub push needs, each of the form the Hub takes."""
+    import os
+    import subprocess
+    import sys
+
+    from huggingface_hub import ModelCardData, metadata_load
+    from huggingface_hub.utils import validate_repo_id
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    output = tmp_path / "run"
+    command = [sys.executable, "-m", "trl_ada.cli", "train", "--output_dir", str(output)]
+    refused = subprocess.run(
+        [*command, "--license", "Apache 2.0"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert refused.returncode != 0 and "not a Hub license id" in refused.stderr, refused.stderr[-2000:]
+    assert "Loading weights" not in refused.stderr and not output.exists()  # refused before anything ran
+    short = ["--max_steps", "1", "--heldout_size", "0", "--arithmetic_train_size", "64", "--license", "mit"]
+    result = subprocess.run([*command, *short], capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    header = metadata_load(output / "README.md")
+    assert header == ModelCard.load(output / "README.md").data.to_dict()
+    data = ModelCardData(**header)
+    assert data.license == "mit" and data.pipeline_tag == "text-generation" and data.library_name == "transformers"
+    for repo_id in [*([data.base_model] if data.base_model else []), *(data.datasets or [])]:
+        validate_repo_id(repo_id)  # no local path: the Hub rejects those in base_model and datasets

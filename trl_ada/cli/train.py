@@ -71,6 +71,7 @@ from trl import (
 
 from ..checkpoints import latest_complete_checkpoint
 from ..config import AdaGRPOConfig
+from ..reporting.card import check_license
 from ..reporting.plots import logged_series, training_entries
 from ..runtime.model_path import model_name_error
 from ..trainer import AdaGRPOTrainer
@@ -112,6 +113,9 @@ class AdaScriptArguments(ScriptArguments):
             Size of the embedded arithmetic training stream (fresh problems, balanced over difficulty levels).
         heldout_size (`int`, *optional*, defaults to `384`):
             Held-out arithmetic problems scored before and after training in the embedded run (0 to skip).
+        license (`str`, *optional*):
+            The model card's `license`, a Hub license id (`apache-2.0`, `mit`, `other`); default: the base model's,
+            when its card is on disk.
     """
 
     dataset_name: str | None = field(
@@ -130,6 +134,10 @@ class AdaScriptArguments(ScriptArguments):
     system_prompt: str | None = field(default=None, metadata={"help": "System message for prompts built here."})
     arithmetic_train_size: int = field(default=20_000, metadata={"help": "Embedded task: training problems."})
     heldout_size: int = field(default=384, metadata={"help": "Embedded task: held-out problems (0 to skip)."})
+    license: str | None = field(
+        default=None,
+        metadata={"help": "The model card's Hub license id (apache-2.0, mit, other); default: the base model's."},
+    )
 
 
 def embedded_defaults() -> dict:
@@ -724,6 +732,7 @@ def prepare_run(
     Raises:
         ValueError, FileNotFoundError: naming the fix.
     """
+    check_license(script_args.license)
     # Checked before the model loads: a missing checkpoint should not cost a model download.
     resume_from_checkpoint = resolve_resume_from_checkpoint(
         training_args.resume_from_checkpoint, training_args.output_dir
@@ -792,10 +801,12 @@ def main(
     mixture = dataset_args.datasets if dataset_args is not None else None
     dataset_name = [dataset.path for dataset in mixture] if mixture else script_args.dataset_name
     trainer.create_model_card(
-        model_name=os.path.basename(os.path.normpath(training_args.output_dir)), dataset_name=dataset_name
+        model_name=os.path.basename(os.path.normpath(training_args.output_dir)),
+        dataset_name=dataset_name,
+        license=script_args.license,
     )
     if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=dataset_name)
+        trainer.push_to_hub(dataset_name=dataset_name, license=script_args.license)
     if trainer.accelerator.is_main_process:
         log_run_summary(trainer, train_output.metrics.get("train_runtime"), heldout_summary)
     return trainer
