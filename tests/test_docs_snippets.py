@@ -39,9 +39,8 @@ WITHOUT_RUNNABLE = {
     "vllm.md": "vLLM needs a GPU",
     "scaling.md": "many GPUs and nodes",
     "development.md": "the commands run the test suite and CI stages",
-    "agents.md": "TRL's tool loop needs a model with a chat template that calls tools",
-    "async.md": "the asynchronous trainer's example generates with a vLLM server",
-    "code-rl.md": "its examples run completions in the sandbox, tested in tests/test_code_reward.py",
+    "agents.md": "its Calculator trains a Hub model; tests/test_environments.py trains it with a tiny tool model",
+    "async.md": "the asynchronous trainer generates with a vLLM server",
 }
 LANGUAGES = ("python", "bash", "console")
 
