@@ -33,14 +33,17 @@ def coin_or_hopeless(completions, hopeless, **kwargs):
     return [0.0 if h or not c else float(ord(c[0]) % 2) for c, h in zip(completions, hopeless, strict=True)]
 
 
-def test_knapsack_logs_the_zero_std_share_of_its_true_groups(tmp_path, tokenizer, arithmetic_dataset):
-    # 8 prompts, 4 per step: from the third step on every prompt is revisited and the knapsack's budgets differ
-    # between the hopeless prompts (constant groups) and the others (mostly mixed).
+@pytest.mark.parametrize(
+    "knobs",
+    [{"sampler": "knapsack", "sampler_kwargs": {"max_draws": 12}}, {"sampler": "est", "est_train_on": "all"}],
+    ids=["knapsack", "est_all"],
+)
+def test_unequal_groups_log_the_zero_std_share_of_their_true_groups(tmp_path, tokenizer, arithmetic_dataset, knobs):
+    # 8 prompts, 4 per step: from the third step on every prompt is revisited and the budgets differ between the
+    # hopeless prompts (constant groups) and the others (mostly mixed).
     dataset = arithmetic_dataset.select(range(8)).map(lambda row, i: {"hopeless": i % 2 == 0}, with_indices=True)
     config = AdaGRPOConfig(
-        **tiny_args(tmp_path, max_steps=4, per_device_train_batch_size=16, num_generations=4),
-        sampler="knapsack",
-        sampler_kwargs={"max_draws": 12},
+        **tiny_args(tmp_path, max_steps=4, per_device_train_batch_size=16, num_generations=4), **knobs
     )
     trainer = make_trainer(config, tokenizer, dataset, rewards=[coin_or_hopeless])
     trainer.train()
