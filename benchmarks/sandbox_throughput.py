@@ -12,12 +12,18 @@ each starting one program at a time), it measures programs per second of:
 - ``bwrap``: `Sandbox()`, the bubblewrap sandbox;
 - ``bwrap_no_cgroup``: the same without its per-run memory cgroup (where the machine gives one), to tell what
   moving the sandbox into it costs;
-- ``reference``: with ``--reference FILE``, the bubblewrap sandbox of another version of
+- ``reference``: with ``--reference FILE`` (repeatable: ``reference_<file stem>``), the bubblewrap sandbox of another version of
   ``trl_ada/rewards/sandbox.py`` (``git show REV:trl_ada/rewards/sandbox.py > FILE``), to price a change.
 
 Per mode: programs/s, ms per program (wall / programs, per worker), the overhead per program against ``plain``
 (ms) and the throughput ratio ``plain / mode``. Modes alternate in small blocks (``--programs`` each, every mode in
 turn, ``--blocks`` rounds, the median reported), so a load that comes and goes on a shared machine hits them alike.
+
+Where the machine gives a memory cgroup, a last section prices emptying the run's cgroup after it (which evicts the
+page cache the run itself brought in, so a later run cannot time it): a program importing standard-library modules
+that no process has cached (``cold_imports``), run with the emptying (``emptied``, the sandbox) and without it
+(``kept``, its pages stay cached for the next run), in a parent cgroup of the benchmark's own that is emptied before
+every block, so each block starts cold; ratio ``kept / emptied``.
 
     python benchmarks/sandbox_throughput.py [--programs 10] [--blocks 9] [--reference FILE] [--json out.json]
 """
@@ -109,11 +115,84 @@ def throughput(run, programs: int, workers: int) -> float:
     return programs / (time.perf_counter() - start)
 
 
+# Standard-library modules a trainer seldom imports itself; those this process has loaded are left out.
+COLD_IMPORTS = (
+    "calendar", "csv", "decimal", "difflib", "email.mime.text", "fractions", "ftplib", "imaplib", "mailbox",
+    "pydoc", "sqlite3", "statistics", "tarfile", "unittest", "wave", "xml.dom.minidom", "zipapp",
+)  # fmt: skip
+
+
+def cold_imports_program() -> str:
+    return "import " + ", ".join(name for name in COLD_IMPORTS if name not in sys.modules) + "\n"
+
+
+def rmdir_only(cgroup) -> None:
+    """How a run's memory cgroup was removed before it was emptied first: its charges go to the parent."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            os.rmdir(cgroup.path)
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.001)
+
+
+def emptying_cost(sandbox, programs: int, blocks: int) -> list[dict[str, object]]:
+    """Programs per second of ``cold_imports_program`` with the run's cgroup emptied after it and without."""
+    from trl_ada.rewards import sandbox as sandbox_module
+
+    parent = Path(sandbox.memory_cgroup) / f"trl-ada-bench-{os.getpid()}"
+    parent.mkdir()
+    local = sandbox.with_limits(sandbox.limits)
+    local.memory_cgroup = str(parent)
+    files = {"main.py": cold_imports_program()}
+    emptying_remove = sandbox_module._MemoryCgroup.remove
+    rates: dict[str, list[float]] = {"emptied": [], "kept": []}
+    try:
+        for _ in range(blocks):
+            for mode in rates:
+                (parent / "memory.force_empty").write_text("0")  # every block starts cold
+                sandbox_module._MemoryCgroup.remove = emptying_remove if mode == "emptied" else rmdir_only
+                try:
+                    rates[mode].append(throughput(sandbox_runner(local, files, False), programs, 1))
+                finally:
+                    sandbox_module._MemoryCgroup.remove = emptying_remove
+    finally:
+        (parent / "memory.force_empty").write_text("0")
+        parent.rmdir()
+    kept = statistics.median(rates["kept"])
+    rows = []
+    for mode, values in rates.items():
+        rate = statistics.median(values)
+        rows.append(
+            {
+                "program": "cold_imports",
+                "workers": 1,
+                "mode": mode,
+                "programs_per_s": round(rate, 1),
+                "ms_per_program_per_worker": round(1000 / rate, 2),
+                "throughput_ratio_kept_over_mode": round(kept / rate, 2),
+            }
+        )
+        logger.info(
+            "cold_imports workers=1 %-8s %7.1f programs/s  %6.2f ms/program  ratio %.2fx",
+            mode,
+            rate,
+            1000 / rate,
+            kept / rate,
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--programs", type=int, default=10, help="programs per block")
     parser.add_argument("--blocks", type=int, default=9, help="alternating blocks per mode (median reported)")
-    parser.add_argument("--reference", type=Path, default=None, help="another version's sandbox.py to compare")
+    parser.add_argument(
+        "--reference", type=Path, action="append", default=[], help="another version's sandbox.py (repeatable)"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -126,19 +205,21 @@ def main(argv: list[str] | None = None) -> int:
     unisolated = Sandbox(isolation="none", python=sandbox.python)
     no_cgroup = Sandbox(python=sandbox.python)
     no_cgroup.memory_cgroup = None
-    reference = None
-    if args.reference is not None:
-        spec = importlib.util.spec_from_file_location("reference_sandbox", args.reference)
+    references = {}
+    for index, path in enumerate(args.reference):
+        spec = importlib.util.spec_from_file_location(f"reference_sandbox_{index}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # its dataclasses look their module up there
         spec.loader.exec_module(module)
-        reference = module.Sandbox(python=sandbox.python)
+        references["reference" if len(args.reference) == 1 else f"reference_{path.stem}"] = module.Sandbox(
+            python=sandbox.python
+        )
     programs = {"trivial": ({"main.py": TRIVIAL}, False), "typical": (typical_files(), True)}
     results: dict[str, object] = {
         "python": sandbox.python,
         "cpus": os.cpu_count(),
         "programs_per_block": args.programs,
-        "reference": str(args.reference) if args.reference else None,
+        "references": [str(path) for path in args.reference],
         "blocks": args.blocks,
         "runs": [],
     }
@@ -150,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         if sandbox.memory_cgroup is not None:
             runners["bwrap_no_cgroup"] = sandbox_runner(no_cgroup, files, channel)
-        if reference is not None:
-            runners["reference"] = sandbox_runner(reference, files, channel)
+        for mode, reference in references.items():
+            runners[mode] = sandbox_runner(reference, files, channel)
         for run in runners.values():  # warm-up: page cache, imports
             run()
         for workers in (1, 2):
@@ -182,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
                     row["overhead_ms_per_program"],
                     row["throughput_ratio_plain_over_mode"],
                 )
+    if sandbox.memory_cgroup is not None:
+        results["runs"].extend(emptying_cost(sandbox, args.programs, args.blocks))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     sys.stdout.write(json.dumps(results, indent=2) + "\n")

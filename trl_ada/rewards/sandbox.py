@@ -25,8 +25,9 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   and the program runs in a new session (no ``TIOCSTI`` into the trainer's terminal). The program sees only its own
   processes in ``/proc``; the trainer's PIDs do not exist there, so it can neither signal nor ``ptrace`` nor read the
   ``environ`` of any process outside. bubblewrap, the sandbox's init, reads its options from a memfd (``--args``), so
-  ``/proc/1/cmdline`` holds only the command it runs; the run's memory cgroup has a random name, so
-  ``/proc/self/cgroup`` carries neither the trainer's PID nor a count of its runs.
+  ``/proc/1/cmdline`` holds only the command it runs; bubblewrap is started in the run's memory cgroup (where there
+  is one), which is so the root of the sandbox's cgroup namespace: ``/proc/self/cgroup`` reads ``/`` for every
+  hierarchy, with neither the trainer's PID nor a count of its runs nor a host path.
 - **System calls refused** (a seccomp filter, EPERM; x86_64 and aarch64): System V shared memory, semaphores and
   message queues and ``memfd_create``, whose memory no process maps, so ``RLIMIT_AS`` would not count it; and the
   kernel keyring (``add_key``, ``request_key``, ``keyctl``), since every child inherits the trainer's session keyring
@@ -56,11 +57,13 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   reparented to it, and ``run`` reaps it (by its pidfd: no other child's exit status is taken).
 - **The sandbox's total memory**, where this process may create a cgroup in the cgroup v1 memory hierarchy (root on
   a cgroup v1 or hybrid machine; ``Sandbox.memory_cgroup`` says where): each run gets its own memory cgroup capped at
-  ``memory_bytes + scratch_bytes``, which its init enters before the program starts (bubblewrap waits on
-  ``--block-fd``). Every process of the sandbox, its tmpfs and the kernel memory it causes (inodes, pipe and socket
-  buffers) are charged to it; past the cap the kernel's OOM killer kills inside the sandbox (status ``memory``).
-  After the run the cgroup is emptied before it is removed, which frees the negative directory-cache entries the
-  program's lookups left on the host's filesystems (a later run could otherwise time them).
+  ``memory_bytes + scratch_bytes``, in which bubblewrap is started (a shell moves itself in through the cgroup's
+  ``tasks`` file, then execs bubblewrap; if it cannot, nothing runs). Every process of the sandbox, its tmpfs and
+  the kernel memory it causes (inodes, pipe and socket buffers) are charged to it; past the cap the kernel's OOM
+  killer kills inside the sandbox (status ``memory``). After the run the cgroup is emptied before it is removed,
+  which frees what the run left in the kernel's caches: the negative directory-cache entries of its lookups on the
+  host's filesystems, and the page cache of files that it read first, which a later run could otherwise time (the
+  next run to read such a file reads it from disk again).
   Elsewhere (cgroup v2, a container without a writable ``/sys/fs/cgroup``, a non-root trainer) there is no such
   total: the kernel memory of the scratch tmpfs's inodes is unbounded (empty files cost no ``scratch_bytes``, and
   bubblewrap cannot set the tmpfs's ``nr_inodes``), freed with the call.
@@ -341,6 +344,7 @@ class Sandbox:
                 "run_as_uid=0 would run sandboxed programs as root, for whom the kernel ignores the process limit "
                 "(a fork bomb would not be bounded); pass an unprivileged uid such as 65534."
             )
+        self._shell = shutil.which("sh", path=_SANDBOX_PATH) or "/bin/sh"
         self._prlimit = shutil.which("prlimit", path=_SANDBOX_PATH)
         if self._prlimit is None:
             raise RuntimeError("The sandbox needs util-linux's `prlimit` in /usr/bin: apt-get install util-linux.")
@@ -448,7 +452,6 @@ class Sandbox:
         channel_fd: int | None,
         status_fd: int,
         seccomp_fd: int | None,
-        cgroup: _MemoryCgroup | None = None,
     ) -> list[str]:
         args = [
             "--unshare-all",
@@ -485,8 +488,6 @@ class Sandbox:
         args += ["--json-status-fd", str(status_fd)]
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
-        if cgroup is not None:  # set up, the sandbox waits there until its init is in the memory cgroup
-            args += ["--block-fd", str(cgroup.block_read)]
         return args
 
     # -----------------------------------------------------------------------------------------------------------------
@@ -571,24 +572,6 @@ class Sandbox:
                 read_fd, write_fd = os.pipe()
                 open_fds.update((read_fd, write_fd))
             write_ends = [status_write, *([write_fd] if write_fd is not None else [])]
-            if self.memory_cgroup is not None:
-                try:
-                    cgroup = _MemoryCgroup(self.memory_cgroup, self.limits.memory_bytes + self.limits.scratch_bytes)
-                except OSError as error:
-                    return SandboxResult("sandbox_error", None, detail=f"could not create a memory cgroup: {error}")
-                open_fds.add(cgroup.block_write)
-                write_ends.append(cgroup.block_read)
-            # bubblewrap reads its options from a memfd, so the sandbox's init (bubblewrap, /proc/1/cmdline inside)
-            # shows none of the host's paths or descriptors; only the command it runs is on its command line.
-            options = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd, cgroup)
-            options_fd = memfd("sandbox-args", b"".join(option.encode() + b"\0" for option in options))
-            command = [self._bwrap, "--args", str(options_fd), "--", *self._limit_args()]
-            pass_fds = [
-                *file_fds.values(),
-                *write_ends,
-                options_fd,
-                *([seccomp_fd] if seccomp_fd is not None else []),
-            ]
             user = {}
             if self._drops_privileges():
                 uid_lease = _UidLease.take(self.run_as_uids)
@@ -597,6 +580,25 @@ class Sandbox:
                         "sandbox_error", None, detail=f"every uid of {self.run_as_uids} is held by a running sandbox"
                     )
                 user = {"user": uid_lease.uid, "group": uid_lease.uid, "extra_groups": []}
+            # bubblewrap reads its options from a memfd, so the sandbox's init (bubblewrap, /proc/1/cmdline inside)
+            # shows none of the host's paths or descriptors; only the command it runs is on its command line.
+            options = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd)
+            options_fd = memfd("sandbox-args", b"".join(option.encode() + b"\0" for option in options))
+            command = [self._bwrap, "--args", str(options_fd), "--", *self._limit_args()]
+            if self.memory_cgroup is not None:
+                try:
+                    cgroup = _MemoryCgroup(self.memory_cgroup, self.limits.memory_bytes + self.limits.scratch_bytes)
+                    if uid_lease is not None:
+                        cgroup.let_enter(uid_lease.uid)
+                except OSError as error:
+                    return SandboxResult("sandbox_error", None, detail=f"could not create a memory cgroup: {error}")
+                command = cgroup.entering(self._shell, command)
+            pass_fds = [
+                *file_fds.values(),
+                *write_ends,
+                options_fd,
+                *([seccomp_fd] if seccomp_fd is not None else []),
+            ]
             return self._communicate(
                 command + argv,
                 stdin,
@@ -665,8 +667,8 @@ class Sandbox:
         """Starts ``command``, feeds ``stdin``, collects stdout, stderr and the channel (``read_fd``) within the limits,
         and kills the sandbox on a limit. ``write_ends`` (the sandbox's ends of our pipes) are closed once it has
         started, and removed from ``open_fds``, the set of descriptors the caller closes afterwards. ``status_fd``:
-        the read end of bubblewrap's ``--json-status-fd``; ``cgroup``: the run's memory cgroup, which the sandbox's
-        init enters before bubblewrap (blocked on ``--block-fd``) starts the program."""
+        the read end of bubblewrap's ``--json-status-fd``; ``cgroup``: the run's memory cgroup, in which ``command``
+        starts (asked after a limit kill)."""
         limits = self.limits
         start = time.monotonic()
         deadline = start + limits.wall_time_s
@@ -687,8 +689,6 @@ class Sandbox:
             open_fds.discard(fd)
         status = _BwrapStatus(status_fd)
         killed_for: Status | None = None
-        if cgroup is not None and not cgroup.enter(status, deadline):
-            killed_for = "sandbox_error"
         assert process.stdout is not None and process.stderr is not None and process.stdin is not None
         out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
         buffers: dict[int, bytearray] = {}
@@ -780,8 +780,6 @@ class Sandbox:
         if killed_for is not None:
             outcome, code = killed_for, None
             detail = {"timeout": "wall-clock limit", "output_limit": "output limit"}.get(killed_for, "")
-            if killed_for == "sandbox_error":
-                detail = f"could not move the sandbox into its memory cgroup {cgroup.path if cgroup else ''}"
         else:
             code = returncode if returncode >= 0 else 128 - returncode
             if status_fd is not None and status.exit_code is None:
@@ -789,8 +787,9 @@ class Sandbox:
                 outcome, detail = "sandbox_error", (stderr_bytes.decode("utf-8", "replace").strip() or f"exit {code}")
             else:
                 outcome, detail = self._classify(code, stderr_bytes)
-                if outcome != "ok" and cgroup is not None and cgroup.oom_killed():
-                    outcome, detail = "memory", "sandbox memory limit (memory_bytes + scratch_bytes, all processes)"
+            # bubblewrap runs in the cgroup too: at the cap the OOM killer may take it before it records the status.
+            if outcome != "ok" and cgroup is not None and cgroup.oom_killed():
+                outcome, detail = "memory", "sandbox memory limit (memory_bytes + scratch_bytes, all processes)"
         return SandboxResult(
             status=outcome,
             returncode=code,
@@ -1001,8 +1000,8 @@ def _memory_cgroup_parent() -> str | None:
 class _MemoryCgroup:
     """The memory cgroup (v1) of one run: every process of the sandbox and the kernel memory they cause (tmpfs inodes,
     pipe and socket buffers) are charged to it, and it is capped, so the sandbox's total is bounded, not only each
-    process's address space. ``block_read`` goes to bubblewrap's ``--block-fd``: the sandbox, set up, waits there
-    until its init is in the cgroup, so everything the program does is charged to it."""
+    process's address space. bubblewrap is started in it (see ``entering``), so everything the program does is
+    charged to it, and the sandbox's cgroup namespace has it as its root: ``/proc/self/cgroup`` reads ``/``."""
 
     def __init__(self, parent: str, limit_bytes: int) -> None:
         for path in list(_cgroups_to_remove):  # earlier runs' leftovers, empty by now
@@ -1013,7 +1012,7 @@ class _MemoryCgroup:
                 _cgroups_to_remove.remove(path)
             except (OSError, ValueError):
                 pass
-        # A random name: the program reads it in /proc/self/cgroup, so it carries nothing of the trainer's.
+        # A random name, which nothing inside the sandbox sees; a later run gets another.
         self.path = os.path.join(parent, f"trl-ada-sandbox-{os.urandom(8).hex()}")
         os.mkdir(self.path)
         try:
@@ -1025,32 +1024,21 @@ class _MemoryCgroup:
         except OSError:
             os.rmdir(self.path)
             raise
-        self.block_read, self.block_write = os.pipe()
 
     def _write(self, name: str, value: int) -> None:
         with open(os.path.join(self.path, name), "w") as handle:
             handle.write(str(value))
 
-    def enter(self, status: _BwrapStatus, deadline: float) -> bool:
-        """Moves the sandbox's init into the cgroup, then lets it start the program. ``False`` when the init could
-        not be moved (it is then not let go: the caller kills it). When bubblewrap fails before creating the init
-        there is nothing to move."""
-        while status.child_pid is None and status.fd is not None and not status.ended:
-            if not _wait_readable(status.fd, deadline):
-                break
-            status.read()
-        if status.child_pid is not None:
-            try:
-                self._write("cgroup.procs", status.child_pid)
-            except OSError:
-                # An init that is exiting (bubblewrap failed while setting up) has nothing left to charge; the
-                # kernel refuses the move as soon as the exit begins, a moment before its pidfd reports it.
-                return status.pidfd is not None and _wait_readable(status.pidfd, min(deadline, time.monotonic() + 1))
-        try:
-            os.write(self.block_write, b"x")
-        except BrokenPipeError:  # bubblewrap failed while setting up: nothing waits
-            pass
-        return True
+    def let_enter(self, uid: int) -> None:
+        """Lets ``uid`` (the run's) move its own process in, through the cgroup's ``tasks`` file."""
+        os.chown(os.path.join(self.path, "tasks"), uid, uid)
+
+    def entering(self, shell: str, command: list[str]) -> list[str]:
+        """``command`` started in the cgroup: a shell writes ``0`` (itself) to ``tasks``, then execs it (so the
+        shell's command line is gone before the sandbox exists), and fails with the kernel's message if it cannot.
+        A process that moves only its own thread skips the kernel's global lock on every thread group, which a move
+        by PID takes, waiting for an RCU grace period each time."""
+        return [shell, "-c", 'echo 0 >"$0" && exec "$@"', os.path.join(self.path, "tasks"), *command]
 
     def oom_killed(self) -> bool:
         """Whether the kernel killed a process of the sandbox at the cgroup's limit."""
