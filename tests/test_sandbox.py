@@ -516,6 +516,47 @@ time.sleep(4)
     assert results["receiver"].stdout.strip() == "65536", results["receiver"]
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="each run gets a uid of its own only when the trainer is root")
+@needs_bwrap
+def test_concurrent_sandboxes_share_no_budget_of_descriptors_in_flight():
+    """A sender leaves its descriptor limit's worth of file descriptors in flight over a unix socket: the kernel
+    counts them per user, so a receiver running as the same uid could no longer pass one (ETOOMANYREFS), a bit it
+    could read. Each run holds a uid of its own, so the receiver passes its descriptor."""
+    box = Sandbox(SandboxLimits(wall_time_s=8, cpu_time_s=5))
+    sender = """
+import os, socket, time
+left, right = socket.socketpair()
+left.setblocking(False)
+sent = 0
+try:
+    while True:
+        socket.send_fds(left, [b"x"], [0])
+        sent += 1
+except OSError as error:
+    print(sent, error.errno, flush=True)
+os.write(int(os.environ["SANDBOX_CHANNEL_FD"]), b"ready")
+time.sleep(4)
+"""
+    receiver = """
+import socket
+left, right = socket.socketpair()
+try:
+    socket.send_fds(left, [b"x"], [0])
+    print("passed")
+except OSError as error:
+    print("refused", error.errno)
+"""
+    results = {}
+    thread = threading.Thread(target=lambda: results.setdefault("sender", box.run(program=sender, channel=True)))
+    thread.start()
+    time.sleep(2.0)  # the sender holds its descriptors in flight now (it sleeps 4 s after)
+    results["receiver"] = box.run(program=receiver)
+    thread.join(15)
+    sent, why = results["sender"].stdout.split()
+    assert int(why) == 109 and int(sent) >= 200, results["sender"]  # ETOOMANYREFS: its own uid is at the limit
+    assert results["receiver"].stdout.strip() == "passed", results["receiver"]
+
+
 @needs_bwrap
 def test_signals_cannot_reach_the_trainer(box):
     received = []
