@@ -21,8 +21,8 @@ turn, ``--blocks`` rounds, the median reported), so a load that comes and goes o
 
 Where the machine gives a memory cgroup, a last section prices emptying the run's cgroup after it (which evicts the
 page cache the run itself brought in, so a later run cannot time it): a program importing standard-library modules
-that no process has cached (``cold_imports``), run with the emptying (``emptied``, the sandbox) and without it
-(``kept``, its pages stay cached for the next run), in a parent cgroup of the benchmark's own that is emptied before
+that no process has cached (``cold_imports``), run with the emptying (``emptied``) and without it (``kept``, the
+sandbox: its pages stay cached for the next run), in a parent cgroup of the benchmark's own that is emptied before
 every block, so each block starts cold; ratio ``kept / emptied``.
 
     python benchmarks/sandbox_throughput.py [--programs 10] [--blocks 9] [--reference FILE] [--json out.json]
@@ -148,7 +148,17 @@ def emptying_cost(sandbox, programs: int, blocks: int) -> list[dict[str, object]
     local = sandbox.with_limits(sandbox.limits)
     local.memory_cgroup = str(parent)
     files = {"main.py": cold_imports_program()}
-    emptying_remove = sandbox_module._MemoryCgroup.remove
+    original_remove = sandbox_module._MemoryCgroup.remove
+
+    def emptying_remove(cgroup) -> None:
+        """Empties the run's cgroup (``memory.force_empty``, what a fix of the cache residue would do), then removes
+        it."""
+        try:
+            (Path(cgroup.path) / "memory.force_empty").write_text("0")
+        except OSError:
+            pass
+        rmdir_only(cgroup)
+
     rates: dict[str, list[float]] = {"emptied": [], "kept": []}
     try:
         for _ in range(blocks):
@@ -158,7 +168,7 @@ def emptying_cost(sandbox, programs: int, blocks: int) -> list[dict[str, object]
                 try:
                     rates[mode].append(throughput(sandbox_runner(local, files, False), programs, 1))
                 finally:
-                    sandbox_module._MemoryCgroup.remove = emptying_remove
+                    sandbox_module._MemoryCgroup.remove = original_remove
     finally:
         (parent / "memory.force_empty").write_text("0")
         parent.rmdir()

@@ -948,6 +948,11 @@ _DENTRY_BYTES = 192  # the kernel's struct dentry (slabinfo's objsize of dentry 
 
 
 @needs_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="not closed: emptying the run's cgroup (memory.force_empty) frees the entries but also evicts the "
+    "interpreter's pages, which later runs then thrash at their cap instead of being OOM-killed (docs/code-rl.md)",
+)
 def test_a_run_leaves_no_directory_cache_entries_behind(box):
     """A writer's lookups of names that do not exist (an answer spelt as names) leave negative entries in the host's
     directory cache, which a later run could time and which hold kernel memory after the call. The run's memory

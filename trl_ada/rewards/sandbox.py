@@ -60,10 +60,12 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   ``memory_bytes + scratch_bytes``, in which bubblewrap is started (a shell moves itself in through the cgroup's
   ``tasks`` file, then execs bubblewrap; if it cannot, nothing runs). Every process of the sandbox, its tmpfs and
   the kernel memory it causes (inodes, pipe and socket buffers) are charged to it; past the cap the kernel's OOM
-  killer kills inside the sandbox (status ``memory``). After the run the cgroup is emptied before it is removed,
-  which frees what the run left in the kernel's caches: the negative directory-cache entries of its lookups on the
-  host's filesystems, and the page cache of files that it read first, which a later run could otherwise time (the
-  next run to read such a file reads it from disk again).
+  killer kills inside the sandbox (status ``memory``). What the run leaves in the kernel's caches (the negative
+  directory-cache entries of its lookups on the host's filesystems, the page cache of files it read first) is not
+  freed: it goes to the parent cgroup when the run's cgroup is removed, and a later run could time a lookup or a
+  read to learn whether it is cached. Emptying the cgroup first (``memory.force_empty``) frees it, but also evicts
+  the interpreter's own pages: later runs then charge them to themselves and, at their cap, page them in and out
+  again for seconds instead of being stopped by the OOM killer.
   Elsewhere (cgroup v2, a container without a writable ``/sys/fs/cgroup``, a non-root trainer) there is no such
   total: the kernel memory of the scratch tmpfs's inodes is unbounded (empty files cost no ``scratch_bytes``, and
   bubblewrap cannot set the tmpfs's ``nr_inodes``), freed with the call.
@@ -1006,8 +1008,6 @@ class _MemoryCgroup:
     def __init__(self, parent: str, limit_bytes: int) -> None:
         for path in list(_cgroups_to_remove):  # earlier runs' leftovers, empty by now
             try:
-                with open(os.path.join(path, "memory.force_empty"), "w") as handle:  # as in `remove`
-                    handle.write("0")
                 os.rmdir(path)
                 _cgroups_to_remove.remove(path)
             except (OSError, ValueError):
@@ -1050,16 +1050,10 @@ class _MemoryCgroup:
         return counters.get("oom_kill", "0").strip() != "0"
 
     def remove(self) -> None:
-        """Frees what the run left in the kernel's caches, then removes the cgroup.
-
-        The directory cache is shared with the host: a program's lookups of names that do not exist leave negative
-        entries behind (kernel memory, and a later program could time a lookup to read a name as a bit). They are
-        charged to this cgroup, and ``memory.force_empty`` reclaims them (without it ``rmdir`` would hand them to the
-        trainer's cgroup, where they stay)."""
-        try:
-            self._write("memory.force_empty", 0)
-        except OSError:  # a process of the sandbox has not exited yet (EBUSY): rmdir below waits for it
-            pass
+        """Removes the cgroup once the sandbox's processes are gone. What the run left charged to it (page cache,
+        directory-cache entries) goes to the parent cgroup: it is not emptied first (``memory.force_empty``), since
+        that also evicts the interpreter's own pages, which later runs then charge to themselves and, at their cap,
+        page in and out again instead of being stopped by the OOM killer (see the module docstring)."""
         deadline = time.monotonic() + 1
         while True:
             try:
