@@ -58,6 +58,8 @@ class PromptResult:
     `baseline="pool"`, the kept group with `"group"`) are not constant (std above `zero_variance_tolerance`). Without
     a signal every advantage is zero. The one definition read by weight normalisation and DAPO's batch filling.
     """
+    unnormalised_weight: float
+    """The sampler's weight before `normalize_weights` (clipped): what [`finish_update`] rescales over the update."""
 
     def advantage_of(self, reward: float) -> float:
         """
@@ -204,32 +206,21 @@ class SamplingStep:
         # group still moves the policy (its rewards differ from the pool mean), while a constant pool never does.
         tolerance = settings.zero_variance_tolerance
         has_signal = [not rules.has_zero_variance(rewards, tolerance) for rewards in baseline_rewards]
-        if settings.scale_rewards == "group":
-            scales: list[float | None] = [std for _, std in stats]
-        elif settings.scale_rewards == "batch":
-            batch_std = rules.mean_and_std([r for rewards in kept_rewards for r in rewards])[1]
-            scales = [batch_std] * self.num_prompts
-        else:
-            scales = [None] * self.num_prompts
-
+        # The batch std is taken over the update's rows by `finish_update`.
+        scales: list[float | None] = (
+            [std for _, std in stats] if settings.scale_rewards == "group" else [None] * self.num_prompts
+        )
         pass_rates = [p / (p + q) if p + q else math.nan for p, q in self.outcomes]
         weights = [self.sampler.weight(0.0 if math.isnan(p) else p) for p in pass_rates]
-        if settings.normalize_weights:
-            # Mean 1 over the prompts that carry a signal, so the objective reshapes the update, not its size.
-            signal = [w for w, useful in zip(weights, has_signal, strict=True) if useful]
-            if signal:
-                mean_weight = math.fsum(signal) / len(signal)
-                weights = [w / mean_weight for w in weights]
 
         kept_constant = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
-        results = []
-        for idx, rewards, (baseline, _), scale, weight, pass_rate, useful in zip(
-            kept, kept_rewards, stats, scales, weights, pass_rates, has_signal, strict=True
-        ):
-            # Exactly zero without a signal (not float noise below the tolerance): DAPO pads batches with such
-            # groups, which must add no gradient.
-            result = PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful)
-            results.append(replace(result, advantages=tuple(result.advantage_of(r) for r in rewards)))
+        prompts = [
+            PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful, weight)
+            for idx, (baseline, _), scale, weight, pass_rate, useful in zip(
+                kept, stats, scales, weights, pass_rates, has_signal, strict=True
+            )
+        ]
+        results = list(finish_update(prompts, kept_rewards, settings))
         selection = Selection(
             prompts=tuple(results),
             pools=tuple(tuple(pool) for pool in self.pools),
@@ -278,6 +269,37 @@ class SamplingStep:
         for round_index, active in enumerate(self.active_after_round, start=1):
             metrics[f"active_prompts/after_round_{round_index}"] = float(active)
         return metrics
+
+
+def finish_update(
+    prompts: Sequence[PromptResult], kept_rewards: Sequence[Sequence[float]], settings: SamplerSettings
+) -> tuple[PromptResult, ...]:
+    """
+    `prompts`, the prompts one update trains, with the rules that read the whole update applied once over them: under
+    `scale_rewards="batch"` the scale is the std of every kept reward (`kept_rewards`, one list per prompt), as TRL
+    takes it over its training batch; under `normalize_weights` the unnormalised weights are rescaled to mean 1 over
+    the prompts with a signal; then each prompt's advantages. [`SamplingStep.finish`] applies it to its generation
+    batch, DAPO's refill ([`BatchFiller.update_results`]) to the prompts it takes from several.
+    """
+    if settings.scale_rewards == "batch":
+        batch_std = rules.mean_and_std([r for rewards in kept_rewards for r in rewards])[1]
+        scales = [batch_std] * len(prompts)
+    else:
+        scales = [prompt.scale for prompt in prompts]
+    weights = [prompt.unnormalised_weight for prompt in prompts]
+    if settings.normalize_weights:
+        # Mean 1 over the prompts that carry a signal, so the objective reshapes the update, not its size.
+        signal = [w for w, prompt in zip(weights, prompts, strict=True) if prompt.has_signal]
+        if signal:
+            mean_weight = math.fsum(signal) / len(signal)
+            weights = [w / mean_weight for w in weights]
+    results = []
+    for prompt, rewards, scale, weight in zip(prompts, kept_rewards, scales, weights, strict=True):
+        # Exactly zero without a signal (not float noise below the tolerance): DAPO pads batches with such groups,
+        # which must add no gradient.
+        result = replace(prompt, scale=scale, weight=weight)
+        results.append(replace(result, advantages=tuple(result.advantage_of(r) for r in rewards)))
+    return tuple(results)
 
 
 def selection_draws(

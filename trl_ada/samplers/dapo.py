@@ -8,7 +8,7 @@ from typing import Any
 
 from . import rules
 from .accounting import draw_metrics
-from .base import Selection, selection_draws
+from .base import PromptResult, Selection, finish_update, selection_draws
 from .registry import register_sampler
 from .settings import SamplerSettings
 from .uniform import UniformSampler
@@ -129,6 +129,19 @@ class BatchFiller:
         # Static shapes: pad with dropped groups; without a signal their advantages are zero, so they add no gradient.
         self.taken = self.informative + self.dropped[: self.num_prompts - len(self.informative)]
         return self.taken
+
+    def update_results(self, settings: SamplerSettings) -> tuple[PromptResult, ...]:
+        """
+        The `taken` prompts' results, in order, as the update trains them: each batch's selection chose a prompt's
+        kept completions, baseline and signal, and the rules that read the whole update (the batch std, the weight
+        normalisation) run here once over the taken prompts ([`finish_update`]), not over each generation batch.
+        """
+        prompts = [self.selections[batch].prompts[index] for batch, index in self.taken]
+        kept_rewards = [
+            [self.selections[batch].pools[index][i] for i in prompt.kept]
+            for (batch, index), prompt in zip(self.taken, prompts, strict=True)
+        ]
+        return finish_update(prompts, kept_rewards, settings)
 
     def metrics(self) -> dict[str, float]:
         """

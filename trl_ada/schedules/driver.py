@@ -4,7 +4,8 @@ sampling around them.
 
 [`sample_step`] is what `AdaGRPOTrainer._sample` runs for a generation batch: one dataset row per prompt from TRL's
 batch layout ([`group_rows`]), the generation schedule on them ([`sample_batch`]), DAPO's refill batches when the
-sampler refills (`trl_ada.samplers.dapo.fill_update`, with the trainer's [`refill_walk`]), and then the hand-off to
+sampler refills (`trl_ada.samplers.dapo.fill_update`, with the trainer's [`refill_walk`]; the batch std and weight
+normalisation are then taken once over the prompts the update keeps), and then the hand-off to
 the TRL overrides: the kept rows (routed to the process that trains on them), their rewards and, unless the batch is
 plain GRPO, the Reinforce-Ada advantages, set on the trainer's per-batch state (`_ada_kept_rows`,
 `_ada_kept_rewards`, `_ada_advantages`).
@@ -69,6 +70,7 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
     settings = trainer.ada_sampler.settings
     batches = [sample_batch(trainer, group_rows(trainer, inputs))]
     chosen = [(0, g) for g in range(len(batches[0].group_inputs))]
+    results = batches[0].selection.prompts
     if settings.refills:
 
         def sample_refill(rows: list[dict[str, Any]]) -> Selection:
@@ -86,15 +88,16 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
             passes_over=trainer.ada_sampler.refill_passes_over,
         )
         chosen = filler.taken
+        # One update across the batches: its batch std and weight normalisation cover the prompts it trains.
+        results = filler.update_results(settings)
         for name, value in filler.metrics().items():
             train_metrics(trainer)[f"ada/{name}"].append(value)
 
     kept: list[PoolEntry] = []
     kept_inputs: list[dict[str, Any]] = []
     advantages: list[float] = []
-    for b, g in chosen:
+    for (b, g), result in zip(chosen, results, strict=True):
         batch = batches[b]
-        result = batch.selection.prompts[g]
         kept.extend(batch.pools[g][i] for i in result.kept)
         # One copy per row: TRL merges a rollout's per-row extra fields into these dicts in place.
         kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
