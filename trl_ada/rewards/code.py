@@ -101,7 +101,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from .sandbox import Isolation, Sandbox, SandboxLimits, SandboxResult
+from .sandbox import Filesystem, Isolation, Sandbox, SandboxLimits, SandboxResult
 from .text import completion_text
 
 logger = logging.getLogger(__name__)
@@ -561,6 +561,8 @@ class CodeExecutionReward:
             with many cases of slow but honest programs.
         isolation: ``"bwrap"`` or ``"none"`` (NOT a security boundary), passed to [`Sandbox`].
         python: Interpreter programs run with, passed to [`Sandbox`].
+        filesystem: ``"private"`` (a copy in memory of the interpreter's files) or ``"host"`` (the host's ``/usr``
+            read-only), passed to [`Sandbox`].
         check_sandbox: Build (and so check) the sandbox now, raising the install command if bubblewrap is missing;
             ``False`` defers that to the first call (the default instance, so importing it never fails).
         name: The name TRL logs the reward under.
@@ -579,6 +581,7 @@ class CodeExecutionReward:
         row_wall_time_s: float | None = None,
         isolation: Isolation = "bwrap",
         python: str | None = None,
+        filesystem: Filesystem = "private",
         check_sandbox: bool = True,
         name: str = "code_execution_reward",
     ) -> None:
@@ -597,6 +600,8 @@ class CodeExecutionReward:
                 raise ValueError(f"{label} must be a non-empty column name, got {column!r}.")
         if isolation not in ("bwrap", "none"):
             raise ValueError(f"isolation must be 'bwrap' or 'none' (no security boundary), got {isolation!r}.")
+        if filesystem not in ("private", "host"):
+            raise ValueError(f"filesystem must be 'private' or 'host', got {filesystem!r}.")
         self.limits = limits if limits is not None else SandboxLimits()
         if row_wall_time_s is None:
             row_wall_time_s = ROW_WALL_FACTOR * self.limits.wall_time_s
@@ -619,6 +624,7 @@ class CodeExecutionReward:
         self.max_test_cases = max_test_cases
         self.isolation: Isolation = isolation
         self.python = python
+        self.filesystem: Filesystem = filesystem
         self.__name__ = name
         self.last_outcomes: Counter[str] = Counter()
         self.last_row_outcomes: list[str] = []
@@ -646,7 +652,9 @@ class CodeExecutionReward:
         """The sandbox, built on first use (raising the install command when bubblewrap is missing)."""
         with self._lock:
             if self._sandbox is None:
-                self._sandbox = Sandbox(self.limits, isolation=self.isolation, python=self.python)
+                self._sandbox = Sandbox(
+                    self.limits, isolation=self.isolation, python=self.python, filesystem=self.filesystem
+                )
             return self._sandbox
 
     def _pool(self) -> ThreadPoolExecutor:

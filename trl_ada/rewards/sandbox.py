@@ -8,14 +8,22 @@ Pure Python and the standard library; Linux only. The interface is small::
 
 What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
 
-- **Filesystem: an allow-list, read-only.** Only ``/usr`` (with the merged-``/usr`` links ``/bin``, ``/lib``,
+- **Filesystem: a private copy, read-only, in memory.** ``filesystem="private"`` (the default) binds no directory of
+  the host's disks: a program sees a copy, made once per process on a ``tmpfs`` (``/dev/shm``), of the interpreter,
+  its standard library (without ``site-packages``/``dist-packages`` and the ``test`` package), the shared libraries
+  they load, the dynamic linker's cache and a few tools (``sh``, ``env``, ``echo``, ``cat``, ``true``, ``false``,
+  ``sleep``), each at its host path (``trl_ada.rewards.sandbox_root``). A run's lookups of names that do not exist
+  and the files it reads would otherwise leave negative directory-cache entries and page cache in the host's
+  filesystems, kernel memory that outlives the call and that a later run could time to learn what an earlier one
+  did; on a ``tmpfs`` the kernel keeps no negative entry and every file is always in memory, so a run leaves
+  nothing there. ``filesystem="host"`` binds the host's ``/usr`` (with the merged-``/usr`` links ``/bin``, ``/lib``,
   ``/lib64``, ``/sbin``), the dynamic linker's files of ``/etc`` and the interpreter's own prefix (when it lives
-  outside ``/usr``) are bound, read-only, over an empty root that is itself remounted read-only. Nothing else of the
-  host exists inside: no ``/root``, ``/home``, ``/work``, ``/run``, ``/var``, no host ``/tmp``, so no Hub token
+  outside ``/usr``) read-only instead, for programs that need other tools or the base interpreter's installed
+  packages; runs can then time each other's lookups. Either way the root is empty but for these and is itself
+  remounted read-only: no ``/root``, ``/home``, ``/work``, ``/run``, ``/var``, no host ``/tmp``, so no Hub token
   (``~/.cache/huggingface/token``, ``$HF_HOME``), no ``~/.ssh``, no checkout. An allow-list was chosen over binding
   ``/`` and masking the known-sensitive places because a mask list is only as good as one's knowledge of where a
-  machine keeps secrets (``/etc`` alone holds cloud and package-manager credentials on some images); with the
-  allow-list a secret is exposed only if it sits under ``/usr``.
+  machine keeps secrets (``/etc`` alone holds cloud and package-manager credentials on some images).
 - **The only writable place** is a fresh ``tmpfs`` at ``/tmp`` of ``SandboxLimits.scratch_bytes``, which is also the
   working directory; ``files`` are copied into it. It is RAM, bounded by its size, and gone with the call. ``/dev``
   holds only ``null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty`` and is read-only (``/dev/shm`` too, so
@@ -60,12 +68,8 @@ What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
   ``memory_bytes + scratch_bytes``, in which bubblewrap is started (a shell moves itself in through the cgroup's
   ``tasks`` file, then execs bubblewrap; if it cannot, nothing runs). Every process of the sandbox, its tmpfs and
   the kernel memory it causes (inodes, pipe and socket buffers) are charged to it; past the cap the kernel's OOM
-  killer kills inside the sandbox (status ``memory``). What the run leaves in the kernel's caches (the negative
-  directory-cache entries of its lookups on the host's filesystems, the page cache of files it read first) is not
-  freed: it goes to the parent cgroup when the run's cgroup is removed, and a later run could time a lookup or a
-  read to learn whether it is cached. Emptying the cgroup first (``memory.force_empty``) frees it, but also evicts
-  the interpreter's own pages: later runs then charge them to themselves and, at their cap, page them in and out
-  again for seconds instead of being stopped by the OOM killer.
+  killer kills inside the sandbox (status ``memory``). The run's files on the private filesystem are not charged
+  to it: their pages belong to the copy, charged once to the process that made it.
   Elsewhere (cgroup v2, a container without a writable ``/sys/fs/cgroup``, a non-root trainer) there is no such
   total: the kernel memory of the scratch tmpfs's inodes is unbounded (empty files cost no ``scratch_bytes``, and
   bubblewrap cannot set the tmpfs's ``nr_inodes``), freed with the call.
@@ -99,9 +103,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .sandbox_root import ROOT_TOOLS, PrivateRoot, shared_root
+
 logger = logging.getLogger(__name__)
 
 Isolation = Literal["bwrap", "none"]
+Filesystem = Literal["private", "host"]
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "sandbox_error"]
 
 INSTALL_HINT = "apt-get install bubblewrap (Debian/Ubuntu; `dnf install bubblewrap` on Fedora/RHEL)"
@@ -302,8 +309,13 @@ class Sandbox:
         isolation: ``"bwrap"`` (default) or ``"none"``: a plain subprocess, **not a security boundary** (see the module
             docstring); a warning is logged.
         python: Interpreter for ``run(program=...)``. Default: this process's interpreter when the sandbox user can
-            read it, else ``/usr/bin/python3``. Its installation prefix is bound read-only when it is outside ``/usr``;
-            a virtualenv's own site-packages are not (its base interpreter runs).
+            read it, else ``/usr/bin/python3``. A virtualenv's own site-packages are never visible (its base
+            interpreter runs).
+        filesystem: ``"private"`` (default): programs see a read-only copy, made once per process on a ``tmpfs``, of
+            the interpreter, its standard library and the libraries they load (``python``'s installed packages are
+            not in it); a run leaves nothing in a filesystem that later runs see. ``"host"``: the host's ``/usr`` and
+            the interpreter's prefix, read-only, with every tool and installed package of the base interpreter, but
+            a later run can time an earlier one's file lookups. See the module docstring.
         run_as_uid: When this process is root, the unprivileged uids (each also the gid) bubblewrap runs as: a
             ``range``, from which each run takes a uid that no other run on the machine holds at the time (default
             [`SANDBOX_UIDS`]), or one ``int`` for every run (then concurrent runs share the kernel's per-user budgets,
@@ -323,6 +335,7 @@ class Sandbox:
         isolation: Isolation = "bwrap",
         python: str | None = None,
         run_as_uid: int | range | None = None,
+        filesystem: Filesystem = "private",
     ) -> None:
         self.limits = limits if limits is not None else SandboxLimits()
         if not isinstance(self.limits, SandboxLimits):
@@ -330,6 +343,9 @@ class Sandbox:
         if isolation not in ("bwrap", "none"):
             raise ValueError(f"isolation must be 'bwrap' or 'none' (no security boundary), got {isolation!r}.")
         self.isolation: Isolation = isolation
+        if filesystem not in ("private", "host"):
+            raise ValueError(f"filesystem must be 'private' or 'host', got {filesystem!r}.")
+        self.filesystem: Filesystem = filesystem
         self._as_root = os.geteuid() == 0
         if run_as_uid is None:
             run_as_uid = SANDBOX_UIDS
@@ -368,8 +384,13 @@ class Sandbox:
         self.python = self._resolve_python(python)
         self._seccomp_program: bytes | None = None
         self.memory_cgroup: str | None = _memory_cgroup_parent() if isolation == "bwrap" else None
-        if isolation == "bwrap":
+        self._root: PrivateRoot | None = None
+        self._root_args: list[str] = []
+        if isolation == "bwrap" and filesystem == "private":
+            self._make_root()
+        if isolation == "bwrap" and filesystem == "host":
             _check_prefix(_interpreter_prefix(self.python))
+        if isolation == "bwrap":
             self._seccomp_program = _seccomp_program(platform.machine())
             if self._seccomp_program is None:
                 logger.warning(
@@ -468,17 +489,7 @@ class Sandbox:
             "--hostname",
             "sandbox",
         ]
-        args += ["--ro-bind", "/usr", "/usr"]
-        for link in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
-            if os.path.islink(link):
-                args += ["--symlink", os.readlink(link), link]
-            elif os.path.isdir(link):
-                args += ["--ro-bind", link, link]
-        for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
-            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-        prefix = _interpreter_prefix(self.python)
-        if prefix != "/usr" and not prefix.startswith("/usr/"):
-            args += ["--ro-bind", prefix, prefix]
+        args += self._root_args or self._host_binds()
         args += ["--dev", "/dev", "--proc", "/proc", "--size", str(self.limits.scratch_bytes), "--tmpfs", SCRATCH_DIR]
         for name, fd in files.items():
             args += ["--file", str(fd), f"{SCRATCH_DIR}/{name}"]
@@ -490,6 +501,31 @@ class Sandbox:
         args += ["--json-status-fd", str(status_fd)]
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
+        return args
+
+    def _make_root(self) -> None:
+        tools = [self._prlimit, *(shutil.which(name, path=_SANDBOX_PATH) for name in ROOT_TOOLS)]
+        self._root = shared_root(self.python, list(dict.fromkeys(tool for tool in tools if tool)))
+        self._root_args = self._root.bwrap_args()
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        # In another process the copy may be gone with the process that made it: this one makes its own.
+        if self._root is not None and not os.path.isdir(self._root.path):
+            self._make_root()
+
+    def _host_binds(self) -> list[str]:
+        args = ["--ro-bind", "/usr", "/usr"]
+        for link in ("/bin", "/lib", "/lib32", "/lib64", "/libx32", "/sbin"):
+            if os.path.islink(link):
+                args += ["--symlink", os.readlink(link), link]
+            elif os.path.isdir(link):
+                args += ["--ro-bind", link, link]
+        for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "alternatives"):
+            args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        prefix = _interpreter_prefix(self.python)
+        if prefix != "/usr" and not prefix.startswith("/usr/"):
+            args += ["--ro-bind", prefix, prefix]
         return args
 
     # -----------------------------------------------------------------------------------------------------------------
@@ -854,7 +890,10 @@ class Sandbox:
         return other
 
     def __repr__(self) -> str:
-        return f"Sandbox(isolation={self.isolation!r}, python={self.python!r}, limits={self.limits!r})"
+        return (
+            f"Sandbox(isolation={self.isolation!r}, filesystem={self.filesystem!r}, python={self.python!r}, "
+            f"limits={self.limits!r})"
+        )
 
 
 class _BwrapStatus:
@@ -1050,10 +1089,9 @@ class _MemoryCgroup:
         return counters.get("oom_kill", "0").strip() != "0"
 
     def remove(self) -> None:
-        """Removes the cgroup once the sandbox's processes are gone. What the run left charged to it (page cache,
-        directory-cache entries) goes to the parent cgroup: it is not emptied first (``memory.force_empty``), since
-        that also evicts the interpreter's own pages, which later runs then charge to themselves and, at their cap,
-        page in and out again instead of being stopped by the OOM killer (see the module docstring)."""
+        """Removes the cgroup once the sandbox's processes are gone. It is not emptied first (``memory.force_empty``):
+        that would evict pages the next runs need, which they would then page in and out again at their cap instead of
+        being stopped by the OOM killer; with the private filesystem a run leaves nothing charged to keep."""
         deadline = time.monotonic() + 1
         while True:
             try:
