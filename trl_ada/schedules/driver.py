@@ -5,10 +5,10 @@ sampling around them.
 [`sample_step`] is what `AdaGRPOTrainer._sample` runs for a generation batch: one dataset row per prompt from TRL's
 batch layout ([`group_rows`]), the generation schedule on them ([`sample_batch`]), DAPO's refill batches when the
 sampler refills (`trl_ada.samplers.dapo.fill_update`, with the trainer's [`refill_walk`]; the batch std and weight
-normalisation are then taken once over the prompts the update keeps), and then the hand-off to
-the TRL overrides: the kept rows (routed to the process that trains on them), their rewards and, unless the batch is
-plain GRPO, the Reinforce-Ada advantages, set on the trainer's per-batch state (`_ada_kept_rows`,
-`_ada_kept_rewards`, `_ada_advantages`).
+normalisation are then taken once over the prompts the update keeps), and then the hand-off to the TRL overrides: the
+kept rows (routed to the process that trains on them), their rewards and, unless the batch is plain GRPO, the
+Reinforce-Ada advantages, set on the trainer's per-batch state (`_ada_kept_rows`, `_ada_kept_rewards`,
+`_ada_advantages`).
 """
 
 from __future__ import annotations
