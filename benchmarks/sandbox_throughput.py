@@ -9,7 +9,8 @@ each starting one program at a time), it measures programs per second of:
   sandbox uses: the baseline;
 - ``limits_only``: `Sandbox(isolation="none")` (the baseline plus `prlimit`, a clean environment and the output
   plumbing; not a security boundary);
-- ``bwrap``: `Sandbox()`, the bubblewrap sandbox;
+- ``bwrap``: `Sandbox()`, the bubblewrap sandbox (its private filesystem: a copy of the interpreter's files on a tmpfs);
+- ``bwrap_host_fs``: `Sandbox(filesystem="host")`, the same binding the host's ``/usr`` read-only instead;
 - ``bwrap_no_cgroup``: the same without its per-run memory cgroup (where the machine gives one), to tell what
   moving the sandbox into it costs;
 - ``reference``: with ``--reference FILE`` (repeatable: ``reference_<file stem>``), the bubblewrap sandbox of another version of
@@ -19,11 +20,7 @@ Per mode: programs/s, ms per program (wall / programs, per worker), the overhead
 (ms) and the throughput ratio ``plain / mode``. Modes alternate in small blocks (``--programs`` each, every mode in
 turn, ``--blocks`` rounds, the median reported), so a load that comes and goes on a shared machine hits them alike.
 
-Where the machine gives a memory cgroup, a last section prices emptying the run's cgroup after it (which evicts the
-page cache the run itself brought in, so a later run cannot time it): a program importing standard-library modules
-that no process has cached (``cold_imports``), run with the emptying (``emptied``) and without it (``kept``, the
-sandbox: its pages stay cached for the next run), in a parent cgroup of the benchmark's own that is emptied before
-every block, so each block starts cold; ratio ``kept / emptied``.
+Last, what the private filesystem costs once per process: the seconds to make the copy and the memory it holds.
 
     python benchmarks/sandbox_throughput.py [--programs 10] [--blocks 9] [--reference FILE] [--json out.json]
 """
@@ -116,84 +113,25 @@ def throughput(run, programs: int, workers: int) -> float:
 
 
 # Standard-library modules a trainer seldom imports itself; those this process has loaded are left out.
-COLD_IMPORTS = (
-    "calendar", "csv", "decimal", "difflib", "email.mime.text", "fractions", "ftplib", "imaplib", "mailbox",
-    "pydoc", "sqlite3", "statistics", "tarfile", "unittest", "wave", "xml.dom.minidom", "zipapp",
-)  # fmt: skip
+def private_root_cost(sandbox, builds: int) -> dict[str, object]:
+    """What the sandbox's private filesystem costs once per process: seconds to make the copy (median of ``builds``)
+    and the memory it holds."""
+    import shutil as shutil_module
 
+    from trl_ada.rewards import sandbox_root
 
-def cold_imports_program() -> str:
-    return "import " + ", ".join(name for name in COLD_IMPORTS if name not in sys.modules) + "\n"
-
-
-def rmdir_only(cgroup) -> None:
-    """How a run's memory cgroup was removed before it was emptied first: its charges go to the parent."""
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            os.rmdir(cgroup.path)
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.001)
-
-
-def emptying_cost(sandbox, programs: int, blocks: int) -> list[dict[str, object]]:
-    """Programs per second of ``cold_imports_program`` with the run's cgroup emptied after it and without."""
-    from trl_ada.rewards import sandbox as sandbox_module
-
-    parent = Path(sandbox.memory_cgroup) / f"trl-ada-bench-{os.getpid()}"
-    parent.mkdir()
-    local = sandbox.with_limits(sandbox.limits)
-    local.memory_cgroup = str(parent)
-    files = {"main.py": cold_imports_program()}
-    original_remove = sandbox_module._MemoryCgroup.remove
-
-    def emptying_remove(cgroup) -> None:
-        """Empties the run's cgroup (``memory.force_empty``, what a fix of the cache residue would do), then removes
-        it."""
-        try:
-            (Path(cgroup.path) / "memory.force_empty").write_text("0")
-        except OSError:
-            pass
-        rmdir_only(cgroup)
-
-    rates: dict[str, list[float]] = {"emptied": [], "kept": []}
-    try:
-        for _ in range(blocks):
-            for mode in rates:
-                (parent / "memory.force_empty").write_text("0")  # every block starts cold
-                sandbox_module._MemoryCgroup.remove = emptying_remove if mode == "emptied" else rmdir_only
-                try:
-                    rates[mode].append(throughput(sandbox_runner(local, files, False), programs, 1))
-                finally:
-                    sandbox_module._MemoryCgroup.remove = original_remove
-    finally:
-        (parent / "memory.force_empty").write_text("0")
-        parent.rmdir()
-    kept = statistics.median(rates["kept"])
-    rows = []
-    for mode, values in rates.items():
-        rate = statistics.median(values)
-        rows.append(
-            {
-                "program": "cold_imports",
-                "workers": 1,
-                "mode": mode,
-                "programs_per_s": round(rate, 1),
-                "ms_per_program_per_worker": round(1000 / rate, 2),
-                "throughput_ratio_kept_over_mode": round(kept / rate, 2),
-            }
-        )
-        logger.info(
-            "cold_imports workers=1 %-8s %7.1f programs/s  %6.2f ms/program  ratio %.2fx",
-            mode,
-            rate,
-            1000 / rate,
-            kept / rate,
-        )
-    return rows
+    directory = sandbox_root.find_tmpfs(needed_bytes=sandbox_root.ROOT_ROOM_BYTES)
+    tools = [sandbox._prlimit, *(shutil_module.which(name, path="/usr/bin:/bin") for name in sandbox_root.ROOT_TOOLS)]
+    seconds, size = [], 0
+    for _ in range(builds):
+        start = time.perf_counter()
+        root = sandbox_root.build_root(sandbox.python, [tool for tool in tools if tool], directory)
+        seconds.append(time.perf_counter() - start)
+        size = root.size_bytes
+        shutil_module.rmtree(root.path)
+    row = {"private_root_build_s": round(statistics.median(seconds), 3), "private_root_mib": round(size / 2**20, 1)}
+    logger.info("private filesystem: %.1f MiB, made in %.2f s", row["private_root_mib"], row["private_root_build_s"])
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -215,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     unisolated = Sandbox(isolation="none", python=sandbox.python)
     no_cgroup = Sandbox(python=sandbox.python)
     no_cgroup.memory_cgroup = None
+    host_filesystem = Sandbox(python=sandbox.python, filesystem="host")
     references = {}
     for index, path in enumerate(args.reference):
         spec = importlib.util.spec_from_file_location(f"reference_sandbox_{index}", path)
@@ -238,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             "plain": plain_runner(sandbox.python, files, channel),
             "limits_only": sandbox_runner(unisolated, files, channel),
             "bwrap": sandbox_runner(sandbox, files, channel),
+            "bwrap_host_fs": sandbox_runner(host_filesystem, files, channel),
         }
         if sandbox.memory_cgroup is not None:
             runners["bwrap_no_cgroup"] = sandbox_runner(no_cgroup, files, channel)
@@ -273,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                     row["overhead_ms_per_program"],
                     row["throughput_ratio_plain_over_mode"],
                 )
-    if sandbox.memory_cgroup is not None:
-        results["runs"].extend(emptying_cost(sandbox, args.programs, args.blocks))
+    if sandbox.filesystem == "private":
+        results.update(private_root_cost(sandbox, 3))
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2))
     sys.stdout.write(json.dumps(results, indent=2) + "\n")

@@ -55,6 +55,20 @@ def test_the_copy_holds_the_interpreter_and_its_standard_library_but_no_installe
 
 
 @needs_bwrap
+def test_the_interpreter_and_the_tools_are_on_the_path(box):
+    program = """
+import subprocess
+print(subprocess.run(["python3", "-c", "print(6 * 7)"], capture_output=True, text=True).stdout.strip())
+print(subprocess.run(["sh", "-c", "echo $((2 + 3)) | cat && true && ! false && sleep 0 && env"],
+                     capture_output=True, text=True).stdout.split())
+"""
+    result = box.run(program=program)
+    assert result.status == "ok", result
+    python, shell = result.stdout.splitlines()
+    assert python == "42" and shell.startswith("['5', ") and "PATH=" in shell, result
+
+
+@needs_bwrap
 def test_a_program_cannot_change_the_copy(box):
     program = """
 import os

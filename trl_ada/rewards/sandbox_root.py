@@ -197,6 +197,10 @@ def build_root(python: str, tools: Sequence[str], directory: str) -> PrivateRoot
         copier = _Copier(root)
         for path in (python, *tools):
             copier.add(path)
+        for name in ("python3", "python"):  # the names a program may call the interpreter by
+            alias = os.path.join(os.path.dirname(python), name)
+            if os.path.realpath(alias) == os.path.realpath(python):
+                copier.add(alias)
         for link in _MERGED_USR_LINKS:
             if os.path.islink(link):
                 copier.add(link)
