@@ -9,6 +9,7 @@ import pickle
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -152,7 +153,7 @@ def test_an_unpickled_sandbox_makes_its_own_copy_when_its_makers_is_gone(monkeyp
 def test_no_tmpfs_with_room_is_a_clear_error_before_anything_runs(monkeypatch):
     monkeypatch.setattr(sandbox_root, "_roots", {})
     monkeypatch.setattr(sandbox_root, "TMPFS_CANDIDATES", ("/proc",))
-    with pytest.raises(RuntimeError, match=r"shm-size.*filesystem='host'"):
+    with pytest.raises(RuntimeError, match=r"noexec.*--tmpfs /tmp:exec.*filesystem='host'"):
         Sandbox(LIMITS)
     host = Sandbox(LIMITS, filesystem="host")
     assert host.run(program="print('ran')").stdout == "ran\n"
@@ -169,6 +170,21 @@ def test_find_tmpfs_takes_only_a_writable_tmpfs_with_room():
     if shm is None:
         pytest.skip("no tmpfs at /dev/shm on this machine")
     assert sandbox_root.find_tmpfs(["/dev/shm"], needed_bytes=1 << 60) is None
+
+
+def test_find_tmpfs_passes_over_a_noexec_or_read_only_tmpfs(monkeypatch):
+    """Docker mounts /dev/shm noexec: a copy there could not run the interpreter."""
+    if sandbox_root.find_tmpfs(["/dev/shm"]) is None:
+        pytest.skip("no tmpfs at /dev/shm on this machine")
+    real_statvfs = os.statvfs
+    for flag in (os.ST_NOEXEC, os.ST_RDONLY):
+
+        def flagged(path, flag=flag):
+            usage = real_statvfs(path)
+            return types.SimpleNamespace(f_bavail=usage.f_bavail, f_frsize=usage.f_frsize, f_flag=usage.f_flag | flag)
+
+        monkeypatch.setattr(sandbox_root.os, "statvfs", flagged)
+        assert sandbox_root.find_tmpfs(["/dev/shm"]) is None
 
 
 def test_the_owner_lock_is_taken_before_the_lock_file_is_named(tmp_path):

@@ -233,8 +233,8 @@ def build_root(python: str, tools: Sequence[str], directory: str) -> PrivateRoot
 
 
 def find_tmpfs(candidates: Sequence[str] | None = None, needed_bytes: int = 0) -> str | None:
-    """The first of ``candidates`` (default [`TMPFS_CANDIDATES`]) that is a ``tmpfs`` mount this process can write to
-    with ``needed_bytes`` free."""
+    """The first of ``candidates`` (default [`TMPFS_CANDIDATES`]) that is a ``tmpfs`` mount this process can write to,
+    mounted without ``noexec`` (the interpreter and its libraries are run from it), with ``needed_bytes`` free."""
     if candidates is None:
         candidates = TMPFS_CANDIDATES
     mounts: dict[str, str] = {}
@@ -250,6 +250,8 @@ def find_tmpfs(candidates: Sequence[str] | None = None, needed_bytes: int = 0) -
         if mount is None or mounts[mount] != "tmpfs" or not os.access(real, os.W_OK | os.X_OK):
             continue
         usage = os.statvfs(real)
+        if usage.f_flag & (os.ST_NOEXEC | os.ST_RDONLY):
+            continue
         if usage.f_bavail * usage.f_frsize >= needed_bytes:
             return real
     return None
@@ -298,8 +300,9 @@ def shared_root(python: str, tools: Sequence[str]) -> PrivateRoot:
         if directory is None:
             raise RuntimeError(
                 "The sandbox's private filesystem is a copy of the interpreter's files in memory, and needs a "
-                f"writable tmpfs with {ROOT_ROOM_BYTES >> 20} MiB free (tried {', '.join(TMPFS_CANDIDATES)}). Give "
-                f"/dev/shm room (`docker run --shm-size=1g`), {instead}"
+                f"writable tmpfs, mounted without noexec, with {ROOT_ROOM_BYTES >> 20} MiB free (tried "
+                f"{', '.join(TMPFS_CANDIDATES)}). Give it one (Docker mounts /dev/shm noexec and 64 MiB: "
+                f"`docker run --tmpfs /tmp:exec,size=1g`), {instead}"
             )
         remove_stale_roots(directory)
         try:
@@ -307,7 +310,7 @@ def shared_root(python: str, tools: Sequence[str]) -> PrivateRoot:
         except (OSError, subprocess.SubprocessError, ValueError) as error:
             raise RuntimeError(
                 f"Could not copy the interpreter's files into {directory} for the sandbox ({error}). Give it room "
-                f"(`docker run --shm-size=1g` for /dev/shm), {instead}"
+                f"(`docker run --tmpfs /tmp:exec,size=1g`), {instead}"
             ) from error
         logger.info("Sandbox: a private filesystem of %.1f MiB in %s", root.size_bytes / (1 << 20), root.path)
         _roots[key] = root
