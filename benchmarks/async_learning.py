@@ -1,7 +1,7 @@
 """
 Asynchronous training, measured: held-out pass rate against wall-clock seconds and against completions drawn for
 TRL's `AsyncGRPOTrainer` (n=4, n=16), `AdaAsyncGRPOTrainer` with `dapo` and `seq_balance`, and the synchronous
-`AdaGRPOTrainer` with `seq_balance` for reference (issue 23, item 7).
+`AdaGRPOTrainer` with `seq_balance` for reference.
 
 Every run trains a PEFT LoRA adapter (same rank, targets, learning rate, prompts per step) on the shipped tiny
 arithmetic model for a fixed budget of training wall-clock seconds, one run at a time, each in a child process. The

@@ -22,7 +22,7 @@ learning runs (default concurrency) and from short extra runs at `--share_concur
 Runs already in `OUT/runs/` with the same settings are reused (`--reuse_runs`), so seeds can be added in separate
 invocations; the report is rebuilt from every matching run.
 
-Issue 33's tournament (`--tournament --completions_budget N`, as in `scripts/benchmark_learning.py`): GRPO n=4 and
+The tournament (`--tournament --completions_budget N`, as in `scripts/benchmark_learning.py`): GRPO n=4 and
 n=16, DAPO, Seq-balance, Knapsack-RL and DAPO with a gated refill (or `--methods`, plus any `--method_config
 NAME='{json}'`), every run stopped once it has drawn N completions, the held-out measured each time it crosses another
 eighth of N; `tournament.md` / `tournament.json` hold the same columns as the arithmetic testbeds' (held-out at equal
@@ -78,7 +78,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
         "Seq-balance n=4 (rounds of 8, at most 4)",
         {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4},
     ),
-    # Issue 33's tournament entries, the arithmetic benchmark's configurations. The task's problems are drawn with
+    # The tournament's entries, the arithmetic benchmark's configurations. The task's problems are drawn with
     # replacement and a run meets few of them twice (BENCHMARKS.md counts the repeats), so the gated refill seldom has
     # a visit to judge a prompt by and mostly draws what DAPO draws, and Knapsack-RL gives most prompts their
     # first-visit budget of num_generations.
@@ -89,7 +89,7 @@ BUILT_IN_METHODS = dict(METHODS)
 DEFAULT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance"]
 """The published code table's methods (`--methods` without `--tournament`)."""
 TOURNAMENT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "knapsack", "dapo_gated"]
-"""Issue 33's tournament on this task (`--tournament`), read at equal completions (`--completions_budget`)."""
+"""The tournament on this task (`--tournament`), read at equal completions (`--completions_budget`)."""
 SHARE_METHODS = ("grpo_n4", "seq_balance")
 
 

@@ -1,5 +1,5 @@
 """
-Issue 24's learning table: the learned pass-rate predictor against the tracker, Seq-balance, DAPO and GRPO, from the
+The predictor's learning table: the learned pass-rate predictor against the tracker, Seq-balance, DAPO and GRPO, from the
 runs `scripts/benchmark_learning.py` wrote (its `OUT/runs/*.json`; the runs themselves are not committed).
 
     python benchmarks/predictor_learning.py benchmarks/results/learning-predictor
@@ -12,7 +12,7 @@ Writes `OUT/predictor_table.md` and `OUT/predictor_table.json`: per method, over
 - the held-out pass rate at equal completions and at equal wall time: each seed's curve interpolated linearly at a
   common budget (the smallest total any method reached, and further budgets where a method reached them);
 - paired differences against DAPO (same seed) for each of those;
-- the goals of issue 24: the completions `est` with the learned predictor needs to reach GRPO-n16's final held-out
+- the predictor's goals: the completions `est` with the learned predictor needs to reach GRPO-n16's final held-out
   (mean curves, against GRPO-n16's), and whether it ends at or above DAPO's final with no more completions than DAPO.
 """
 

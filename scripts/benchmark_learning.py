@@ -14,7 +14,7 @@ plus `objective=log` against `linear`, and the final held-out accuracy (mean and
 
     python scripts/benchmark_learning.py --out benchmarks/results/learning [--steps 300 --seeds 0 1 2 --jobs 2]
 
-Finite mode (`--train_data`, issue 13): the runs train for `--epochs` passes over a fixed prompt set (every prompt
+Finite mode (`--train_data`): the runs train for `--epochs` passes over a fixed prompt set (every prompt
 once per epoch, DAPO's refills drawn from the same set) and are evaluated on a held-out set with a `band` column
 (both built by `recipes/finite-arithmetic/build_data.sh`), overall and per band. The report gives, per method, the
 final held-out pass rate with a 95% t-interval over seeds, the paired (same-seed) differences against DAPO and
@@ -86,7 +86,7 @@ METHODS: dict[str, tuple[str, dict]] = {
             "round_confidence": 0.7,
         },
     ),
-    # Issue 24: the learned pass-rate predictor (a prompt's first visit is predicted from its text), as Est's budgets
+    # The learned pass-rate predictor (a prompt's first visit is predicted from its text), as Est's budgets
     # and as Seq-balance's first-round prior (tracked rounds: the prediction combined with the prompt's counts).
     "est_learned": (
         "Est (budget 8), learned predictor",
@@ -116,7 +116,7 @@ METHODS: dict[str, tuple[str, dict]] = {
             "objective": "linear",
         },
     ),
-    # Issue 33's tournament: Knapsack-RL (Li et al., arXiv 2509.25849) at GRPO n=4's budget per step, trained on every
+    # The tournament: Knapsack-RL (Li et al., arXiv 2509.25849) at GRPO n=4's budget per step, trained on every
     # draw; DAPO whose refill passes over prompts predicted to come back unmixed (trl_ada/samplers/gated.py).
     "knapsack": ("Knapsack-RL", {"sampler": "knapsack", "num_generations": 4}),
     "dapo_gated": (
@@ -138,7 +138,7 @@ RECOMMENDED = "dapo"
 """The method README's "Which sampler should I use" recommends for a finite prompt set; `recommended` runs it."""
 METHODS["recommended"] = (f"Recommended ({METHODS[RECOMMENDED][0]})", METHODS[RECOMMENDED][1])
 TOURNAMENT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "knapsack", "dapo_gated", "dapo_gated_fitted"]
-"""Issue 33's tournament, read at equal completions (`--completions_budget`)."""
+"""The tournament, read at equal completions (`--completions_budget`)."""
 BUDGET_EVAL_POINTS = 8
 """With `--completions_budget`, the held-out is measured each time a run crosses another eighth of the budget."""
 
@@ -157,7 +157,7 @@ FINITE_METHODS = [
     "seq_balance_log",
     "seq_balance_authors",
 ]
-# Issue 24's comparison (both testbeds): Est and Seq-balance with and without the learned predictor, DAPO, GRPO.
+# The predictor comparison (both testbeds): Est and Seq-balance with and without the learned predictor, DAPO, GRPO.
 PREDICTOR_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "seq_balance_learned", "est", "est_learned"]
 # Reinforce-Ada's own methods: the candidates for "best adaptive method" (DAPO is the peer baseline, not one of them).
 ADAPTIVE_METHODS = (
@@ -202,7 +202,7 @@ def make_config(method: str, seed: int, steps: int, lr: float, out: Path, prompt
 
 def draw_accounting(entries: Sequence[dict]) -> dict[str, Any]:
     """
-    A run's draws per pass-rate band of the pool (issue 33 item 1), summed from the trainer's `ada/draws/*_total`
+    A run's draws per pass-rate band of the pool summed from the trainer's `ada/draws/*_total`
     counters (`trl_ada.samplers.accounting`), which each log entry holds summed over its window: completions drawn,
     those that served an update group with a signal (useful) and those in it (trained), overall and per band.
     """
@@ -971,7 +971,7 @@ def plot_finite(summary: dict, out: Path) -> list[Path]:
 
 def add_method_arguments(parser: argparse.ArgumentParser, methods: dict, defaults: str, budget_help: str) -> None:
     """The options every learning benchmark shares: which methods (`--methods`, `--method_config`), the equal
-    completions stop (`--completions_budget`) and issue 33's tournament (`--tournament`)."""
+    completions stop (`--completions_budget`) and the tournament (`--tournament`)."""
     parser.add_argument(
         "--methods",
         nargs="+",
@@ -996,7 +996,7 @@ def add_method_arguments(parser: argparse.ArgumentParser, methods: dict, default
     parser.add_argument(
         "--tournament",
         action="store_true",
-        help=f"issue 33's methods ({' '.join(TOURNAMENT_METHODS)}) unless --methods says otherwise, and the tournament "
+        help=f"the tournament's methods ({' '.join(TOURNAMENT_METHODS)}) unless --methods says otherwise, and the tournament "
         "report (tournament.md / tournament.json: paired differences against DAPO at equal completions and at equal "
         "training time, the useful-draw shares per band); needs --completions_budget",
     )
@@ -1223,7 +1223,7 @@ def heldout_at_seconds(run: dict, seconds: float) -> float | None:
 
 def tournament_summary(results: list[dict], budget: int, reference: str = "dapo") -> dict[str, Any]:
     """
-    Issue 33's tournament: per method, the held-out at the completions budget (every run stops there) and at the
+    The tournament: per method, the held-out at the completions budget (every run stops there) and at the
     reference's mean training time, each as a mean with its 95% interval and as a paired (same-seed) difference
     against the reference; the completions, training seconds and draw accounting (useful and trained shares, per
     band) summed over seeds.
@@ -1262,7 +1262,7 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
             row["gate_passed_over"] = {"per_run": statistics.fmean(gated), "runs": len(gated)}
         if ref_runs and method != reference:
             row["minus_reference"] = paired_difference(runs, ref_runs, _final)
-            # Issue 33's first goal: the completions a method needs to reach the reference's mean final held-out, read
+            # The tournament's first reading: the completions a method needs to reach the reference's mean final held-out, read
             # on its mean curve (the seeds' curves interpolated on a common grid of completions and averaged: a
             # per-seed reading would keep only the lucky seeds), as a share of the reference's completions; and the
             # seeds whose own curve reached it.

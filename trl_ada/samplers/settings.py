@@ -177,7 +177,7 @@ class SamplerFields:
     )
     normalize_weights: bool = knob(
         True,
-        "Rescale the per-prompt weights of a generation batch to mean 1 (over prompts with a non-zero advantage). The "
+        "Rescale the per-prompt weights of an update to mean 1 (over prompts with a non-zero advantage). The "
         "objective then changes *how the update is spread over prompts*, not its overall size, so the learning rate "
         'tuned for GRPO carries over; with `False` a `"log"` run\'s effective step grows as prompts get harder. A '
         'no-op for `"linear"`.',
