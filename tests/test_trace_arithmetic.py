@@ -1,0 +1,303 @@
+"""Tests of the trace-arithmetic task: trace generation, injected errors, parser, reward, levels, split, asset."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter
+
+import pytest
+
+from trl_ada.tasks.arithmetic import PROMPT_WIDTH, is_held_out
+from trl_ada.tasks.trace_arithmetic import (
+    FINAL_MARKER,
+    LEVELS,
+    MAX_COMPLETION_LENGTH,
+    OPERAND_RANGES,
+    TraceNoise,
+    extract_final_answer,
+    final_answer_reward,
+    held_out_problems,
+    make_dataset,
+    make_problems,
+    parse_prompt,
+    parse_trace,
+    write_trace,
+)
+
+ADD_STEP = re.compile(r"(\d)\+(\d)\+(\d)=(\d+)")
+MUL_STEP = re.compile(r"(\d)\*(\d)\+(\d)=(\d+)")
+
+
+def _digit(number: str, i: int) -> int:
+    return int(number[-1 - i]) if i < len(number) else 0
+
+
+def _check_row(x: str, y: str, items: list[str], op: str, faithful: bool) -> tuple[str, int]:
+    """Recomputes one row of steps (a column sum of ``x`` and ``y``, or ``x`` times the digit ``y``).
+
+    Returns the digits the written steps imply and how many steps deviate from the true procedure. With
+    ``faithful`` every step must be exactly right; otherwise a step may have a wrong value or a dropped carry,
+    but it must still read the right digits and take its carry from the step before (or drop it).
+    """
+    pattern = ADD_STEP if op == "+" else MUL_STEP
+    width = max(len(x), len(y)) if op == "+" else len(x)
+    assert len(items) == width, (x, op, y, items)
+    carry, digits, deviations = 0, [], 0
+    for i, item in enumerate(items):
+        match = pattern.fullmatch(item)
+        assert match is not None, item
+        dx, dy, written_carry, value = (int(group) for group in match.groups())
+        assert dx == _digit(x, i)
+        assert dy == (_digit(y, i) if op == "+" else int(y))
+        true_value = dx + dy + written_carry if op == "+" else dx * dy + written_carry
+        if faithful:
+            assert written_carry == carry, item
+            assert value == true_value, item
+        else:
+            assert written_carry in (carry, 0), item
+            assert 0 <= value <= (19 if op == "+" else 89), item
+            deviations += (written_carry != carry) + (value != true_value)
+        digits.append(str(value % 10))
+        carry = value // 10
+    if carry:
+        digits.append(str(carry))
+    return "".join(reversed(digits)).lstrip("0") or "0", deviations
+
+
+def check_trace(prompt: str, completion: str, *, faithful: bool = True) -> tuple[str, int]:
+    """A hand-written checker: recomputes every step of a trace from the prompt.
+
+    Returns the answer the written steps imply and the number of deviations from the true procedure (always 0 when
+    ``faithful``); asserts that the stated final answer is that implied answer.
+    """
+    a, op, b = parse_prompt(prompt)
+    body, answer = completion.split(FINAL_MARKER)
+    sections = [section.split(",") for section in body.split(";")]
+    if op == "+":
+        assert len(sections) == 1
+        implied, deviations = _check_row(str(a), str(b), sections[0], "+", faithful)
+    elif b < 10:
+        assert len(sections) == 1
+        implied, deviations = _check_row(str(a), str(b), sections[0], "*", faithful)
+    else:
+        assert len(sections) == 3, sections
+        partials, deviations = [], 0
+        for shift, (digit, section) in enumerate(zip(reversed(str(b)), sections[:2], strict=True)):
+            assert section[-1].startswith("P=")
+            row, row_deviations = _check_row(str(a), digit, section[:-1], "*", faithful)
+            shifted = row + "0" * shift if row != "0" else "0"
+            partial = section[-1][2:]
+            if faithful:
+                assert partial == shifted
+            else:
+                assert len(partial) == len(shifted)
+                deviations += sum(p != s for p, s in zip(partial, shifted, strict=True))
+            deviations += row_deviations
+            partials.append(partial)
+        implied, sum_deviations = _check_row(partials[0], partials[1], sections[2], "+", faithful)
+        deviations += sum_deviations
+    assert answer == implied, (prompt, completion)
+    return implied, deviations
+
+
+def test_levels_and_operand_ranges():
+    assert len(LEVELS) == len(set(LEVELS)) == len(OPERAND_RANGES) == 5
+    for level in range(len(LEVELS)):
+        (a_lo, a_hi), op, (b_lo, b_hi) = OPERAND_RANGES[level]
+        for problem in make_problems(60, seed=level, levels=[level]):
+            a, prompt_op, b = parse_prompt(problem["prompt"])
+            assert (prompt_op, problem["level"]) == (op, level)
+            assert a_lo <= a <= a_hi and b_lo <= b <= b_hi
+            assert len(problem["prompt"]) == PROMPT_WIDTH
+
+
+def test_clean_traces_are_correct_for_many_problems():
+    problems = make_problems(3000, seed=11) + held_out_problems(500, seed=12)
+    for problem in problems:
+        completion, answer = write_trace(*parse_prompt(problem["prompt"]))
+        assert answer == problem["answer"]
+        assert check_trace(problem["prompt"], completion) == (answer, 0)
+        assert len(completion) < MAX_COMPLETION_LENGTH
+    for a, op, b in [(0, "+", 0), (999, "+", 1), (100, "*", 10), (99, "*", 99), (10, "*", 2), (0, "*", 7)]:
+        completion, answer = write_trace(a, op, b)
+        assert int(answer) == (a + b if op == "+" else a * b)
+        assert check_trace(f"{a:>3d}{op}{b:>3d}=", completion) == (answer, 0)
+
+
+def test_noisy_traces_err_inside_the_procedure_and_follow_their_own_steps():
+    noise = TraceNoise(fact=0.1, carry=0.2, copy=0.1)
+    rng = random.Random(5)
+    wrong_by_level: Counter[int] = Counter()
+    problems = make_problems(2500, seed=3)
+    for problem in problems:
+        completion, answer = write_trace(*parse_prompt(problem["prompt"]), noise=noise, rng=rng)
+        implied, deviations = check_trace(problem["prompt"], completion, faithful=False)
+        assert implied == answer
+        if answer != problem["answer"]:
+            assert deviations > 0, completion
+            wrong_by_level[problem["level"]] += 1
+    per_level = len(problems) // len(LEVELS)
+    rates = [wrong_by_level[level] / per_level for level in range(len(LEVELS))]
+    # Every level gets errors, and the longest procedure (two rows and a sum) gets the most.
+    assert all(0.05 < rate < 0.9 for rate in rates), rates
+    assert rates[-1] == max(rates), rates
+
+
+def test_noise_is_deterministic_for_an_rng_and_off_at_zero():
+    noise = TraceNoise(fact=0.2, carry=0.3, copy=0.2)
+    problems = make_problems(200, seed=1)
+    first = [write_trace(*parse_prompt(p["prompt"]), noise=noise, rng=random.Random(9)) for p in problems]
+    second = [write_trace(*parse_prompt(p["prompt"]), noise=noise, rng=random.Random(9)) for p in problems]
+    assert first == second
+    zero = TraceNoise()
+    for problem in problems:
+        args = parse_prompt(problem["prompt"])
+        assert write_trace(*args, noise=zero, rng=random.Random(0)) == write_trace(*args)
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(ValueError, match="rng"):
+        write_trace(12, "+", 34, noise=TraceNoise(fact=0.1))
+    with pytest.raises(ValueError, match="operator"):
+        write_trace(12, "-", 34)
+    with pytest.raises(ValueError, match="fact"):
+        TraceNoise(fact=0.7)
+    with pytest.raises(ValueError, match="carry"):
+        TraceNoise(carry=-0.1)
+    with pytest.raises(ValueError, match="level"):
+        make_problems(10, seed=0, levels=[len(LEVELS)])
+    with pytest.raises(ValueError, match="empty"):
+        make_problems(10, seed=0, levels=[])
+
+
+def test_reward_checks_only_the_final_answer():
+    right, answer = write_trace(47, "*", 85)
+    wrong_trace = right.replace("7*5+0=35", "7*5+0=36")
+    assert wrong_trace != right
+    cases = {
+        right: 1.0,
+        right + "<eos>junk": 1.0,
+        right + "\nmore": 1.0,
+        wrong_trace: 1.0,  # only the answer counts
+        right.replace(FINAL_MARKER + answer, FINAL_MARKER + "3996"): 0.0,  # right trace, wrong answer
+        right.replace(FINAL_MARKER + answer, FINAL_MARKER + "0" + answer): 0.0,  # leading zero: malformed
+        right.replace(FINAL_MARKER + answer, FINAL_MARKER + answer + "x"): 0.0,  # malformed
+        right.replace(FINAL_MARKER + answer, FINAL_MARKER): 0.0,  # empty answer
+        right.replace(FINAL_MARKER, ";"): 0.0,  # missing marker
+        answer: 0.0,  # a bare answer without the marker
+        "": 0.0,
+        right.split("<eos>")[0][:20] + "<eos>" + FINAL_MARKER + answer: 0.0,  # marker after eos
+    }
+    rewards = final_answer_reward(list(cases), [answer] * len(cases), level=[4] * len(cases))
+    assert rewards == list(cases.values())
+    assert final_answer_reward([[{"role": "assistant", "content": right}]], [answer]) == [1.0]
+    with pytest.raises(ValueError, match="answers"):
+        final_answer_reward([right], [answer, answer])
+
+
+def test_extract_final_answer_and_parse_trace():
+    completion, answer = write_trace(47, "*", 85)
+    assert extract_final_answer(completion) == answer == "3995"
+    assert extract_final_answer("1+2+0=3;A= 3 ") == "3"
+    assert extract_final_answer("1+2+0=3;A=0") == "0"
+    assert extract_final_answer("1+2+0=3") is None
+    parsed = parse_trace(completion + "<eos>")
+    assert parsed.answer == "3995"
+    assert parsed.partials == ("235", "3760", None)
+    assert [len(section) for section in parsed.sections] == [2, 2, 4]
+    first = parsed.sections[0][0]
+    assert (first.x, first.op, first.y, first.carry, first.value) == (7, "*", 5, 0, 35)
+    assert parse_trace("1+2+0=3;A=").answer is None
+    with pytest.raises(ValueError, match="marker"):
+        parse_trace("7+5+0=12")
+    with pytest.raises(ValueError, match="step"):
+        parse_trace("7+5=12;A=12")
+    with pytest.raises(ValueError, match="partial"):
+        parse_trace("7*5+0=35,P=3x;A=35")
+
+
+def test_problems_deterministic_and_balanced():
+    assert make_problems(100, seed=3) == make_problems(100, seed=3)
+    assert make_problems(100, seed=3) != make_problems(100, seed=4)
+    assert held_out_problems(50, seed=2) == held_out_problems(50, seed=2)
+    counts = Counter(problem["level"] for problem in make_problems(503, seed=0))
+    assert sorted(counts) == list(range(len(LEVELS)))
+    assert max(counts.values()) - min(counts.values()) <= 1
+    assert Counter(p["level"] for p in make_problems(40, seed=1, levels=[1, 4])) == {1: 20, 4: 20}
+    dataset = make_dataset(30, seed=0)
+    assert dataset.column_names == ["prompt", "answer", "level"]
+    assert list(dataset["prompt"]) == [p["prompt"] for p in make_problems(30, seed=0)]
+
+
+def test_train_and_held_out_never_share_a_problem():
+    train = {p["prompt"] for seed in range(3) for p in make_problems(4000, seed=seed)}
+    held_out = {p["prompt"] for seed in range(3) for p in held_out_problems(1000, seed=seed)}
+    assert train.isdisjoint(held_out)
+    assert not any(is_held_out(prompt) for prompt in train)
+    assert all(is_held_out(prompt) for prompt in held_out)
+    # The held-out split covers every level.
+    assert {p["level"] for p in held_out_problems(50, seed=0)} == set(range(len(LEVELS)))
+
+
+def test_shipped_model_writes_a_parseable_trace():
+    import torch
+
+    from trl_ada.tasks.trace_arithmetic import load_tiny_trace_model
+
+    model, tokenizer = load_tiny_trace_model()
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000
+    prompts = [problem["prompt"] for problem in held_out_problems(len(LEVELS), seed=0)]
+    encoded = tokenizer(prompts, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        output = model.generate(
+            **encoded,
+            max_new_tokens=MAX_COMPLETION_LENGTH,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+    texts = tokenizer.batch_decode(output[:, encoded["input_ids"].shape[1] :], skip_special_tokens=False)
+    for prompt, text in zip(prompts, texts, strict=True):
+        parsed = parse_trace(text.replace(tokenizer.pad_token, ""), eos_token=tokenizer.eos_token)
+        assert parsed.answer is not None, (prompt, text)
+        _, op, b = parse_prompt(prompt)
+        assert len(parsed.sections) == (3 if op == "*" and b >= 10 else 1), (prompt, text)
+
+
+def test_grpo_smoke_on_the_shipped_trace_model(tmp_path):
+    import math
+
+    from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
+    from trl_ada.tasks.trace_arithmetic import load_tiny_trace_model
+
+    model, tokenizer = load_tiny_trace_model()
+    args = AdaGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=16,
+        num_generations=4,
+        sampler="seq_balance",
+        max_completion_length=MAX_COMPLETION_LENGTH,
+        learning_rate=3e-5,
+        max_steps=2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = AdaGRPOTrainer(
+        model=model,
+        processing_class=tokenizer,
+        reward_funcs=final_answer_reward,
+        args=args,
+        train_dataset=make_dataset(64, seed=0),
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert len(logs) == 2
+    assert all(math.isfinite(entry["loss"]) for entry in logs)
+    # The warm-started model solves some of its prompts and fails others: rewards carry signal.
+    assert 0.0 < sum(entry["reward"] for entry in logs) / len(logs) < 1.0
