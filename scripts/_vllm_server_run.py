@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             return kept_inputs
 
         def _generate(self, prompts):
-            kept = self._ada_kept_rows
+            kept = None if self._ada_pending is None else self._ada_pending.rows
             if kept is not None:  # the kept rows handed to TRL's loss on this process
                 record["kept_rows"].append(
                     {
@@ -369,9 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             return super()._generate(prompts)
 
         def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-            if (
-                self._ada_kept_rewards is None
-            ):  # a round or scoring batch: these completions reach the reward functions
+            if self._ada_pending is None:  # a round or scoring batch: these completions reach the reward functions
                 record["scored"].append(
                     {"step": int(self.state.global_step), "ids": [list(c) for c in completion_ids_list]}
                 )

@@ -56,13 +56,13 @@ class Recording(AdaGRPOTrainer):
         return kept_inputs
 
     def _generate(self, prompts):
-        kept = self._ada_kept_rows is not None
+        kept = self._ada_pending is not None
         output = super()._generate(prompts)
         if kept and self.rollout_func is not None:
             # The kept rows this process trains on, each with its own rollout's env_mask, extra field and reward.
             _, completion_ids, tool_mask, _, _, extra_fields, _, _ = output
             start = self.accelerator.process_index * len(completion_ids)
-            rewards = self._ada_kept_rewards[start : start + len(completion_ids), 0].tolist()
+            rewards = self._ada_pending.rewards[start : start + len(completion_ids), 0].tolist()
             self.__dict__.setdefault("rollout_rows_line_up", []).append(
                 tool_mask == [rollout_env_mask(ids) for ids in completion_ids]
                 and extra_fields["feedback"] == [rollout_feedback(ids) for ids in completion_ids]
@@ -71,7 +71,7 @@ class Recording(AdaGRPOTrainer):
         return output
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        kept = self._ada_kept_rewards is not None
+        kept = self._ada_pending is not None
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if kept:
             self._kept_rewards = rewards

@@ -44,7 +44,7 @@ def recording(trainer_class):
             return output
 
         def _generate(self, prompts):
-            kept = getattr(self, "_ada_kept_rows", None) is not None
+            kept = getattr(self, "_ada_pending", None) is not None
             output = super()._generate(prompts)
             if kept:
                 self.__dict__.setdefault("handed_over", []).append(kept_row_check(self, output))
@@ -62,7 +62,7 @@ def kept_row_check(trainer, output) -> dict:
     prompt_ids, completion_ids = output[0], output[1]
     # The kept rewards are every process's (TRL gathers them); this process trains on its own slice.
     start = trainer.accelerator.process_index * len(completion_ids)
-    rewards = trainer._ada_kept_rewards[start : start + len(completion_ids)].tolist()
+    rewards = trainer._ada_pending.rewards[start : start + len(completion_ids)].tolist()
     mismatches = 0
     for ids, ids_c, row in zip(prompt_ids, completion_ids, rewards, strict=True):
         prompt = trainer.processing_class.decode(ids)
@@ -193,12 +193,12 @@ def test_the_readme_calculator_scores_each_kept_row_by_its_own_episode(tmp_path)
 
     class Checked(AdaGRPOTrainer):
         def _generate(self, prompts):
-            kept = self._ada_kept_rows is not None
+            kept = self._ada_pending is not None
             output = super()._generate(prompts)
             if kept:  # TRL's batch of kept rows: each row's environment reward must be its own episode's
                 tool_masks, completion_ids = output[2], output[1]
                 start = self.accelerator.process_index * len(completion_ids)
-                rewards = self._ada_kept_rewards[start : start + len(completion_ids)].tolist()
+                rewards = self._ada_pending.rewards[start : start + len(completion_ids)].tolist()
                 column = self.reward_func_names.index("Calculator")
                 called = [0 in mask for mask in tool_masks]  # the tool's output is masked out of the loss
                 checks.append(([row[column] for row in rewards], [0.1 if c else 0.0 for c in called]))

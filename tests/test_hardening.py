@@ -85,10 +85,22 @@ def test_an_error_mid_batch_leaves_no_state_for_the_next_batch(tmp_path, tokeniz
     trainer = make_trainer(config, tokenizer, arithmetic_dataset)
     with mock.patch.object(GRPOTrainer, "_generate_and_score_completions", side_effect=RuntimeError("boom")):
         with pytest.raises(RuntimeError, match="boom"):
-            trainer.train()
-    assert trainer._ada_kept_rows is None
-    assert trainer._ada_kept_rewards is None  # stale rewards were handed to the next batch's _calculate_rewards
-    assert trainer._ada_advantages is None
+            trainer.train()  # in a sampling round
+    assert trainer._ada_round is None
+    build = GRPOTrainer._generate_and_score_completions
+    failures = []
+
+    def fail_building_the_kept_batch(self, inputs):
+        if self._ada_pending is not None:
+            failures.append(len(inputs))
+            raise RuntimeError("boom")
+        return build(self, inputs)
+
+    with mock.patch.object(GRPOTrainer, "_generate_and_score_completions", fail_building_the_kept_batch):
+        with pytest.raises(RuntimeError, match="boom"):
+            trainer.train()  # after the sampling, while TRL builds the batch
+    # Stale rewards were once handed to the next batch's _calculate_rewards.
+    assert failures and trainer._ada_pending is None
 
 
 def test_overrides_work_on_a_trainer_built_without_init():

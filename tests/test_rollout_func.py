@@ -25,7 +25,7 @@ def recording(trainer_class):
             return output
 
         def _generate(self, prompts):
-            kept = getattr(self, "_ada_kept_rows", None) is not None
+            kept = getattr(self, "_ada_pending", None) is not None
             output = super()._generate(prompts)
             if kept:  # the kept rows handed to TRL's loss: check each against its own completion
                 prompt_ids, completion_ids, tool_mask, _, _, extra_fields, _, _ = output
@@ -36,7 +36,7 @@ def recording(trainer_class):
                         "fields_line_up": extra_fields["feedback"]
                         == [rollout_feedback(ids) for ids in completion_ids],
                         "shared_field": set(extra_fields["env_name"]),
-                        "rewards": self._ada_kept_rewards[:, 0].tolist(),
+                        "rewards": self._ada_pending.rewards[:, 0].tolist(),
                         "expected_rewards": [
                             1.0 if rollout_feedback(ids) == "solved" else 0.0 for ids in completion_ids
                         ],

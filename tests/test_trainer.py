@@ -10,6 +10,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.tiny import build_tiny_model
+from trl_ada.trainer import _RoundCall
 
 
 def recording(trainer_class):
@@ -222,7 +223,7 @@ def test_a_rounds_block_applies_to_its_first_generate_call_only(tmp_path, tokeni
         train_dataset=arithmetic_dataset,
         processing_class=tokenizer,
     )
-    trainer._ada_round_block = 8
+    trainer._ada_round = _RoundCall(block=8)
     trainer._generate_single_turn([[1]], None, {}, 4)  # the round's generate call
     trainer._generate_single_turn([[1, 2]], None, {}, 1)  # a tool-loop continuation
     assert seen == [8, 1]

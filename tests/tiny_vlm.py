@@ -242,11 +242,11 @@ def recording(trainer_class):
             return completion_ids, logprobs
 
         def _generate(self, prompts):
-            kept = getattr(self, "_ada_kept_rows", None) is not None
+            kept = getattr(self, "_ada_pending", None) is not None
             output = super()._generate(prompts)
             if kept:  # the kept rows handed to TRL's loss on this process
                 prompt_ids, completion_ids, _, completions, _, _, images, _ = output
-                rewards = self._ada_kept_rewards  # every process's kept rows, process-major
+                rewards = self._ada_pending.rewards  # every process's kept rows, process-major
                 start = self.accelerator.process_index * len(completion_ids)
                 image_token = self.model.config.image_token_id
                 self.__dict__.setdefault("handed_over", []).append(

@@ -66,13 +66,13 @@ def recording(trainer_class):
             return output
 
         def _generate(self, prompts):
-            kept = getattr(self, "_ada_kept_rows", None) is not None
+            kept = getattr(self, "_ada_pending", None) is not None
             output = super()._generate(prompts)
             if kept:  # the kept rows handed to TRL's loss: check each against its own completion
                 _, completion_ids, tool_mask, _, _, _, _, _ = output
                 tokenizer = self.processing_class
                 start = self.accelerator.process_index * len(completion_ids)
-                rewards = self._ada_kept_rewards[start : start + len(completion_ids), 0].tolist()
+                rewards = self._ada_pending.rewards[start : start + len(completion_ids), 0].tolist()
                 self.__dict__.setdefault("handed_over", []).append(
                     {
                         "rows": len(completion_ids),

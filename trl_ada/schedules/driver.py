@@ -5,10 +5,9 @@ sampling around them.
 [`sample_step`] is what `AdaGRPOTrainer._sample` runs for a generation batch: one dataset row per prompt from TRL's
 batch layout ([`group_rows`]), the generation schedule on them ([`sample_batch`]), DAPO's refill batches when the
 sampler refills (`trl_ada.samplers.dapo.fill_update`, with the trainer's [`refill_walk`]; the batch std and weight
-normalisation are then taken once over the prompts the update keeps), and then the hand-off to the TRL overrides: the
-kept rows (routed to the process that trains on them), their rewards and, unless the batch is plain GRPO, the
-Reinforce-Ada advantages, set on the trainer's per-batch state (`_ada_kept_rows`, `_ada_kept_rewards`,
-`_ada_advantages`).
+normalisation are then taken once over the prompts the update keeps), and then the hand-off to the TRL overrides: a
+[`PendingBatch`] of the kept rows (routed to the process that trains on them), their rewards and, unless the batch is
+plain GRPO, the Reinforce-Ada advantages, set as the trainer's `_ada_pending`.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from ..samplers.dapo import RefillWalk, fill_update
 from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .base import RoundResult, prompt_key, prompt_keys
-from .pools import PoolEntry, moved_fraction, route_kept_rows
+from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +48,23 @@ class TrainerDriver:
         return rounds.run_round(self.trainer, requests, group_inputs, round_index)
 
 
+@dataclasses.dataclass(frozen=True)
+class PendingBatch:
+    """
+    One step's sampling handed to TRL's batch building: set as the trainer's `_ada_pending` by [`sample_step`], read by
+    its `_generate` and `_calculate_rewards` overrides while TRL builds the batch, and cleared once it is built.
+    """
+
+    rows: list[LocalRow]
+    """This process's kept rows, in the order TRL trains them."""
+    rewards: torch.Tensor
+    """Every process's kept rows' rewards per reward function (process-major), as `_calculate_rewards` returns them."""
+    group_sizes: list[int]
+    """Kept rows per trained prompt, in order (TRL's `num_generations` unless the sampler keeps another number)."""
+    advantages: torch.Tensor | None
+    """Every process's kept rows' trained advantages; None keeps TRL's own (plain GRPO, reproduced bit for bit)."""
+
+
 @dataclasses.dataclass
 class SampledBatch:
     """One generation batch as the step sees it: its rows and keys, and what the schedule made of them."""
@@ -63,8 +79,8 @@ class SampledBatch:
 
 def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """
-    Sample one generation batch (and DAPO refills) on every process; set the kept rows, rewards and advantages on
-    the trainer; return this process's kept dataset rows, which TRL then builds the training batch from.
+    Sample one generation batch (and DAPO refills) on every process; set the [`PendingBatch`] on the trainer
+    (`_ada_pending`); return this process's kept dataset rows, which TRL then builds the training batch from.
     """
     rank = trainer.accelerator.process_index
     settings = trainer.ada_sampler.settings
@@ -102,23 +118,28 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         # One copy per row: TRL merges a rollout's per-row extra fields into these dicts in place.
         kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
         advantages.extend(result.advantages)
-    trainer._ada_kept_rewards = torch.stack([entry.rewards_per_func for entry in kept])
-    trainer._ada_kept_group_sizes = [len(batches[b].selection.prompts[g].kept) for b, g in chosen]
     # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
     # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
     identity = chosen == [(0, g) for g in range(len(chosen))]
+    trained_advantages = None
     if not (identity and batches[0].selection.is_plain_grpo):
-        trainer._ada_advantages = torch.tensor(advantages, dtype=torch.float32, device=trainer.accelerator.device)
+        trained_advantages = torch.tensor(advantages, dtype=torch.float32, device=trainer.accelerator.device)
     local = len(inputs)
     num_processes = trainer.accelerator.num_processes
     # Each kept row moves once, from the process that generated it to the one that trains on it.
-    trainer._ada_kept_rows = route_kept_rows(kept, rank, num_processes, trainer.accelerator.device)
+    rows = route_kept_rows(kept, rank, num_processes, trainer.accelerator.device)
     if num_processes > 1:
         train_metrics(trainer)["ada/kept_rows_moved"].append(moved_fraction(kept, num_processes))
+    trainer._ada_pending = PendingBatch(
+        rows=rows,
+        rewards=torch.stack([entry.rewards_per_func for entry in kept]),
+        group_sizes=[len(batches[b].selection.prompts[g].kept) for b, g in chosen],
+        advantages=trained_advantages,
+    )
     # An environment's observation is part of the prompt each kept completion was generated from.
     return [
         row if kept_row.prompt is None else {**row, "prompt": kept_row.prompt}
-        for row, kept_row in zip(kept_inputs[rank * local : (rank + 1) * local], trainer._ada_kept_rows, strict=True)
+        for row, kept_row in zip(kept_inputs[rank * local : (rank + 1) * local], rows, strict=True)
     ]
 
 

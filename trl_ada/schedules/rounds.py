@@ -104,12 +104,8 @@ def run_round(
     share = layout.share(rank)
     share_inputs = [group_inputs[g] for g in share]
 
-    trainer._ada_round_block = layout.block
-    try:
-        with vllm_server_errors(trainer, round_index):  # a lost vLLM server: a clear error, not a hang
-            prompts, fields = trainer._generate_round(share_inputs)
-    finally:
-        trainer._ada_round_block = None
+    with vllm_server_errors(trainer, round_index):  # a lost vLLM server: a clear error, not a hang
+        prompts, fields = trainer._generate_round(share_inputs, layout.block)
     completion_ids = fields["completion_ids"]
     scored_inputs = _with_extra_fields(share_inputs, fields["extra_fields"])
     try:
