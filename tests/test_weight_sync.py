@@ -31,7 +31,7 @@ import trl_ada.trainer as trainer_module
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.generation.weight_sync import one_weight_sync_per_step
 from trl_ada.tiny import build_tiny_model
-from trl_ada.trl_seam import last_loaded_step, set_vllm_weights_sleeping, vllm_weights_sleeping
+from trl_ada.trl_seam import last_loaded_step, set_vllm_weights_sleeping
 
 STEPS = 3
 MAX_ROUNDS = 3
@@ -233,7 +233,7 @@ def test_colocate_sleep_mode_syncs_once_per_step(tmp_path, tokenizer, arithmetic
         after_step.append(
             {
                 "asleep": engine.asleep(),
-                "weights_sleeping": vllm_weights_sleeping(generation),
+                "weights_sleeping": generation._llm_weights_sleeping,
                 "sleep_mode": generation.enable_sleep_mode,
                 "patched": "sleep" in vars(engine),
             }
@@ -293,7 +293,7 @@ def test_colocate_sleep_mode_restored_when_a_round_fails(tmp_path, tokenizer, ar
     ]
     assert engine.asleep() and engine.errors == []
     assert "sleep" not in vars(engine)  # the engine's own method again
-    assert generation.enable_sleep_mode and vllm_weights_sleeping(generation)
+    assert generation.enable_sleep_mode and generation._llm_weights_sleeping
 
     # Training again on the same engine: TRL's weight-sleeping flag makes the first round re-sync, once per step.
     engine.events.clear()
@@ -341,7 +341,7 @@ def test_context_manager_on_trl_generate(tokenizer, monkeypatch):
         generation.generate(prompts, None, num_generations=1)
         raise KeyboardInterrupt
     assert engine.asleep() and "sleep" not in vars(engine) and generation.enable_sleep_mode
-    assert vllm_weights_sleeping(generation) and syncs() == 4 and engine.errors == []
+    assert generation._llm_weights_sleeping and syncs() == 4 and engine.errors == []
 
     with one_weight_sync_per_step(trainer):  # no generate call inside: nothing to put to sleep
         pass

@@ -2,38 +2,12 @@
 The one place where trl-ada touches TRL's private API.
 
 `AdaGRPOTrainer` overrides a few private `GRPOTrainer` methods and reads a few private attributes. Private names move
-between TRL releases, so every such touchpoint goes through this module, which says per touchpoint what we rely on and
-which TRL releases it was checked against, and refuses an unsupported TRL at import with a message that says what to do
-(set `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` to try anyway, with a warning).
+between TRL releases, so every such touchpoint goes through this module, which refuses an unsupported TRL at import
+with a message that says what to do (set `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` to try anyway, with a warning).
 
-Touchpoints, checked against TRL 1.14.2, 1.15.0 and 1.16.0 (installed sources diffed method by method). Every one is
-the same in the three releases except where the last column says otherwise:
-
-| touchpoint | kind | what trl-ada relies on |
-|---|---|---|
-| `_generate_and_score_completions(inputs)` | override | called once per generation batch in training; returns a dict with a per-row `advantages` tensor (this process's rows); 1.15 logs raw prompts/completions in `_logs` instead of decoded text (not read by us) |
-| `_generate(prompts)` | override, call | returns the 8-tuple `(prompt_ids, completion_ids, tool_mask, completions, logprobs, extra_fields, images, tool_images)`; calls `rollout_func(prompts, trainer)` when one is set (one completion per prompt entry; its `env_mask` comes back as `tool_mask`, its other keys as `extra_fields`, which `_generate_and_score_completions` merges into the reward kwargs: lists per row, other values for all rows) |
-| `_generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kw)` | override | vLLM server mode dedupes prompts by `num_generations`; 1.16's body also passes `pad_to_multiple_of` (same signature) |
-| `_calculate_rewards(inputs, prompts, completions, completion_ids_list)` | override, call | returns the gathered `(rows of all processes) x (reward functions)` float tensor, NaN where a function returned None |
-| `_metrics[mode][name]` | attribute | lists averaged into TRL's logs |
-| `_logs["advantages"]` | attribute | the completions table's advantages column |
-| `_pending_extra_logs` | attribute | `defaultdict(list)` of `log_extra` columns written by reward functions |
-| `_generate_and_score_completions(inputs)` | call | before it calls `self._generate(prompts)` it sets the batch up: per row, one environment instance from `_environment_pool` into `environments`, `reset(**row)` with its observation appended to the prompt, the row's tool dicts, image columns into multimodal messages; it passes the prompts so built to `_generate` and, later, to `_calculate_rewards` |
-| `_environment_pool` | attribute | `{environment name (None for a single factory): [instances]}` (set when `environment_factory` is given); `_generate_and_score_completions` hands out the instances in row order per name, creating one only when a batch needs more than the list holds |
-| `_is_vlm`, `_step`, `_tokenizer`, `eos_token_ids`, `mask_truncated_completions` | attributes | VLM flag (the model card), micro-step counter (generation period), pad/EOS ids for truncation (`is_truncated`: TRL's inline test) |
-| `reward_weights`, `multi_objective_aggregation` | attributes | `summed_rewards`: TRL's inline `sum_then_normalize` sum (`(rewards_per_func * reward_weights).nansum(dim=1)`, NaN where every function said None) |
-| `trl.trainer.utils._ChunkedLogProbFunction` | module variable, 1.15 only | 1.15 always patches the policy with a fused LM head whose kernel is Triton-only (`None` without Triton, so CPU training fails with `'NoneType' object has no attribute 'apply'`); replaced by a plain-torch equivalent off CUDA/XPU (1.14 has no fused head, 1.16 its own fallback) |
-| `unwrap_model_for_generation(model, accelerator, gather_deepspeed3_params, ...)` | function (`trl.models`) | the context `_generate_single_turn` enters per generate call, gathering ZeRO-3 parameters when `args.ds3_gather_for_generation`; entered once around a step's rounds by `trl_ada/generation/weight_sync.py`; 1.16 added `gradient_checkpointing_kwargs` |
-| `RepeatSampler` | class | `trl.trainer.grpo_trainer.RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)` |
-| `get_config_model_id` | function | `trl.trainer.utils.get_config_model_id(config)` |
-| `_save_optimizer_and_scheduler`, `_load_optimizer_and_scheduler` | override (transformers) | called inside each checkpoint save / resume, before `trainer_state.json` and the hub push |
-| `create_accelerator_and_postprocess()` | override (transformers) | the first method `Trainer.__init__` calls; `GRPOTrainer.__init__` has validated its arguments (environment-owned data: a dict factory or `max_steps <= 0` without `train_dataset` raise) and built its placeholder dataset before it calls `Trainer.__init__` |
-| `use_vllm`, `vllm_mode`, `vllm_generation.vllm_client` (`.generate`, `.base_url`) | attributes | server mode's HTTP client, watched by `trl_ada/generation/faults.py` while a round's request is in flight |
-| `vllm_generation.enable_sleep_mode`, `vllm_generation.llm` (`.sleep`), `vllm_generation._llm_weights_sleeping` | attributes | colocate mode: `VLLMGeneration.generate` re-syncs the weights first when `enable_sleep_mode and _llm_weights_sleeping`, calls `llm.wake_up(tags=["kv_cache"])` before and `llm.sleep(level=2)` after generating (then sets `_llm_weights_sleeping = True`), and `sync_weights` calls `llm.wake_up(tags=["weights"])`, every one only while `enable_sleep_mode` is true (read at each call); `trl_ada/generation/weight_sync.py` relies on that to keep the engine awake between a step's rounds |
-| `_tokenize_prompts(prompts)` | call | returns `(prompt_ids, images, multimodal_fields)`: the ids `_generate` sends to vLLM |
-| `VLLMClient.generate`, `VLLMClient._post(url, json=...)`, `VLLMGeneration` sampling attributes | call, attribute | server mode: `VLLMGeneration.generate` calls `vllm_client.generate(prompts=unique prompt ids, n=num_generations, repetition_penalty, temperature, top_p, top_k, min_p, max_tokens, logprobs, structured_outputs_regex, generation_kwargs)` from its attributes of those names, which posts one `/v1/completions` body through `_post` and parses its `choices` (prompt-major); the continuous schedule sends that body per draw itself and replays the choices through `_post` (each replay checks the body TRL built) |
-| `VLLMGeneration.generate` (server mode) | behaviour | every process gathers its prompts (and images) to the main process (`gather_object`), which alone calls `vllm_client.image_features` and `vllm_client.generate`, then broadcasts the completions from process 0 as a one-object list (`broadcast_object_list([payload], from_process=0)`): while the main process's request is in flight every other process waits in that broadcast, which `fail_the_processes_waiting_for_completions` answers with the request's error (`trl_ada/generation/faults.py`) |
-| `_last_loaded_step` | attribute | `_generate_single_turn` calls `vllm_generation.sync_weights()` when `state.global_step != _last_loaded_step`, then sets it to the step: server (and sleep-less colocate) mode syncs once per step (read by tests only) |
+What the synchronous trainer relies on, touchpoint by touchpoint, is `TOUCHPOINTS` in `tests/test_trl_touchpoints.py`,
+each row checked against the installed TRL by a test named after it (rows checked against TRL 1.14.2, 1.15.0 and
+1.16.0). The asynchronous trainer's touchpoints are the table at the end of this module.
 """
 
 from __future__ import annotations
@@ -188,18 +162,13 @@ def micro_step(trainer: Any) -> int:
     return trainer._step
 
 
-def end_of_completion_ids(trainer: Any) -> tuple[int, ...]:
-    """Token ids that end a completion; one ending otherwise hit `max_completion_length` (TRL's truncation test)."""
-    return (*trainer.eos_token_ids, trainer._tokenizer.pad_token_id)
-
-
 def is_truncated(trainer: Any, completion_ids: list[int]) -> bool:
     """
     TRL's truncation test, which `_generate_and_score_completions` writes inline (`ids[-1] not in eos_and_pad`, for
     `mask_truncated_completions` and `completions/clipped_ratio`): a completion that does not end with EOS or padding
     hit `max_completion_length`. The one copy in trl-ada; checked against TRL 1.14, 1.15 and 1.16.
     """
-    return bool(completion_ids) and completion_ids[-1] not in end_of_completion_ids(trainer)
+    return bool(completion_ids) and completion_ids[-1] not in (*trainer.eos_token_ids, trainer._tokenizer.pad_token_id)
 
 
 def summed_rewards(trainer: Any, rewards_per_func: Any) -> Any:
@@ -338,11 +307,6 @@ def set_vllm_weights_sleeping(generation: Any, sleeping: bool) -> None:
     generation._llm_weights_sleeping = sleeping
 
 
-def vllm_weights_sleeping(generation: Any) -> bool:
-    """Whether TRL considers the colocated engine's weights discarded (`VLLMGeneration._llm_weights_sleeping`)."""
-    return bool(generation._llm_weights_sleeping)
-
-
 def last_loaded_step(trainer: Any) -> int:
     """The global step whose weights TRL last pushed to vLLM (`GRPOTrainer._last_loaded_step`; -1 before any)."""
     return trainer._last_loaded_step
@@ -455,7 +419,6 @@ __all__ = [
     "check_overridable",
     "check_trl_version",
     "colocated_sleep_mode_vllm",
-    "end_of_completion_ids",
     "environment_pool",
     "get_config_model_id",
     "is_vlm",
@@ -476,7 +439,6 @@ __all__ = [
     "train_metrics",
     "unwrap_for_generation",
     "vllm_engine",
-    "vllm_weights_sleeping",
 ]
 
 

@@ -1,0 +1,418 @@
+"""
+The synchronous trainer's TRL touchpoints, one named test each.
+
+Every private name, signature and inline behaviour of TRL that `AdaGRPOTrainer` (through `trl_ada/trl_seam.py`) relies
+on is a row of [`TOUCHPOINTS`]: what it is, what trl-ada relies on, and a check against the installed TRL, so that an
+upstream change fails `test_trl_still_has[<touchpoint>]` instead of training silently wrong. The rows were checked
+against TRL 1.14.2, 1.15.0 and 1.16.0 (installed sources diffed method by method; each release runs this file on CI).
+The asynchronous trainer's touchpoints are the table at the end of `trl_seam.py` (`tests/test_trl_seam.py`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import re
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import transformers
+import trl.trainer.utils as trl_utils
+from trl import GRPOTrainer
+from trl.generation.vllm_client import VLLMClient
+from trl.generation.vllm_generation import VLLMGeneration
+from trl.models import unwrap_model_for_generation
+from trl.trainer import grpo_trainer
+from trl.trainer.utils import RepeatSampler, get_config_model_id
+
+from trl_ada import trl_seam
+
+PACKAGE = Path(trl_seam.__file__).parent
+
+
+def _function(owner: object, name: str) -> ast.FunctionDef:
+    """The AST of `owner.name` (a method or a function), from its installed source."""
+    function = getattr(owner, name) if name else owner
+    return ast.parse(textwrap.dedent(inspect.getsource(function))).body[0]
+
+
+def _class_sources(owner: type) -> str:
+    """The installed source of `owner` and of every base class of it defined in TRL."""
+    return "\n".join(
+        inspect.getsource(base) for base in owner.__mro__ if base.__module__.startswith(("trl.", owner.__module__))
+    )
+
+
+def parameters(owner: object, name: str, expected: tuple[str, ...]) -> Callable[[], None]:
+    """`owner.name` exists and its parameters (after `self`) begin with `expected`, in that order."""
+
+    def check() -> None:
+        function = getattr(owner, name, None) if name else owner
+        assert function is not None, f"{name} is missing"
+        have = [p for p in inspect.signature(function).parameters if p != "self"]
+        assert tuple(have[: len(expected)]) == expected, f"parameters {have}, expected to begin with {list(expected)}"
+
+    return check
+
+
+def assigned(owner: type, names: tuple[str, ...]) -> Callable[[], None]:
+    """Every `self.<name>` of `names` is assigned somewhere in `owner`'s (or a TRL base class's) source."""
+
+    def check() -> None:
+        tree = ast.parse(textwrap.dedent(_class_sources(owner)))
+        targets = {
+            node.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and ast.unparse(node.value) == "self"
+        }
+        missing = [name for name in names if name not in targets]
+        assert not missing, f"{owner.__name__} never sets {missing}"
+
+    return check
+
+
+def returns(owner: object, name: str, fields: tuple[str, ...]) -> Callable[[], None]:
+    """Every `return` of `owner.name` (outside nested functions) returns the tuple of names `fields`."""
+
+    def check() -> None:
+        function = _function(owner, name)
+        found = []
+        for node in ast.walk(function):
+            if isinstance(node, ast.Return) and node.value is not None:
+                found.append(ast.unparse(node.value))
+        assert found and set(found) == {f"({', '.join(fields)})"}, found
+
+    return check
+
+
+def calls(owner: object, name: str, call: str, times: int | None = None) -> Callable[[], None]:
+    """`owner.name`'s source makes the call `call` (as `ast.unparse` writes it), `times` times when given."""
+
+    def check() -> None:
+        made = [ast.unparse(node) for node in ast.walk(_function(owner, name)) if isinstance(node, ast.Call)]
+        count = made.count(call)
+        assert count and (times is None or count == times), f"{call} is made {count} times"
+
+    return check
+
+
+def contains(owner: object, name: str, *snippets: str) -> Callable[[], None]:
+    """`owner.name`'s source (or, with `name=""`, the module's) holds every one of `snippets`, whitespace aside."""
+
+    def check() -> None:
+        source = inspect.getsource(getattr(owner, name) if name else owner)
+        flat = re.sub(r"\s+", "", source)
+        missing = [snippet for snippet in snippets if re.sub(r"\s+", "", snippet) not in flat]
+        assert not missing, f"not in the source: {missing}"
+
+    return check
+
+
+def all_of(*checks: Callable[[], None]) -> Callable[[], None]:
+    def check() -> None:
+        for each in checks:
+            each()
+
+    return check
+
+
+@dataclasses.dataclass(frozen=True)
+class Touchpoint:
+    """One TRL name or behaviour trl-ada relies on (see the module docstring)."""
+
+    name: str
+    kind: str
+    """override, call, attribute, behaviour, class or function."""
+    relied_on: str
+    check: Callable[[], None] = dataclasses.field(repr=False)
+
+
+GENERATE = "GRPOTrainer._generate"
+
+TOUCHPOINTS = [
+    Touchpoint(
+        "GRPOTrainer._generate_and_score_completions",
+        "override, call",
+        "called once per generation batch in training with `inputs`; returns a dict with a per-row `advantages` "
+        "tensor (this process's rows); before its one `self._generate(prompts)` call it sets the batch up (per row: "
+        "an environment instance from `_environment_pool` into `environments`, `reset(**row)` with its observation "
+        "appended to the prompt, the row's tool dicts, image columns into multimodal messages) and passes the "
+        "prompts so built to `_generate` and then to `_calculate_rewards`",
+        all_of(
+            parameters(GRPOTrainer, "_generate_and_score_completions", ("inputs",)),
+            calls(GRPOTrainer, "_generate_and_score_completions", "self._generate(prompts)", times=1),
+            calls(
+                GRPOTrainer,
+                "_generate_and_score_completions",
+                "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",
+                times=1,
+            ),
+            contains(GRPOTrainer, "_generate_and_score_completions", "self._environment_pool[name]", '"advantages":'),
+        ),
+    ),
+    Touchpoint(
+        GENERATE,
+        "override, call",
+        "`_generate(prompts)` returns the tuple named by `trl_seam.GENERATE_OUTPUT_FIELDS`; calls "
+        "`rollout_func(prompts, self)` when one is set (its `env_mask` comes back as `tool_mask`, its other keys "
+        "as `extra_fields`)",
+        all_of(
+            parameters(GRPOTrainer, "_generate", ("prompts",)),
+            returns(GRPOTrainer, "_generate", trl_seam.GENERATE_OUTPUT_FIELDS),
+            calls(GRPOTrainer, "_generate", "self.rollout_func(prompts, self)"),
+            contains(GRPOTrainer, "_generate", 'extra_fields.pop("env_mask", None)'),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer._generate_single_turn",
+        "override",
+        "called by `_generate` with `num_generations`, which vLLM server mode dedupes prompts by; syncs the vLLM "
+        "weights when `state.global_step != _last_loaded_step`",
+        all_of(
+            parameters(
+                GRPOTrainer, "_generate_single_turn", ("prompt_ids", "images", "multimodal_fields", "num_generations")
+            ),
+            contains(GRPOTrainer, "_generate_single_turn", "self.state.global_step != self._last_loaded_step"),
+            contains(VLLMGeneration, "generate", "all_prompts[::num_generations]"),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer._calculate_rewards",
+        "override, call",
+        "returns the gathered `(rows of all processes) x (reward functions)` tensor, NaN where a function said None; "
+        "environment-owned rewards read `self.environments`",
+        all_of(
+            parameters(GRPOTrainer, "_calculate_rewards", ("inputs", "prompts", "completions", "completion_ids_list")),
+            contains(
+                GRPOTrainer, "_calculate_rewards", "gather(", 'reward_kwargs["environments"] = self.environments'
+            ),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer._tokenize_prompts",
+        "call",
+        "returns `(prompt_ids, images, multimodal_fields)`: the ids `_generate` sends to vLLM",
+        all_of(
+            parameters(GRPOTrainer, "_tokenize_prompts", ("prompts",)),
+            returns(GRPOTrainer, "_tokenize_prompts", ("prompt_ids", "images", "multimodal_fields")),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer._metrics._logs._pending_extra_logs",
+        "attribute",
+        "`_metrics[mode][name]` lists averaged into each log; `_logs['advantages']` the completions table's column; "
+        "`_pending_extra_logs` the `defaultdict(list)` of `log_extra` columns",
+        all_of(
+            assigned(GRPOTrainer, ("_metrics", "_logs", "_pending_extra_logs")),
+            contains(GRPOTrainer, "__init__", "self._pending_extra_logs = defaultdict(list)", '"advantages":'),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer._environment_pool",
+        "attribute",
+        "`{environment name (None for a single factory): [instances]}` when `environment_factories` is set",
+        assigned(GRPOTrainer, ("_environment_pool", "environment_factories", "environments")),
+    ),
+    Touchpoint(
+        "GRPOTrainer._is_vlm._step._tokenizer._last_loaded_step",
+        "attribute",
+        "VLM flag (the model card); micro-step counter (`_prepare_inputs` regenerates on it); the tokenizer whose "
+        "pad id ends a completion; the step whose weights vLLM last received",
+        assigned(GRPOTrainer, ("_is_vlm", "_step", "_tokenizer", "_last_loaded_step")),
+    ),
+    Touchpoint(
+        "GRPOTrainer.truncation",
+        "behaviour",
+        "a completion not ending with `eos_token_ids` or the pad id hit `max_completion_length` "
+        "(`trl_seam.is_truncated`, TRL's inline test); `mask_truncated_completions` masks it",
+        all_of(
+            assigned(GRPOTrainer, ("eos_token_ids", "mask_truncated_completions")),
+            contains(
+                grpo_trainer,
+                "",
+                "eos_and_pad = [*self.eos_token_ids, self._tokenizer.pad_token_id]",
+                "ids[-1] not in eos_and_pad",
+            ),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer.sum_then_normalize",
+        "behaviour",
+        "`trl_seam.summed_rewards` is TRL's inline `sum_then_normalize` sum: `reward_weights`, NaN skipped",
+        all_of(
+            assigned(GRPOTrainer, ("reward_weights", "multi_objective_aggregation")),
+            contains(
+                GRPOTrainer,
+                "_generate_and_score_completions",
+                "(rewards_per_func * self.reward_weights.to(device).unsqueeze(0)).nansum(dim=1)",
+            ),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer.vllm",
+        "attribute",
+        "`use_vllm`, `vllm_mode` and `vllm_generation` (server mode's `vllm_client`, colocate mode's engine)",
+        assigned(GRPOTrainer, ("use_vllm", "vllm_mode", "vllm_generation")),
+    ),
+    Touchpoint(
+        "VLLMGeneration.enable_sleep_mode.llm._llm_weights_sleeping",
+        "attribute",
+        "colocate mode: `enable_sleep_mode` (read at each call), the engine `llm`, `_llm_weights_sleeping`; "
+        "`trl_ada/generation/weight_sync.py` keeps the engine awake between a step's rounds with them",
+        assigned(VLLMGeneration, ("enable_sleep_mode", "llm", "_llm_weights_sleeping", "vllm_client")),
+    ),
+    Touchpoint(
+        "VLLMGeneration.generate",
+        "call, attribute",
+        "server mode calls `vllm_client.generate` with its sampling attributes (`trl_seam.server_sampling_params`)",
+        all_of(
+            parameters(VLLMGeneration, "generate", ("prompts", "images", "num_generations")),
+            assigned(
+                VLLMGeneration,
+                (
+                    "repetition_penalty",
+                    "temperature",
+                    "top_p",
+                    "top_k",
+                    "min_p",
+                    "max_completion_length",
+                    "logprobs",
+                    "structured_outputs_regex",
+                    "generation_kwargs",
+                ),
+            ),
+        ),
+    ),
+    Touchpoint(
+        "VLLMClient.generate._post",
+        "call",
+        "`generate` posts one `/v1/completions` body through `_post(url, json=...)` (the continuous schedule "
+        "replays its draws there)",
+        all_of(
+            parameters(
+                VLLMClient,
+                "generate",
+                ("prompts", "features", "n", "repetition_penalty", "temperature", "top_p", "top_k", "min_p"),
+            ),
+            parameters(VLLMClient, "_post", ("url",)),
+            contains(VLLMClient, "generate", "self._post(", "/v1/completions", "json="),
+        ),
+    ),
+    Touchpoint(
+        "VLLMGeneration.generate.server_broadcast",
+        "behaviour",
+        "server mode: every process gathers its prompts to the main process, which alone calls the server and then "
+        "broadcasts the completions; `trl_ada/generation/faults.py` answers that broadcast with a lost server's error "
+        "(the object count: `tests/test_trl_seam.py`)",
+        contains(VLLMGeneration, "generate", "gather_object(", "self.vllm_client.generate(", "broadcast_object_list("),
+    ),
+    Touchpoint(
+        "trl.trainer.utils._ChunkedLogProbFunction",
+        "module variable",
+        "TRL 1.15's Triton-only fused LM head, which `trl_seam.install_fused_lm_head_fallback` replaces off CUDA/XPU "
+        "(1.14 has no fused head; the computation is compared with 1.16's own fallback in `tests/test_trl_seam.py`)",
+        lambda: (
+            None
+            if not hasattr(trl_utils, "add_fused_lm_head")
+            else parameters(trl_utils._ChunkedLogProbFunction, "apply", ())()
+        ),
+    ),
+    Touchpoint(
+        "unwrap_model_for_generation",
+        "function",
+        "`trl.models.unwrap_model_for_generation(model, accelerator, gather_deepspeed3_params, ...)`, entered once "
+        "around a step's rounds (`trl_seam.unwrap_for_generation`)",
+        parameters(unwrap_model_for_generation, "", ("model", "accelerator", "gather_deepspeed3_params")),
+    ),
+    Touchpoint(
+        "RepeatSampler",
+        "class",
+        "`RepeatSampler(data_source, mini_repeat_count, batch_size, repeat_count, shuffle, seed)`: DAPO's refill order",
+        parameters(
+            RepeatSampler,
+            "__init__",
+            ("data_source", "mini_repeat_count", "batch_size", "repeat_count", "shuffle", "seed"),
+        ),
+    ),
+    Touchpoint(
+        "get_config_model_id",
+        "function",
+        "`get_config_model_id(config)`: the default output name",
+        parameters(get_config_model_id, "", ("config",)),
+    ),
+    Touchpoint(
+        "Trainer._save_optimizer_and_scheduler._load_optimizer_and_scheduler",
+        "override (transformers)",
+        "called inside each checkpoint save (before `trainer_state.json` and the hub push) and on resume",
+        all_of(
+            parameters(GRPOTrainer, "_save_optimizer_and_scheduler", ("output_dir",)),
+            parameters(GRPOTrainer, "_load_optimizer_and_scheduler", ("checkpoint",)),
+            calls(transformers.Trainer, "_save_checkpoint", "self._save_optimizer_and_scheduler(output_dir)"),
+        ),
+    ),
+    Touchpoint(
+        "Trainer.create_accelerator_and_postprocess",
+        "override (transformers)",
+        "the first method `Trainer.__init__` calls, after `GRPOTrainer.__init__` validated its arguments",
+        all_of(
+            parameters(GRPOTrainer, "create_accelerator_and_postprocess", ()),
+            calls(transformers.Trainer, "__init__", "self.create_accelerator_and_postprocess()", times=1),
+        ),
+    ),
+    Touchpoint(
+        "GRPOTrainer.create_model_card",
+        "override",
+        "`create_model_card(model_name, dataset_name, tags)` writes TRL's card, whose text trl-ada replaces",
+        parameters(GRPOTrainer, "create_model_card", ("model_name", "dataset_name", "tags")),
+    ),
+]
+
+
+@pytest.mark.parametrize("touchpoint", TOUCHPOINTS, ids=lambda touchpoint: touchpoint.name)
+def test_trl_still_has(touchpoint):
+    touchpoint.check()
+
+
+def test_the_touchpoints_cover_every_method_the_seam_checks_at_import():
+    # `trl_seam.check_overridable` refuses, at import, a TRL without these; each must be a row of the table too.
+    names = " ".join(touchpoint.name for touchpoint in TOUCHPOINTS)
+    assert [name for name in trl_seam.OVERRIDDEN_METHODS if name not in names] == []
+
+
+TRL_ACCESS = re.compile(r"\b(?:trainer|self|generation|client|super\(\))\.(_[a-z][a-z0-9_]*)")
+
+
+def test_every_private_trl_name_the_synchronous_trainer_touches_is_a_touchpoint():
+    # A private name of TRL's GRPOTrainer or vLLM classes that trainer.py or the seam reads, calls or overrides must
+    # be checked above; the asynchronous trainer's names are checked against the seam's own table.
+    trl_private = set()
+    for owner in (GRPOTrainer, VLLMGeneration, VLLMClient, transformers.Trainer):
+        source = _class_sources(owner)
+        trl_private |= set(re.findall(r"(?:\bdef |self\.)(_[a-z][a-z0-9_]*)", source))
+    sync_seam = (PACKAGE / "trl_seam.py").read_text().split("# The asynchronous trainer")[0]
+    ours = (PACKAGE / "trainer.py").read_text()
+    own = set(re.findall(r"\bdef (_[a-z][a-z0-9_]*)", ours)) - set(re.findall(r"super\(\)\.(_\w+)", ours))
+    touched = {name for name in TRL_ACCESS.findall(sync_seam + ours) if name in trl_private and name not in own}
+    covered = " ".join(touchpoint.name for touchpoint in TOUCHPOINTS)
+    assert sorted(name for name in touched if not re.search(rf"\b{name}\b", covered)) == []
+
+
+def test_a_changed_touchpoint_fails_its_check():
+    # The checks can fail: a signature, a return tuple or a call TRL no longer makes.
+    class Changed:
+        def _generate(self, prompt_list):
+            return prompt_list, None
+
+    with pytest.raises(AssertionError, match="expected to begin with"):
+        parameters(Changed, "_generate", ("prompts",))()
+    with pytest.raises(AssertionError):
+        returns(Changed, "_generate", trl_seam.GENERATE_OUTPUT_FIELDS)()
+    with pytest.raises(AssertionError, match="is made 0 times"):
+        calls(Changed, "_generate", "self.rollout_func(prompts, self)")()
+    with pytest.raises(AssertionError, match="never sets"):
+        assigned(Changed, ("_metrics",))()
