@@ -172,7 +172,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         pass_rate_estimator: PassRateEstimator | None = None,
         **kwargs: Any,
     ) -> None:
-        """Build the sampler (upgrading a plain `GRPOConfig`) and refuse what only trl-ada cannot train, before any set-up."""
+        """Overridden to build the sampler (a plain `GRPOConfig` upgraded) and refuse what it cannot train, before set-up."""
         # Same signature as GRPOTrainer (positional arguments included); our own parameters are keyword-only.
         try:
             named = _GRPO_INIT_SIGNATURE.bind(self, model, reward_funcs, args, *positional, **kwargs).arguments
