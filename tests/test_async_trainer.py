@@ -23,6 +23,7 @@ from async_fixtures import (  # noqa: E402
     FakeCompletionsServer,
     InProcessWeightTransfer,
     ThreadRolloutWorker,
+    allow_cpu_training,
     chat_tokenizer,
     conversational,
     cpu_config,
@@ -336,6 +337,7 @@ def test_uniform_builds_trls_own_worker_with_trls_arguments(
             if k in async_grpo.AsyncGRPOConfig.__dataclass_fields__ and k not in ("push_to_hub_token", "hub_token")
         }
     )
+    allow_cpu_training(monkeypatch)  # TRL's own trainer, on CPU (the Ada trainer changed nothing of TRL's for good)
     plain = async_grpo.AsyncGRPOTrainer(args=plain_args, **common)
     assert type(ada.rollout_worker) is ThreadRolloutWorker and ada.rollout_worker.loop_cls is trls_loop
     assert plain.rollout_worker.loop_cls is trls_loop

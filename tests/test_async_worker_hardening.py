@@ -186,7 +186,7 @@ def test_async_dapo_with_a_constant_reward_stops_the_worker_and_the_trainer_says
             drawn = len(srv.requests)
         finally:
             worker.stop()
-    # What the trainer raises (on every process: `_explain_worker_failures`) names the cause and the knob.
+    # What the trainer raises (on every process: `_check_worker_health_while_training`) names the cause and the knob.
     trainer = type("Trainer", (), {})()
     trainer.args, trainer.state = args, type("State", (), {"global_step": 0})()
     failure = worker_failure(trainer, raised.value)
@@ -221,20 +221,25 @@ def test_a_failure_a_save_saw_first_is_still_explained_where_training_stops(tmp_
     from trl_ada.async_grpo.trainer import AdaAsyncGRPOTrainer
     from trl_ada.generation.faults import VLLMServerError
 
-    trainer = type("Trainer", (), {})()
+    class Trainer:  # the trainer's two health checks, on what they read of it
+        _check_worker_health = AdaAsyncGRPOTrainer._check_worker_health
+        _check_worker_health_while_training = AdaAsyncGRPOTrainer._check_worker_health_while_training
+
+    trainer = Trainer()
     trainer.args = type("Args", (), {"vllm_server_base_url": "http://127.0.0.1:1", "output_dir": str(tmp_path)})()
     trainer.state = type("State", (), {"global_step": 2})()
     trainer.accelerator = type("Accelerator", (), {"num_processes": 1})()
     trainer._batches_dispatched = 0
-    worker = FailsOnceWithItsReport()
-    AdaAsyncGRPOTrainer._explain_worker_failures(trainer, worker)
-    unexplained = worker.check_health.__wrapped__  # what a save and the stop call (no broadcast)
+    trainer._worker_error = None
+    trainer.rollout_worker = worker = FailsOnceWithItsReport()
+    unexplained = trainer._check_worker_health  # what a save and the end of training call (no broadcast)
+    while_training = trainer._check_worker_health_while_training  # what TRL's rollout queue calls while it waits
     with pytest.raises(RuntimeError) as at_the_save:
         unexplained(60.0)
     assert worker_failure(trainer, at_the_save.value).__class__ is VLLMServerError
     for _ in range(2):  # the training loop's checks after it, and the stop's
         with pytest.raises(VLLMServerError, match="stopped answering during generation of training step 3"):
-            worker.check_health(60.0)
+            while_training(60.0)
         with pytest.raises(RuntimeError) as later:
             unexplained(60.0)
         assert later.value is at_the_save.value

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -11,10 +12,12 @@ import logging
 import math
 import os
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from accelerate.utils import broadcast_object_list
+from transformers import TrainerCallback
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
 from .. import trl_seam
@@ -48,7 +51,7 @@ _ASYNC_INIT_SIGNATURE = inspect.signature(AsyncGRPOTrainer.__init__)
 
 RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
 """Set (True) on an error that every process raises at the same point: a lost server in `_sync_weight`, or a failed
-rollout worker found while the trainer waits for samples (`_explain_worker_failures`)."""
+rollout worker found while the trainer waits for samples (`_check_worker_health_while_training`)."""
 
 
 ROWS_COUNTED_AHEAD = "rows_counted_ahead"
@@ -157,18 +160,53 @@ def worker_failure(trainer: Any, error: BaseException) -> RuntimeError:
 
 def allow_cpu() -> None:
     """
-    What TRL's asynchronous trainer needs to build and train without CUDA: its tree attention is a GPU-only Hub
+    What TRL's asynchronous trainer needs to build and train without CUDA, for a script that builds TRL's own
+    `AsyncGRPOTrainer` in this process (`AdaAsyncGRPOTrainer` needs no call): its tree attention is a GPU-only Hub
     kernel (TRL 1.16; the plain-torch equivalent with the same semantics takes its place when the kernel is not
-    available), and `__init__` asks CUDA for the device's peak FLOPs (`trl_seam.install_peak_flops_fallback`).
+    available), and `__init__` asks CUDA for the device's peak FLOPs (`trl_seam.install_peak_flops_fallback`, for the
+    rest of the process).
     """
     import torch
 
+    use_cpu_tree_attention()
+    if not torch.cuda.is_available():
+        trl_seam.install_peak_flops_fallback()
+
+
+def use_cpu_tree_attention() -> None:
+    """TRL's `"tree_fa3"` attention as the plain-torch equivalent where TRL's GPU kernel is not available (TRL 1.16)."""
     if trl_seam.has_tree_packing():
         from .tree_attention import use_cpu_tree_attention_if_no_kernel
 
         use_cpu_tree_attention_if_no_kernel()
-    if not torch.cuda.is_available():
-        trl_seam.install_peak_flops_fallback()
+
+
+@contextlib.contextmanager
+def peak_flops_unknown_off_cuda() -> Iterator[None]:
+    """
+    While open, TRL's `get_peak_flops_per_device` (TRL 1.15 and 1.16 call it once, in `AsyncGRPOTrainer.__init__`)
+    answers `None`, TRL's value for an unknown peak (MFU is then not logged), for a device other than CUDA, where it
+    would ask CUDA for the device's name and a CPU-only torch raises; TRL takes no argument for the peak, so the
+    function its module calls is swapped for the duration and restored after.
+    """
+    import torch
+    from trl.experimental.async_grpo import async_grpo_trainer
+
+    original = getattr(async_grpo_trainer, "get_peak_flops_per_device", None)
+    if original is None or torch.cuda.is_available():
+        yield
+        return
+
+    def peak_flops_per_device(accelerator: Any, dtype: str) -> float | None:
+        if getattr(accelerator.device, "type", str(accelerator.device)) != "cuda":
+            return None
+        return original(accelerator, dtype)
+
+    async_grpo_trainer.get_peak_flops_per_device = peak_flops_per_device
+    try:
+        yield
+    finally:
+        async_grpo_trainer.get_peak_flops_per_device = original
 
 
 class StaleGroups:
@@ -210,6 +248,20 @@ class StaleGroups:
             self._dataset.metrics["sample/dropped_stale_total"].append(1.0)
 
 
+class _WorkerStateAtTrainEnd(TrainerCallback):
+    """Notes when TRL has started the rollout worker (its callback runs first), and keeps the worker's last sampler
+    state when training ends, before TRL stops it."""
+
+    def __init__(self, trainer: AdaAsyncGRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.trainer._worker_running = self.trainer.rollout_worker is not None
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.trainer._keep_the_last_worker_state()
+
+
 class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     """
     Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996)) in TRL's asynchronous GRPO trainer.
@@ -230,7 +282,11 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     _paper = AdaGRPOTrainer._paper
 
     rollout_worker_class: type = AdaAsyncRolloutWorker
-    """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected."""
+    """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected. TRL's
+    `rollout_worker=` takes a built worker, but TRL computes its worker's arguments (the loaded model's id, the LoRA
+    probe's answer, the eos token ids, the inferred `max_inflight_tasks`) inside `__init__`, so TRL's module builds
+    this class during that call only (`trl_seam.async_rollout_worker_class`, restored after) rather than the trainer
+    copying TRL's call."""
     uniform_worker_class: type = RobustAsyncRolloutWorker
     """The worker built (with TRL's arguments: TRL's loop) for `sampler="uniform"` when none is injected."""
 
@@ -255,13 +311,14 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             args = AdaAsyncGRPOConfig.from_async_config(args)
         self.ada_sampling = async_sampling(args, pass_rate_estimator)
         self._dropped_row_ids: set[int] = set()  # rows done without a trained sample (see "the resume position")
-        self._state_channel: SamplerStateChannel | None = None  # `_hand_over_state`
+        self._state_channel: SamplerStateChannel | None = None  # `_give_state_channel`
         self._worker_running = False
         self._last_worker_state: WorkerState | None = None  # the latest answer (at a save, or when the worker stopped)
         self._state_of_this_save: dict[str, Any] | None = None  # within `_save_checkpoint`
         self._weight_syncs = 0  # in this run (`_sync_weight`)
         self._batches_dispatched = False  # set by `get_train_dataloader`
-        allow_cpu()
+        self._worker_error: BaseException | None = None  # `_check_worker_health`
+        use_cpu_tree_attention()
         # TRL's own loop only where its advantages are the sampler's (a weighting objective needs the Ada loop).
         uniform = args.sampler == "uniform" and self.ada_sampling.trl_advantages
         worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
@@ -270,64 +327,63 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             if spawns_a_child(worker_class):
                 to_pickle = {key: named.get(key) for key in ("reward_funcs", "tools", "environment_factory")}
                 check_picklable(**to_pickle, **({} if uniform else {"ada_sampling": self.ada_sampling}))
-        if named.get("rollout_worker") is not None:
+        with contextlib.ExitStack() as scope:
+            scope.enter_context(peak_flops_unknown_off_cuda())
+            if named.get("rollout_worker") is None:
+                worker = worker_class if uniform else functools.partial(worker_class, ada_sampling=self.ada_sampling)
+                scope.enter_context(trl_seam.async_rollout_worker_class(worker))
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
-        else:
-            worker = worker_class if uniform else functools.partial(worker_class, ada_sampling=self.ada_sampling)
-            with trl_seam.async_rollout_worker_class(worker):
-                super().__init__(model, reward_funcs, args, *positional, **kwargs)
         if self.rollout_worker is not None:
-            self._explain_worker_failures(self.rollout_worker)
-            self._hand_over_state(self.rollout_worker)
+            self._give_state_channel(self.rollout_worker)
+        self.add_callback(_WorkerStateAtTrainEnd(self))
         if getattr(self, "_epoch_stop_groups", None) is not None:  # TRL set max_steps as a ceiling, not a length
             self.args.max_steps = pool_step_ceiling(self.args.max_steps, self.ada_sampling)
 
-    def _explain_worker_failures(self, worker: Any) -> None:
-        # TRL's trainer calls `worker.check_health` each time it has waited 5 s for a sample; its errors ("Rollout
-        # worker child has failed; see chained exception.") name neither what failed, nor the server, nor where to
-        # resume from. `worker_failure` does, with TRL's error chained.
-        # It is called while the main process fetches a batch, which the other processes wait to receive: they get
-        # the same error there (`fail_the_processes_waiting_for_a_batch`), not a hang until torchrun kills them.
-        trls_check_health = worker.check_health
-        reported: list[BaseException] = []
+    def _check_worker_health(self, stale_after_s: float) -> None:
+        """
+        The rollout worker's `check_health`, except that an error it reported once is raised again at every later
+        check: TRL's check hands the child's error over once (it takes it off a queue), so a later check (a save's, the
+        one when training ends, the training loop's after a save saw the failure first) would raise a bare "child has
+        failed" after waiting for a report that will not come.
+        """
+        if self._worker_error is not None:
+            raise self._worker_error
+        try:
+            self.rollout_worker.check_health(stale_after_s)
+        except Exception as error:
+            self._worker_error = error
+            raise
 
-        @functools.wraps(trls_check_health)
-        def check_health(stale_after_s: float) -> None:
-            # TRL's check hands the child's error over once (it takes it off a queue). A later check (a save's, the
-            # stop's, the training loop's after a save saw the failure first) raises the same error, the child's
-            # report chained, instead of a bare "child has failed" after waiting for a report that will not come.
-            if reported:
-                raise reported[0]
-            try:
-                trls_check_health(stale_after_s)
-            except Exception as error:
-                reported.append(error)
-                raise
-
-        @functools.wraps(check_health)
-        def explained_check_health(stale_after_s: float) -> None:
-            try:
-                check_health(stale_after_s)
-            except Exception as error:
-                failure = worker_failure(self, error)
-                if self.accelerator.num_processes > 1 and self._batches_dispatched:
-                    setattr(failure, RAISED_ON_EVERY_PROCESS, True)
-                    try:
-                        trl_seam.fail_the_processes_waiting_for_a_batch(failure)
-                    except Exception as unsent:  # another process is gone already: no barrier to wait at then
-                        setattr(failure, RAISED_ON_EVERY_PROCESS, False)
-                        logger.error("The other processes could not be told (%s: %s).", type(unsent).__name__, unsent)
-                raise failure from error
-
-        worker.check_health = explained_check_health
+    def _check_worker_health_while_training(self, stale_after_s: float) -> None:
+        """
+        The health check TRL's rollout queue makes each time it has waited for a sample (its `check_health_fn`): a
+        failure is raised as `worker_failure` words it (TRL's error, which names neither what failed, nor the server,
+        nor where to resume from, chained), on every process: it is raised while the main process fetches a batch,
+        which the other processes wait to receive, and they get the same error there
+        (`fail_the_processes_waiting_for_a_batch`), not a hang until torchrun kills them.
+        """
+        try:
+            self._check_worker_health(stale_after_s)
+        except Exception as error:
+            failure = worker_failure(self, error)
+            if self.accelerator.num_processes > 1 and self._batches_dispatched:
+                setattr(failure, RAISED_ON_EVERY_PROCESS, True)
+                try:
+                    trl_seam.fail_the_processes_waiting_for_a_batch(failure)
+                except Exception as unsent:  # another process is gone already: no barrier to wait at then
+                    setattr(failure, RAISED_ON_EVERY_PROCESS, False)
+                    logger.error("The other processes could not be told (%s: %s).", type(unsent).__name__, unsent)
+            raise failure from error
 
     def get_train_dataloader(self) -> Any:
         dataloader = super().get_train_dataloader()
         # Only a dispatched batch has the other processes waiting in the broadcast that a worker failure answers.
         self._batches_dispatched = trl_seam.batches_are_dispatched(dataloader)
         dataset = getattr(self, "_rollout_dataset", None)  # TRL's `RolloutQueueDataset` (main process only)
-        if dataset is not None and self._state_channel is not None and not isinstance(dataset.queue, StaleGroups):
-            dataset.queue = StaleGroups(dataset, self._dropped_row_ids.add)
+        if dataset is not None:
+            dataset.check_health_fn = self._check_worker_health_while_training
+            if self._state_channel is not None and not isinstance(dataset.queue, StaleGroups):
+                dataset.queue = StaleGroups(dataset, self._dropped_row_ids.add)
         return dataloader
 
     # -- the sampler's state: asked of the worker at a save ------------------------------------------------------------
@@ -338,50 +394,39 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     # checkpoint's resume position are saved with it (`ROWS_COUNTED_AHEAD`), and a resume draws and trains them again
     # without counting them again in the tracker or the learned predictor.
 
-    def _hand_over_state(self, worker: Any) -> None:
-        """Give a worker running the Ada loop the channel it answers on, and keep its last state when it stops."""
+    def _give_state_channel(self, worker: Any) -> None:
+        """Give a worker running the Ada loop the channel it answers on (a keyword argument of its loop)."""
         if "ada_sampling" not in getattr(worker, "_loop_kwargs", {}):
             return  # TRL's own loop (`sampler="uniform"`): no sampler state
         self._state_channel = SamplerStateChannel()
         worker._loop_kwargs["ada_state_channel"] = self._state_channel
-        start, stop = worker.start, worker.stop
 
-        @functools.wraps(start)
-        def start_noting_it() -> None:
-            start()
-            self._worker_running = True
-
-        @functools.wraps(stop)
-        def stop_keeping_the_last_state(*args: Any, **kwargs: Any) -> None:
-            # For a `save_model` after training (`pass_rate_predictor/`): the worker is gone by then.
-            if self._worker_running:
-                check_health = getattr(worker.check_health, "__wrapped__", worker.check_health)
-                try:  # a worker that failed or died raises at once in its health check
-                    self._last_worker_state = self._state_channel.ask(
-                        STOP_STATE_TIMEOUT_S, lambda: check_health(float("inf"))
-                    )
-                except Exception as error:  # the run ends here either way; only a later save_model lacks it
-                    logger.warning(
-                        "The rollout worker's last sampler state could not be fetched (%s: %s); a save_model after "
-                        "training writes the state of the last checkpoint, if any.",
-                        type(error).__name__,
-                        error,
-                    )
-            self._worker_running = False
-            stop(*args, **kwargs)
-
-        worker.start, worker.stop = start_noting_it, stop_keeping_the_last_state
+    def _keep_the_last_worker_state(self) -> None:
+        """When training ends, before TRL stops the worker: its state, for a `save_model` after training (the
+        learned predictor in `pass_rate_predictor/`), when the worker is gone."""
+        if self._state_channel is None or not self._worker_running:
+            return
+        try:  # a worker that failed or died raises at once in its health check
+            self._last_worker_state = self._state_channel.ask(
+                STOP_STATE_TIMEOUT_S, lambda: self._check_worker_health(float("inf"))
+            )
+        except Exception as error:  # the run ends here either way; only a later save_model lacks it
+            logger.warning(
+                "The rollout worker's last sampler state could not be fetched (%s: %s); a save_model after "
+                "training writes the state of the last checkpoint, if any.",
+                type(error).__name__,
+                error,
+            )
+        self._worker_running = False
 
     def _ask_worker_state(self) -> WorkerState:
         """The running worker's [`WorkerState`] (main process); a worker that failed or does not answer raises as a
         failed worker does while the trainer waits for samples (`worker_failure`)."""
-        worker = self.rollout_worker
-        check_health = getattr(worker.check_health, "__wrapped__", worker.check_health)  # not the broadcasting one
         stale_after_s = float(self.args.heartbeat_stale_after_s)
 
         def check() -> None:
             try:
-                check_health(stale_after_s)
+                self._check_worker_health(stale_after_s)
             except Exception as error:
                 raise worker_failure(self, error) from error
 
@@ -467,12 +512,15 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         except Exception as error:
             if not getattr(error, RAISED_ON_EVERY_PROCESS, False):
                 raise
-            # Every process raises it (`_sync_weight`, `_explain_worker_failures`), and the main process stops its
-            # rollout worker first (TRL's `finally`, seconds on a frozen server). No process leaves before the others:
-            # torchrun kills the rest once one exits, which cut the main process's error off before it was printed.
+            # Every process raises it (`_sync_weight`, `_check_worker_health_while_training`), and the main process
+            # stops its rollout worker first (TRL's `finally`, seconds on a frozen server). No process leaves before
+            # the others: torchrun kills the rest once one exits, which cut the main process's error off before it was
+            # printed.
             if self.accelerator.num_processes > 1:
                 self.accelerator.wait_for_everyone()
             raise
+        finally:
+            self._worker_running = False  # TRL has stopped it: a `save_model` now writes the last state it answered
 
     # -- a server lost during a weight sync ----------------------------------------------------------------------
     # Only the main process talks to the server during TRL's sync (pause, the transfer or the adapter's load, resume),
