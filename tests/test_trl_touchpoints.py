@@ -121,6 +121,17 @@ def all_of(*checks: Callable[[], None]) -> Callable[[], None]:
     return check
 
 
+def _set_up_precedes_generate() -> None:
+    function = _function(GRPOTrainer, "_generate_and_score_completions")
+    lines = {}
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call):
+            lines.setdefault(ast.unparse(node.func), node.lineno)
+    generate = lines.get("self._generate")
+    set_up = [lines.get(call) for call in ("environment.reset", "prepare_multimodal_messages", "inspect.getmembers")]
+    assert generate is not None and None not in set_up and max(set_up) < generate, (set_up, generate)
+
+
 @dataclasses.dataclass(frozen=True)
 class Touchpoint:
     """One TRL name or behaviour trl-ada relies on (see the module docstring)."""
@@ -154,6 +165,14 @@ TOUCHPOINTS = [
             ),
             contains(GRPOTrainer, "_generate_and_score_completions", "self._environment_pool[name]", '"advantages":'),
         ),
+    ),
+    Touchpoint(
+        "GRPOTrainer._generate_and_score_completions.inline_set_up",
+        "behaviour",
+        "the batch set-up (environment resets, per-row tools, multimodal prompts) is written inline before the "
+        "`_generate` call, with no method of its own: why a round leaves the method by raising `_RoundGenerated` "
+        "from `_generate` (when this fails, TRL may have factored it out: call that instead)",
+        _set_up_precedes_generate,
     ),
     Touchpoint(
         GENERATE,
