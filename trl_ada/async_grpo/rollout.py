@@ -21,7 +21,10 @@ seams and copies no TRL body:
   kept draws and their advantages; the samples carry those advantages, their own draw's policy version, and one
   group id per prompt. With `train_on="pool"` every draw of the pool is a sample, in submission order, with the
   advantage the kept group's rule gives it (`PromptResult.advantage_of`: the same baseline, scale and weight)
-  times `num_generations / pool size`, so the prompt weighs what its update group would (`pool_draw_share`).
+  times `num_generations / pool size`, so the prompt weighs what its update group would (`pool_draw_share`). Where
+  DAPO drops groups and the weights are normalised (`AsyncSampling.normalises_over_the_update`), the kept prompts
+  wait until `prompts_per_batch` of them are kept, an update's worth, and their weights are normalised together, as
+  the synchronous refill does, rather than over each generation batch's kept prompts.
 - Groups (`dapo`, or any sampler whose pool is its update group and every weight 1, with DAPO filtering): TRL's
   own groups and advantages; a group without a signal (constant rewards) is dropped, and the loop goes on drawing
   further prompts.
@@ -65,7 +68,7 @@ from ..generation.faults import VLLMServerUnresponsive
 from ..rewards.registry import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.accounting import PromptDraws, draw_rates
-from ..samplers.base import PromptResult, Sampler, selection_draws
+from ..samplers.base import PromptResult, Sampler, finish_update, selection_draws
 from ..samplers.continuous import begin_streaming
 from ..schedules import prompt_key, prompt_keys
 from .config import check_prompts_per_generation_batch, check_train_on, gates_refills
@@ -146,6 +149,18 @@ class AsyncSampling:
         from every batch the sampler finishes). Otherwise the loop trains on TRL's groups and advantages.
         """
         return not self.trl_advantages or gates_refills(self.settings)
+
+    @property
+    def normalises_over_the_update(self) -> bool:
+        """
+        Whether DAPO's refill holds the prompts it keeps until it has `prompts_per_batch` of them (an update's worth,
+        as the synchronous refill fills one) and normalises their weights together (`finish_update`), rather than
+        over each generation batch's kept prompts alone: where it drops groups (`refills`) and the weights are
+        normalised and can differ (a weighting `objective`, or a sampler's own `weight`).
+        """
+        settings = self.settings
+        weights_differ = settings.objective != "linear" or settings.sampler_class.weight is not Sampler.weight
+        return settings.refills and settings.normalize_weights and weights_differ
 
 
 def pool_draw_share(kept: int, pool: int) -> float:
@@ -336,6 +351,16 @@ class _Batch:
     opened_at: float
 
 
+@dataclass
+class _KeptPrompt:
+    """A prompt of a finished generation batch whose samples the stream hands to the trainer."""
+
+    result: PromptResult
+    pool: tuple[float, ...]
+    row_id: int
+    samples: dict[int, list[Any]]  # draw -> its RolloutSamples
+
+
 class AdaRolloutLoop(_AsyncRolloutLoop):
     """
     TRL's `_AsyncRolloutLoop` drawing Reinforce-Ada pools (see the module docstring). Takes TRL's keyword arguments
@@ -386,6 +411,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._gate = StreamGate(self.sampler, len(self.dataset)) if gates_refills(settings) else None
         # The rows it passed over, which the sampler counted nothing of (`WorkerState.passed_over`).
         self._passed_over_rows: set[int] = set()
+        # DAPO's kept prompts waiting for an update's worth (`AsyncSampling.normalises_over_the_update`).
+        self._kept_for_the_update: list[_KeptPrompt] = []
 
     # -- the work iterator ------------------------------------------------------------------------------------------
 
@@ -493,7 +520,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             spans = []
             taken = [True] * len(selection.prompts)  # the prompts whose samples the stream hands to the trainer
             for prompt, result in enumerate(selection.prompts):
-                trained_before = len(kept)
                 if self.ada_sampling.settings.refills:
                     self._count_dapo_prompt(result.has_signal)
                 if dapo.drops(self.ada_sampling.settings, result.has_signal):
@@ -503,21 +529,20 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                     continue
                 versions = batch.versions.get(prompt, [])
                 spans.append(max(versions) - min(versions) if versions else 0)
-                pool_std = rules.mean_and_std(selection.pools[prompt])[1]
-                prompt_samples = len(kept)
-                for draw, advantage in self._trained_draws(selection.pools[prompt], result):
-                    for sample in batch.samples.get((prompt, draw), []):
-                        sample.advantage = float(advantage)
-                        # TRL's group id for the row (its row counter): what its resume and epoch counting read.
-                        sample.group_id = batch.row_ids[prompt]
-                        sample.metrics["reward_std"] = pool_std  # TRL's reward_std: the rewards the baseline reads
-                        kept.append(sample)
-                if len(kept) == trained_before:  # no draw (all skipped), or none with a training sequence
+                pool = selection.pools[prompt]
+                samples = {
+                    draw: batch.samples.get((prompt, draw), []) for draw, _ in self._trained_draws(pool, result)
+                }
+                if not any(samples.values()):  # no draw (all skipped), or none with a training sequence
                     taken[prompt] = False
                     self._drop_row(batch.row_ids[prompt])
-                oldest = min((sample.model_version for sample in kept[prompt_samples:]), default=0)
-                for sample in kept[prompt_samples:]:
-                    sample.metrics[GROUP_VERSION_KEY] = float(oldest)  # kept or dropped whole for staleness
+                    continue
+                kept_prompt = _KeptPrompt(result, pool, batch.row_ids[prompt], samples)
+                if self.ada_sampling.normalises_over_the_update:
+                    self._kept_for_the_update.append(kept_prompt)
+                else:
+                    kept += self._samples_of(kept_prompt, result)
+            kept += self._finish_updates()
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self._gate is not None:
@@ -542,6 +567,38 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             pushed.update({f"ada/{name}": rate for name, rate in rates.items()})
             self._push_metrics(pushed)
         return kept
+
+    def _finish_updates(self) -> list[Any]:
+        """
+        The samples of each update's worth (`prompts_per_batch`) of DAPO's kept prompts held so far, their weights
+        normalised together (`finish_update`, as the synchronous refill does over the prompts an update takes from
+        several generation batches); the prompts short of a whole update wait for the next generation batch.
+        """
+        unit = self.ada_sampling.prompts_per_batch
+        samples = []
+        while len(self._kept_for_the_update) >= unit:
+            update, self._kept_for_the_update = self._kept_for_the_update[:unit], self._kept_for_the_update[unit:]
+            kept_rewards = [[held.pool[draw] for draw in held.result.kept] for held in update]
+            results = finish_update([held.result for held in update], kept_rewards, self.ada_sampling.settings)
+            for held, result in zip(update, results, strict=True):
+                samples += self._samples_of(held, result)
+        return samples
+
+    def _samples_of(self, kept: _KeptPrompt, result: PromptResult) -> list[Any]:
+        """A kept prompt's samples with the advantages of `result`, under one group id: TRL's row id for it."""
+        samples = []
+        pool_std = rules.mean_and_std(kept.pool)[1]
+        for draw, advantage in self._trained_draws(kept.pool, result):
+            for sample in kept.samples[draw]:
+                sample.advantage = float(advantage)
+                # TRL's group id for the row (its row counter): what its resume and epoch counting read.
+                sample.group_id = kept.row_id
+                sample.metrics["reward_std"] = pool_std  # TRL's reward_std: the rewards the baseline reads
+                samples.append(sample)
+        oldest = min(sample.model_version for sample in samples)
+        for sample in samples:
+            sample.metrics[GROUP_VERSION_KEY] = float(oldest)  # kept or dropped whole for staleness
+        return samples
 
     def _trained_draws(self, pool: tuple[float, ...], result: PromptResult) -> list[tuple[int, float]]:
         """
