@@ -73,7 +73,7 @@ def check_trace(prompt: str, completion: str, *, faithful: bool = True) -> tuple
     """
     a, op, b = parse_prompt(prompt)
     body, answer = completion.split(FINAL_MARKER)
-    sections = [section.split(",") for section in body.split(";")]
+    sections = [section.split(",") for section in body.split(":")]
     if op == "+":
         assert len(sections) == 1
         implied, deviations = _check_row(str(a), str(b), sections[0], "+", faithful)
@@ -123,6 +123,19 @@ def test_clean_traces_are_correct_for_many_problems():
         completion, answer = write_trace(a, op, b)
         assert int(answer) == (a + b if op == "+" else a * b)
         assert check_trace(f"{a:>3d}{op}{b:>3d}=", completion) == (answer, 0)
+
+
+def test_traces_are_one_token_per_character_for_the_tiny_tokenizer():
+    from trl_ada.tiny import CHARACTERS, build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    noise = TraceNoise(fact=0.2, carry=0.3, copy=0.2)
+    for problem in make_problems(50, seed=0):
+        completion, _ = write_trace(*parse_prompt(problem["prompt"]), noise=noise, rng=random.Random(1))
+        assert set(completion) <= set(CHARACTERS), completion
+        ids = tokenizer(completion, add_special_tokens=False).input_ids
+        assert len(ids) == len(completion) and tokenizer.unk_token_id not in ids
+        assert tokenizer.decode(ids) == completion
 
 
 def test_noisy_traces_err_inside_the_procedure_and_follow_their_own_steps():
@@ -184,7 +197,7 @@ def test_reward_checks_only_the_final_answer():
         right.replace(FINAL_MARKER + answer, FINAL_MARKER + "0" + answer): 0.0,  # leading zero: malformed
         right.replace(FINAL_MARKER + answer, FINAL_MARKER + answer + "x"): 0.0,  # malformed
         right.replace(FINAL_MARKER + answer, FINAL_MARKER): 0.0,  # empty answer
-        right.replace(FINAL_MARKER, ";"): 0.0,  # missing marker
+        right.replace(FINAL_MARKER, ":"): 0.0,  # missing marker
         answer: 0.0,  # a bare answer without the marker
         "": 0.0,
         right.split("<eos>")[0][:20] + "<eos>" + FINAL_MARKER + answer: 0.0,  # marker after eos
@@ -199,8 +212,8 @@ def test_reward_checks_only_the_final_answer():
 def test_extract_final_answer_and_parse_trace():
     completion, answer = write_trace(47, "*", 85)
     assert extract_final_answer(completion) == answer == "3995"
-    assert extract_final_answer("1+2+0=3;A= 3 ") == "3"
-    assert extract_final_answer("1+2+0=3;A=0") == "0"
+    assert extract_final_answer("1+2+0=3:A= 3 ") == "3"
+    assert extract_final_answer("1+2+0=3:A=0") == "0"
     assert extract_final_answer("1+2+0=3") is None
     parsed = parse_trace(completion + "<eos>")
     assert parsed.answer == "3995"
@@ -208,13 +221,13 @@ def test_extract_final_answer_and_parse_trace():
     assert [len(section) for section in parsed.sections] == [2, 2, 4]
     first = parsed.sections[0][0]
     assert (first.x, first.op, first.y, first.carry, first.value) == (7, "*", 5, 0, 35)
-    assert parse_trace("1+2+0=3;A=").answer is None
+    assert parse_trace("1+2+0=3:A=").answer is None
     with pytest.raises(ValueError, match="marker"):
         parse_trace("7+5+0=12")
     with pytest.raises(ValueError, match="step"):
-        parse_trace("7+5=12;A=12")
+        parse_trace("7+5=12:A=12")
     with pytest.raises(ValueError, match="partial"):
-        parse_trace("7*5+0=35,P=3x;A=35")
+        parse_trace("7*5+0=35,P=3x:A=35")
 
 
 def test_problems_deterministic_and_balanced():

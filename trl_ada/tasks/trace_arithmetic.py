@@ -2,20 +2,20 @@
 
 The prompts look like those of [`trl_ada.tasks.arithmetic`] (fixed width, operands right-aligned to three
 characters, then ``=``), but the completion is a compact character-level trace of the school procedure followed by
-the final answer after the marker ``;A=``:
+the final answer after the marker ``:A=``:
 
 - a sum, column by column from the units, each column written ``digit+digit+carry_in=column_sum``::
 
-      " 47+385=" -> "7+5+0=12,4+8+1=13,0+3+1=4;A=432"
+      " 47+385=" -> "7+5+0=12,4+8+1=13,0+3+1=4:A=432"
 
 - a product by a one-digit number, digit by digit from the units, each step ``digit*multiplier+carry_in=value``::
 
-      " 47*  8=" -> "7*8+0=56,4*8+5=37;A=376"
+      " 47*  8=" -> "7*8+0=56,4*8+5=37:A=376"
 
 - a product by a two-digit number: one row per digit of the multiplier, each ending with its partial product
   (shifted) after ``P=``, then the column sum of the two partial products::
 
-      " 47* 85=" -> "7*5+0=35,4*5+3=23,P=235;7*8+0=56,4*8+5=37,P=3760;5+0+0=5,3+6+0=9,2+7+0=9,0+3+0=3;A=3995"
+      " 47* 85=" -> "7*5+0=35,4*5+3=23,P=235:7*8+0=56,4*8+5=37,P=3760:5+0+0=5,3+6+0=9,2+7+0=9,0+3+0=3:A=3995"
 
 The reward ([`final_answer_reward`]) parses only the text after the marker, as RLVR does: a wrong trace with the
 right answer scores 1, a right trace with a wrong, malformed or missing answer scores 0.
@@ -60,11 +60,11 @@ OPERAND_RANGES: tuple[tuple[tuple[int, int], str, tuple[int, int]], ...] = (
 )
 """Per level: the range of the first operand, the operator and the range of the second (both inclusive)."""
 
-FINAL_MARKER = ";A="
+FINAL_MARKER = ":A="
 """Separates the trace from the final answer; the reward reads only what follows it."""
 
 STEP_SEPARATOR = ","
-SECTION_SEPARATOR = ";"
+SECTION_SEPARATOR = ":"
 PARTIAL_PREFIX = "P="
 
 MAX_COMPLETION_LENGTH = 96
@@ -215,7 +215,7 @@ def _cut(text: str, eos_token: str) -> str:
 
 
 def extract_final_answer(completion: Any, eos_token: str = "<eos>") -> str | None:
-    """The final answer a completion states: the digits after the first ``;A=``, up to eos or newline.
+    """The final answer a completion states: the digits after the first ``:A=``, up to eos or newline.
 
     Returns ``None`` when the marker is missing or what follows it is not a plain non-negative integer (empty,
     other characters, or a leading zero).
@@ -229,7 +229,7 @@ def extract_final_answer(completion: Any, eos_token: str = "<eos>") -> str | Non
 
 
 def final_answer_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-    """TRL reward function: 1.0 when the final answer after ``;A=`` is exactly ``answer``, else 0.0.
+    """TRL reward function: 1.0 when the final answer after ``:A=`` is exactly ``answer``, else 0.0.
 
     Only the final answer counts; the trace before the marker is not checked. A completion without the marker or
     with a malformed answer scores 0. Extra dataset columns that TRL passes are ignored.
