@@ -226,14 +226,14 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         """
-        Overridden so that a resume never starts from a checkpoint it cannot load: `resume_from_checkpoint=True` picks
-        the newest *loadable* checkpoint in `output_dir` (one whose save was interrupted, or whose model, optimizer or
-        sampler state is corrupt, is skipped with a warning saying why) and fails before any step when there is none.
-        Otherwise it is [`~transformers.Trainer.train`]. A checkpoint path
-        that does not exist or cannot be loaded fails before any step too, naming the file and listing the checkpoints
-        there are. The main process picks the checkpoint for all processes, and every process must see it (the Trainer
-        saves the model on the main process only, so `output_dir` must be shared by every machine); otherwise all
-        processes fail together with that message, instead of one failing and the others hanging in a collective.
+        Overridden so that a resume never starts from a checkpoint it cannot load; otherwise it is
+        [`~transformers.Trainer.train`]. `resume_from_checkpoint=True` picks the newest *loadable* checkpoint in
+        `output_dir` (one whose save was interrupted, or whose model, optimizer or sampler state is corrupt, is skipped
+        with a warning saying why) and fails before any step when there is none. A checkpoint path that does not exist
+        or cannot be loaded fails before any step too, naming the file and listing the checkpoints there are. The main
+        process picks the checkpoint for all processes, and every process must see it (the Trainer saves the model on
+        the main process only, so `output_dir` must be shared by every machine); otherwise all processes fail together
+        with that message, instead of one failing and the others hanging in a collective.
         The choice and the checks are `trl_ada.checkpoints.resolve_resume_checkpoint`'s.
         """
         resume_from_checkpoint = resolve_resume_checkpoint(
