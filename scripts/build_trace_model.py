@@ -253,7 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     model.config.use_cache = True
     save_tiny(model, tokenizer, args.output_dir)
     report = {
-        "command": "python scripts/build_trace_model.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(
+            ["python scripts/build_trace_model.py", shlex.join(argv if argv is not None else sys.argv[1:])]
+        ).strip(),
         "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
         "parameters": parameters,
         "noise": {"fact": noise.fact, "carry": noise.carry, "copy": noise.copy},
