@@ -27,10 +27,12 @@ from async_fixtures import (  # noqa: E402
     peak_flops_without_cuda,
     save_chat_model,
 )
-from transformers import AutoModelForCausalLM  # noqa: E402
+from transformers import AttentionInterface, AutoModelForCausalLM  # noqa: E402
 from trl.experimental.async_grpo import async_grpo_trainer as trainer_module  # noqa: E402
+from trl.experimental.async_grpo import packing  # noqa: E402
 
 from trl_ada import AdaAsyncGRPOConfig, AdaAsyncGRPOTrainer  # noqa: E402
+from trl_ada.async_grpo import tree_attention  # noqa: E402
 from trl_ada.async_grpo.rollout import AdaRolloutLoop  # noqa: E402
 from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE  # noqa: E402
 from trl_ada.tasks.arithmetic import exact_match_reward, make_dataset  # noqa: E402
@@ -83,12 +85,17 @@ def test_building_the_trainer_leaves_trls_module_globals_as_they_were(
 ):
     # A function of the test's own in TRL's module, so that a wrapper left behind cannot pass for TRL's function.
     monkeypatch.setattr(trainer_module, "get_peak_flops_per_device", peak_flops_without_cuda)
+    # TRL's own tree attention, whatever a fixture of another test installed for the process.
+    monkeypatch.setattr(packing, "tree_attention", tree_attention.KERNEL_TREE_ATTENTION)
     worker_class = trainer_module.AsyncRolloutWorker
     trainer = build(tmp_path, server, model_dir, tokenizer, sampler="seq_balance")
     assert type(trainer.rollout_worker) is ThreadAdaWorker  # TRL built the trainer's worker class...
     assert trainer_module.AsyncRolloutWorker is worker_class  # ...and its module's name for it is TRL's again
     assert trainer_module.get_peak_flops_per_device is peak_flops_without_cuda
     assert trainer._peak_flops_per_device is None  # built off CUDA: TRL's value for an unknown peak
+    assert packing.tree_attention is tree_attention.KERNEL_TREE_ATTENTION
+    # The model's attention is the plain-torch one: registered under TRL's name in transformers' interface.
+    assert AttentionInterface()[packing.TREE_ATTENTION] is tree_attention.tree_attention_torch
 
 
 @pytest.mark.wall_clock_limit(180)

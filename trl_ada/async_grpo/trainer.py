@@ -161,24 +161,32 @@ def worker_failure(trainer: Any, error: BaseException) -> RuntimeError:
 def allow_cpu() -> None:
     """
     What TRL's asynchronous trainer needs to build and train without CUDA, for a script that builds TRL's own
-    `AsyncGRPOTrainer` in this process (`AdaAsyncGRPOTrainer` needs no call): its tree attention is a GPU-only Hub
-    kernel (TRL 1.16; the plain-torch equivalent with the same semantics takes its place when the kernel is not
-    available), and `__init__` asks CUDA for the device's peak FLOPs (`trl_seam.install_peak_flops_fallback`, for the
-    rest of the process).
+    `AsyncGRPOTrainer` in this process (`AdaAsyncGRPOTrainer` needs no call), for the rest of the process: its tree
+    attention is a GPU-only Hub kernel (TRL 1.16; the plain-torch equivalent with the same semantics takes its place
+    when the kernel is not available, `use_cpu_tree_attention_if_no_kernel`), and `__init__` asks CUDA for the
+    device's peak FLOPs (`trl_seam.install_peak_flops_fallback`).
     """
     import torch
 
-    use_cpu_tree_attention()
-    if not torch.cuda.is_available():
-        trl_seam.install_peak_flops_fallback()
-
-
-def use_cpu_tree_attention() -> None:
-    """TRL's `"tree_fa3"` attention as the plain-torch equivalent where TRL's GPU kernel is not available (TRL 1.16)."""
     if trl_seam.has_tree_packing():
         from .tree_attention import use_cpu_tree_attention_if_no_kernel
 
         use_cpu_tree_attention_if_no_kernel()
+    if not torch.cuda.is_available():
+        trl_seam.install_peak_flops_fallback()
+
+
+def register_cpu_tree_attention_if_no_kernel() -> None:
+    """
+    Register the plain-torch tree attention as `"tree_fa3"` in transformers' `AttentionInterface` (which the model
+    looks up at every forward) where TRL's GPU kernel is not available (TRL 1.16), after `AsyncGRPOTrainer.__init__`
+    registered TRL's own; TRL's module is left as it is.
+    """
+    if trl_seam.has_tree_packing():
+        from .tree_attention import kernel_available, register_cpu_tree_attention
+
+        if not kernel_available():
+            register_cpu_tree_attention()
 
 
 @contextlib.contextmanager
@@ -318,7 +326,6 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         self._weight_syncs = 0  # in this run (`_sync_weight`)
         self._batches_dispatched = False  # set by `get_train_dataloader`
         self._worker_error: BaseException | None = None  # `_check_worker_health`
-        use_cpu_tree_attention()
         # TRL's own loop only where its advantages are the sampler's (a weighting objective needs the Ada loop).
         uniform = args.sampler == "uniform" and self.ada_sampling.trl_advantages
         worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
@@ -333,6 +340,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
                 worker = worker_class if uniform else functools.partial(worker_class, ada_sampling=self.ada_sampling)
                 scope.enter_context(trl_seam.async_rollout_worker_class(worker))
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        register_cpu_tree_attention_if_no_kernel()
         if self.rollout_worker is not None:
             self._give_state_channel(self.rollout_worker)
         self.add_callback(_WorkerStateAtTrainEnd(self))
