@@ -31,7 +31,9 @@ HEADER = r"""
     - `dapo` drops groups without a signal and keeps drawing further prompts. `dapo_max_refills` bounds the drawing
       as in the synchronous trainer: once `(dapo_max_refills + 1)` generation batches' worth of prompts in a row have
       not filled one batch with prompts that carry a signal (a reward that is constant everywhere), the worker fails
-      naming the cause. There is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
+      naming the cause. With `normalize_weights` and a weighting `objective`, kept prompts wait until a generation
+      batch's worth (`prompts_per_generation_batch`) has a signal, and their weights are normalised over them. There
+      is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
     - `dapo_gated` draws the prompt stream as `dapo` does, with the refill's gate: a prompt's first row in an epoch
       (`len(train_dataset)` prompts kept with a signal, TRL's count of an epoch) is the loader's and is always made;
       when the stream meets it again within the epoch (a refill, since drops made the epoch need more draws) the
