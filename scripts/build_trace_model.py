@@ -16,6 +16,7 @@ the distribution of per-prompt pass rates and the command into ``build_report.js
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -199,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fact-noise", type=float, default=0.15, help="Mean per-step error rate (TraceNoise.fact).")
     parser.add_argument("--carry-noise", type=float, default=0.25, help="Dropped-carry rate (TraceNoise.carry).")
     parser.add_argument("--copy-noise", type=float, default=0.08, help="Partial-product copy error rate.")
+    parser.add_argument("--hard-share", type=float, default=0.0, help="Share of misconception facts.")
+    parser.add_argument("--hard-rate", type=float, default=0.0, help="How often a misconception is written.")
     parser.add_argument("--hidden-size", type=int, default=128)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--intermediate-size", type=int, default=256)
@@ -222,7 +225,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parameters = sum(p.numel() for p in model.parameters())
     logger.info("Built tiny model: %d parameters", parameters)
-    noise = TraceNoise(fact=args.fact_noise, carry=args.carry_noise, copy=args.copy_noise)
+    noise = TraceNoise(
+        fact=args.fact_noise,
+        carry=args.carry_noise,
+        copy=args.copy_noise,
+        hard_share=args.hard_share,
+        hard_rate=args.hard_rate,
+    )
 
     start = time.perf_counter()
     log = train(
@@ -258,7 +267,7 @@ def main(argv: list[str] | None = None) -> None:
         ).strip(),
         "args": {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()},
         "parameters": parameters,
-        "noise": {"fact": noise.fact, "carry": noise.carry, "copy": noise.copy},
+        "noise": dataclasses.asdict(noise),
         "train_seconds": train_seconds,
         "eval_seconds": eval_seconds,
         "loss_log": log,

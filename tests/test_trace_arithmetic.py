@@ -157,6 +157,27 @@ def test_noisy_traces_err_inside_the_procedure_and_follow_their_own_steps():
     assert rates[-1] == max(rates), rates
 
 
+def test_misconceptions_are_a_fixed_wrong_value_for_a_fixed_share_of_facts():
+    noise = TraceNoise(hard_share=0.2, hard_rate=1.0)  # no other noise: every deviation is a misconception
+    rng = random.Random(0)
+    written: dict[tuple[int, str, int, int], set[int]] = {}
+    for problem in make_problems(1500, seed=4):
+        completion, answer = write_trace(*parse_prompt(problem["prompt"]), noise=noise, rng=rng)
+        assert check_trace(problem["prompt"], completion, faithful=False)[0] == answer
+        for section in parse_trace(completion).sections:
+            for step in section:
+                written.setdefault((step.x, step.op, step.y, step.carry), set()).add(step.value)
+    assert all(len(values) == 1 for values in written.values())  # the same value every time
+    wrong = [
+        fact
+        for fact, (value,) in written.items()
+        if value != (fact[0] + fact[2] if fact[1] == "+" else fact[0] * fact[2]) + fact[3]
+    ]
+    assert 0.1 < len(wrong) / len(written) < 0.3, (len(wrong), len(written))
+    with pytest.raises(ValueError, match="hard_rate"):
+        TraceNoise(hard_rate=1.5)
+
+
 def test_noise_is_deterministic_for_an_rng_and_off_at_zero():
     noise = TraceNoise(fact=0.2, carry=0.3, copy=0.2)
     problems = make_problems(200, seed=1)

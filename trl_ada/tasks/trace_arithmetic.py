@@ -88,24 +88,31 @@ class TraceNoise:
             are "hard" for every prompt that needs them.
         carry: Probability that a non-zero carry is dropped (written and used as 0).
         copy: Probability that a partial product is copied with one wrong digit.
+        hard_share: Share of facts (fixed by a hash) that are misconceptions: instead of the ``fact`` rate, such a
+            fact gets its own wrong value, always the same one (also fixed by a hash), with probability
+            ``hard_rate``. Above one half, a model that learns these traces gets the fact wrong when decoding
+            greedily, so only a sampled success teaches it the right value.
+        hard_rate: Probability that a misconception fact is written with its wrong value.
     """
 
     fact: float = 0.0
     carry: float = 0.0
     copy: float = 0.0
+    hard_share: float = 0.0
+    hard_rate: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("fact", "carry", "copy"):
+        for name in ("fact", "carry", "copy", "hard_share", "hard_rate"):
             value = getattr(self, name)
             if not 0.0 <= value <= (0.5 if name == "fact" else 1.0):
                 limit = "0.5" if name == "fact" else "1"
                 raise ValueError(f"TraceNoise.{name} must be in [0, {limit}], got {value}.")
 
 
-def _fact_weight(kind: str, x: int, y: int, carry: int) -> float:
-    """A fixed weight in [0, 2) for one fact, so that its error rate is ``fact * weight``."""
-    digest = hashlib.sha256(f"{kind}{x},{y},{carry}".encode()).digest()
-    return 2.0 * int.from_bytes(digest[:4], "big") / 2**32
+def _fact_uniform(kind: str, x: int, y: int, carry: int, tag: str = "") -> float:
+    """A fixed number in [0, 1) for one fact and purpose ``tag`` (a hash, the same on every machine)."""
+    digest = hashlib.sha256(f"{tag}{kind}{x},{y},{carry}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32
 
 
 class _Writer:
@@ -124,10 +131,15 @@ class _Writer:
         return 0 if carry and self._draw(self.noise.carry if self.noise else 0.0) else carry
 
     def value(self, kind: str, x: int, y: int, carry: int, correct: int, limit: int) -> int:
-        rate = self.noise.fact * _fact_weight(kind, x, y, carry) if self.noise else 0.0
-        if not self._draw(rate):
+        if self.noise is None:
             return correct
         candidates = [v for v in range(correct - 3, correct + 4) if v != correct and 0 <= v <= limit]
+        if _fact_uniform(kind, x, y, carry, "hard:") < self.noise.hard_share:
+            if not self._draw(self.noise.hard_rate):
+                return correct
+            return candidates[int(_fact_uniform(kind, x, y, carry, "misconception:") * len(candidates))]
+        if not self._draw(self.noise.fact * 2.0 * _fact_uniform(kind, x, y, carry)):
+            return correct
         return self.rng.choice(candidates)  # type: ignore[union-attr]
 
     def copy(self, digits: str) -> str:
