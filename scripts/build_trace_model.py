@@ -7,7 +7,7 @@ The model is the character-level Qwen2 of `trl_ada.tiny` (same tokenizer and bui
 trained from scratch by supervised fine-tuning on written traces of `trl_ada.tasks.trace_arithmetic` (completion-only
 loss, fresh training problems every step, balanced over the levels). The traces carry injected errors inside the
 procedure (`TraceNoise`: wrong sums or products for some digit pairs, dropped carries, a wrong digit when copying a
-partial product), so that the model's mistakes at temperature 1 happen in the procedure.
+partial product, and misconceptions: 15% of the facts usually written with one fixed wrong value), so that the model's mistakes at temperature 1 happen in the procedure.
 
 At the end the script samples 16 completions per held-out problem at temperature 1 and writes the pass rates by level,
 the distribution of per-prompt pass rates and the command into ``build_report.json`` beside the model.

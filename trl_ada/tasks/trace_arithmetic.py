@@ -21,7 +21,7 @@ The reward ([`final_answer_reward`]) parses only the text after the marker, as R
 right answer scores 1, a right trace with a wrong, malformed or missing answer scores 0.
 
 [`write_trace`] can inject errors inside the procedure (a dropped carry, a wrong sum or product for a digit pair,
-a wrong digit when copying a partial product) and then continues the procedure faithfully from the wrong value, so
+a wrong digit when copying a partial product, a misconception: a fact usually given the same wrong value) and then continues the procedure faithfully from the wrong value, so
 the final answer is the one the flawed trace implies. Supervised fine-tuning on such traces gives a model whose
 mistakes happen in the procedure; the per-fact error rates differ between digit pairs (a fixed hash), so prompts that
 need the "hard facts" are solved less often than others of their level.
