@@ -112,25 +112,38 @@ def check_levels(levels: Sequence[int] | None, num_levels: int) -> list[int]:
     return levels
 
 
-def _generate(
-    num_problems: int, seed: int, salt: int, levels: Sequence[int] | None, keep: Callable[[str], bool]
+def draw_problems(
+    num_problems: int,
+    rng: random.Random,
+    levels: Sequence[int] | None,
+    num_levels: int,
+    sample_operands: Callable[[int, random.Random], tuple[int, str, int]],
+    keep: Callable[[str], bool],
 ) -> list[dict[str, Any]]:
+    """`num_problems` problems split as evenly as possible over `levels` (the first levels get one more when it does
+    not divide), each drawn by `sample_operands(level, rng)` until `keep` accepts its prompt, then shuffled; shared by
+    the arithmetic tasks."""
     if num_problems < 0:
         raise ValueError(f"num_problems must be >= 0, got {num_problems}.")
-    levels = check_levels(levels, len(LEVELS))
-    rng = random.Random(f"{salt}-{seed}")
+    levels = check_levels(levels, num_levels)
     counts = [num_problems // len(levels) + (i < num_problems % len(levels)) for i in range(len(levels))]
     problems: list[dict[str, Any]] = []
     for level, count in zip(levels, counts, strict=True):
         for _ in range(count):
             while True:
-                a, op, b = _sample_operands(level, rng)
+                a, op, b = sample_operands(level, rng)
                 prompt = format_prompt(a, op, b)
                 if keep(prompt):
                     break
             problems.append({"prompt": prompt, "answer": str(solve(a, op, b)), "level": level})
     rng.shuffle(problems)
     return problems
+
+
+def _generate(
+    num_problems: int, seed: int, salt: int, levels: Sequence[int] | None, keep: Callable[[str], bool]
+) -> list[dict[str, Any]]:
+    return draw_problems(num_problems, random.Random(f"{salt}-{seed}"), levels, len(LEVELS), _sample_operands, keep)
 
 
 def make_problems(num_problems: int, *, seed: int, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:

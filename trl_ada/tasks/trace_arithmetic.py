@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .arithmetic import _completion_text, check_levels, format_prompt, is_held_out, solve
+from .arithmetic import _completion_text, draw_problems, is_held_out
 
 LEVELS: tuple[str, ...] = (
     "add_2d",
@@ -323,22 +323,10 @@ def parse_prompt(prompt: str) -> tuple[int, str, int]:
 def _generate(
     num_problems: int, seed: int, salt: int, levels: Sequence[int] | None, held_out: bool
 ) -> list[dict[str, Any]]:
-    if num_problems < 0:
-        raise ValueError(f"num_problems must be >= 0, got {num_problems}.")
-    levels = check_levels(levels, len(LEVELS))
     rng = random.Random(f"trace-{salt}-{seed}")
-    counts = [num_problems // len(levels) + (i < num_problems % len(levels)) for i in range(len(levels))]
-    problems: list[dict[str, Any]] = []
-    for level, count in zip(levels, counts, strict=True):
-        for _ in range(count):
-            while True:
-                a, op, b = _sample_operands(level, rng)
-                prompt = format_prompt(a, op, b)
-                if is_held_out(prompt) == held_out:
-                    break
-            problems.append({"prompt": prompt, "answer": str(solve(a, op, b)), "level": level})
-    rng.shuffle(problems)
-    return problems
+    return draw_problems(
+        num_problems, rng, levels, len(LEVELS), _sample_operands, lambda prompt: is_held_out(prompt) == held_out
+    )
 
 
 def make_problems(num_problems: int, *, seed: int, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
