@@ -140,27 +140,21 @@ def pass_rates(
     batch_size: int = 512,
 ) -> list[float]:
     """Per-problem share of ``num_samples`` completions whose final answer is right (prompts are fixed width)."""
+    from trl_ada.tasks.arithmetic import sample_completions
     from trl_ada.tasks.trace_arithmetic import MAX_COMPLETION_LENGTH, final_answer_reward
 
-    rows = [problem for problem in problems for _ in range(num_samples)]
-    gen_kwargs: dict[str, Any] = {
-        "max_new_tokens": MAX_COMPLETION_LENGTH,
-        "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-    }
-    if temperature > 0:
-        gen_kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    else:
-        gen_kwargs.update(do_sample=False)
-    rewards: list[float] = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            enc = tokenizer([row["prompt"] for row in batch], return_tensors="pt", add_special_tokens=False)
-            out = model.generate(**enc, **gen_kwargs)
-            texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=False)
-            rewards.extend(final_answer_reward(texts, [row["answer"] for row in batch]))
+    texts = sample_completions(
+        model,
+        tokenizer,
+        [problem["prompt"] for problem in problems],
+        temperature=temperature,
+        num_samples=num_samples,
+        max_new_tokens=MAX_COMPLETION_LENGTH,
+        batch_size=batch_size,
+        seed=seed,
+        keep_special_tokens=True,
+    )
+    rewards = final_answer_reward(texts, [problem["answer"] for problem in problems for _ in range(num_samples)])
     return [sum(rewards[i * num_samples : (i + 1) * num_samples]) / num_samples for i in range(len(problems))]
 
 

@@ -221,6 +221,57 @@ def exact_match_reward(completions: list[Any], answer: list[str], **kwargs: Any)
 
 
 @torch.no_grad()
+def sample_completions(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    temperature: float,
+    num_samples: int = 1,
+    max_new_tokens: int,
+    batch_size: int = 512,
+    seed: int | None = None,
+    keep_special_tokens: bool = False,
+) -> list[str]:
+    """``num_samples`` completions per prompt (consecutive), sampled (or greedy at ``temperature=0``) with plain
+    batched ``model.generate`` (left padding where prompt lengths differ); shared by the tasks. Decoded without special
+    tokens, or with them but without padding (``keep_special_tokens``: a reward that needs the end-of-sequence token).
+    Runs under ``seed`` when given; the global torch RNG state is restored afterwards."""
+    rows = [prompt for prompt in prompts for _ in range(num_samples)]
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    gen_kwargs: dict[str, Any] = {
+        "max_new_tokens": max_new_tokens,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+    }
+    if temperature > 0:
+        gen_kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    else:
+        gen_kwargs.update(do_sample=False)
+    texts: list[str] = []
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            enc = tokenizer(
+                batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
+            ).to(device)
+            out = model.generate(**enc, **gen_kwargs)
+            decoded = tokenizer.batch_decode(
+                out[:, enc["input_ids"].shape[1] :], skip_special_tokens=not keep_special_tokens
+            )
+            if keep_special_tokens:
+                decoded = [text.replace(tokenizer.pad_token, "") for text in decoded]
+            texts.extend(decoded)
+    if was_training:
+        model.train()
+    return texts
+
+
+@torch.no_grad()
 def accuracy_by_level(
     model: Any,
     tokenizer: Any,
@@ -258,38 +309,18 @@ def accuracy_by_level(
     if not rows:
         return {"overall": float("nan"), "per_level": {}, "num_completions": 0}
 
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    gen_kwargs: dict[str, Any] = {
-        "max_new_tokens": max_new_tokens,
-        "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-    }
-    if temperature > 0:
-        gen_kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    else:
-        gen_kwargs.update(do_sample=False)
-
-    rewards: list[float] = []
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            enc = tokenizer(
-                [row["prompt"] for row in batch],
-                return_tensors="pt",
-                padding=True,
-                padding_side="left",
-                add_special_tokens=False,
-            ).to(device)
-            out = model.generate(**enc, **gen_kwargs)
-            texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=False)
-            texts = [text.replace(tokenizer.pad_token, "") for text in texts]
-            rewards.extend(exact_match_reward(texts, [row["answer"] for row in batch]))
-    if was_training:
-        model.train()
+    texts = sample_completions(
+        model,
+        tokenizer,
+        [problem["prompt"] for problem in problems],
+        temperature=temperature,
+        num_samples=num_samples,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        seed=seed,
+        keep_special_tokens=True,
+    )
+    rewards = exact_match_reward(texts, [row["answer"] for row in rows])
 
     per_level: dict[int, list[float]] = {}
     for row, reward in zip(rows, rewards, strict=True):

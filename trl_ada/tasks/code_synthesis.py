@@ -56,6 +56,7 @@ from typing import Any
 
 import torch
 
+from trl_ada.tasks import arithmetic
 from trl_ada.tasks.arithmetic import check_levels
 from trl_ada.tiny import _is_saved_model, default_cache_dir  # one cache layout for both tiny models
 
@@ -310,35 +311,18 @@ def sample_completions(
     batch_size: int = 512,
     seed: int | None = None,
 ) -> list[str]:
-    """``num_samples`` completions per prompt (consecutive), sampled (or greedy at ``temperature=0``) with plain
-    batched ``model.generate``, decoded without special tokens. The global torch RNG state is restored afterwards."""
-    rows = [prompt for prompt in prompts for _ in range(num_samples)]
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    gen_kwargs: dict[str, Any] = {
-        "max_new_tokens": max_new_tokens,
-        "pad_token_id": tokenizer.pad_token_id,
-        "eos_token_id": tokenizer.eos_token_id,
-    }
-    if temperature > 0:
-        gen_kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-    else:
-        gen_kwargs.update(do_sample=False)
-    texts: list[str] = []
-    with torch.random.fork_rng(devices=[]):
-        if seed is not None:
-            torch.manual_seed(seed)
-        for start in range(0, len(rows), batch_size):
-            batch = rows[start : start + batch_size]
-            enc = tokenizer(
-                batch, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False
-            ).to(device)
-            out = model.generate(**enc, **gen_kwargs)
-            texts.extend(tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True))
-    if was_training:
-        model.train()
-    return texts
+    """``num_samples`` completions per prompt (consecutive): [`trl_ada.tasks.arithmetic.sample_completions`] with
+    this task's completion budget, decoded without special tokens."""
+    return arithmetic.sample_completions(
+        model,
+        tokenizer,
+        prompts,
+        temperature=temperature,
+        num_samples=num_samples,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        seed=seed,
+    )
 
 
 def pass_rate_by_level(
