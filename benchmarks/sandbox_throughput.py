@@ -121,11 +121,11 @@ def private_root_cost(sandbox, builds: int) -> dict[str, object]:
     from trl_ada.rewards import sandbox_root
 
     directory = sandbox_root.find_tmpfs(needed_bytes=sandbox_root.ROOT_ROOM_BYTES)
-    tools = [sandbox._prlimit, *(shutil_module.which(name, path="/usr/bin:/bin") for name in sandbox_root.ROOT_TOOLS)]
+    tools = sandbox.root_tools()
     seconds, size = [], 0
     for _ in range(builds):
         start = time.perf_counter()
-        root = sandbox_root.build_root(sandbox.python, [tool for tool in tools if tool], directory)
+        root = sandbox_root.build_root(sandbox.python, tools, directory)
         seconds.append(time.perf_counter() - start)
         size = root.size_bytes
         shutil_module.rmtree(root.path)

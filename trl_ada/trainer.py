@@ -345,9 +345,9 @@ class AdaGRPOTrainer(GRPOTrainer):
         """
         Overridden to describe the Reinforce-Ada run: writes `README.md` from trl-ada's template (`hub_cards/`) with a
         Reinforce-Ada section, plus the plots and the logged metrics it shows, into `output_dir` (so `push_to_hub`
-        uploads them together): see
-        `trl_ada.reporting.card.write_trainer_card`. `license` is the model's Hub license id, as transformers'
-        `Trainer.create_model_card` takes it (`trainer.push_to_hub(license="apache-2.0")` passes it on).
+        uploads them together): see `trl_ada.reporting.card.write_trainer_card`. `license` is the model's Hub license
+        id, as transformers' `Trainer.create_model_card` takes it (`trainer.push_to_hub(license="apache-2.0")` passes
+        it on).
         """
         check_license(license)
         # TRL decides the card's metadata (base model, tags, dataset); we only replace the text.

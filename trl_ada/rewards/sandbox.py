@@ -503,9 +503,14 @@ class Sandbox:
             args += ["--seccomp", str(seccomp_fd)]
         return args
 
-    def _make_root(self) -> None:
+    def root_tools(self) -> list[str]:
+        """The host paths of the commands the private filesystem copies besides the interpreter: ``prlimit``, which
+        the sandbox runs, and [`ROOT_TOOLS`][trl_ada.rewards.sandbox_root.ROOT_TOOLS] where the host has them."""
         tools = [self._prlimit, *(shutil.which(name, path=_SANDBOX_PATH) for name in ROOT_TOOLS)]
-        self._root = shared_root(self.python, list(dict.fromkeys(tool for tool in tools if tool)))
+        return list(dict.fromkeys(tool for tool in tools if tool))
+
+    def _make_root(self) -> None:
+        self._root = shared_root(self.python, self.root_tools())
         self._root_args = self._root.bwrap_args()
 
     def __setstate__(self, state: dict) -> None:

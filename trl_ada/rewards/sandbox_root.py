@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 ROOT_TOOLS = ("sh", "prlimit", "env", "echo", "cat", "true", "false", "sleep")
 """The commands, besides the interpreter, that a sandboxed program finds on its ``PATH``."""
 ROOT_ROOM_BYTES = 160 << 20
-"""Free space a ``tmpfs`` must have to hold the copy (which is usually 50-100 MiB)."""
+"""Free space a ``tmpfs`` must have to hold the copy, with a margin (docs/code-rl.md gives its measured size)."""
 TMPFS_CANDIDATES = ("/dev/shm", "/run/shm", "/tmp")
 """Where the copy is made: the first of these that is a writable ``tmpfs`` with room for it."""
 
@@ -291,7 +291,6 @@ def shared_root(python: str, tools: Sequence[str]) -> PrivateRoot:
     with _roots_lock:
         if key in _roots and os.path.isdir(_roots[key].path):
             return _roots[key]
-        # The standard library and its libraries take some tens of MiB; ask for room with a margin.
         directory = find_tmpfs(needed_bytes=ROOT_ROOM_BYTES)
         instead = (
             "or pass Sandbox(filesystem='host') to bind the host's /usr instead (runs can then time each other's file "

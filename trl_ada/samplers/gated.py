@@ -2,8 +2,8 @@
 DAPO with a gated refill (`sampler="dapo_gated"`): DAPO's drop-and-refill, where the refill passes over prompts that
 the draws so far say will come back unmixed. Pure Python: no torch, no TRL.
 
-Why (from the draw accounting, `draws/*`): on a finite, hard-skewed prompt set DAPO spends about 70% of its
-completions on groups it then drops, mostly prompts whose 4 draws all came back wrong, and many of them come back
+Why (from the draw accounting, `draws/*`): on a finite, hard-skewed prompt set DAPO spends most of its
+completions on groups it then drops, mostly prompts whose draws all came back wrong, and many of them come back
 wrong again at every visit. Drawing more on such a prompt (what Seq-balance does, up to its cap) costs more per
 signal than a fresh prompt, so the cheapest signal is to spend the refill on prompts whose history says they are
 mixed. The loader's own batch is drawn as DAPO draws it: every prompt keeps one visit per epoch, which refreshes its
