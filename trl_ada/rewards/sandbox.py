@@ -505,7 +505,7 @@ class Sandbox:
 
     def root_tools(self) -> list[str]:
         """The host paths of the commands the private filesystem copies besides the interpreter: ``prlimit``, which
-        the sandbox runs, and [`ROOT_TOOLS`][trl_ada.rewards.sandbox_root.ROOT_TOOLS] where the host has them."""
+        the sandbox runs, and `trl_ada.rewards.sandbox_root.ROOT_TOOLS` where the host has them."""
         tools = [self._prlimit, *(shutil.which(name, path=_SANDBOX_PATH) for name in ROOT_TOOLS)]
         return list(dict.fromkeys(tool for tool in tools if tool))
 
