@@ -26,6 +26,9 @@ GRPO-n4 with their intervals, and the completions the best adaptive method needs
         --heldout_data benchmarks/results/finite/data/heldout_mix.jsonl \\
         --epochs 8 --prompts_per_step 20 --eval_every 25 --eval_samples 2 --learning_rate 1e-4 \\
         --seeds 0 1 2 3 4 --jobs 2
+
+`--task trace` runs the finite mode on the trace-arithmetic testbed instead (`trl_ada.tasks.trace_arithmetic`: the
+shipped trace model, its final-answer reward and completion length; sets built by `recipes/trace-arithmetic/`).
 """
 
 from __future__ import annotations
@@ -173,9 +176,56 @@ ADAPTIVE_METHODS = (
 )
 # Paired differences are taken against these, when they ran.
 PAIRED_REFERENCES = ("dapo", "grpo_n4")
+TASKS = ("arithmetic", "trace")
+"""`--task`: the one-shot arithmetic testbed (`trl_ada.tiny`) or the trace-arithmetic one (finite mode only)."""
 
 
-def make_config(method: str, seed: int, steps: int, lr: float, out: Path, prompts_per_step: int) -> Any:
+def task_parts(task: str) -> tuple[Any, Any, int]:
+    """A task's model loader, reward function and completion length in tokens."""
+    if task == "trace":
+        from trl_ada.tasks.trace_arithmetic import MAX_COMPLETION_LENGTH, final_answer_reward, load_tiny_trace_model
+
+        return load_tiny_trace_model, final_answer_reward, MAX_COMPLETION_LENGTH
+    from trl_ada.tasks.arithmetic import exact_match_reward
+    from trl_ada.tiny import load_tiny_arith_model
+
+    return load_tiny_arith_model, exact_match_reward, 8
+
+
+def heldout_pass_rates(
+    task: str, model: Any, tokenizer: Any, problems: Sequence[dict], *, num_samples: int, seed: int
+) -> dict[str, Any]:
+    """Held-out pass rate at temperature 1, overall and per ``level`` key, as `accuracy_by_level` returns it."""
+    from trl_ada.tasks.arithmetic import accuracy_by_level, sample_completions
+
+    if task == "arithmetic":
+        return accuracy_by_level(
+            model, tokenizer, problems, temperature=1.0, num_samples=num_samples, max_new_tokens=8, seed=seed
+        )
+    _, reward, max_new_tokens = task_parts(task)
+    texts = sample_completions(
+        model,
+        tokenizer,
+        [problem["prompt"] for problem in problems],
+        temperature=1.0,
+        num_samples=num_samples,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
+        keep_special_tokens=True,
+    )
+    rewards = reward(texts, [problem["answer"] for problem in problems for _ in range(num_samples)])
+    per_level: dict[Any, list[float]] = {}
+    for index, value in enumerate(rewards):
+        per_level.setdefault(problems[index // num_samples]["level"], []).append(value)
+    return {
+        "overall": sum(rewards) / len(rewards),
+        "per_level": {level: sum(values) / len(values) for level, values in sorted(per_level.items())},
+    }
+
+
+def make_config(
+    method: str, seed: int, steps: int, lr: float, out: Path, prompts_per_step: int, max_completion_length: int = 8
+) -> Any:
     """The `AdaGRPOConfig` of one run: the method's overrides on the settings every method shares."""
     from trl_ada import AdaGRPOConfig
 
@@ -183,7 +233,7 @@ def make_config(method: str, seed: int, steps: int, lr: float, out: Path, prompt
     return AdaGRPOConfig(
         output_dir=str(out / f"{method}-seed{seed}"),
         per_device_train_batch_size=prompts_per_step * overrides["num_generations"],
-        max_completion_length=8,
+        max_completion_length=max_completion_length,
         temperature=1.0,
         learning_rate=lr,
         lr_scheduler_type="constant",
@@ -533,6 +583,7 @@ def run_finite(
     eval_samples: int,
     prompts_per_step: int,
     completions_budget: int | None = None,
+    task: str = "arithmetic",
 ) -> dict:
     """One training run over a finite prompt set (called in a child process); returns its curve and final numbers.
 
@@ -545,12 +596,11 @@ def run_finite(
     from transformers import TrainerCallback
 
     from trl_ada import AdaGRPOTrainer
-    from trl_ada.tasks.arithmetic import accuracy_by_level, exact_match_reward
-    from trl_ada.tiny import load_tiny_arith_model
 
     torch.set_num_threads(1)
     label, _ = METHODS[method]
-    model, tokenizer = load_tiny_arith_model()
+    load_model, task_reward, max_completion_length = task_parts(task)
+    model, tokenizer = load_model()
     rows = load_rows(train_data)
     heldout_rows = load_rows(heldout_data)
     for path, table, needed in ((train_data, rows, ()), (heldout_data, heldout_rows, ("band",))):
@@ -573,7 +623,7 @@ def run_finite(
         )
     steps = budget_steps(completions_budget, steps, prompts_per_step)
     plan = EvaluationPlan(steps, eval_every, completions_budget)
-    config = make_config(method, seed, steps, lr, out, prompts_per_step)
+    config = make_config(method, seed, steps, lr, out, prompts_per_step, max_completion_length)
     # prompt and answer, plus level and band when every row has them (the reward ignores them; they ride along).
     keys = ["prompt", "answer", *(key for key in ("level", "band") if all(key in row for row in rows))]
     columns = {key: [row[key] for row in rows] for key in keys}
@@ -591,12 +641,10 @@ def run_finite(
             scored.append(0)
         visits[step].update(row_index)
         scored[step] += len(completions)
-        return exact_match_reward(completions, answer)
+        return task_reward(completions, answer)
 
     def evaluate(trainer_model: Any) -> tuple[float, dict[str, float]]:
-        result = accuracy_by_level(
-            trainer_model, tokenizer, heldout, temperature=1.0, num_samples=eval_samples, max_new_tokens=8, seed=seed
-        )
+        result = heldout_pass_rates(task, trainer_model, tokenizer, heldout, num_samples=eval_samples, seed=seed)
         return result["overall"], dict(result["per_level"])
 
     curve: list[dict] = []
@@ -1023,6 +1071,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heldout_size", type=int, default=600)
     parser.add_argument("--learning_rate", type=float, default=3e-5)
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one CPU thread each)")
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="arithmetic",
+        help="arithmetic: the one-shot tiny model; trace: the trace-arithmetic testbed (its model, final-answer "
+        "reward and completion length; needs --train_data, e.g. from recipes/trace-arithmetic/build_data.sh)",
+    )
     finite = parser.add_argument_group("finite mode (a fixed training set, visited for several epochs)")
     finite.add_argument("--train_data", type=Path, default=None, help="JSON-lines training set (prompt, answer, ...)")
     finite.add_argument("--heldout_data", type=Path, default=None, help="JSON-lines held-out set with a 'band' column")
@@ -1063,6 +1118,11 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--train_data needs --heldout_data (a held-out set with a 'band' column).")
     elif any(v is not None for v in (args.heldout_data, args.epochs, args.prompts_per_step, args.eval_samples)):
         parser.error("--heldout_data, --epochs, --prompts_per_step and --eval_samples need --train_data.")
+    elif args.task != "arithmetic":
+        parser.error(
+            f"--task {args.task} runs on a fixed prompt set: give --train_data and --heldout_data (e.g. built by "
+            "recipes/trace-arithmetic/build_data.sh)."
+        )
     if args.out is None:
         args.out = (
             Path("benchmarks/results/finite") / args.train_data.stem
@@ -1083,6 +1143,8 @@ def main(argv: list[str] | None = None) -> int:
     settings: dict[str, Any] = {"steps": steps, "eval_every": args.eval_every, "learning_rate": args.learning_rate}
     if args.completions_budget is not None:
         settings["completions_budget"] = args.completions_budget
+    if args.task != "arithmetic":  # absent for the default, so runs recorded before --task existed still match
+        settings["task"] = args.task
 
     if is_finite:
         settings |= {
@@ -1110,6 +1172,7 @@ def main(argv: list[str] | None = None) -> int:
                     eval_samples=eval_samples,
                     prompts_per_step=prompts_per_step,
                     completions_budget=args.completions_budget,
+                    task=args.task,
                 )
             else:
                 result = run_one(
@@ -1150,6 +1213,8 @@ def main(argv: list[str] | None = None) -> int:
         str(args.heldout_size),
         "--learning_rate",
         str(args.learning_rate),
+        "--task",
+        args.task,
     ]
     for spec in args.method_config:
         common += ["--method_config", spec]
@@ -1419,6 +1484,8 @@ def report_finite(
         "seeds": args.seeds,
         "methods": args.methods,
     }
+    if args.task != "arithmetic":
+        summary["settings"]["task"] = args.task
     summary["failed_runs"] = failed
     # Not strict JSON for never-reached targets (inf), like the stream summary: Python's json reads it back.
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -335,3 +337,123 @@ def test_grpo_smoke_on_the_shipped_trace_model(tmp_path):
     assert all(math.isfinite(entry["loss"]) for entry in logs)
     # The warm-started model solves some of its prompts and fails others: rewards carry signal.
     assert 0.0 < sum(entry["reward"] for entry in logs) / len(logs) < 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The prompt sets of recipes/trace-arithmetic/build_data.sh (committed) and the benchmark's --task trace
+# ---------------------------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE_DATA = ROOT / "benchmarks" / "results" / "trace-arithmetic" / "data"
+RECIPE = ROOT / "recipes" / "trace-arithmetic" / "build_data.sh"
+PAPER_MIX = {"[0, 0]": 984, "(0, 0.2]": 3082, "(0.2, 0.5]": 870, "(0.5, 1]": 63}
+"""The paper's training mix (prompts per pass-rate band), which the recipe's mix sets are scaled from."""
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    with open(path) as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _band(label: str):
+    """The `PassRateBand` a ``band`` label such as ``"(0, 0.375]"`` names."""
+    from trl_ada.reporting.metrics import PassRateBand
+
+    match = re.fullmatch(r"([\[(])([0-9.]+), ([0-9.]+)([\])])", label)
+    assert match is not None, label
+    opening, low, high, closing = match.groups()
+    return PassRateBand.from_ends(float(low), float(high), ends=opening + closing)
+
+
+@pytest.mark.parametrize("name", ["paper", "mix"])
+def test_prompt_sets_split_and_bands(name):
+    train = _read_jsonl(TRACE_DATA / f"train_{name}.jsonl")
+    heldout = _read_jsonl(TRACE_DATA / f"heldout_{name}.jsonl")
+    assert train and heldout
+    train_prompts = [row["prompt"] for row in train]
+    heldout_prompts = [row["prompt"] for row in heldout]
+    assert len(set(train_prompts)) == len(train) and len(set(heldout_prompts)) == len(heldout)
+    # Never a shared problem: each set comes from its own split of the task.
+    assert set(train_prompts).isdisjoint(heldout_prompts)
+    assert not any(is_held_out(prompt) for prompt in train_prompts)
+    assert all(is_held_out(prompt) for prompt in heldout_prompts)
+    for row in [*train, *heldout]:
+        a, op, b = parse_prompt(row["prompt"])
+        assert row["answer"] == str(a + b if op == "+" else a * b)
+        assert row["pass_rate"] == row["num_correct"] / 16
+        # Every prompt lies in the band it claims.
+        assert _band(row["band"]).contains(row["num_correct"], 16), row
+    for rows in (train, heldout):
+        counts = Counter(row["band"] for row in rows)
+        if name == "paper":  # the paper's filter, solved at least once and at most 6 of 16, read in three bands
+            assert set(counts) <= {"(0, 0.125]", "(0.125, 0.25]", "(0.25, 0.375]"} and len(counts) > 1
+            assert all(1 <= row["num_correct"] <= 6 for row in rows)
+        else:  # the paper's mix, unsolved prompts included, scaled by largest remainder
+            weights = sum(PAPER_MIX.values())
+            assert all(abs(counts[band] - len(rows) * w / weights) < 1 for band, w in PAPER_MIX.items())
+            assert counts["[0, 0]"] > 0
+
+
+def test_recipe_reward_resolves_to_the_trace_tasks_reward():
+    from trl_ada.rewards.registry import get_reward_funcs
+
+    names = re.findall(r"--reward (\S+)", RECIPE.read_text())
+    assert names
+    assert all(get_reward_funcs([name]) == [final_answer_reward] for name in names)
+    # The sets record the same reward and the task's completion length in their build reports.
+    report = json.loads((TRACE_DATA / "train_scored.report.json").read_text())
+    assert get_reward_funcs([report["reward"]]) == [final_answer_reward]
+    assert report["settings"]["max_new_tokens"] == MAX_COMPLETION_LENGTH
+
+
+@pytest.fixture(scope="module")
+def bench():
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_learning_trace", ROOT / "scripts" / "benchmark_learning.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_trace_task_needs_a_finite_set(bench, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--task", "trace", "--methods", "grpo_n4", "--out", "unused"])
+    assert "--train_data" in capsys.readouterr().err
+
+
+def test_benchmark_trace_run_trains_and_evaluates_on_traces(bench, tmp_path):
+    import torch
+
+    scored = sorted(_read_jsonl(TRACE_DATA / "heldout_scored.jsonl"), key=lambda row: -row["pass_rate"])
+    heldout = [{**row, "band": "easy"} for row in scored[:6]]
+    train = _read_jsonl(TRACE_DATA / "train_paper.jsonl")[:8]
+    for path, rows in (("train.jsonl", train), ("heldout.jsonl", heldout)):
+        (tmp_path / path).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    threads = torch.get_num_threads()
+    try:
+        result = bench.run_finite(
+            "grpo_n4",
+            0,
+            1,
+            1,
+            1e-4,
+            tmp_path,
+            train_data=tmp_path / "train.jsonl",
+            heldout_data=tmp_path / "heldout.jsonl",
+            eval_samples=2,
+            prompts_per_step=4,
+            task="trace",
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert [point["step"] for point in result["curve"]] == [0, 1]
+    # The held-out is scored on the final answer after the trace: the model's easiest prompts are mostly solved
+    # (the one-shot task's exact match would score every trace 0).
+    assert result["start_heldout"] > 0.5
+    assert set(result["curve"][-1]["bands"]) == {"easy"}
+    assert result["completions_per_step"] == [16]
