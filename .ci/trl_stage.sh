@@ -42,6 +42,7 @@ TESTS=(
     tests/test_card.py
     tests/test_trl_seam.py
     tests/test_trl_touchpoints.py
+    tests/test_trl_async_touchpoints.py
     tests/test_weight_sync.py
     tests/test_rollout_func.py
     tests/test_environments.py
@@ -66,7 +67,8 @@ TESTS=(
 # and tool-loop files (about a third of the whole list's time), which run at 1.16 in the main suite.
 SEAM_TESTS=(
     tests/test_trainer.py tests/test_trainer_est_dapo.py tests/test_trl_drop_in.py tests/test_trl_seam.py
-    tests/test_trl_touchpoints.py tests/test_weight_sync.py tests/test_rollout_func.py tests/test_async_rollout.py
+    tests/test_trl_touchpoints.py tests/test_trl_async_touchpoints.py tests/test_weight_sync.py
+    tests/test_rollout_func.py tests/test_async_rollout.py
     tests/test_async_trainer.py tests/test_async_injection.py tests/test_tree_attention.py "${TESTS[@]: -3}"
 )
 case "${TRL_STAGE_SCOPE:-all}" in

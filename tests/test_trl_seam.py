@@ -118,28 +118,6 @@ def test_the_fallback_is_installed_on_trl_1_15_only():
     assert installed == (trl.__version__.startswith("1.15.")), trl.__version__
 
 
-ASYNC_TOUCHPOINTS = re.compile(r"^# The asynchronous trainer .*?^ASYNC_PINNED_SOURCES", flags=re.MULTILINE | re.DOTALL)
-TRL_ASYNC_PRIVATE = re.compile(r"(?:\bdef |self\.)(_[a-z][a-z0-9_]*)")
-
-
-def test_every_private_name_of_trls_async_trainer_we_touch_is_in_the_seams_table():
-    # trl_ada.async_grpo rides on TRL's worker through private names (`_score_group`, `_process`, ...): each one must
-    # be a row of trl_seam's touchpoint table, so a new TRL release is checked against all of them.
-    async_grpo = pytest.importorskip("trl.experimental.async_grpo")
-    trl_private = set()
-    for path in Path(async_grpo.__file__).parent.glob("*.py"):
-        trl_private |= set(TRL_ASYNC_PRIVATE.findall(path.read_text()))
-    table = ASYNC_TOUCHPOINTS.search((PACKAGE / "trl_seam.py").read_text()).group(0)
-    untabled = []
-    for path in sorted((PACKAGE / "async_grpo").glob("*.py")):
-        source = path.read_text()
-        ours = set(re.findall(r"\bdef (_[a-z][a-z0-9_]*)", source)) - set(re.findall(r"super\(\)\.(_\w+)", source))
-        for name in sorted(set(re.findall(r"(?:self|super\(\)|worker|loop)\.(_[a-z][a-z0-9_]*)", source))):
-            if name in trl_private and name not in ours and not re.search(rf"\b{name}\b", table):
-                untabled.append(f"{path.name}: {name}")
-    assert not untabled, f"TRL private names used by trl_ada.async_grpo but not in trl_seam's table: {untabled}"
-
-
 def test_an_error_broadcast_to_the_processes_waiting_for_a_batch_is_raised_where_it_is_received():
     # What `fail_the_processes_waiting_for_a_batch` sends: each receiving process unpickles it, which raises a copy
     # (type, message, attributes) there. tests/test_async_multiprocess.py runs it on two processes.

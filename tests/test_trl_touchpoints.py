@@ -5,7 +5,7 @@ Every private name, signature and inline behaviour of TRL that `AdaGRPOTrainer` 
 on is a row of [`TOUCHPOINTS`]: what it is, what trl-ada relies on, and a check against the installed TRL, so that an
 upstream change fails `test_trl_still_has[<touchpoint>]` instead of training silently wrong. The rows were checked
 against TRL 1.14.2, 1.15.0 and 1.16.0 (installed sources diffed method by method; each release runs this file on CI).
-The asynchronous trainer's touchpoints are the table at the end of `trl_seam.py` (`tests/test_trl_seam.py`).
+The asynchronous trainer's touchpoints are `ASYNC_TOUCHPOINTS` in `tests/test_trl_async_touchpoints.py`.
 """
 
 from __future__ import annotations
@@ -408,7 +408,8 @@ TRL_ACCESS = re.compile(r"\b(?:trainer|self|generation|client|super\(\))\.(_[a-z
 
 def test_every_private_trl_name_the_synchronous_trainer_touches_is_a_touchpoint():
     # A private name of TRL's GRPOTrainer or vLLM classes that the trainer, its schedules, its generation helpers or
-    # the seam reads, calls or overrides must be checked above; the asynchronous trainer's are in the seam's own table.
+    # the seam reads, calls or overrides must be checked above; the asynchronous trainer's are in
+    # tests/test_trl_async_touchpoints.py.
     trl_private = set()
     for owner in (GRPOTrainer, VLLMGeneration, VLLMClient, transformers.Trainer):
         trl_private |= set(re.findall(r"(?:\bdef |self\.)(_[a-z][a-z0-9_]*)", _class_sources(owner)))

@@ -7,7 +7,8 @@ with a message that says what to do (set `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` to tr
 
 What the synchronous trainer relies on, touchpoint by touchpoint, is `TOUCHPOINTS` in `tests/test_trl_touchpoints.py`,
 each row checked against the installed TRL by a test named after it (rows checked against TRL 1.14.2, 1.15.0 and
-1.16.0). The asynchronous trainer's touchpoints are the table at the end of this module.
+1.16.0). The asynchronous trainer's are `ASYNC_TOUCHPOINTS` in `tests/test_trl_async_touchpoints.py`, checked the same
+way.
 """
 
 from __future__ import annotations
@@ -442,32 +443,7 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The asynchronous trainer (`trl.experimental.async_grpo`): touchpoints of `trl_ada.async_grpo`
-# ---------------------------------------------------------------------------------------------------------------------
-#
-# Checked against TRL 1.14.2, 1.15.0 and 1.16.0 (the installed wheels' sources):
-#
-# | touchpoint | kind | what trl-ada relies on |
-# |---|---|---|
-# | `_AsyncRolloutLoop._repeat_iterator()` | override (pinned) | yields `(group_id, row)`, each row `num_generations` times under one id, cycling the dataset; the same source in the three releases |
-# | `_AsyncRolloutLoop._generate_loop` | relied on (pinned) | takes one `next(work_iter)` per free slot, creates a `RolloutGroup` per new group id with the current `model_version` and `reward_kwargs` of `num_generations` copies of the row's columns, and queues the group on `_groups_to_score` once `pending_completed[group_id] == self.num_generations` (read at every completion) |
-# | `_AsyncRolloutLoop._score_group(group)` | call | returns one `RolloutSample` per training sequence, conversation by conversation (`completions_sequences`), each with `metrics["reward"]` (TRL's reward aggregation; NaN when unscorable); advantages and `group_id` are attributes we overwrite |
-# | `_AsyncRolloutLoop._groups_to_score`, `_push_metrics(dict)` | attribute, call | the asyncio queue of closed groups (`None` ends the score loop); metrics reach the trainer's log |
-# | `RolloutGroup` | dataclass | per-conversation lists, `reward_kwargs` (dict of per-conversation lists), `model_version`, `group_id`, `queued_at` |
-# | `_AsyncRolloutLoop._loop`, `run()` | attribute, override (wraps) | `run()` creates the loop's asyncio event loop as `_loop` (`asyncio.new_event_loop()`), runs it until the stop event and closes it; `AdaRolloutLoop.run` starts a watcher thread before calling it, which hands the trainer's sampler-state requests to that loop with `_loop.call_soon_threadsafe` until `_loop.is_closed()` (the same code in the three releases) |
-# | `AsyncRolloutWorker`, `_loop_cls` | class | forwards its keyword arguments to `_loop_cls(**kwargs)` in the spawned child |
-# | `AsyncRolloutWorker.start`, `stop`, `check_health`, `_process`, `_failed_event`, `_exception_info_queue`, `_stop_event_mp` | call, attribute | `start` pickles the loop arguments and spawns the child (`_process`); `stop` sets `_stop_event_mp` (an mp Event, whose `set()` waits for the child's watcher: `AdaAsyncRolloutWorker.stop` reaps a dead child instead); `check_health` raises once `_failed_event` is set (the child's exception chained: the child puts it on `_exception_info_queue`, an mp Queue of one item, before setting the event, and the check reads it with `get_nowait`; `RobustAsyncRolloutWorker.check_health` waits for it to arrive) or the heartbeat is stale |
-# | `AsyncRolloutWorker._loop_kwargs` | attribute | the keyword arguments the child's loop is built from, pickled at `start`; a resume puts the checkpoint's sampler state into `ada_sampling` there before the worker starts (TRL's own resume sets `dataset_start_index` the same way) |
-# | `AsyncGRPOTrainer._save_checkpoint(model, trial)` | override (wraps) | ours writes the model card, then TRL's saves the checkpoint and the rollout position |
-# | `AsyncGRPOTrainer._trained_groups` | attribute | the set of row ids (samples' `group_id`) the collator trained; TRL's `_save_checkpoint` resumes at `dataset_start_index` + the smallest id not in it, and its epoch stop and `batch/groups_per_step` read its size; `rows_trained_for_the_position` swaps in its union with the rows the worker dropped for the save only, then restores the same set object (the collator holds it) |
-# | `_AsyncRolloutLoop._retry(coro_factory, *, label, max_attempts)` | override (wraps) | every vLLM request goes through it; a failure TRL does not list as retryable ends the loop |
-# | `_AsyncRolloutLoop.reward_funcs`, `reward_func_names`, `vllm_server_url`, `request_timeout` | attributes | what the loop scores with and where it sends requests |
-# | `AsyncGRPOTrainer._sync_weight()`, `vllm_client`, `weight_transfer` | override (wraps), attributes | called at train begin and every `weight_sync_steps` on every process; only the main process calls the server, through `vllm_client` (LoRA: `pause`, `load_lora_adapter`, `resume`, `unload_lora_adapter`) or `weight_transfer` (`pause`, `send_weights(iterator)`, `resume`), between `accelerator.wait_for_everyone()` barriers; ours watches those calls (`WEIGHT_SYNC_CALLS`) and raises a lost server on every process after TRL's sync |
-# | `AsyncGRPOTrainer.get_train_dataloader()`, accelerate's `DataLoaderDispatcher` | override (wraps), behaviour | TRL's dataset is the main process's rollout queue (the others get an empty one) and accelerate dispatches each batch from it (`DataLoaderDispatcher`, checked by `batches_are_dispatched`); the dispatcher fetches a batch ahead, so while the main process waits for samples (where TRL calls `rollout_worker.check_health` every 5 s without one) every other process waits in the `broadcast_object_list` of `_fetch_batches`' `DISPATCHED_BATCH_INFO_ITEMS` objects (`[structure, stop]`, accelerate 1.x), which `fail_the_processes_waiting_for_a_batch` answers |
-# | `async_grpo_trainer.AsyncRolloutWorker(...)` | module name | what `AsyncGRPOTrainer.__init__` instantiates (rank 0) when no `rollout_worker` is given |
-# | `async_grpo_trainer.get_peak_flops_per_device(accelerator, dtype)` | module function, 1.15 and 1.16 | called in `__init__`; calls `torch.cuda.get_device_name` even off CUDA, so `trl_ada.async_grpo.trainer.peak_flops_unknown_off_cuda` swaps it for the duration of `__init__` (`None` off CUDA, as TRL returns for an unknown peak) and restores it; `install_peak_flops_fallback` wraps it for good, for scripts that build TRL's own trainer on CPU |
-# | `packing.tree_attention`, `packing.register_tree_attention()` | module variable, 1.16 only | `register_tree_attention` (called by `AsyncGRPOTrainer.__init__`) registers whatever `packing.tree_attention` names under `"tree_fa3"`; without the GPU kernel, `trl_ada/async_grpo/tree_attention.py` registers a plain-torch version under that name after `__init__` (TRL's module is left as it is) |
+# The asynchronous trainer's TRL touchpoints, from here on: `ASYNC_TOUCHPOINTS` in tests/test_trl_async_touchpoints.py.
 
 WEIGHT_SYNC_CALLS = ("pause", "send_weights", "resume", "load_lora_adapter", "unload_lora_adapter")
 """What the main process calls on the server (TRL's `vllm_client` or `weight_transfer`) during `_sync_weight`."""
