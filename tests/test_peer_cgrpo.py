@@ -164,3 +164,12 @@ def test_run_json_is_read_by_the_tournament_report(runner):
     assert row["useful_share"] == pytest.approx(4 / 12) and row["trained_share"] == pytest.approx(4 / 12)
     assert row["minus_reference"]["mean"] == pytest.approx(0.0)
     assert "trl-cgrpo" in report.tournament_table(summary)
+
+
+def test_stream_calibration_prompts_never_come_back_in_training(runner):
+    stream = [{"prompt": p, "answer": "0"} for p in ["a", "b", "a", "c", "b", "d", "e", "c"]]
+    train, calibration = runner.split_stream_calibration(stream, 2)
+    assert [r["prompt"] for r in calibration] == ["a", "b"]
+    assert [r["prompt"] for r in train] == ["c", "d", "e", "c"]
+    with pytest.raises(ValueError, match="--calibration_size 9"):
+        runner.split_stream_calibration(stream, 9)

@@ -1,6 +1,6 @@
 """
-The peer package trl-cgrpo (C-GRPO, `CGRPOTrainer`) trained on the finite arithmetic testbeds exactly as
-`scripts/benchmark_learning.py` trains one method there, stopped at the same completions budget.
+The peer package trl-cgrpo (C-GRPO, `CGRPOTrainer`) trained on the arithmetic testbeds (the finite sets and the stream)
+exactly as `scripts/benchmark_learning.py` trains one method there, stopped at the same completions budget.
 
 Run it in its own virtualenv (trl-cgrpo 0.2.0 needs TRL < 1.15; `bash benchmarks/peer/setup_cgrpo_venv.sh`):
 
@@ -9,6 +9,13 @@ Run it in its own virtualenv (trl-cgrpo 0.2.0 needs TRL < 1.15; `bash benchmarks
         --heldout_data benchmarks/results/finite/data/heldout_hard.jsonl --epochs 10 \\
         --prompts_per_step 20 --eval_every 25 --eval_samples 2 --learning_rate 1e-4 \\
         --completions_budget 58216 --seeds 0 1 2 3 4
+
+Without `--train_data` it trains on the problem stream of `benchmark_learning.py`'s default mode instead (its 16
+prompts per step, `--heldout_size` held-out problems at one sample each), writing `run_one`'s keys:
+
+    .venv-cgrpo/bin/python benchmarks/peer/cgrpo_learning.py --out benchmarks/results/peer-cgrpo/stream \\
+        --steps 300 --eval_every 25 --heldout_size 600 --learning_rate 1e-4 --completions_budget 78891 \\
+        --seeds 0 1 2 3 4
 
 What is shared with `benchmark_learning.py`'s finite mode (its functions are imported, not copied): the shipped tiny
 model (`task_parts`), the JSON-lines sets (`load_rows`), the prompts per step, the learning rate and every other
@@ -28,7 +35,8 @@ What C-GRPO needs here and how it is given:
   stripped), the same the exact-match reward compares to the answer.
 - **A calibration set.** Its thresholds are fitted on held-out prompts, which its README requires to be disjoint
   from the training set; they are taken out of the *training* set (`--calibration_size` prompts, 50 by default,
-  drawn with the run's seed), never from the evaluation set, so C-GRPO trains on that many fewer prompts.
+  drawn with the run's seed), never from the evaluation set, so C-GRPO trains on that many fewer prompts. On the
+  stream, they are its first 50 distinct prompts, and every later draw of one of them is dropped from training.
 - **Its budgets.** The package defaults: `budget_grid` 2, 4, 8, 16, 32 (the group width, so a step holds
   `prompts_per_step * 32` rows, the unused ones padded and masked), `recalibrate_every` 50 steps, the whole
   calibration set at every calibration, `delta` chosen from the policy's solve rate, APS score.
@@ -50,7 +58,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -246,23 +254,42 @@ def run_record(
     }
 
 
-def run_cgrpo(
+def split_stream_calibration(rows: Sequence[dict], size: int) -> tuple[list[dict], list[dict]]:
+    """
+    A problem stream without its first `size` distinct prompts, and those prompts (the calibration set). The stream
+    draws with replacement, so every later row with a calibration prompt is dropped too: C-GRPO never trains on one.
+    """
+    calibration: dict[str, dict] = {}
+    for row in rows:
+        if len(calibration) == size:
+            break
+        calibration.setdefault(row["prompt"], row)
+    if len(calibration) < size or size < 1:
+        raise ValueError(f"--calibration_size {size}: give between 1 and the stream's distinct prompts.")
+    train = [row for row in rows if row["prompt"] not in calibration]
+    return train, list(calibration.values())
+
+
+def train_cgrpo(
+    *,
     seed: int,
     steps: int,
     eval_every: int,
     lr: float,
     out: Path,
-    *,
-    train_data: Path,
-    heldout_data: Path,
-    eval_samples: int,
+    rows: list[dict],
+    calibration_rows: list[dict],
     prompts_per_step: int,
     completions_budget: int | None,
-    calibration_size: int,
     budget_grid: Sequence[int],
     recalibrate_every: int,
+    evaluate: Callable[[Any, Any], dict[str, Any]],
 ) -> dict[str, Any]:
-    """One C-GRPO run over a finite prompt set; returns its JSON record."""
+    """
+    One C-GRPO run of at most `steps` optimizer steps on `rows` (dicts with prompt and answer), stopped at the
+    completions budget; `evaluate(model, tokenizer)` gives a curve point's held-out fields. Returns the curve (held-out,
+    completions and training seconds per point), the completion ledger, the visits and C-GRPO's own logs.
+    """
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -274,12 +301,6 @@ def run_cgrpo(
     torch.set_num_threads(1)
     load_model, task_reward, max_completion_length = bl.task_parts("arithmetic")
     model, tokenizer = load_model()
-    all_rows = bl.load_rows(train_data)
-    heldout_rows = bl.load_rows(heldout_data)
-    heldout = [{"prompt": row["prompt"], "answer": row["answer"], "level": row["band"]} for row in heldout_rows]
-    rows, calibration_rows = split_calibration(all_rows, calibration_size, seed)
-    per_epoch = bl.steps_per_epoch(len(rows), prompts_per_step)
-    steps = bl.budget_steps(completions_budget, steps, prompts_per_step)
     plan = bl.EvaluationPlan(steps, eval_every, completions_budget)
     # make_config's fields, less AdaGRPOConfig's own (the sampler's); the group width is C-GRPO's largest budget.
     width = max(budget_grid)
@@ -303,9 +324,8 @@ def run_cgrpo(
         recalibrate_every=recalibrate_every,
     )
     keys = ["prompt", "answer", *(key for key in ("level", "band") if all(key in row for row in rows))]
-    dataset = Dataset.from_dict(
-        {**{key: [row[key] for row in rows] for key in keys}, "row_index": list(range(len(rows)))}
-    )
+    columns = {key: [row[key] for row in rows] for key in keys}
+    dataset = Dataset.from_dict({**columns, "row_index": list(range(len(rows)))})
     calibration = Dataset.from_dict({key: [row[key] for row in calibration_rows] for key in ("prompt", "answer")})
     ledger = CompletionLedger()
     visits: list[set[int]] = []
@@ -323,14 +343,9 @@ def run_cgrpo(
         completion_ledger = ledger
 
     def point(step: int, trainer_model: Any) -> dict:
-        result = bl.heldout_pass_rates(
-            "arithmetic", trainer_model, tokenizer, heldout, num_samples=eval_samples, seed=seed
-        )
         return {
             "step": step,
-            "epoch": step / per_epoch,
-            "heldout": result["overall"],
-            "bands": dict(result["per_level"]),
+            **evaluate(trainer_model, tokenizer),
             "samples": float(ledger.completions_before(step)),
             "train_seconds": 0.0,
         }
@@ -372,40 +387,164 @@ def run_cgrpo(
             e["cgrpo/calibration_solve_rate"] for e in logged if "cgrpo/calibration_solve_rate" in e
         ],
         "qhat": {k: [e[f"cgrpo/qhat_{k}"] for e in logged if f"cgrpo/qhat_{k}" in e] for k in budget_grid},
-        "calibration_steps": [step for step, rows in enumerate(ledger.calibration) if rows],
+        "calibration_steps": [step for step, count in enumerate(ledger.calibration) if count],
     }
+    return {
+        "curve": [start, *curve],
+        "ledger": ledger,
+        "step_seconds": [e["step_time"] for e in entries],
+        "visits": [sorted(v) for v in visits],
+        "run_seconds": run_seconds,
+        "steps_run": trainer.state.global_step,
+        "extra": extra,
+    }
+
+
+def run_cgrpo(
+    seed: int,
+    steps: int,
+    eval_every: int,
+    lr: float,
+    out: Path,
+    *,
+    train_data: Path,
+    heldout_data: Path,
+    eval_samples: int,
+    prompts_per_step: int,
+    completions_budget: int | None,
+    calibration_size: int,
+    budget_grid: Sequence[int],
+    recalibrate_every: int,
+) -> dict[str, Any]:
+    """One C-GRPO run over a finite prompt set (`benchmark_learning.run_finite`'s testbed); returns its JSON record."""
+    bl = load_benchmark_learning()
+    heldout_rows = bl.load_rows(heldout_data)
+    heldout = [{"prompt": row["prompt"], "answer": row["answer"], "level": row["band"]} for row in heldout_rows]
+    rows, calibration_rows = split_calibration(bl.load_rows(train_data), calibration_size, seed)
+    per_epoch = bl.steps_per_epoch(len(rows), prompts_per_step)
+    steps = bl.budget_steps(completions_budget, steps, prompts_per_step)
+
+    def evaluate(trainer_model: Any, tokenizer: Any) -> dict[str, Any]:
+        result = bl.heldout_pass_rates(
+            "arithmetic", trainer_model, tokenizer, heldout, num_samples=eval_samples, seed=seed
+        )
+        return {"epoch": 0.0, "heldout": result["overall"], "bands": dict(result["per_level"])}  # epoch set below
+
+    run = train_cgrpo(
+        seed=seed,
+        steps=steps,
+        eval_every=eval_every,
+        lr=lr,
+        out=out,
+        rows=rows,
+        calibration_rows=calibration_rows,
+        prompts_per_step=prompts_per_step,
+        completions_budget=completions_budget,
+        budget_grid=budget_grid,
+        recalibrate_every=recalibrate_every,
+        evaluate=evaluate,
+    )
+    for entry in run["curve"]:
+        entry["epoch"] = entry["step"] / per_epoch
     return run_record(
         seed=seed,
-        curve=[start, *curve],
-        ledger=ledger,
-        step_seconds=[e["step_time"] for e in entries],
+        curve=run["curve"],
+        ledger=run["ledger"],
+        step_seconds=run["step_seconds"],
         train_size=len(rows),
         heldout_size=len(heldout),
         prompts_per_step=prompts_per_step,
         per_epoch=per_epoch,
-        epoch_visits=bl.epoch_visits([sorted(v) for v in visits], per_epoch),
-        visits=[sorted(v) for v in visits],
-        run_seconds=run_seconds,
-        extra=extra,
+        epoch_visits=bl.epoch_visits(run["visits"], per_epoch),
+        visits=run["visits"],
+        run_seconds=run["run_seconds"],
+        extra=run["extra"],
     )
 
 
+def run_stream(
+    seed: int,
+    steps: int,
+    eval_every: int,
+    heldout_size: int,
+    lr: float,
+    out: Path,
+    *,
+    completions_budget: int | None,
+    calibration_size: int,
+    budget_grid: Sequence[int],
+    recalibrate_every: int,
+) -> dict[str, Any]:
+    """One C-GRPO run on the problem stream (`benchmark_learning.run_one`'s testbed: its stream, held-out problems,
+    evaluation and prompts per step); returns its JSON record in `run_one`'s shape."""
+    from trl_ada.tasks.arithmetic import accuracy_by_level, held_out_problems, make_problems
+
+    bl = load_benchmark_learning()
+    prompts_per_step = bl.PROMPTS_PER_STEP
+    heldout = held_out_problems(heldout_size, seed=1234)
+    steps = bl.budget_steps(completions_budget, steps, prompts_per_step)
+    stream = make_problems(max(steps * prompts_per_step * 2, 4000), seed=seed)
+    rows, calibration_rows = split_stream_calibration(stream, calibration_size)
+
+    def evaluate(trainer_model: Any, tokenizer: Any) -> dict[str, Any]:
+        result = accuracy_by_level(
+            trainer_model, tokenizer, heldout, temperature=1.0, num_samples=1, max_new_tokens=8, seed=seed
+        )
+        return {"heldout": result["overall"]}
+
+    run = train_cgrpo(
+        seed=seed,
+        steps=steps,
+        eval_every=eval_every,
+        lr=lr,
+        out=out,
+        rows=rows,
+        calibration_rows=calibration_rows,
+        prompts_per_step=prompts_per_step,
+        completions_budget=completions_budget,
+        budget_grid=budget_grid,
+        recalibrate_every=recalibrate_every,
+        evaluate=evaluate,
+    )
+    ledger = run["ledger"]
+    return {
+        "method": METHOD,
+        "label": LABEL,
+        "seed": seed,
+        "start_heldout": run["curve"][0]["heldout"],
+        "curve": run["curve"],
+        "median_step_seconds": statistics.median(run["step_seconds"]) if run["step_seconds"] else math.nan,
+        "train_pass_rate": [],
+        "draws": ledger.draws(),
+        "gate_passed_over": None,
+        "completions": sum(ledger.generated),
+        "calibration_completions": sum(ledger.calibration),
+        "completions_per_step": list(ledger.generated),
+        "steps_run": run["steps_run"],
+        "cgrpo": run["extra"],
+    }
+
+
 def run_settings(args: argparse.Namespace, steps: int) -> dict[str, Any]:
-    """What a run depends on: `benchmark_learning`'s finite settings, plus the peer's own under `peer`."""
+    """What a run depends on: the settings `benchmark_learning.py` records for the same testbed (finite or stream),
+    plus the peer's own under `peer`."""
     settings: dict[str, Any] = {"steps": steps, "eval_every": args.eval_every, "learning_rate": args.learning_rate}
     if args.completions_budget is not None:
         settings["completions_budget"] = args.completions_budget
-    settings |= {
-        "train_data": str(args.train_data),
-        "heldout_data": str(args.heldout_data),
-        "prompts_per_step": args.prompts_per_step,
-        "eval_samples": args.eval_samples,
-        "peer": {
-            "package": PEER_PACKAGE,
-            "budget_grid": list(args.budget_grid),
-            "calibration_size": args.calibration_size,
-            "recalibrate_every": args.recalibrate_every,
-        },
+    if args.train_data is None:
+        settings["heldout_size"] = args.heldout_size
+    else:
+        settings |= {
+            "train_data": str(args.train_data),
+            "heldout_data": str(args.heldout_data),
+            "prompts_per_step": args.prompts_per_step,
+            "eval_samples": args.eval_samples,
+        }
+    settings["peer"] = {
+        "package": PEER_PACKAGE,
+        "budget_grid": list(args.budget_grid),
+        "calibration_size": args.calibration_size,
+        "recalibrate_every": args.recalibrate_every,
     }
     return settings
 
@@ -436,13 +575,16 @@ def report(out: Path, runs: list[dict], reference_runs: Path, settings: dict[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.strip().split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="results folder (runs in OUT/runs)")
-    parser.add_argument("--train_data", type=Path, required=True)
-    parser.add_argument("--heldout_data", type=Path, required=True)
+    parser.add_argument(
+        "--train_data", type=Path, default=None, help="JSON-lines training set (finite mode; without it: the stream)"
+    )
+    parser.add_argument("--heldout_data", type=Path, default=None, help="JSON-lines held-out set with a 'band' column")
     parser.add_argument("--epochs", type=int, default=None, help="passes over --train_data (instead of --steps)")
     parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--prompts_per_step", type=int, default=16)
+    parser.add_argument("--prompts_per_step", type=int, default=16, help="finite mode (the stream's is 16)")
     parser.add_argument("--eval_every", type=int, default=25)
-    parser.add_argument("--eval_samples", type=int, default=1)
+    parser.add_argument("--eval_samples", type=int, default=1, help="finite mode (the stream's is 1)")
+    parser.add_argument("--heldout_size", type=int, default=600, help="the stream's held-out problems")
     parser.add_argument("--learning_rate", type=float, default=3e-5)
     parser.add_argument("--completions_budget", type=int, default=None)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -462,13 +604,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     if args.report_with is not None and args.completions_budget is None:
         parser.error("--report_with compares at equal completions: give --completions_budget.")
+    if (args.train_data is None) != (args.heldout_data is None):
+        parser.error("--train_data and --heldout_data go together (finite mode); give neither for the stream.")
+    if args.train_data is None and args.epochs is not None:
+        parser.error("--epochs needs --train_data; the stream runs --steps.")
     bl = load_benchmark_learning()
-    rows = bl.load_rows(args.train_data)
     steps = args.steps
-    if args.epochs is not None:
-        # As benchmark_learning.py counts them: epochs of the whole training set, before the calibration split.
-        steps = args.epochs * bl.steps_per_epoch(len(rows), args.prompts_per_step)
-    split_calibration(rows, args.calibration_size, 0)  # bad sizes fail here, before any model is loaded
+    if args.train_data is not None:
+        rows = bl.load_rows(args.train_data)
+        if args.epochs is not None:
+            # As benchmark_learning.py counts them: epochs of the whole training set, before the calibration split.
+            steps = args.epochs * bl.steps_per_epoch(len(rows), args.prompts_per_step)
+        split_calibration(rows, args.calibration_size, 0)  # bad sizes fail here, before any model is loaded
+    elif args.calibration_size < 1:
+        parser.error(f"--calibration_size {args.calibration_size}: give at least 1.")
     settings = run_settings(args, steps)
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -482,21 +631,35 @@ def main(argv: list[str] | None = None) -> int:
             continue
         started = time.time()
         with tempfile.TemporaryDirectory() as scratch:
-            result = run_cgrpo(
-                seed,
-                steps,
-                args.eval_every,
-                args.learning_rate,
-                Path(scratch),
-                train_data=args.train_data,
-                heldout_data=args.heldout_data,
-                eval_samples=args.eval_samples,
-                prompts_per_step=args.prompts_per_step,
-                completions_budget=args.completions_budget,
-                calibration_size=args.calibration_size,
-                budget_grid=args.budget_grid,
-                recalibrate_every=args.recalibrate_every,
-            )
+            if args.train_data is None:
+                result = run_stream(
+                    seed,
+                    steps,
+                    args.eval_every,
+                    args.heldout_size,
+                    args.learning_rate,
+                    Path(scratch),
+                    completions_budget=args.completions_budget,
+                    calibration_size=args.calibration_size,
+                    budget_grid=args.budget_grid,
+                    recalibrate_every=args.recalibrate_every,
+                )
+            else:
+                result = run_cgrpo(
+                    seed,
+                    steps,
+                    args.eval_every,
+                    args.learning_rate,
+                    Path(scratch),
+                    train_data=args.train_data,
+                    heldout_data=args.heldout_data,
+                    eval_samples=args.eval_samples,
+                    prompts_per_step=args.prompts_per_step,
+                    completions_budget=args.completions_budget,
+                    calibration_size=args.calibration_size,
+                    budget_grid=args.budget_grid,
+                    recalibrate_every=args.recalibrate_every,
+                )
         result["settings"] = settings
         path.write_text(json.dumps(result))
         runs.append(result)
