@@ -206,7 +206,7 @@ SOURCES: dict[str, str] = {
         "samples_per_step = 512 prompts x n rows: ASSUMPTION (the batch set so one step trains the paper's 512 "
         "prompts; n=16 trains 8,192 rows, as the synchronous grpo_n16 does); trl-ada's generation batch "
         "(trl_ada/async_grpo/trainer.py async_sampling) is 1 prompt where every rule is per prompt "
-        "(Sampler.rules_are_per_prompt: seq_balance's settings here), else samples_per_step / n = 512 prompts"
+        "(SamplerSettings.rules_are_per_prompt: seq_balance's settings here), else samples_per_step / n = 512 prompts"
     ),
     "async_queues": (
         "rollout buffer 1,024 samples (AsyncGRPOConfig.queue_maxsize default), score queue 16 closed groups "
@@ -238,7 +238,7 @@ SOURCES: dict[str, str] = {
         "prompt of the batch is done (_finish_batches), each sample carrying its own draw's version; next blocks of "
         "open prompts go out before a new batch's first blocks, and a new batch opens whenever a slot is free and "
         "nothing else waits (_repeat_iterator). Its batch (async_sampling's prompts_per_batch): 1 prompt where "
-        "Sampler.rules_are_per_prompt(settings) (no scale_rewards='batch', and objective='linear' or "
+        "SamplerSettings.rules_are_per_prompt (no scale_rewards='batch', and objective='linear' or "
         "normalize_weights=False; est: never), so a prompt's samples are queued as soon as ITS pool is done; else "
         "one optimizer step's prompts (samples_per_step / n). '/batch' schedules: the previous worker, step-sized "
         "batches whatever the rules (release='batch'), for comparison. TRL's groups: stamped with their first "
@@ -1457,7 +1457,7 @@ class AsyncSchedule:
     release: str = "worker"
     """How a pooled schedule's kept samples are released (`SOURCES['async_release']`). `"worker"`: as trl-ada's worker
     does (`trl_ada/async_grpo/trainer.py::async_sampling`): each prompt a generation batch of its own where every rule
-    is per prompt (`Sampler.rules_are_per_prompt`), its samples queued as soon as its pool is done; otherwise one
+    is per prompt (`SamplerSettings.rules_are_per_prompt`), its samples queued as soon as its pool is done; otherwise one
     optimizer step's prompts. `"batch"`: the previous worker, always one optimizer step's prompts, the kept samples
     queued once every prompt of the batch is done (for comparison)."""
 
@@ -1469,12 +1469,12 @@ class AsyncSchedule:
     def pooled(self) -> bool:
         """A pool can outgrow its update group (`AsyncSampling.pooled`): every draw is scored on its own."""
         settings = self.settings
-        return settings.sampler_class.max_pool_size(settings) > settings.num_generations
+        return settings.max_pool_size > settings.num_generations
 
     def prompts_per_batch(self, samples_per_step: int) -> int:
         """Prompts per generation batch, by the worker's rule (`async_sampling`), unless `release="batch"`."""
         settings = self.settings
-        if self.release == "worker" and settings.sampler_class.rules_are_per_prompt(settings):
+        if self.release == "worker" and settings.rules_are_per_prompt:
             return 1
         return max(1, samples_per_step // settings.num_generations)
 

@@ -418,7 +418,7 @@ def oracle_sampler(settings: SamplerSettings, population: Sequence[float]) -> Sa
     """
     sampler = build_sampler(replace(settings, round_policy="tracked", pass_rate_decay=1.0))
     counts = {str(i): [ORACLE_PSEUDO_COUNT, ORACLE_PSEUDO_COUNT * p] for i, p in enumerate(population)}
-    sampler.tracker.load_state_dict({"counts": counts})
+    sampler.estimator.load_state_dict({"counts": counts})
     return sampler
 
 

@@ -21,25 +21,34 @@ import heapq
 from dataclasses import dataclass
 from typing import Any
 
-from trl_ada.samplers import DecayedBetaTracker, Sampler, SamplerSettings, register_sampler
+from trl_ada.samplers import DecayedBetaTracker, Sampler, SamplerOptions, register_sampler
 
 
-@dataclass
-class MixedChanceOptions:
-    """The sampler's own knobs, given as `sampler_kwargs`."""
+@dataclass(kw_only=True)
+class MixedChanceOptions(SamplerOptions):
+    """What the sampler reads: its own knobs (given as `sampler_kwargs`) and the config's `pass_rate_decay`."""
+
+    splits_batch_budget = True  # a prompt's budget depends on the other prompts of its batch
 
     min_draws: int = 2
     """Completions every prompt gets (at least 2, so each has a baseline)."""
     max_draws: int = 16
     """Completions one prompt may get at most."""
-    pass_rate_decay: float = 0.9
-    """Discount of a prompt's tracked counts at each visit."""
+    pass_rate_decay: float  # named like a config knob: read from the config
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_draws <= self.max_draws:
             raise ValueError(f"need 2 <= min_draws <= max_draws, got {self.min_draws} and {self.max_draws}")
-        if not 0.0 < self.pass_rate_decay <= 1.0:
-            raise ValueError(f"pass_rate_decay must lie in (0, 1], got {self.pass_rate_decay}")
+        if not self.min_draws <= self.num_generations <= self.max_draws:
+            raise ValueError(
+                f"the step's budget is num_generations={self.num_generations} per prompt on average, outside "
+                f"[min_draws, max_draws] = [{self.min_draws}, {self.max_draws}]; change sampler_kwargs or "
+                "num_generations."
+            )
+
+    @property
+    def max_pool_size(self) -> int:
+        return self.max_draws
 
 
 def mixed_chance(pass_rate: float, draws: int) -> float:
@@ -51,35 +60,15 @@ def mixed_chance(pass_rate: float, draws: int) -> float:
 class MixedChanceSampler(Sampler):
     """Split the step's `B * num_generations` completions where each adds the most chance of a mixed group."""
 
-    knobs = frozenset()  # it reads the universal knobs and its options only; objective=... would be an error
-    options_class = MixedChanceOptions
+    Options = MixedChanceOptions
 
-    @classmethod
-    def max_pool_size(cls, settings: SamplerSettings) -> int:
-        return settings.options.max_draws
-
-    @classmethod
-    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
-        options, n = settings.options, settings.num_generations
-        if not options.min_draws <= n <= options.max_draws:
-            raise ValueError(
-                f"the step's budget is num_generations={n} per prompt on average, outside [min_draws, max_draws] = "
-                f"[{options.min_draws}, {options.max_draws}]; change sampler_kwargs or num_generations."
-            )
-        return settings
-
-    def __init__(self, settings: SamplerSettings) -> None:
+    def __init__(self, settings: Any) -> None:
         super().__init__(settings)
-        self.tracker = DecayedBetaTracker(self.options.pass_rate_decay, 1.0, 1.0)
-
-    @property
-    def max_rounds(self) -> int:
-        return 1  # one allocation per step
+        self.estimator = DecayedBetaTracker(self.options.pass_rate_decay, 1.0, 1.0)
 
     def begin(self, num_prompts: int, prompt_keys: Any = None):
         step = super().begin(num_prompts, prompt_keys)
-        step.keys = list(prompt_keys)
-        rates = self.tracker.estimate(step.keys)
+        rates = self.estimator.estimate(step.keys)
         low, high = self.options.min_draws, self.options.max_draws
         budgets = [low] * num_prompts
         # Max-heap of each prompt's gain from one more draw; the gains of one prompt shrink, so greedy is optimal.
@@ -100,17 +89,14 @@ class MixedChanceSampler(Sampler):
     def keep(self, step, index: int) -> list[int]:
         return list(range(len(step.pools[index])))  # every completion: the total is B * num_generations
 
-    def weight(self, pass_rate: float) -> float:
-        return 1.0
-
     def end_step(self, step, selection) -> None:
         totals = [positives + negatives for positives, negatives in step.outcomes]
-        self.tracker.update(step.keys, totals, [positives for positives, _ in step.outcomes])
+        self.estimator.update(step.keys, totals, [positives for positives, _ in step.outcomes])
         selection.metrics["greedy_mixed_chance/budget_max"] = float(max(step.budgets))
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "tracker": self.tracker.state_dict()}
+        return {**super().state_dict(), "estimator": self.estimator.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.tracker.load_state_dict(state["tracker"])
+        self.estimator.load_state_dict(state["estimator"])

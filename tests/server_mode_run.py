@@ -97,7 +97,7 @@ def continuous(out_dir: Path, base_url: str) -> dict:
     trainer = server_mode_trainer(
         out_dir / "continuous", base_url, starts_low_digit, "continuous", round_policy="tracked"
     )
-    tracker = trainer.ada_sampler.tracker
+    tracker = trainer.ada_sampler.estimator
     tracker.counts.update({f"earlier-prompt-{i}": (2.0, 1.0) for i in range(TRACKED_PROMPTS)})
     report["state_bytes"] = len(json.dumps(trainer.ada_sampler.state_dict()))
     broadcast, sample = schedule_module.broadcast_object_list, schedule_module.sample_continuously

@@ -340,7 +340,7 @@ def test_counted_from_is_every_row_counted_at_or_past_a_position():
 
 
 def counts_of(loop: AdaRolloutLoop, questions: range) -> dict[int, tuple[float, float]]:
-    counts = loop.sampler.pass_rate_estimator.counts
+    counts = loop.sampler.estimator.counts
     keys = prompt_keys([{"prompt": [{"role": "user", "content": f"question {i}"}]} for i in questions])
     return {i: counts.get(str(key)) for i, key in zip(questions, keys, strict=True)}
 
@@ -504,5 +504,5 @@ def test_a_save_writes_the_learned_predictor_and_the_rows_its_state_counted_ahea
     trainer.save_model()
     assert (out / PREDICTOR_DIR / PREDICTOR_FILE).is_file()
     warm = SamplerSettings(sampler="est", num_generations=4, pass_rate_predictor=str(out)).validated()
-    predictor = build_sampler(warm).pass_rate_estimator  # a warm start from the output directory
+    predictor = build_sampler(warm).estimator  # a warm start from the output directory
     assert predictor.updates == json.loads((out / PREDICTOR_DIR / PREDICTOR_FILE).read_text())["updates"] > 0

@@ -10,9 +10,16 @@ import pytest
 from trl import GRPOConfig
 
 from trl_ada import AdaGRPOConfig
-from trl_ada.config import CONFIG_KNOB_USES, DEPRECATED_NAMES
+from trl_ada.config import ADA_ONLY_FIELDS, DEPRECATED_NAMES
 from trl_ada.samplers import SamplerSettings, build_sampler
-from trl_ada.samplers.settings import KNOB_FIELDS, SETTINGS_DEFAULTS, TRL_OWNED_KNOBS, UNIVERSAL_KNOBS
+from trl_ada.samplers.settings import (
+    KNOB_FIELDS,
+    SETTINGS_DEFAULTS,
+    TRL_OWNED_KNOBS,
+    UNIVERSAL_KNOBS,
+    knob_extras,
+    option_fields,
+)
 
 
 def config(tmp_path, **kwargs):
@@ -138,7 +145,7 @@ def test_sampler_state_written_before_the_rename_still_loads():
     old_state["tracker"] = {"counts": {"prompt-a": [8.0, 2.0]}}
     sampler = build_sampler(settings)
     sampler.load_state_dict(old_state)
-    assert sampler.tracker.beta_parameters(["prompt-a"]) == [(3.0, 7.0)]
+    assert sampler.estimator.beta_parameters(["prompt-a"]) == [(3.0, 7.0)]
     est = build_sampler(SamplerSettings(scale_rewards="none", seed=0, sampler="est", num_generations=4))
     est.load_state_dict({**json.loads(json.dumps(est.state_dict())), "estimator": {"counts": {"p": [4.0, 1.0]}}})
     assert est.estimator.estimate(["p"]) == [pytest.approx(2 / 6)]
@@ -191,7 +198,10 @@ def test_every_knob_is_either_read_by_every_sampler_or_in_the_table():
     # The knobs only some configurations read: every declared knob but the universal ones (sampler classes say which
     # they read), plus the trainer-level ones.
     only_some = set(KNOB_FIELDS) - UNIVERSAL_KNOBS
-    assert set(UNREAD_READ_VALUE) == only_some | set(CONFIG_KNOB_USES)  # a knob added needs a case here
+    conditional = {
+        f.name for f in fields(AdaGRPOConfig) if f.name in ADA_ONLY_FIELDS and knob_extras(f).get("read_if")
+    }
+    assert set(UNREAD_READ_VALUE) == only_some | conditional  # a knob added needs a case here
     assert {f.name for f in fields(SamplerSettings)} == set(KNOB_FIELDS)
     config_fields = {f.name: f for f in fields(AdaGRPOConfig)}
     grpo_fields = {f.name: f for f in fields(GRPOConfig)}
@@ -212,7 +222,7 @@ def test_a_knob_the_sampler_does_not_read_raises_and_is_accepted_where_read(tmp_
 
 
 def test_the_config_docstring_and_help_are_the_knob_declarations():
-    # Issue 22: each knob is declared once (samplers.settings); the docstring and --help are rendered from it.
+    # The hand-written docstring documents every knob with its default and its --help text, so the two cannot drift.
     from transformers import HfArgumentParser
 
     from trl_ada.samplers import SamplerFields
@@ -247,5 +257,5 @@ def test_the_sampler_help_names_every_built_in_sampler_and_every_one_that_takes_
     kwargs_help = KNOB_FIELDS["sampler_kwargs"].metadata["help"]
     for name, cls in built_in.items():
         assert f'`"{name}"`' in sampler_help, name
-        if cls.options_class is not None:
-            assert f'`"{name}"`' in kwargs_help and f"trl_ada.samplers.{cls.options_class.__name__}" in kwargs_help
+        if set(option_fields(cls.Options)) - set(KNOB_FIELDS):
+            assert f'`"{name}"`' in kwargs_help and f"trl_ada.samplers.{cls.Options.__name__}" in kwargs_help

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from trl_ada.samplers import BatchExhaustedError, SamplerSettings, build_sampler
-from trl_ada.samplers.dapo import RefillWalk, fill_update
+from trl_ada.samplers.dapo import RefillWalk, fill_update, refill_gate
 from trl_ada.samplers.gated import mixed_chance
 
 
@@ -72,7 +72,7 @@ def test_the_walk_steps_past_passed_over_prompts_and_the_state_survives_a_checkp
 
     first = visit(sampler, ["c", "d"], [[0.0] * 4, [0.0] * 4])
     filler = fill_update(first, ["c", "d"], sample, walk, max_refills=2, keep_partial=True,
-                         passes_over=sampler.refill_passes_over)  # fmt: skip
+                         passes_over=refill_gate(sampler))  # fmt: skip
     assert drawn == [["a", "b"]]  # "hopeless" stepped past, "c" and "d" already in the step
     assert filler.metrics()["dapo/filled_share"] == 1.0
     restored = build_sampler(settings())
@@ -110,7 +110,7 @@ def test_the_gate_changes_only_which_refill_prompts_are_drawn():
         first = sample([{"prompt": key} for key in first_keys])
         walk = RefillWalk(rows, lambda epoch: list(range(len(rows))), lambda row: row["prompt"])
         filler = fill_update(first, first_keys, sample, walk, max_refills=10, keep_partial=False,
-                             passes_over=sampler.refill_passes_over)  # fmt: skip
+                             passes_over=refill_gate(sampler))  # fmt: skip
         batches = [first_keys, *[drawn[i : i + 3] for i in range(3, len(drawn), 3)]]  # every refill batch is full
         update = [batches[batch][prompt] for batch, prompt in filler.taken]
         runs[name] = drawn, results, update, filler.passed_over
@@ -207,7 +207,7 @@ def test_a_gate_that_passes_over_every_remaining_prompt_does_not_starve_the_refi
 
     first = visit(sampler, ["c", "d"], [[0.0] * 4, [1.0] * 4])
     filler = fill_update(first, ["c", "d"], learned, walk, max_refills=10, keep_partial=False,
-                         passes_over=sampler.refill_passes_over)  # fmt: skip
+                         passes_over=refill_gate(sampler))  # fmt: skip
     # A whole walk passed over all four: the refill batch is drawn from them as DAPO would (before: none drawn, and
     # "found only 0 of 2 after 0 extra generation batches. Raise dapo_max_refills").
     assert drawn == [["h0", "h1"]]
@@ -227,6 +227,6 @@ def test_a_refill_that_runs_out_of_prompts_says_so_rather_than_to_raise_the_cap(
     first = visit(sampler, ["c", "d"], [[0.0] * 4, [1.0] * 4])
     with pytest.raises(BatchExhaustedError, match=r"after 2 extra .* every prompt of the dataset \(6\)") as error:
         fill_update(first, ["c", "d"], unmixed, walk, max_refills=10, keep_partial=False,
-                    passes_over=sampler.refill_passes_over)  # fmt: skip
+                    passes_over=refill_gate(sampler))  # fmt: skip
     assert "Raise dapo_max_refills" not in str(error.value)
     assert sorted(prompt for batch in drawn for prompt in batch) == ["h0", "h1", "h2", "h3"]

@@ -603,7 +603,7 @@ def test_async_per_prompt_release_queues_each_pool_as_soon_as_it_is_done(name):
     config = _async_config(limits=setup.limits, warmup_steps=2, timed_steps=4, queue_maxsize=4 * 24 * 4)
     by_async = {s.name: s for s in bench.async_schedules()}
     schedule, batched = by_async[name], by_async[name + bench.BATCH_RELEASE_SUFFIX]
-    assert schedule.settings.sampler_class.rules_are_per_prompt(schedule.settings)
+    assert schedule.settings.rules_are_per_prompt
     worker = bench.run_async(schedule, prompts, setup, config, seed=8)
     previous = bench.run_async(batched, prompts, setup, config, seed=8)
     assert (worker.prompts_per_batch, previous.prompts_per_batch) == (1, 24)
@@ -621,7 +621,7 @@ def test_async_batch_rules_keep_step_sized_generation_batches():
     assert per_prompt.prompts_per_batch(4 * 24) == 1
     assert bench.AsyncSchedule("forced", settings, "batch").prompts_per_batch(4 * 24) == 24
     batch_scale = bench.AsyncSchedule("batch_scale", bench.replace(settings, scale_rewards="batch"))
-    assert not batch_scale.settings.sampler_class.rules_are_per_prompt(batch_scale.settings)
+    assert not batch_scale.settings.rules_are_per_prompt
     assert batch_scale.prompts_per_batch(4 * 24) == 24
     with pytest.raises(ValueError, match="release="):
         bench.AsyncSchedule("unknown", settings, "prompt")

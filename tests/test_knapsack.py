@@ -15,7 +15,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import examples
 
-from trl_ada.samplers import KnapsackSampler, SamplerSettings, build_sampler, sampler_names
+from trl_ada.samplers import SamplerSettings, build_sampler, sampler_names
+from trl_ada.samplers.base import describe
 from trl_ada.samplers.knapsack import allocate, value
 from trl_ada.samplers.simulate import run_population
 
@@ -125,9 +126,9 @@ def test_allocate_properties(rates, low, extra, fixed, fill):
 def test_knapsack_is_a_built_in_batch_level_sampler_with_its_own_checks():
     assert "knapsack" in sampler_names()
     settings = SamplerSettings(sampler="knapsack", num_generations=4)
-    assert KnapsackSampler.rules_are_per_prompt(settings) is False
+    assert settings.rules_are_per_prompt is False
     assert settings.max_pool_size == 16
-    assert "Knapsack-RL" in KnapsackSampler.describe(settings) and "2509.25849" in KnapsackSampler.describe(settings)
+    assert "Knapsack-RL" in describe(settings) and "2509.25849" in describe(settings)
     for kwargs, message in [
         ({"min_draws": 1}, "min_draws=1: must be an integer of at least 2"),
         ({"draws_per_prompt": 6}, "so draws_per_prompt must be 4"),
@@ -145,7 +146,7 @@ def test_knapsack_is_a_built_in_batch_level_sampler_with_its_own_checks():
         downsample="random",
         sampler_kwargs={"train_on": "downsample", "min_draws": 4, "solved_draws": 4, "unsolved_draws": 4},
     )
-    assert "downsampled (random) to 4" in KnapsackSampler.describe(downsampled.validated())
+    assert "downsampled (random) to 4" in describe(downsampled.validated())
     with pytest.raises(ValueError, match="dapo_refill=True"):
         SamplerSettings(sampler="knapsack", dapo_refill=True).validated()
 

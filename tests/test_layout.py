@@ -388,21 +388,8 @@ def test_the_import_graph_of_a_subtree():
 
 
 def test_no_import_cycle_in_the_whole_package():
-    # Every import that runs (module level and inside functions) counts. Imports under `if TYPE_CHECKING:` never run;
-    # the one circle they close is by annotation only: `samplers.base` names `SamplerSettings` in its signatures,
-    # while `samplers.settings` validates knobs against the registered sampler classes (test below).
-    graph = import_graph(type_checking=False)
-    components = strongly_connected_components(graph)
-    assert not components, "import circles in trl_ada:\n" + cycles_report(graph, components)
-
-
-def test_the_only_circle_closed_by_type_checking_imports_is_the_samplers_settings_annotation():
+    # Every import statement counts: module level, inside functions, and under `if TYPE_CHECKING:` (an annotation that
+    # needs a circle to name its type is a circle all the same).
     graph = import_graph()
     components = strongly_connected_components(graph)
-    assert components == [["trl_ada.samplers.base", "trl_ada.samplers.registry", "trl_ada.samplers.settings"]], (
-        cycles_report(graph, components)
-    )
-    typing_only = {(module, target) for module, targets in graph.items() for target in targets} - {
-        (module, target) for module, targets in import_graph(type_checking=False).items() for target in targets
-    }
-    assert ("trl_ada.samplers.base", "trl_ada.samplers.settings") in typing_only
+    assert not components, "import circles in trl_ada:\n" + cycles_report(graph, components)

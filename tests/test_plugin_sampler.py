@@ -29,7 +29,7 @@ def test_the_plug_in_is_registered_by_importing_it():
     settings = SamplerSettings(sampler="greedy_mixed_chance", num_generations=4, sampler_kwargs={"max_draws": 9})
     sampler = build_sampler(settings)
     assert isinstance(sampler, knapsack_sampler.MixedChanceSampler)
-    assert sampler.options == knapsack_sampler.MixedChanceOptions(max_draws=9)
+    assert sampler.options == knapsack_sampler.MixedChanceOptions(num_generations=4, max_draws=9, pass_rate_decay=0.9)
     assert sampler.settings.max_pool_size == 9
 
 
@@ -75,7 +75,7 @@ def test_a_plug_in_sampler_trains_resumes_and_is_on_the_card(tmp_path, tokenizer
         assert "ada/greedy_mixed_chance/budget_max" in entry
     # its tracker is training state: saved in every checkpoint, and a resumed run ends where the uninterrupted one did
     state = json.loads((tmp_path / "checkpoint-2" / "ada_sampler_state.json").read_text())
-    assert len(state["sampler"]["tracker"]["counts"]) == 4  # 2 prompts per step (8 rows of 4), 2 steps
+    assert len(state["sampler"]["estimator"]["counts"]) == 4  # 2 prompts per step (8 rows of 4), 2 steps
     resumed = AdaGRPOTrainer(
         build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS),
         [starts_low_digit],
@@ -84,7 +84,7 @@ def test_a_plug_in_sampler_trains_resumes_and_is_on_the_card(tmp_path, tokenizer
         processing_class=tokenizer,
     )
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
-    assert resumed.ada_sampler.tracker.state_dict() == trainer.ada_sampler.tracker.state_dict()
+    assert resumed.ada_sampler.estimator.state_dict() == trainer.ada_sampler.estimator.state_dict()
 
     rows = dict(sampler_rows(trainer.ada_sampler.settings))
     assert rows["sampler"] == "greedy_mixed_chance" and rows["sampler_kwargs.max_draws"] == 7

@@ -376,9 +376,9 @@ def test_seq_round_policies_take_their_first_round_prior_from_the_predictor(poli
     # seq_pos needs one positive: a likely-easy prompt asks only for its update group, a hard one for more
     assert sizes[0] == 4 and sizes[1] > 4
     if policy == "predictive":
-        assert sampler.tracker.counts is None  # the prediction alone: no per-prompt memory
+        assert sampler.estimator.counts is None  # the prediction alone: no per-prompt memory
     else:
-        assert len(sampler.tracker.counts.counts) == 128
+        assert len(sampler.estimator.counts.counts) == 128
     # the default tracker's predictive policy still asks round_size first
     plain = build_sampler(
         SamplerSettings(num_generations=4, scale_rewards="none", seed=0, sampler="seq_pos", round_policy="predictive")

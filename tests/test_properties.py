@@ -219,7 +219,7 @@ def test_sequential_pools_stop_at_the_first_round_boundary_where_the_exit_rule_h
     expected_sizes = [sum(requests) for requests in expected_requests]
 
     sampler = build_sampler(config)
-    assert (sampler.settings.positive_quota, sampler.settings.negative_quota) == (k_pos, k_neg)
+    assert (sampler.options.positive_quota, sampler.options.negative_quota) == (k_pos, k_neg)
     selection, history = drive(sampler, draws, masks)
 
     assert [len(pool) for pool in selection.pools] == expected_sizes
@@ -291,7 +291,7 @@ def test_any_round_policy_evaluates_the_exit_rule_only_at_its_round_boundaries(c
     n, cap, threshold = config.num_generations, config.round_size * config.max_rounds, config.positive_threshold
     masks_or_none = masks if masks is not None else [[False] * len(d) for d in draws]
     sampler = build_sampler(config)
-    k_pos, k_neg = sampler.settings.positive_quota, sampler.settings.negative_quota
+    k_pos, k_neg = sampler.options.positive_quota, sampler.options.negative_quota
 
     def exited(index: int, size: int) -> bool:
         positives, negatives = outcome_counts(draws[index][:size], masks_or_none[index][:size], threshold)

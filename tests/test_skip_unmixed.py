@@ -101,7 +101,7 @@ def test_prompts_predicted_near_0_or_1_are_skipped_and_the_saving_is_the_cap_min
     on = build_sampler(SamplerSettings(**SEQ, skip_unmixed_above=0.9))
     run_population(off, population, seed=1, steps=3)  # the tracker learns the population (decay 0.9)
     on.load_state_dict(off.state_dict())
-    p_hat = on.tracker.estimate([0])[0]
+    p_hat = on.estimator.estimate([0])[0]
     # (K + 1) / (N + 2) with K = 0 and N = 32 (1 + 0.9 + 0.81) decayed draws
     assert p_hat == pytest.approx(1 / (2 + 32 * 2.71)) and rules.unmixed_chance(p_hat, N) > 0.9
     a, b = run_population(off, population, seed=2), run_population(on, population, seed=2)

@@ -5,14 +5,13 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import MISSING, dataclass, fields, replace
 from typing import Any
 
 from trl import GRPOConfig
 
-from .samplers import SamplerFields, SamplerSettings, sampler_class
-from .samplers.settings import check_knobs_read, knob, knob_extras, render_parameters
+from .samplers import SamplerFields, SamplerSettings
+from .samplers.settings import ReadIf, check_knob_values, check_knobs_read, knob
 from .samplers.simulate import GENERATION_SCHEDULES
 
 DEPRECATED_NAMES: dict[str, str] = {
@@ -22,25 +21,16 @@ DEPRECATED_NAMES: dict[str, str] = {
 }
 """Old knob names still accepted (with a `FutureWarning`), and the names that replaced them."""
 
-CONFIG_KNOB_USES: dict[str, tuple[Callable[[Any], bool], str, tuple[str, ...]]] = {
-    "continuous_max_in_flight": (
-        lambda config: config.generation_schedule == "continuous",
-        "generation_schedule='continuous'",
-        ("generation_schedule",),
-    ),
-}
-"""The trainer-level knobs under the unread-knob rule: knob -> (reads(config), what reads it, settings deciding it)."""
-
 logger = logging.getLogger(__name__)
 
 
 def batch_rules(settings: SamplerSettings) -> str | None:
     """
     What in the validated `settings` reads a whole generation batch (named for messages), or `None` where every rule
-    reads one prompt's pool (`Sampler.rules_are_per_prompt`). Over a batch of one prompt such a rule does nothing:
+    reads one prompt's pool (`SamplerSettings.rules_are_per_prompt`). Over a batch of one prompt such a rule does nothing:
     `est` gives every prompt its mean budget, `normalize_weights` scales every weight back to 1.
     """
-    if settings.sampler_class.rules_are_per_prompt(settings):
+    if settings.rules_are_per_prompt:
         return None
     named = []
     if settings.sampler == "est":
@@ -49,78 +39,204 @@ def batch_rules(settings: SamplerSettings) -> str | None:
         named.append("scale_rewards='batch' (the batch's reward std)")
     if settings.normalize_weights and settings.objective != "linear":
         named.append(f"objective={settings.objective!r} with normalize_weights=True (weights rescaled to mean 1)")
-    return " and ".join(named) or f"sampler={settings.sampler!r} (its rules_are_per_prompt() is False)"
+    return " and ".join(named) or f"sampler={settings.sampler!r} (its Options.splits_batch_budget)"
 
-
-HEADER = r"""
-    Configuration class for [`AdaGRPOTrainer`] (Reinforce-Ada, [arXiv 2510.04996](https://huggingface.co/papers/2510.04996)).
-
-    Inherits every parameter of [`~trl.GRPOConfig`]. `num_generations` keeps TRL's meaning: it is the size `n` of the
-    *update group*, i.e. how many completions of each prompt enter the loss. Adaptive samplers may draw more than `n`
-    completions for a prompt (in rounds of `round_size`), then downsample the pool to exactly `n`, so the training step
-    keeps TRL's static shapes.
-
-    Every sampler knob below is declared once, in `trl_ada.samplers.settings.SamplerFields` (type, default, this text,
-    its validation), which this class inherits; `trl-ada simulate` and the model card read the same declarations.
-    Knobs that only some samplers read: a knob that the chosen `sampler` (or `round_policy`, `objective`,
-    `est_train_on`, `generation_schedule`, DAPO refills) does not read must keep its default; any other value raises
-    at construction, naming the setting that reads it, instead of being silently ignored. Which sampler reads which
-    knob is declared by the sampler classes (`Sampler.knobs`); the knobs every sampler reads are `num_generations`,
-    `positive_threshold`, `baseline`, `scale_rewards`, `max_weight`, `normalize_weights`, `zero_variance_tolerance`
-    and `seed`.
-
-    Parameters:
-"""
 
 ADA_ONLY_FIELDS = ("generation_schedule", "continuous_max_in_flight")
 """The trainer's own knobs (not read by samplers), declared on `AdaGRPOConfig`."""
 
-SECTION_SCHEDULE = "Parameters of the generation schedule (read by `seq_pos` / `seq_balance`)"
-
 
 @dataclass
 class AdaGRPOConfig(SamplerFields, GRPOConfig):
-    # The docstring is rendered from the fields' metadata below (`__doc__`), so it cannot drift from `--help`.
+    r"""
+    Configuration class for [`AdaGRPOTrainer`] (Reinforce-Ada, [arXiv 2510.04996](https://huggingface.co/papers/2510.04996)).
+
+    Inherits every parameter of [`~trl.GRPOConfig`]. `num_generations` keeps TRL's meaning: the size `n` of the
+    *update group*, how many completions of each prompt enter the loss. Adaptive samplers may draw more than `n`
+    completions for a prompt, then downsample the pool to exactly `n`, so the training step keeps TRL's shapes.
+
+    A knob that the chosen sampler does not read must keep its default: any other value raises at construction,
+    naming what reads it. The docs page "Configuration knobs" says what each knob is for.
+
+    Parameters:
+        > Parameters that control the adaptive sampling
+
+        sampler (`str`, *optional*, defaults to `"seq_balance"`):
+            Sampling strategy: the name of a sampler registered with `trl_ada.samplers.register_sampler`. Built in:
+            `"uniform"` (plain GRPO), `"seq_pos"` and `"seq_balance"` (rounds until a prompt meets its quotas), `"est"`
+            (one budget per prompt from tracked pass rates), `"dapo"` (drops groups without a signal and refills the
+            batch), `"knapsack"` (Knapsack-RL) and `"dapo_gated"` (DAPO with a gated refill). See the Samplers docs.
+        sampler_kwargs (`dict` or `str` or `None`, *optional*, defaults to `None`):
+            Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the
+            built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`) and `"dapo_gated"`
+            (`trl_ada.samplers.GatedRefillOptions`) take any.
+        round_size (`int`, *optional*, defaults to `8`):
+            Number of completions generated per active prompt in each round (`M` in the paper). Must be at least 1. Read
+            by `"seq_pos"` and `"seq_balance"`.
+        max_rounds (`int`, *optional*, defaults to `4`):
+            Maximum number of rounds per generation batch. Must be at least 1, and `round_size * max_rounds`, the cap on
+            the completions drawn for one prompt, must be at least `num_generations`. Read by `"seq_pos"` and
+            `"seq_balance"`.
+        positive_quota (`int` or `None`, *optional*, defaults to `None`):
+            Number of positive completions a prompt needs before it retires. If `None`, it defaults to `1` for
+            `"seq_pos"` and `num_generations // 2` for `"seq_balance"`. Must be at least 1, and the quotas together at
+            most `round_size * max_rounds`.
+        negative_quota (`int` or `None`, *optional*, defaults to `None`):
+            Number of negative completions a prompt needs before it retires (`"seq_balance"` only). If `None`, it
+            defaults to `num_generations - num_generations // 2`, so that the quotas fill a balanced update group.
+        positive_threshold (`float`, *optional*, defaults to `0.5`):
+            A completion counts as positive when its (weighted, summed) reward is strictly greater than this value. Must
+            be finite.
+        baseline (`str`, *optional*, defaults to `"pool"`):
+            Baseline subtracted from each reward. Supported values are `"pool"` (the mean reward of every completion
+            drawn for the prompt, as in the paper) and `"group"` (the mean of the `num_generations` kept completions, as
+            in `GRPOTrainer`).
+        objective (`str`, *optional*, defaults to `"linear"`):
+            Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its pool.
+            Supported values are `"linear"` (weight 1), `"log"` (weight `1/p̂`, the paper's Seq estimator) and `"power"`
+            (weight `α p̂^(α-1)`). Not read by `sampler="est"`, which weights through `est_sample_power`.
+        power_alpha (`float`, *optional*, defaults to `0.5`):
+            Exponent `α` of the `"power"` objective. Must lie in (0, 1]. Read only with `objective="power"`.
+        max_weight (`float`, *optional*, defaults to `10.0`):
+            Upper clip of the per-prompt weight, applied before normalisation. Must be positive and finite: the `"log"`
+            weight `1/p̂` is unbounded as `p̂` goes to 0.
+        normalize_weights (`bool`, *optional*, defaults to `True`):
+            Whether to rescale the per-prompt weights of an update to mean 1. The mean is over the prompts with a
+            non-zero advantage, so the objective changes how the update is spread over prompts, not its size. Has no
+            effect with `objective="linear"`.
+        downsample (`str`, *optional*, defaults to `"balanced"`):
+            How a pool is cut to `num_generations` completions. Supported values are `"balanced"` (up to
+            `num_generations // 2` positives, the rest negatives, topped up from the other side when one is short) and
+            `"random"`. Read by `"seq_pos"`, `"seq_balance"`, and by `"est"` and `"knapsack"` when they downsample.
+        zero_variance_tolerance (`float`, *optional*, defaults to `1e-06`):
+            Standard deviation at or below which rewards count as constant. A prompt whose baseline rewards (the pool
+            with `baseline="pool"`, the kept group with `"group"`) are constant has no signal and gets zero advantages.
+            Must be finite and non-negative.
+        round_policy (`str`, *optional*, defaults to `"fixed"`):
+            How many completions an active prompt asks for in each round. Supported values are `"fixed"` (`round_size`,
+            as in the paper), `"predictive"` (`round_size` first, then the smallest request that meets the remaining
+            quotas with probability `round_confidence`) and `"tracked"` (the same from the first round on, with pass
+            rates remembered across epochs). Read by `"seq_pos"` and `"seq_balance"`.
+        round_confidence (`float`, *optional*, defaults to `0.7`):
+            Target probability of finishing a prompt in its next round. Must lie in (0, 1). Read with
+            `round_policy="predictive"` or `"tracked"`.
+
+        > Parameters of the pass-rate estimates (read by `sampler="est"` and by `round_policy="predictive"` /
+        > `"tracked"`)
+
+        pass_rate_decay (`float`, *optional*, defaults to `0.9`):
+            Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must lie in (0,
+            1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"` and by
+            `round_policy="tracked"`.
+        pass_rate_prior_alpha (`float`, *optional*, defaults to `1.0`):
+            `α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an unseen prompt
+            reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"` and by
+            `round_policy="predictive"` or `"tracked"`.
+        pass_rate_prior_beta (`float`, *optional*, defaults to `1.0`):
+            `β` of the Beta prior of the pass-rate estimates (see `pass_rate_prior_alpha`). Must be positive and finite.
+        pass_rate_predictor (`str`, *optional*, defaults to `"tracker"`):
+            Source of the pass-rate estimates. Supported values are `"tracker"` (the decayed Beta counts), `"learned"`
+            (an online model of the prompt text, whose prediction is the prior of the counts), or a local directory or
+            Hub repo id holding a predictor saved by an earlier run, to warm-start from. Read by `sampler="est"` and
+            `"knapsack"` and by `round_policy="predictive"` or `"tracked"`.
+        pass_rate_predictor_learning_rate (`float`, *optional*, defaults to `0.1`):
+            Adagrad step size of the learned pass-rate predictor. Must be positive and finite. Read only when
+            `pass_rate_predictor` is not `"tracker"`; a resumed run uses this value, not the checkpoint's.
+        skip_unmixed_above (`float` or `None`, *optional*, defaults to `None`):
+            Skip adaptive sampling for prompts predicted to come back unmixed. A prompt whose predicted chance of an
+            all-right or all-wrong group, `p̂^n + (1 - p̂)^n` with `n = num_generations`, is above this value draws
+            `num_generations` (`est_min_samples` under `"est"`). If `None`, no prompt is skipped; otherwise it must lie
+            in (0, 1). Read by `"est"` and `round_policy="tracked"` (or `"predictive"` with a learned predictor).
+
+        > Parameters of `sampler="est"` (Reinforce-Ada-Est)
+
+        est_sample_power (`float`, *optional*, defaults to `0.5`):
+            Exponent `s` of `sampler="est"`'s budgets, `N_x ∝ p̂_x^-s`. The rest of the log objective's weight, `(p̂_x +
+            est_epsilon)^-(1-s)`, weights the gradient. Must lie in [0, 1]: `0.5` is the paper's hybrid, `1.0` pure
+            implicit weighting.
+        est_min_samples (`int` or `None`, *optional*, defaults to `None`):
+            Lower clip of a prompt's budget under `sampler="est"`. If `None`, it defaults to `2` with
+            `est_train_on="all"` and to `num_generations` with `"downsample"`, the smallest values allowed.
+        est_max_samples (`int` or `None`, *optional*, defaults to `None`):
+            Upper clip of a prompt's budget under `sampler="est"`. If `None`, it defaults to `4 * num_generations`.
+        est_mean_samples (`float` or `None`, *optional*, defaults to `None`):
+            Average number of completions drawn per prompt under `sampler="est"`. A step of `B` prompts draws `round(B *
+            est_mean_samples)`. Must lie in `[est_min_samples, est_max_samples]`. If `None`, it defaults to
+            `num_generations` with `est_train_on="all"`, the only value allowed there, and to `2 * num_generations` with
+            `"downsample"`.
+        est_epsilon (`float`, *optional*, defaults to `0.01`):
+            `ε` in the residual weight `(p̂_x + ε)^-(1-s)` of `sampler="est"`, which keeps it finite when a pool has no
+            positive. Must be positive and finite.
+        est_train_on (`str`, *optional*, defaults to `"all"`):
+            What `sampler="est"` trains on. Supported values are `"all"` (every completion drawn: group sizes vary and
+            the total stays `B * num_generations`, as in the paper) and `"downsample"` (draw `est_mean_samples` per
+            prompt on average, then cut each pool to `num_generations`).
+
+        > Parameters of DAPO's batch filling
+
+        dapo_refill (`bool` or `None`, *optional*, defaults to `None`):
+            Whether to drop prompts without a signal (see `zero_variance_tolerance`) and refill the batch from further
+            prompts, as DAPO does. If `None`, it is on for `sampler="dapo"` and `"dapo_gated"` and off otherwise; `True`
+            also combines with `"seq_pos"` and `"seq_balance"`.
+        dapo_max_refills (`int`, *optional*, defaults to `10`):
+            Maximum number of extra generation batches drawn per step to fill the batch (verl's `max_num_gen_batches`).
+            Must be non-negative. Read when DAPO refills are on.
+        dapo_on_exhausted (`str`, *optional*, defaults to `"raise"`):
+            What to do when `dapo_max_refills` is reached before the batch is full. Supported values are `"raise"` (as
+            in verl) and `"keep_partial"` (train on the prompts with a signal, padded with zero-advantage groups). Read
+            when DAPO refills are on; the asynchronous trainer supports only `"raise"`.
+
+        > Parameters of the generation schedule (read by `seq_pos` / `seq_balance`)
+
+        generation_schedule (`str`, *optional*, defaults to `"rounds"`):
+            How `"seq_pos"` and `"seq_balance"` generate their draws. Supported values are `"rounds"` (one generate call
+            per round; every backend) and `"continuous"` (each prompt draws its own rounds as one-draw requests, without
+            waiting for the other prompts; vLLM server mode, single-turn completions, no DAPO refills). Both give a
+            prompt the same pool on the same draws.
+        continuous_max_in_flight (`int`, *optional*, defaults to `2048`):
+            Maximum number of draws in flight on the vLLM server with `generation_schedule="continuous"`. Further draws
+            wait in submission order. Must be at least 1. The process's soft open-file limit is raised to fit it, and
+            training fails at start, naming the fix, when the hard limit is lower.
+
+        > Deprecated names
+
+        est_decay (`float` or `None`, *optional*, defaults to `None`):
+            Deprecated. Use `pass_rate_decay` instead: a value given here is carried over with a `FutureWarning`, and
+            giving both names different values raises.
+        est_prior_alpha (`float` or `None`, *optional*, defaults to `None`):
+            Deprecated. Use `pass_rate_prior_alpha` instead (see `est_decay`).
+        est_prior_beta (`float` or `None`, *optional*, defaults to `None`):
+            Deprecated. Use `pass_rate_prior_beta` instead (see `est_decay`).
+    """
 
     generation_schedule: str = knob(
         "rounds",
-        'How `seq_pos`/`seq_balance` generate their draws. `"rounds"`: synchronous rounds, each one generate call '
-        'that waits for its slowest completion (every backend). `"continuous"` (vLLM server mode only, single-turn '
-        "completions): no barrier across prompts. Each prompt draws its own rounds, one after another, without "
-        "waiting for the other prompts: the request its round policy makes (`fixed`: `round_size`; "
-        "`predictive`/`tracked`: the predicted need) goes out as one-draw requests, each completion is scored as it "
-        "returns, and the exit rule and the cap are checked when the prompt's round is complete, where rounds check "
-        "them. So with the same settings a prompt's pool is exactly the rounds' pool on the same draws (in "
-        "submission order, never biased toward short completions), and caps, quotas, downsampling, baselines and "
-        "weights are those of rounds; exits after every draw are `round_size=1`, in both schedules. Nothing is drawn "
-        "past an exit check, so nothing is aborted. The weights are synced once per step. With vLLM, a `seed` in "
-        "`generation_kwargs` makes every request for one prompt return the same completions (vLLM varies the seed "
-        "only between the `n` completions of one request). It is therefore rejected wherever trl-ada sends one "
-        "prompt in more than one request per step: `seq_pos`/`seq_balance` with `max_rounds > 1`, the continuous "
-        'schedule or `vllm_mode="colocate"`, and `est` (its budgets differ per prompt, so its draws go one per '
-        "request). `uniform` and `dapo` make `GRPOTrainer`'s own requests and accept it.",
+        'How `"seq_pos"` and `"seq_balance"` generate their draws. Supported values are `"rounds"` (one generate call'
+        ' per round; every backend) and `"continuous"` (each prompt draws its own rounds as one-draw requests, '
+        "without waiting for the other prompts; vLLM server mode, single-turn completions, no DAPO refills). Both "
+        "give a prompt the same pool on the same draws.",
         choices=GENERATION_SCHEDULES,
-        section=SECTION_SCHEDULE,
     )
     continuous_max_in_flight: int = knob(
         2048,
-        '`"continuous"` only: draws in flight on the server at most (one HTTP connection each); further draws wait '
-        "on the training side, in submission order. Each running draw is a sequence the engines decode, so this caps "
-        "their batch: 2,048 is what one GRPO generate call of the paper's batch runs (512 prompts x 4) and uvicorn's "
-        "listen backlog (vLLM's server), and 512 made the paper-scale projection of `benchmarks/generation_cost.py` "
-        "2.07x GRPO-n4 instead of 1.37x. The process's soft open-file limit is raised to fit it (up to the hard "
-        "limit; training fails at start, naming the fix, when it cannot).",
+        'Maximum number of draws in flight on the vLLM server with `generation_schedule="continuous"`. Further draws '
+        "wait in submission order. Must be at least 1. The process's soft open-file limit is raised to fit it, and "
+        "training fails at start, naming the fix, when the hard limit is lower.",
         check=lambda v: v >= 1,
         requirement="must be at least 1",
+        read_if=ReadIf(
+            lambda config: config.generation_schedule == "continuous",
+            "generation_schedule='continuous'",
+            ("generation_schedule",),
+        ),
     )
     est_decay: float | None = knob(
         None,
-        "Deprecated name of `pass_rate_decay`: a value given is carried over to the new name with a `FutureWarning`; "
+        "Deprecated. Use `pass_rate_decay` instead: a value given here is carried over with a `FutureWarning`, and "
         "giving both names different values raises.",
-        section="Deprecated names",
     )
-    est_prior_alpha: float | None = knob(None, "Deprecated name of `pass_rate_prior_alpha` (see `est_decay`).")
-    est_prior_beta: float | None = knob(None, "Deprecated name of `pass_rate_prior_beta` (see `est_decay`).")
+    est_prior_alpha: float | None = knob(None, "Deprecated. Use `pass_rate_prior_alpha` instead (see `est_decay`).")
+    est_prior_beta: float | None = knob(None, "Deprecated. Use `pass_rate_prior_beta` instead (see `est_decay`).")
 
     def __post_init__(self) -> None:
         with warnings.catch_warnings():
@@ -175,7 +291,7 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
             )
             upgraded.sampler = "uniform"
         # Only rounds read round_size (the knob rule rejects it elsewhere), so it grows only for them.
-        if "round_size" in unset_names and sampler_class(upgraded.sampler).reads(upgraded, "round_size"):
+        if "round_size" in unset_names and upgraded.sampler_settings(validate=False).reads("round_size"):
             needed = math.ceil(upgraded.num_generations / upgraded.max_rounds)
             upgraded.round_size = max(upgraded.round_size, needed)
         upgraded._validate_adaptive_sampling()
@@ -193,15 +309,7 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
         # Validates every sampler knob (and fills the sampler's defaults) before any model is loaded.
         settings = self.sampler_settings()
         self._validate_generation_schedule(settings)
-        check_knobs_read(
-            self,
-            {f.name: f.default for f in fields(self) if f.name in CONFIG_KNOB_USES},
-            reads=lambda name: CONFIG_KNOB_USES[name][0](self),
-            context=lambda name: (
-                ", ".join(f"{key}={getattr(self, key)!r}" for key in CONFIG_KNOB_USES[name][2]),
-                CONFIG_KNOB_USES[name][1],
-            ),
-        )
+        check_knobs_read(self, ADA_ONLY_FIELDS, settings)
         self._validate_generation_seed(settings)
         self._warn_one_prompt_generation_batch(settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
@@ -259,13 +367,12 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
         seed = self._generation_seed()
         if seed is None or not self.use_vllm:
             return  # transformers generation does not read a seed from generation_kwargs
-        cls = settings.sampler_class
-        one_request_per_prompt = cls.one_request_per_prompt(settings) and (
-            not cls.has_exit_rule or (self.generation_schedule == "rounds" and self.vllm_mode == "server")
+        one_request_per_prompt = settings.one_request_per_prompt and (
+            not settings.has_exit_rule or (self.generation_schedule == "rounds" and self.vllm_mode == "server")
         )
         if one_request_per_prompt:
             return
-        if not cls.has_exit_rule:
+        if not settings.has_exit_rule:
             how = f"sampler={settings.sampler!r} gives prompts different budgets, so vLLM receives its draws one per request"
         elif self.generation_schedule == "continuous":
             how = "generation_schedule='continuous' sends every draw as its own request"
@@ -281,16 +388,10 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
         )
 
     def _validate_generation_schedule(self, settings: SamplerSettings) -> None:
-        for name in ADA_ONLY_FIELDS:  # the trainer-level knobs' own choices and requirements
-            declared, value = self.__dataclass_fields__[name], getattr(self, name)
-            choices, check = declared.metadata.get("choices"), knob_extras(declared).get("check")
-            if choices is not None and value not in choices:
-                raise ValueError(f"{name} must be one of {choices}, got {value!r}.")
-            if check is not None and not check(value):
-                raise ValueError(f"{name} {knob_extras(declared)['requirement']}, got {value}.")
+        check_knob_values(self, ADA_ONLY_FIELDS)  # the trainer-level knobs' own choices and requirements
         if self.generation_schedule == "rounds":
             return
-        if not settings.sampler_class.has_exit_rule or settings.refills:
+        if not settings.has_exit_rule or settings.refills:
             raise ValueError(
                 f"generation_schedule='continuous' schedules the draws of sampler='seq_pos' or 'seq_balance' (without "
                 f"DAPO refills); sampler={settings.sampler!r}{' with dapo_refill' if settings.refills else ''} draws "
@@ -305,10 +406,7 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
                 "with `trl vllm-serve`), or use generation_schedule='rounds'."
             )
 
-    def sampler_settings(self) -> SamplerSettings:
+    def sampler_settings(self, validate: bool = True) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
-        return SamplerSettings(**{f.name: getattr(self, f.name) for f in fields(SamplerSettings)}).validated()
-
-
-_DOCUMENTED = {f.name for f in fields(SamplerFields)} | set(ADA_ONLY_FIELDS) | set(DEPRECATED_NAMES)
-AdaGRPOConfig.__doc__ = HEADER + render_parameters([f for f in fields(AdaGRPOConfig) if f.name in _DOCUMENTED])
+        settings = SamplerSettings(**{f.name: getattr(self, f.name) for f in fields(SamplerSettings)})
+        return settings.validated() if validate else settings

@@ -1,10 +1,8 @@
-"""Griffe extension for the API reference: the configs' docstrings as Python has them at runtime.
+"""Griffe extension for the API reference: the configs' docstrings in TRL's layout, as Markdown.
 
-`AdaGRPOConfig.__doc__` and `AdaAsyncGRPOConfig.__doc__` are rendered when their module is imported, from the knob
-declarations of `trl_ada/samplers/settings.py` (so the reference cannot drift from `--help`); griffe reads source
-code and sees no docstring. This extension imports the two classes and gives griffe their runtime docstring, with the
-parameter list (TRL's `name (`type`, *optional*, defaults to ...):` layout, which Google-style parsing does not
-read) written as a Markdown list.
+`AdaGRPOConfig` and `AdaAsyncGRPOConfig` document their knobs as TRL's configs do (a `Parameters:` block of
+`name (`type`, *optional*, defaults to ...):` entries and `> group` lines), which Google-style parsing does not read.
+This extension imports the two classes and gives griffe their docstring with that list written as Markdown.
 """
 
 from __future__ import annotations

@@ -8,49 +8,12 @@ from dataclasses import MISSING, dataclass, fields
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from ..config import batch_rules
-from ..samplers import Sampler, SamplerFields, SamplerSettings
-from ..samplers.settings import knob, render_parameters
+from ..samplers import SamplerFields, SamplerSettings
+from ..samplers.dapo import RefillGate
+from ..samplers.settings import ReadIf, check_knobs_read, knob
 
 logger = logging.getLogger(__name__)
 
-HEADER = r"""
-    Configuration class for [`AdaAsyncGRPOTrainer`]: Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996))
-    in TRL's asynchronous trainer, where a rollout worker keeps generating while the trainer trains.
-
-    Inherits every parameter of [`~trl.experimental.async_grpo.AsyncGRPOConfig`]. `num_generations` keeps TRL's
-    meaning: the size `n` of a prompt's update group. The sampler knobs below are those of [`AdaGRPOConfig`], declared
-    once in `trl_ada.samplers.settings.SamplerFields`, with the same meanings; what differs in the asynchronous worker:
-
-    - `seq_pos`/`seq_balance` draw each prompt's rounds as blocks, round-free (each draw its own request, the exit rule
-      and the cap checked when a block is back, the pool in submission order), as `generation_schedule="continuous"`
-      does in the synchronous trainer; `est` sends each prompt's budget at once.
-    - A prompt's kept samples are queued as soon as its pool is done. Only where a rule reads the whole generation
-      batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`) do the prompts wait for one
-      another, in generation batches of `prompts_per_generation_batch` prompts (below).
-    - `knapsack` splits each generation batch's budget over its prompts, as `est` does.
-    - `dapo` drops groups without a signal and keeps drawing further prompts. `dapo_max_refills` bounds the drawing
-      as in the synchronous trainer: once `(dapo_max_refills + 1)` generation batches' worth of prompts in a row have
-      not filled one batch with prompts that carry a signal (a reward that is constant everywhere), the worker fails
-      naming the cause. With `normalize_weights` and a weighting `objective`, kept prompts wait until a generation
-      batch's worth (`prompts_per_generation_batch`) has a signal, and their weights are normalised over them. There
-      is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
-    - `dapo_gated` draws the prompt stream as `dapo` does, with the refill's gate: a prompt's first row in an epoch
-      (`len(train_dataset)` prompts kept with a signal, TRL's count of an epoch) is the loader's and is always made;
-      when the stream meets it again within the epoch (a refill, since drops made the epoch need more draws) the
-      prompt is passed over if the gate predicts it unmixed. Its gate measures the mixed share over generation
-      batches of `prompts_per_generation_batch` prompts.
-    - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
-    - `sampler="uniform"` with `objective="linear"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages;
-      its worker with the fixes of `RobustAsyncRolloutWorker`). Where the advantages are not TRL's (a weighting
-      `objective` with any sampler, `est`'s residual weight, a pool that outgrows its update group), the worker
-      computes them with the synchronous trainer's code, as `AdaGRPOTrainer` does: no knob is accepted and ignored.
-    - `train_on="pool"` (below, a knob of this trainer alone) trains on every draw of a pool instead of its
-      update group: TRL's packing needs no static shapes.
-
-    Parameters:
-"""
-
-SECTION_ASYNC = "Parameters of the asynchronous trainer"
 
 TRAIN_ON_CHOICES = ("downsample", "pool")
 
@@ -68,7 +31,7 @@ def check_train_on(train_on: str, settings: SamplerSettings) -> None:
         how = (
             f"round_size * max_rounds = {settings.max_pool_size} is num_generations, so the pool is the update group. "
             "Raise round_size or max_rounds, or remove train_on."
-            if settings.sampler_class.has_exit_rule
+            if settings.has_exit_rule
             else f"sampler={settings.sampler!r} draws num_generations = {settings.num_generations} per prompt: its "
             "pool is its update group. Remove train_on, or use sampler='seq_pos', 'seq_balance' or 'est'."
         )
@@ -97,10 +60,10 @@ def check_train_on(train_on: str, settings: SamplerSettings) -> None:
 def gates_refills(settings: SamplerSettings) -> bool:
     """
     Whether the sampler of the validated `settings` refills DAPO's batch through a gate (`sampler="dapo_gated"`, or a
-    plug-in overriding [`Sampler.refill_passes_over`]): the worker then passes over the prompts of the stream that the
-    gate rejects on a refill visit (`trl_ada.async_grpo.rollout.StreamGate`).
+    plug-in with a `refill_passes_over` method, [`RefillGate`]): the worker then passes over the prompts of the stream
+    that the gate rejects on a refill visit (`trl_ada.async_grpo.rollout.StreamGate`).
     """
-    return settings.refills and settings.sampler_class.refill_passes_over is not Sampler.refill_passes_over
+    return settings.refills and issubclass(settings.sampler_class, RefillGate)
 
 
 def worker_batch_rules(settings: SamplerSettings) -> str | None:
@@ -156,47 +119,85 @@ def resolve_prompts_per_generation_batch(
     return max(MIN_PROMPTS_PER_GENERATION_BATCH, samples_per_step // settings.num_generations)
 
 
-SYNC_ONLY_KNOBS = ("dapo_on_exhausted",)
-"""Sampler knobs of the synchronous trainer's refills that the asynchronous stream has no use for."""
+SYNC_ONLY_KNOBS = {
+    "dapo_on_exhausted": "the asynchronous worker has no partial batch to keep (it fails once dapo_max_refills is "
+    "reached), so it does not read it (AdaGRPOConfig does)."
+}
+"""Sampler knobs of the synchronous trainer's refills that the asynchronous stream has no use for, and why."""
 
 
 @dataclass
 class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
-    # The docstring is rendered from the fields' metadata (`__doc__` below), as AdaGRPOConfig's is.
+    r"""
+    Configuration class for [`AdaAsyncGRPOTrainer`]: Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996))
+    in TRL's asynchronous trainer, where a rollout worker keeps generating while the trainer trains.
+
+    Inherits every parameter of [`~trl.experimental.async_grpo.AsyncGRPOConfig`]. `num_generations` keeps TRL's
+    meaning: the size `n` of a prompt's update group. The sampler knobs below are those of [`AdaGRPOConfig`], with the
+    same meanings; what differs in the asynchronous worker:
+
+    - `seq_pos`/`seq_balance` draw each prompt's rounds as blocks, round-free (each draw its own request, the exit rule
+      and the cap checked when a block is back, the pool in submission order), as `generation_schedule="continuous"`
+      does in the synchronous trainer; `est` sends each prompt's budget at once.
+    - A prompt's kept samples are queued as soon as its pool is done. Only where a rule reads the whole generation
+      batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`) do the prompts wait for one
+      another, in generation batches of `prompts_per_generation_batch` prompts (below).
+    - `knapsack` splits each generation batch's budget over its prompts, as `est` does.
+    - `dapo` drops groups without a signal and keeps drawing further prompts. `dapo_max_refills` bounds the drawing
+      as in the synchronous trainer: once `(dapo_max_refills + 1)` generation batches' worth of prompts in a row have
+      not filled one batch with prompts that carry a signal (a reward that is constant everywhere), the worker fails
+      naming the cause. With `normalize_weights` and a weighting `objective`, kept prompts wait until a generation
+      batch's worth (`prompts_per_generation_batch`) has a signal, and their weights are normalised over them. There
+      is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
+    - `dapo_gated` draws the prompt stream as `dapo` does, with the refill's gate: a prompt's first row in an epoch
+      (`len(train_dataset)` prompts kept with a signal, TRL's count of an epoch) is the loader's and is always made;
+      when the stream meets it again within the epoch (a refill, since drops made the epoch need more draws) the
+      prompt is passed over if the gate predicts it unmixed. Its gate measures the mixed share over generation
+      batches of `prompts_per_generation_batch` prompts.
+    - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
+    - `sampler="uniform"` with `objective="linear"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages;
+      its worker with the fixes of `RobustAsyncRolloutWorker`). Where the advantages are not TRL's (a weighting
+      `objective` with any sampler, `est`'s residual weight, a pool that outgrows its update group), the worker
+      computes them with the synchronous trainer's code, as `AdaGRPOTrainer` does: no knob is accepted and ignored.
+    - `train_on="pool"` (below, a knob of this trainer alone) trains on every draw of a pool instead of its
+      update group: TRL's packing needs no static shapes.
+
+    Parameters:
+        > Parameters of adaptive sampling: those of [`AdaGRPOConfig`], with the same names, defaults and meanings
+
+        > Parameters of the asynchronous trainer
+
+        train_on (`str`, *optional*, defaults to `"downsample"`):
+            What a prompt trains on once its pool is done. Supported values are `"downsample"` (its update group of
+            `num_generations`, as in `AdaGRPOConfig`) and `"pool"` (every draw of the pool, its advantages scaled by
+            `num_generations / pool size`). `"pool"` needs `baseline="pool"` and a pool that can outgrow its group, and
+            contradicts `est_train_on="downsample"` and `sampler_kwargs` `train_on="downsample"`.
+        prompts_per_generation_batch (`int` or `None`, *optional*, defaults to `None`):
+            Number of prompts per generation batch when a rule reads the whole batch. Those rules are `sampler="est"`,
+            `"knapsack"` and `"dapo_gated"`, and `objective="log"` or `"power"` with `normalize_weights`. If `None`, it
+            defaults to one optimizer step's prompts, and at least 8. Must be at least 2 with those rules; without them
+            each prompt is a batch of its own and this must stay `None`.
+    """
 
     train_on: str = knob(
         "downsample",
-        'What a prompt of `seq_pos`, `seq_balance` or `est` trains on once its pool is done. `"downsample"`: its '
-        'update group, the pool cut to `num_generations` as in the synchronous trainer. `"pool"`: every draw of the '
-        "pool, in submission order, each with its own draw's policy version and the advantage the update group's rule "
-        "gives it, `w_x (r_i - p̂_x)` with the same baseline (the pool's mean reward `p̂_x`), weight `w_x` and std "
-        "scaling, times `num_generations / pool size` (TRL's asynchronous trainer packs its samples, so it needs no "
-        "static shapes). A prompt's advantages then sum, over its pool, to what its update group's would: it weighs "
-        "`w_x` in the loss (the paper's `1/p̂` under the log objective), however many draws its exit rule took, where "
-        "unscaled a `seq_pos` prompt drawing about `1/p̂` would weigh about `w_x / p̂`. An optimizer step of "
-        "`per_device_train_batch_size * gradient_accumulation_steps * world_size` samples holds fewer prompts, and "
-        "TRL's safety ceiling on `max_steps` (set when `max_steps` is not) grows by `round_size * max_rounds / "
-        "num_generations` so that it cannot end training before `num_train_epochs`. Needs a pool that can outgrow its "
-        'update group (not `uniform` or `dapo`, whose pool is their group) and `baseline="pool"`. With `est` it is '
-        'what `est_train_on="all"` (the default) already does (its kept group is its pool, its budget its implicit '
-        'weight: nothing is scaled); `est_train_on="downsample"` contradicts it and raises.',
+        'What a prompt trains on once its pool is done. Supported values are `"downsample"` (its update group of '
+        '`num_generations`, as in `AdaGRPOConfig`) and `"pool"` (every draw of the pool, its advantages scaled by '
+        '`num_generations / pool size`). `"pool"` needs `baseline="pool"` and a pool that can outgrow its group, and '
+        'contradicts `est_train_on="downsample"` and `sampler_kwargs` `train_on="downsample"`.',
         choices=TRAIN_ON_CHOICES,
-        section=SECTION_ASYNC,
     )
     prompts_per_generation_batch: int | None = knob(
         None,
-        'Prompts per generation batch where a rule reads the whole batch: `sampler="est"` (its budgets share the '
-        "batch's mean, `est_mean_samples`: a hard prompt draws more because an easy one of the same batch draws less), "
-        '`"knapsack"` (the batch\'s budget split by a knapsack), `"dapo_gated"` (its gate\'s share of mixed groups) '
-        'and a weighting `objective` (`"log"`, `"power"`) with `normalize_weights` (weights rescaled to mean 1 '
-        "over the batch's prompts). The batch's samples are queued once its last prompt is done. `None`: one "
-        "optimizer step's prompts, `per_device_train_batch_size * gradient_accumulation_steps * world_size // "
-        f"num_generations`, and at least {MIN_PROMPTS_PER_GENERATION_BATCH} (TRL's defaults make one prompt per "
-        "step, over which those rules would do nothing). 1 is rejected with those rules. Where every rule reads one "
-        "prompt's pool (`seq_*`, `uniform`, `dapo` with a linear objective, or `normalize_weights=False`) each "
-        "prompt is a batch of its own, its samples queued as soon as its pool is done, and this knob must keep its "
-        "default.",
-        doc_type="`int` or `None`",
+        'Number of prompts per generation batch when a rule reads the whole batch. Those rules are `sampler="est"`, '
+        '`"knapsack"` and `"dapo_gated"`, and `objective="log"` or `"power"` with `normalize_weights`. If `None`, it '
+        f"defaults to one optimizer step's prompts, and at least {MIN_PROMPTS_PER_GENERATION_BATCH}. Must be at least "
+        "2 with those rules; without them each prompt is a batch of its own and this must stay `None`.",
+        read_if=ReadIf(
+            lambda config: worker_batch_rules(config.sampler_settings()) is not None,
+            "sampler='est', 'knapsack' and 'dapo_gated' and objective='log' or 'power' with normalize_weights=True",
+            ("sampler", "objective", "normalize_weights"),
+        ),
     )
 
     def __post_init__(self) -> None:
@@ -222,34 +223,13 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
 
     def _validate_adaptive_sampling(self) -> None:
         settings = self.sampler_settings()  # every knob's own check and the unread-knob rule, before any model loads
-        for name in SYNC_ONLY_KNOBS:
-            default = SamplerFields.__dataclass_fields__[name].default
-            if getattr(self, name) != default:
-                raise ValueError(
-                    f"{name}={getattr(self, name)!r}: the asynchronous worker has no partial batch to keep (it "
-                    f"fails once dapo_max_refills is reached). Remove {name} (AdaGRPOConfig reads it)."
-                )
+        check_knobs_read(self, [*SYNC_ONLY_KNOBS, *ASYNC_ONLY_FIELDS], settings, not_read=SYNC_ONLY_KNOBS)
         check_train_on(self.train_on, settings)
-        self._check_prompts_per_generation_batch(settings)
+        if self.prompts_per_generation_batch is not None:
+            check_prompts_per_generation_batch(self.prompts_per_generation_batch, settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
         for f in fields(SamplerFields):
             setattr(self, f.name, getattr(settings, f.name))
-
-    def _check_prompts_per_generation_batch(self, settings: SamplerSettings) -> None:
-        requested = self.prompts_per_generation_batch
-        if requested is None:
-            return
-        check_prompts_per_generation_batch(requested, settings)
-        # The unread-knob rule: a value nothing reads would be silently ignored.
-        if worker_batch_rules(settings) is None:
-            raise ValueError(
-                f"prompts_per_generation_batch={requested!r} has no effect with sampler={settings.sampler!r}, "
-                f"objective={settings.objective!r}, normalize_weights={settings.normalize_weights!r}: every rule "
-                "reads one prompt's pool, so each prompt is a generation batch of its own (its samples queued as soon "
-                "as its pool is done). Remove prompts_per_generation_batch (default None). It is read by "
-                "sampler='est', 'knapsack' and 'dapo_gated' and by objective='log' or 'power' with "
-                "normalize_weights=True."
-            )
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
@@ -260,7 +240,3 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
 
 ASYNC_ONLY_FIELDS = ("train_on", "prompts_per_generation_batch")
 """The asynchronous trainer's own knobs (not read by samplers), declared on `AdaAsyncGRPOConfig`."""
-
-AdaAsyncGRPOConfig.__doc__ = HEADER + render_parameters(
-    [*fields(SamplerFields), *(AdaAsyncGRPOConfig.__dataclass_fields__[name] for name in ASYNC_ONLY_FIELDS)]
-)

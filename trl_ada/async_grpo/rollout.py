@@ -68,7 +68,7 @@ from ..generation.faults import VLLMServerUnresponsive
 from ..rewards.registry import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.accounting import PromptDraws, draw_rates
-from ..samplers.base import PromptResult, Sampler, finish_update, selection_draws
+from ..samplers.base import PromptResult, Sampler, draw_memories, finish_update, selection_draws
 from ..samplers.continuous import begin_streaming
 from ..schedules import prompt_key, prompt_keys
 from .config import check_prompts_per_generation_batch, check_train_on, gates_refills
@@ -101,7 +101,7 @@ class AsyncSampling:
     settings: SamplerSettings
     """The validated sampler settings (`AdaAsyncGRPOConfig.sampler_settings()`)."""
     prompts_per_batch: int
-    """Prompts per generation batch: 1 where every rule is per prompt (`Sampler.rules_are_per_prompt`), else
+    """Prompts per generation batch: 1 where every rule is per prompt (`SamplerSettings.rules_are_per_prompt`), else
     `AdaAsyncGRPOConfig.prompts_per_generation_batch` (`resolve_prompts_per_generation_batch`); never 1 where a rule
     reads the whole batch (`check_prompts_per_generation_batch`)."""
     predictor_source: str | None = None
@@ -131,11 +131,10 @@ class AsyncSampling:
         clipped below 1). Otherwise the loop computes the advantages with the synchronous trainer's code (`pooled`).
         """
         settings = self.settings
-        cls = settings.sampler_class
         return (
-            cls.max_pool_size(settings) <= settings.num_generations
-            and cls.rules_are_per_prompt(settings)
-            and cls.weight is Sampler.weight
+            settings.max_pool_size <= settings.num_generations
+            and settings.rules_are_per_prompt
+            and settings.sampler_class.weight is Sampler.weight
             and settings.objective == "linear"
             and settings.max_weight >= 1.0
         )
@@ -509,7 +508,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             # A resumed run's rows that the checkpoint's state already counted are not counted twice.
             again = {prompt for prompt, row in enumerate(batch.row_ids) if row in self._rows_already_counted}
             with contextlib.ExitStack() as skipping:
-                for memory in self.sampler.draw_memories():
+                for memory in draw_memories(self.sampler):
                     skipping.enter_context(_updates_skipping(memory, again))
                 selection = batch.step.finish()
             self._rows_already_counted.difference_update(batch.row_ids)

@@ -102,7 +102,7 @@ def pool_step_ceiling(max_steps: int, sampling: AsyncSampling) -> int:
     return math.ceil(max_steps * settings.max_pool_size / settings.num_generations)
 
 
-# -- faults (issue 23) ------------------------------------------------------------------------------------------------
+# -- faults ------------------------------------------------------------------------------------------------------------
 
 PICKLING_MESSAGE = (
     "AsyncRolloutWorker forwards reward_funcs / tools / environment_factory to a spawned child process, so they must "
@@ -466,7 +466,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             sampling = self.ada_sampling
             sampler = build_sampler(sampling.settings, sampling.estimator, sampling.predictor_source)
             sampler.load_state_dict(state)
-            save = getattr(sampler.pass_rate_estimator, "save_pretrained", None)
+            save = getattr(sampler.estimator, "save_pretrained", None)
             if save is not None:
                 save(os.path.join(output_dir if output_dir is not None else self.args.output_dir, PREDICTOR_DIR))
         super().save_model(output_dir, _internal_call)

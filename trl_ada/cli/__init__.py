@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..samplers import SamplerSettings, sampler_names, simulate
-from ..samplers.settings import SETTINGS_DEFAULTS
+from ..samplers.settings import KNOB_FIELDS, SETTINGS_DEFAULTS, option_fields
 from ..samplers.simulate import (
     ARRIVALS,
     GENERATION_SCHEDULES,
@@ -227,7 +227,7 @@ def _plan_settings(args: argparse.Namespace) -> list[SamplerSettings]:
             for knob, value in given.items()
             # sampler_kwargs are a sampler's own options: they go to the samplers that declare options.
             if (
-                candidate.sampler_class.options_class is not None
+                set(option_fields(candidate.sampler_class.Options)) - set(KNOB_FIELDS)
                 if knob == "sampler_kwargs"
                 else candidate.reads(knob)
             )

@@ -13,8 +13,9 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..samplers import Sampler, SamplerSettings
-from ..samplers.settings import UNIVERSAL_KNOBS
+from ..samplers import SamplerSettings
+from ..samplers.base import describe
+from ..samplers.settings import KNOB_FIELDS, UNIVERSAL_KNOBS, option_fields
 from .plots import PLOT_CAPTIONS, logged_series, training_entries, write_metrics, write_training_plots
 
 TEMPLATE = "reinforce_ada_model_card.md"
@@ -52,19 +53,17 @@ def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
     names += [] if linear else weights
     rows = [(name, getattr(settings, name)) for name in names]
     options = settings.options
-    if options is not None:
-        rows += [(f"sampler_kwargs.{f.name}", getattr(options, f.name)) for f in fields(options)]
+    rows += [
+        (f"sampler_kwargs.{name}", getattr(options, name))
+        for name in option_fields(type(options))
+        if name not in KNOB_FIELDS
+    ]
     return rows
 
 
 def describe_sampler(settings: SamplerSettings) -> str:
-    """What the run's sampler did, in its own words (`Sampler.describe`). A plug-in that inherits its description
-    from a trl-ada sampler it subclasses gets the neutral sentence naming its class: it may draw differently."""
-    cls = settings.sampler_class
-    owner = next(klass for klass in cls.__mro__ if "describe" in vars(klass))
-    if owner is not cls and not cls.__module__.startswith("trl_ada."):
-        return Sampler.describe.__func__(cls, settings)
-    return cls.describe(settings)
+    """What the run's sampler did, in its own words ([`trl_ada.samplers.base.describe`])."""
+    return describe(settings)
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -21,7 +21,7 @@ from .gated import GatedRefillOptions, GatedRefillSampler  # registers "dapo_gat
 from .knapsack import KnapsackOptions, KnapsackSampler  # registers "knapsack"
 from .predictor import LearnedPassRatePredictor, PromptKey
 from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
-from .settings import SamplerFields, SamplerSettings
+from .settings import SamplerFields, SamplerOptions, SamplerSettings, read_when
 from .simulate import SimulationResult, simulate
 from .tracker import DecayedBetaTracker, PassRateEstimator
 
@@ -43,6 +43,7 @@ __all__ = [
     "PromptResult",
     "Sampler",
     "SamplerFields",
+    "SamplerOptions",
     "SamplerSettings",
     "SamplingStep",
     "ScheduleStats",
@@ -53,6 +54,7 @@ __all__ = [
     "SimulationResult",
     "UniformSampler",
     "build_sampler",
+    "read_when",
     "register_sampler",
     "sampler_class",
     "sampler_names",

@@ -24,16 +24,14 @@ import json
 import math
 import random
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 from . import rules
 from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
+from .settings import SamplerOptions, SamplerSettings
 from .tracker import PassRateEstimator
-
-if TYPE_CHECKING:
-    from .settings import SamplerSettings
 
 
 @dataclass(frozen=True)
@@ -131,7 +129,7 @@ class SamplingStep:
         """`(prompt_index, count)` pairs for the next round, ascending by prompt; empty when sampling is over."""
         if self._pending is not None:
             raise RuntimeError("observe() the previous round's rewards before asking for the next round")
-        if self.rounds >= self.sampler.max_rounds:
+        if self.rounds >= self.sampler.options.max_rounds:
             return []
         sizes = self._next_sizes or [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
         requests = [(index, count) for index, count in enumerate(sizes) if count > 0]
@@ -167,7 +165,7 @@ class SamplingStep:
         # The next round's sizes, computed once: they also give the count of prompts still active.
         self._next_sizes = (
             [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
-            if self.rounds < self.sampler.max_rounds
+            if self.rounds < self.sampler.options.max_rounds
             else [0] * self.num_prompts
         )
         self.active_after_round.append(sum(1 for count in self._next_sizes if count > 0))
@@ -376,102 +374,20 @@ def skip_metrics(
 
 class Sampler:
     """
-    Base strategy, and the contract of a sampler plug-in ([`register_sampler`]). A subclass decides, from a prompt's
-    pool of rewards so far, how many more completions it needs (`request_size`); downsampling (`keep`), baselines and
-    weights (`weight`) are shared rules (see `trl_ada.samplers.rules`) that a subclass may override.
-
-    A sampler class also carries its configuration (class attributes and class methods, read before any compute):
-    `knobs`, the knobs it reads beyond the universal ones (`trl_ada.samplers.settings.UNIVERSAL_KNOBS`), and `reads`
-    for those it reads only under some setting; `check_contradictions` and `resolve` for its own validation and the
-    defaults it fills in; `max_pool_size`; `options_class`, a dataclass of its own knobs (given as `sampler_kwargs`).
-    A knob it does not read must keep its default, or the configuration raises.
+    Base strategy, and the whole contract of a sampler plug-in ([`register_sampler`]): how many more completions a
+    prompt needs (`request_size`), which of them enter the update (`keep`), with what weight (`weight`), what it learns
+    at the end of a step (`end_step`) and its state (`state_dict`); its knobs are its `Options` dataclass. Baselines,
+    reward scaling, advantages and metrics are shared rules (`trl_ada.samplers.rules`).
 
     The sampler owns the random generator used for downsampling. Every process builds it from the same seed and
-    feeds it the same (gathered) rewards, so all processes make the same choices.
+    feeds it the same (gathered) rewards, so all processes make the same choices. A sampler that reads a pass-rate
+    estimator keeps it as `self.estimator`.
     """
 
     name: ClassVar[str]
     """Set by [`register_sampler`]."""
-    knobs: ClassVar[frozenset[str]] = frozenset({"objective"})
-    """The knobs this sampler reads beyond the universal ones (maybe only under a setting: see `reads`)."""
-    knob_conditions: ClassVar[dict[str, str]] = {}
-    """Knob -> the setting under which this sampler reads it, for error messages ("with round_policy='tracked'")."""
-    knob_hints: ClassVar[dict[str, str]] = {}
-    """Knob -> a hint added when a user sets it and this sampler does not read it (what to tune instead)."""
-    refills_batches: ClassVar[bool] = False
-    """Whether prompts without a signal are dropped and the batch refilled from further prompts (DAPO)."""
-    has_exit_rule: ClassVar[bool] = False
-    """Whether it runs an exit rule prompt by prompt (`SequentialSampler`), so the round-free schedule can drive it."""
-    options_class: ClassVar[type | None] = None
-    """A dataclass of this sampler's own knobs, built from `sampler_kwargs` (validate in its `__post_init__`)."""
-
-    @classmethod
-    def reads(cls, settings: SamplerSettings, name: str) -> bool:
-        """Whether this sampler reads knob `name` (not a universal one) under `settings`."""
-        return name in cls.knobs
-
-    @classmethod
-    def knob_depends_on(cls, name: str) -> tuple[str, ...]:
-        """The settings besides `sampler` that decide whether knob `name` is read (named in error messages)."""
-        return ()
-
-    @classmethod
-    def check_contradictions(cls, settings: SamplerSettings) -> None:
-        """Raise `ValueError` for a setting that contradicts this sampler, with a more precise message than the
-        unread-knob rule would give. Runs before that rule."""
-
-    @classmethod
-    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
-        """The settings with this sampler's defaults filled in, after its combined checks (`ValueError` naming the
-        fix). Must accept its own output (settings are validated again by every sampler built from them)."""
-        return settings
-
-    @classmethod
-    def max_pool_size(cls, settings: SamplerSettings) -> int:
-        """The cap on completions drawn for one prompt in one generation batch."""
-        return settings.num_generations
-
-    @classmethod
-    def one_request_per_prompt(cls, settings: SamplerSettings) -> bool:
-        """Whether every prompt is drawn in a single generate request per step (a vLLM `seed` then stays usable)."""
-        return False
-
-    @classmethod
-    def rules_are_per_prompt(cls, settings: SamplerSettings) -> bool:
-        """
-        Whether every rule of a generation batch reads only each prompt's own pool: no reward scale taken over the
-        batch (`scale_rewards="batch"`) and no weights normalised over it (a weighting `objective` with
-        `normalize_weights`; `"linear"` weighs every prompt 1). A streaming worker may then finish each prompt as a
-        batch of its own, as soon as its pool is done. A sampler that splits a budget across the batch says `False`.
-        """
-        return settings.scale_rewards != "batch" and (settings.objective == "linear" or not settings.normalize_weights)
-
-    @classmethod
-    def parse_options(cls, kwargs: dict[str, Any] | None) -> Any:
-        """This sampler's options from `sampler_kwargs` (`None` without an `options_class`)."""
-        if cls.options_class is None:
-            if kwargs:
-                raise ValueError(
-                    f"sampler_kwargs={kwargs!r} given, but sampler={cls.name!r} has no options of its own (no "
-                    "options_class). Remove sampler_kwargs; its knobs are the config's fields."
-                )
-            return None
-        known = [f.name for f in fields(cls.options_class)]
-        unknown = sorted(set(kwargs or {}) - set(known))
-        if unknown:
-            raise ValueError(
-                f"sampler_kwargs has {unknown}, which sampler={cls.name!r} does not take. Its options are {known}."
-            )
-        return cls.options_class(**(kwargs or {}))
-
-    @classmethod
-    def describe(cls, settings: SamplerSettings) -> str:
-        """What this sampler did under `settings`, in a few Markdown sentences (the model card's). A plug-in that does
-        not override it is named by its class."""
-        return (
-            f"Completions were drawn by the plug-in sampler `{cls.__module__}.{cls.__qualname__}` (registered as "
-            f"`{settings.sampler}`), which does not describe its rule; its settings are listed below."
-        )
+    Options: ClassVar[type[SamplerOptions]] = SamplerOptions
+    """The knobs this sampler reads and its checks ([`SamplerOptions`]); `self.options` holds their values."""
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         self.settings = settings.validated()
@@ -482,25 +398,16 @@ class Sampler:
                 f"sampler={self.name!r} reads no pass-rate estimator; remove pass_rate_estimator, or use sampler='est' "
                 "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
             )
-
-    @property
-    def max_rounds(self) -> int:
-        return self.settings.max_rounds
+        self.estimator = estimator
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         """Start a generation batch of `num_prompts` prompts (`prompt_keys`: stable ids, for stateful samplers)."""
-        return SamplingStep(self, num_prompts)
-
-    def begin_continuous(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> NoReturn:
-        """
-        Start a generation batch on the round-free schedule ([`ContinuousStep`]): each prompt draws its rounds
-        without waiting for the other prompts. Only sequential samplers have an exit rule to run prompt by prompt:
-        `SequentialSampler` returns a `ContinuousStep`; every other sampler raises here.
-        """
-        raise ValueError(
-            f"the round-free (continuous) schedule runs an exit rule prompt by prompt, and sampler={self.name!r} has "
-            "none. Use sampler='seq_pos' or sampler='seq_balance', or sample in rounds with begin()."
-        )
+        step = SamplingStep(self, num_prompts)
+        if prompt_keys is not None:
+            if len(prompt_keys) != num_prompts:
+                raise ValueError(f"sampler={self.name!r} got {len(prompt_keys)} prompt keys for {num_prompts} prompts")
+            step.keys = list(prompt_keys)
+        return step
 
     def request_size(self, step: SamplingStep, index: int) -> int:
         """How many more completions prompt `index` needs in round `step.rounds + 1` (0: retired)."""
@@ -523,26 +430,8 @@ class Sampler:
         settings = self.settings
         return rules.objective_weight(pass_rate, settings.objective, settings.power_alpha, settings.max_weight)
 
-    def refill_passes_over(self, key: Hashable) -> bool:
-        """Whether DAPO's refill (`dapo_refill`) should pass over this prompt, by its key. Default: never."""
-        return False
-
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
         """Called once the step is finished; stateful samplers update themselves here."""
-
-    @property
-    def pass_rate_estimator(self) -> PassRateEstimator | None:
-        """The pass-rate estimator this sampler reads (est, the predictive and tracked round policies), if any."""
-        return None
-
-    def draw_memories(self) -> tuple[Any, ...]:
-        """
-        What remembers each prompt's draws from step to step, each with `update(keys, totals, positives)`: the
-        pass-rate estimator and any history of the sampler's own. A resumed asynchronous worker draws again the rows
-        its checkpoint's state already counted, and leaves those rows out of every one of these.
-        """
-        estimator = self.pass_rate_estimator
-        return () if estimator is None else (estimator,)
 
     def state_dict(self) -> dict[str, Any]:
         """Training state to save in a checkpoint."""
@@ -551,6 +440,32 @@ class Sampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
+
+
+def draw_memories(sampler: Sampler) -> tuple[PassRateEstimator, ...]:
+    """
+    What remembers each prompt's draws from step to step, each with `update(keys, totals, positives)`: every pass-rate
+    estimator the sampler holds (its `estimator` and any history of its own). A resumed asynchronous worker draws
+    again the rows its checkpoint's state already counted, and leaves those rows out of every one of these.
+    """
+    return tuple(value for value in vars(sampler).values() if isinstance(value, PassRateEstimator))
+
+
+def describe(settings: SamplerSettings) -> str:
+    """
+    What the sampler of `settings` did, in a few Markdown sentences (its `Options.describe`, the model card's). A
+    plug-in whose `Options` says nothing, or only what a trl-ada sampler's `Options` it inherits says (it may draw
+    differently), is named by its class.
+    """
+    cls = settings.sampler_class
+    owner = next(klass for klass in cls.Options.__mro__ if "describe" in vars(klass))
+    text = settings.options.describe(settings)
+    if text is not None and (cls.__module__.startswith("trl_ada.") or not owner.__module__.startswith("trl_ada.")):
+        return text
+    return (
+        f"Completions were drawn by the plug-in sampler `{cls.__module__}.{cls.__qualname__}` (registered as "
+        f"`{settings.sampler}`), which does not describe its rule; its settings are listed below."
+    )
 
 
 _BASELINES = {
@@ -569,14 +484,6 @@ def _objective_phrase(settings: SamplerSettings) -> str:
     if settings.objective == "linear":
         return ""
     return f", and each prompt's gradient weighted by the `{settings.objective}` objective's w(p̂) of its pool"
-
-
-def _reject_dapo_refill_without_rounds(settings: SamplerSettings) -> None:
-    if settings.dapo_refill:
-        raise ValueError(
-            f"dapo_refill=True combines DAPO's batch filling with a sequential sampler; with "
-            f"sampler={settings.sampler!r} use sampler='dapo' instead, or combine it with 'seq_pos'/'seq_balance'."
-        )
 
 
 def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_source: str | None = None) -> Sampler:
@@ -612,7 +519,7 @@ def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_so
         json.dumps(sampler.state_dict())
     except (TypeError, ValueError) as error:
         raise ValueError(
-            f"The sampler's state (with its pass-rate estimator, {type(sampler.pass_rate_estimator).__name__}) is saved "
+            f"The sampler's state (with its pass-rate estimator, {type(sampler.estimator).__name__}) is saved "
             f"as JSON in every checkpoint (ada_sampler_state.json), and it is not JSON-serialisable: {error}. Make the "
             "estimator's state_dict() return only dicts, lists, strings, numbers, booleans and None."
         ) from error

@@ -102,7 +102,7 @@ class ContinuousStep:
     """
 
     def __init__(self, sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> None:
-        if not sampler.has_exit_rule:  # a SequentialSampler, by its flag
+        if not sampler.settings.has_exit_rule:
             raise ValueError(
                 f"the round-free (continuous) schedule runs an exit rule prompt by prompt, and sampler={sampler.name!r} "
                 "has none. Use sampler='seq_pos' or sampler='seq_balance', or sample in rounds with begin()."
@@ -277,6 +277,6 @@ def begin_streaming(
     One generation batch of `sampler` whose draws stream through an engine one request each: a [`ContinuousStep`]
     for a sampler with an exit rule (its blocks are its rounds), a [`SingleRequestStep`] for one without.
     """
-    if sampler.has_exit_rule:
+    if sampler.settings.has_exit_rule:
         return ContinuousStep(sampler, num_prompts, prompt_keys)
     return SingleRequestStep(sampler, num_prompts, prompt_keys)

@@ -4,29 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from . import rules
 from .accounting import draw_metrics
 from .base import PromptResult, Selection, finish_update, selection_draws
 from .registry import register_sampler
 from .settings import SamplerSettings
-from .uniform import UniformSampler
+from .uniform import UniformOptions, UniformSampler
 
 
-@register_sampler("dapo")
-class DapoSampler(UniformSampler):
-    """
-    DAPO's dynamic sampling (arXiv 2503.14476): one round of `num_generations` per prompt, like GRPO; prompts whose
-    group has no signal are dropped and the batch is refilled from further prompts ([`BatchFiller`] below), up to
-    `dapo_max_refills` extra generation batches.
-    """
+@dataclass(kw_only=True)
+class DapoOptions(UniformOptions):
+    """What `dapo` reads: the objective, and its refills (`dapo_refill` is on: `None` reads as `True`)."""
 
-    knobs = frozenset({"objective", "dapo_refill", "dapo_max_refills", "dapo_on_exhausted"})
-    refills_batches = True
+    dapo_refill: bool | None
+    dapo_max_refills: int
+    dapo_on_exhausted: str
 
-    @classmethod
-    def describe(cls, settings: SamplerSettings) -> str:
+    def __post_init__(self) -> None:
+        if self.dapo_refill is False:
+            raise ValueError(
+                "sampler='dapo' is uniform sampling with batch refilling; dapo_refill=False contradicts it. "
+                "Remove dapo_refill, or use sampler='uniform'."
+            )
+        self.dapo_refill = True
+
+    def describe(self, settings: SamplerSettings) -> str:
         exhausted = {
             "raise": "the run stops",
             "keep_partial": "it trains on the prompts found, padded with zero-advantage groups",
@@ -39,13 +43,30 @@ class DapoSampler(UniformSampler):
             "whole, with its mean reward as baseline."
         )
 
-    @classmethod
-    def check_contradictions(cls, settings: SamplerSettings) -> None:
-        if settings.dapo_refill is False:
-            raise ValueError(
-                "sampler='dapo' is uniform sampling with batch refilling; dapo_refill=False contradicts it. "
-                "Remove dapo_refill, or use sampler='uniform'."
-            )
+
+@register_sampler("dapo")
+class DapoSampler(UniformSampler):
+    """
+    DAPO's dynamic sampling (arXiv 2503.14476): one round of `num_generations` per prompt, like GRPO; prompts whose
+    group has no signal are dropped and the batch is refilled from further prompts ([`BatchFiller`] below), up to
+    `dapo_max_refills` extra generation batches.
+    """
+
+    Options = DapoOptions
+
+
+@runtime_checkable
+class RefillGate(Protocol):
+    """A sampler whose DAPO refill passes over some prompts (`sampler="dapo_gated"`): the refill walk, synchronous or
+    streaming, asks it of every candidate prompt by key."""
+
+    def refill_passes_over(self, key: Hashable) -> bool:
+        """Whether the refill should pass over this prompt."""
+
+
+def refill_gate(sampler: Any) -> Callable[[Hashable], bool] | None:
+    """The sampler's `refill_passes_over` where it is a [`RefillGate`], else `None` (the refill draws every prompt)."""
+    return sampler.refill_passes_over if isinstance(sampler, RefillGate) else None
 
 
 def group_has_signal(rewards: Sequence[float], settings: SamplerSettings) -> bool:
@@ -257,7 +278,7 @@ def fill_update(
     returns their selection) and file it too. Returns the filler after `take`: `taken` holds the update's
     `(batch, prompt)` pairs (batch 0 is `first`, batch `i` the `i`-th `sample` call), `metrics()` the `dapo/*` values.
     Raises `BatchExhaustedError` when the batch is short and not `keep_partial`. `passes_over` (the sampler's
-    [`Sampler.refill_passes_over`]) lets the walk step past prompts the sampler expects nothing from; when a whole walk
+    [`refill_gate`]) lets the walk step past prompts the sampler expects nothing from; when a whole walk
     of the dataset leaves a refill batch short because of it, the rest of that batch is drawn without it, as plain DAPO
     draws (the asynchronous stream's gate, likewise, opens a new epoch after a whole walk passed over), so the gate
     never starves the update of prompts DAPO would have drawn.

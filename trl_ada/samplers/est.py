@@ -4,114 +4,61 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 from . import rules
-from .base import (
-    _BASELINES,
-    Sampler,
-    SamplingStep,
-    Selection,
-    _reject_dapo_refill_without_rounds,
-    estimate_metrics,
-    skip_metrics,
-)
+from .base import _BASELINES, Sampler, SamplingStep, Selection, estimate_metrics, skip_metrics
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
-from .settings import SamplerSettings
+from .settings import SamplerOptions, SamplerSettings, read_when
 from .tracker import PassRateEstimator, checked_estimates
 
 
-@register_sampler("est")
-class EstSampler(Sampler):
+@dataclass(kw_only=True)
+class EstOptions(SamplerOptions):
     """
-    Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to `[est_min_samples,
-    est_max_samples]` and summing exactly to the paper's `N_total = round(B * est_mean_samples)`, all drawn in one
-    round; advantage `(r - r̄_x) * w_x` with the residual weight `w_x = (p̂_x + eps)^-(1-s)` from the step's own pool.
-    With `est_train_on="all"` every completion is trained on (group sizes vary; `est_mean_samples` is `n`, so the
-    total stays TRL's `B * n`); with `"downsample"` more is drawn (`2n` per prompt on average by default) and each pool
-    is cut to `n` like `seq_*`.
+    What `est` reads: its pass-rate estimates and budgets (`est_*`), and `downsample` under
+    `est_train_on="downsample"`. `__post_init__` fills `est_min_samples`, `est_max_samples` and `est_mean_samples`
+    and checks they can be met together.
     """
 
-    knobs = frozenset(
-        {
-            "downsample",
-            "pass_rate_decay",
-            "pass_rate_prior_alpha",
-            "pass_rate_prior_beta",
-            "pass_rate_predictor",
-            "est_sample_power",
-            "est_min_samples",
-            "est_max_samples",
-            "est_mean_samples",
-            "est_epsilon",
-            "est_train_on",
-            "skip_unmixed_above",
-        }
-    )
-    knob_conditions = {"downsample": "with est_train_on='downsample'; the others train on every completion drawn"}
-    knob_hints = {
+    splits_batch_budget = True  # the budgets share the batch's mean (`est_mean_samples`)
+    unread_hints = {
+        **SamplerOptions.unread_hints,
         "objective": "sampler='est' splits the log objective between sampling (N ∝ p̂^-est_sample_power) and a "
-        "residual weight: tune est_sample_power instead (0.5: the paper's hybrid; 1.0: pure implicit weighting)."
+        "residual weight: tune est_sample_power instead (0.5: the paper's hybrid; 1.0: pure implicit weighting).",
     }
 
-    @classmethod
-    def reads(cls, settings: SamplerSettings, name: str) -> bool:
-        if name == "downsample":
-            return settings.est_train_on == "downsample"
-        return name in cls.knobs
+    downsample: str = read_when("est_train_on", "downsample")
+    pass_rate_decay: float
+    pass_rate_prior_alpha: float
+    pass_rate_prior_beta: float
+    pass_rate_predictor: str
+    est_sample_power: float
+    est_min_samples: int | None
+    est_max_samples: int | None
+    est_mean_samples: float | None
+    est_epsilon: float
+    est_train_on: str
+    skip_unmixed_above: float | None
 
-    @classmethod
-    def knob_depends_on(cls, name: str) -> tuple[str, ...]:
-        return ("est_train_on",) if name == "downsample" else ()
-
-    @classmethod
-    def check_contradictions(cls, settings: SamplerSettings) -> None:
-        _reject_dapo_refill_without_rounds(settings)
-
-    @classmethod
-    def describe(cls, settings: SamplerSettings) -> str:
-        settings = cls.resolve(settings)
-        trained_on = (
-            "every completion drawn is trained on (group sizes vary)"
-            if settings.est_train_on == "all"
-            else f"each pool is downsampled ({settings.downsample}) to {settings.num_generations}"
-        )
-        return (
-            f"Sampler `{settings.sampler}` (Reinforce-Ada-Est): each step gives every prompt a budget of completions "
-            f"proportional to p̂^-{settings.est_sample_power} from its tracked pass rate p̂, clipped to "
-            f"[{settings.est_min_samples}, {settings.est_max_samples}] and {settings.est_mean_samples:g} per prompt on "
-            f"average, all drawn in one generate call; {trained_on}. The advantage is the reward minus "
-            f"{_BASELINES[settings.baseline]}, weighted by (p̂ + {settings.est_epsilon:g})^-(1-{settings.est_sample_power:g})."
-        )
-
-    @classmethod
-    def rules_are_per_prompt(cls, settings: SamplerSettings) -> bool:
-        return False  # the budgets share the batch's mean (`est_mean_samples`)
-
-    @classmethod
-    def max_pool_size(cls, settings: SamplerSettings) -> int:
-        return settings.est_max_samples if settings.est_max_samples is not None else 4 * settings.num_generations
-
-    @classmethod
-    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
-        """Fill `est_min_samples`, `est_max_samples` and `est_mean_samples` and check they can be met together."""
-        n = settings.num_generations
-        default_min = 2 if settings.est_train_on == "all" else n
-        low = default_min if settings.est_min_samples is None else settings.est_min_samples
-        high = 4 * n if settings.est_max_samples is None else settings.est_max_samples
+    def __post_init__(self) -> None:
+        n = self.num_generations
+        default_min = 2 if self.est_train_on == "all" else n
+        low = default_min if self.est_min_samples is None else self.est_min_samples
+        high = 4 * n if self.est_max_samples is None else self.est_max_samples
         if low > high:
             raise ValueError(f"est_min_samples ({low}) must not exceed est_max_samples ({high}).")
-        if settings.est_train_on == "downsample" and low < n:
+        if self.est_train_on == "downsample" and low < n:
             raise ValueError(
                 f"est_train_on='downsample' cuts every pool to num_generations={n}, so est_min_samples must be at "
                 f"least {n}; got {low}. Raise est_min_samples or use est_train_on='all'."
             )
         if low < 2:
             raise ValueError(f"est_min_samples must be at least 2 so every prompt has a baseline, got {low}.")
-        mean = settings.est_mean_samples
-        if settings.est_train_on == "all":
+        mean = self.est_mean_samples
+        if self.est_train_on == "all":
             # Every completion is trained on, and TRL's batch holds B * num_generations rows.
             if mean is not None and mean != n:
                 raise ValueError(
@@ -131,17 +78,46 @@ class EstSampler(Sampler):
                 f"[est_min_samples, est_max_samples] = [{low}, {high}] cannot meet. Choose est_mean_samples and "
                 f"bounds with est_min_samples <= est_mean_samples <= est_max_samples."
             )
-        return replace(settings, est_min_samples=low, est_max_samples=high, est_mean_samples=mean)
+        self.est_min_samples, self.est_max_samples, self.est_mean_samples = low, high, mean
+
+    @property
+    def max_pool_size(self) -> int:
+        return self.est_max_samples
+
+    def describe(self, settings: SamplerSettings) -> str:
+        trained_on = (
+            "every completion drawn is trained on (group sizes vary)"
+            if self.est_train_on == "all"
+            else f"each pool is downsampled ({self.downsample}) to {self.num_generations}"
+        )
+        power = self.est_sample_power
+        return (
+            f"Sampler `{settings.sampler}` (Reinforce-Ada-Est): each step gives every prompt a budget of completions "
+            f"proportional to p̂^-{power} from its tracked pass rate p̂, clipped to "
+            f"[{self.est_min_samples}, {self.est_max_samples}] and {self.est_mean_samples:g} per prompt on "
+            f"average, all drawn in one generate call; {trained_on}. The advantage is the reward minus "
+            f"{_BASELINES[settings.baseline]}, weighted by (p̂ + {self.est_epsilon:g})^-(1-{power:g})."
+        )
+
+
+@register_sampler("est")
+class EstSampler(Sampler):
+    """
+    Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to `[est_min_samples,
+    est_max_samples]` and summing exactly to the paper's `N_total = round(B * est_mean_samples)`, all drawn in one
+    round; advantage `(r - r̄_x) * w_x` with the residual weight `w_x = (p̂_x + eps)^-(1-s)` from the step's own pool.
+    With `est_train_on="all"` every completion is trained on (group sizes vary; `est_mean_samples` is `n`, so the
+    total stays TRL's `B * n`); with `"downsample"` more is drawn (`2n` per prompt on average by default) and each pool
+    is cut to `n` like `seq_*`.
+    """
+
+    Options = EstOptions
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)
         settings = self.settings
         # `pass_rate_predictor` names the default: "tracker" (decayed Beta counts) or a learned predictor.
         self.estimator: PassRateEstimator = estimator or build_pass_rate_estimator(settings)
-
-    @property
-    def max_rounds(self) -> int:
-        return 1
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         if prompt_keys is None or len(prompt_keys) != num_prompts:
@@ -206,10 +182,6 @@ class EstSampler(Sampler):
                 "est/tracked_prompts": float(_tracked_prompts(self.estimator)),
             }
         )
-
-    @property
-    def pass_rate_estimator(self) -> PassRateEstimator:
-        return self.estimator
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "estimator": self.estimator.state_dict()}

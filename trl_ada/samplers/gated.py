@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .base import SamplingStep, Selection
-from .dapo import DapoSampler
+from .dapo import DapoOptions, DapoSampler
 from .registry import register_sampler
 from .settings import SamplerSettings
 from .tracker import DecayedBetaTracker
@@ -38,9 +38,12 @@ MIXED_SHARE_DECAY = 0.9
 """Weight of the past in the running mixed share: about the last ten batches count."""
 
 
-@dataclass
-class GatedRefillOptions:
-    """The knobs of `sampler="dapo_gated"` ([`GatedRefillSampler`]), given as `sampler_kwargs`."""
+@dataclass(kw_only=True)
+class GatedRefillOptions(DapoOptions):
+    """The knobs of `sampler="dapo_gated"` ([`GatedRefillSampler`]): DAPO's, the discount of its draw history
+    (`pass_rate_decay`) and its own, given as `sampler_kwargs`."""
+
+    pass_rate_decay: float
 
     min_mixed_chance_ratio: float = 0.5
     """A refill prompt is passed over when its predicted chance of a mixed group is below this fraction of the measured
@@ -54,7 +57,15 @@ class GatedRefillOptions:
     prior_draws: float = 2.0
     """Weight, in draws, of the `"mean"` prior."""
 
+    def describe(self, settings: SamplerSettings) -> str:
+        return (
+            f"{super().describe(settings)} The refill passes over a prompt drawn before when its chance of a mixed "
+            f"group of {settings.num_generations}, from its past draws, is below {self.min_mixed_chance_ratio} "
+            "times the measured share of mixed groups."
+        )
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.prior not in PRIORS:
             raise ValueError(f"sampler_kwargs prior={self.prior!r} is not supported. Choose one of {PRIORS}.")
         ratio, weight = self.min_mixed_chance_ratio, self.prior_draws
@@ -123,17 +134,7 @@ class GatedRefillSampler(DapoSampler):
     prompt's decayed counts, `pass_rate_decay`, and the running measurements) is saved with the checkpoint.
     """
 
-    options_class = GatedRefillOptions
-    knobs = DapoSampler.knobs | {"pass_rate_decay"}  # the discount of the gate's draw history (`DrawHistory`)
-
-    @classmethod
-    def describe(cls, settings: SamplerSettings) -> str:
-        options = settings.options
-        return (
-            f"{super().describe(settings)} The refill passes over a prompt drawn before when its chance of a mixed "
-            f"group of {settings.num_generations}, from its past draws, is below {options.min_mixed_chance_ratio} "
-            "times the measured share of mixed groups."
-        )
+    Options = GatedRefillOptions
 
     def __init__(self, settings: SamplerSettings, estimator: Any = None) -> None:
         super().__init__(settings, estimator)
@@ -151,9 +152,6 @@ class GatedRefillSampler(DapoSampler):
     def positives_seen(self) -> int:
         """Positive draws counted so far, over every prompt."""
         return self.history.positives
-
-    def draw_memories(self) -> tuple[Any, ...]:
-        return (*super().draw_memories(), self.history)
 
     def predicted_mixed_chance(self, key: Hashable) -> float | None:
         """The prompt's chance of a mixed group of `num_generations`; `None` for a prompt never drawn."""

@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from .base import Sampler, SamplingStep, Selection, _reject_dapo_refill_without_rounds, estimate_metrics
+from .base import Sampler, SamplingStep, Selection, estimate_metrics
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
-from .settings import SamplerSettings, _parse_json_kwargs
+from .settings import SamplerOptions, SamplerSettings, read_when
 from .tracker import PassRateEstimator, checked_estimates
 
 PAPER = "Knapsack-RL (Li et al., arXiv 2509.25849)"
@@ -152,12 +152,15 @@ def _largest_gains(rates: np.ndarray, count: int, min_draws: int, room: int) -> 
 TRAIN_ON = ("all", "downsample")
 
 
-@dataclass
-class KnapsackOptions:
+@dataclass(kw_only=True)
+class KnapsackOptions(SamplerOptions):
     """
-    The knobs of `sampler="knapsack"` ([`KnapsackSampler`], after Knapsack-RL, Li et al., arXiv 2509.25849), given as
-    `sampler_kwargs`, e.g. `sampler_kwargs={"max_draws": 16}`.
+    The knobs of `sampler="knapsack"` ([`KnapsackSampler`], after Knapsack-RL, Li et al., arXiv 2509.25849): its own,
+    given as `sampler_kwargs` (e.g. `sampler_kwargs={"max_draws": 16}`), and the config knobs it reads. `__post_init__`
+    fills `max_draws` and `draws_per_prompt` and checks them together.
     """
+
+    splits_batch_budget = True  # the step's budget is split across the batch
 
     min_draws: int = 2
     """Completions every prompt of mixed outcome at its last visit gets at least (at least 2: a baseline)."""
@@ -174,6 +177,12 @@ class KnapsackOptions:
     train_on: str = "all"
     """`"all"`: train on every completion drawn (group sizes vary, as `est_train_on="all"`); `"downsample"`: cut each
     pool to `num_generations` (the `downsample` knob) as `seq_*` and `est_train_on="downsample"` do."""
+    objective: str
+    downsample: str = read_when("train_on", "downsample")
+    pass_rate_decay: float
+    pass_rate_prior_alpha: float
+    pass_rate_prior_beta: float
+    pass_rate_predictor: str
 
     def __post_init__(self) -> None:
         for name in ("min_draws", "solved_draws", "unsolved_draws", "max_draws", "draws_per_prompt"):
@@ -187,10 +196,7 @@ class KnapsackOptions:
                 )
         if self.train_on not in TRAIN_ON:
             raise ValueError(f"sampler_kwargs train_on={self.train_on!r} is not supported. Choose one of {TRAIN_ON}.")
-
-    def resolved(self, num_generations: int) -> KnapsackOptions:
-        """These options with `max_draws` and `draws_per_prompt` filled in, checked together (`ValueError`)."""
-        n = num_generations
+        n = self.num_generations
         high = 4 * n if self.max_draws is None else self.max_draws
         mean = self.draws_per_prompt
         if mean is None:
@@ -219,22 +225,27 @@ class KnapsackOptions:
                 f"floors {floors} and max_draws={high} cannot meet (None means 4 * num_generations). Choose them "
                 "with every floor <= draws_per_prompt <= max_draws."
             )
-        return KnapsackOptions(
-            min_draws=self.min_draws,
-            max_draws=high,
-            solved_draws=self.solved_draws,
-            unsolved_draws=self.unsolved_draws,
-            draws_per_prompt=mean,
-            train_on=self.train_on,
+        self.max_draws, self.draws_per_prompt = high, mean
+
+    @property
+    def max_pool_size(self) -> int:
+        return self.max_draws
+
+    def describe(self, settings: SamplerSettings) -> str:
+        trained_on = (
+            "every completion drawn is trained on (group sizes vary)"
+            if self.train_on == "all"
+            else f"each pool is downsampled ({settings.downsample}) to {settings.num_generations}"
         )
-
-
-def _train_on(settings: SamplerSettings) -> str:
-    """`train_on` from `sampler_kwargs`, read before the options are validated (for the unread-knob rule)."""
-    kwargs = settings.sampler_kwargs
-    if isinstance(kwargs, str):
-        kwargs = _parse_json_kwargs(kwargs)
-    return (kwargs or {}).get("train_on", "all")
+        return (
+            f"Sampler `{settings.sampler}` ({PAPER}): each step spends {self.draws_per_prompt} completions per "
+            "prompt on average, all drawn in one generate call. A prompt on its first visit gets "
+            f"{self.draws_per_prompt}; one whose draws at its last visit were all right gets "
+            f"{self.solved_draws}, all wrong {self.unsolved_draws}; the others share the rest by the paper's "
+            "knapsack, maximising the sum of (1 - p̂^k - (1 - p̂)^k) p̂ (1 - p̂)^2 over their budgets k in "
+            f"[{self.min_draws}, {self.max_draws}], from each prompt's tracked pass rate p̂; what they cannot "
+            f"take goes to the all-wrong prompts. {trained_on[0].upper()}{trained_on[1:]}."
+        )
 
 
 @register_sampler("knapsack")
@@ -249,74 +260,13 @@ class KnapsackSampler(Sampler):
     (`train_on="all"`) or on pools downsampled to `num_generations`.
     """
 
-    knobs = frozenset(
-        {
-            "objective",
-            "downsample",
-            "pass_rate_decay",
-            "pass_rate_prior_alpha",
-            "pass_rate_prior_beta",
-            "pass_rate_predictor",
-        }
-    )
-    knob_conditions = {"downsample": "with sampler_kwargs train_on='downsample'"}
-    options_class = KnapsackOptions
-
-    @classmethod
-    def reads(cls, settings: SamplerSettings, name: str) -> bool:
-        if name == "downsample":
-            return _train_on(settings) == "downsample"
-        return name in cls.knobs
-
-    @classmethod
-    def knob_depends_on(cls, name: str) -> tuple[str, ...]:
-        return ("sampler_kwargs",) if name == "downsample" else ()
-
-    @classmethod
-    def check_contradictions(cls, settings: SamplerSettings) -> None:
-        _reject_dapo_refill_without_rounds(settings)
-
-    @classmethod
-    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
-        settings.options.resolved(settings.num_generations)  # checks the options against num_generations
-        return settings
-
-    @classmethod
-    def max_pool_size(cls, settings: SamplerSettings) -> int:
-        return settings.options.resolved(settings.num_generations).max_draws
-
-    @classmethod
-    def rules_are_per_prompt(cls, settings: SamplerSettings) -> bool:
-        return False  # the step's budget is split across the batch
-
-    @classmethod
-    def describe(cls, settings: SamplerSettings) -> str:
-        options = settings.options.resolved(settings.num_generations)
-        trained_on = (
-            "every completion drawn is trained on (group sizes vary)"
-            if options.train_on == "all"
-            else f"each pool is downsampled ({settings.downsample}) to {settings.num_generations}"
-        )
-        return (
-            f"Sampler `{settings.sampler}` ({PAPER}): each step spends {options.draws_per_prompt} completions per "
-            "prompt on average, all drawn in one generate call. A prompt on its first visit gets "
-            f"{options.draws_per_prompt}; one whose draws at its last visit were all right gets "
-            f"{options.solved_draws}, all wrong {options.unsolved_draws}; the others share the rest by the paper's "
-            "knapsack, maximising the sum of (1 - p̂^k - (1 - p̂)^k) p̂ (1 - p̂)^2 over their budgets k in "
-            f"[{options.min_draws}, {options.max_draws}], from each prompt's tracked pass rate p̂; what they cannot "
-            f"take goes to the all-wrong prompts. {trained_on[0].upper()}{trained_on[1:]}."
-        )
+    Options = KnapsackOptions
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)
-        self.plan = self.options.resolved(self.settings.num_generations)
         self.estimator: PassRateEstimator = estimator or build_pass_rate_estimator(self.settings)
         # Each prompt's share of positives at its last visit (among its scored draws): the paper's p = 0 / p = 1 test.
         self.last_pass_rate: dict[str, float] = {}
-
-    @property
-    def max_rounds(self) -> int:
-        return 1
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         if prompt_keys is None or len(prompt_keys) != num_prompts:
@@ -324,7 +274,7 @@ class KnapsackSampler(Sampler):
         step = SamplingStep(self, num_prompts)
         step.keys = list(prompt_keys)
         step.estimates = checked_estimates(self.estimator, step.keys)
-        plan = self.plan
+        plan = self.options
         visited, rates = [], []
         for index, key in enumerate(step.keys):
             last = self.last_pass_rate.get(str(key))
@@ -351,7 +301,7 @@ class KnapsackSampler(Sampler):
         return step.budgets[index] if step.rounds == 0 else 0
 
     def keep(self, step: SamplingStep, index: int) -> list[int]:
-        if self.plan.train_on == "all":
+        if self.options.train_on == "all":
             return list(range(len(step.pools[index])))
         return super().keep(step, index)
 
@@ -365,7 +315,7 @@ class KnapsackSampler(Sampler):
         self.estimator.update(step.keys, totals, positives)
         for name, number in getattr(self.estimator, "last_metrics", {}).items():
             selection.metrics[f"pass_rate_predictor/{name}"] = number
-        plan, count = self.plan, step.num_prompts
+        plan, count = self.options, step.num_prompts
         mixed = [i for i, last in enumerate(classes) if last is not None and last not in (0.0, 1.0)]
         selection.metrics.update(
             {
@@ -380,10 +330,6 @@ class KnapsackSampler(Sampler):
                 "knapsack/remembered_prompts": float(len(self.last_pass_rate)),
             }
         )
-
-    @property
-    def pass_rate_estimator(self) -> PassRateEstimator:
-        return self.estimator
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -8,13 +8,11 @@ from trl_ada.samplers import Sampler, register_sampler
 
 @register_sampler("my_sampler")
 class MySampler(Sampler):
-    knobs = frozenset({"objective"})  # the knobs it reads beyond the universal ones
-
     def request_size(self, step, index):
         return self.settings.num_generations if step.rounds == 0 else 0
 ```
 
-Pure Python: no torch, no TRL.
+A leaf module (it imports no other sampler module), so `settings` and `base` can look samplers up. Pure Python.
 """
 
 from __future__ import annotations
@@ -23,14 +21,12 @@ import os
 import sys
 from typing import Any, TypeVar
 
-from .base import Sampler  # `base` imports no registry: the built-in samplers register in their own modules
+SamplerClass = TypeVar("SamplerClass", bound=type)
 
-SamplerClass = TypeVar("SamplerClass", bound="type[Sampler]")
-
-SAMPLERS: dict[str, type[Sampler]] = {}
+SAMPLERS: dict[str, type] = {}
 """Every registered sampler class by name, in registration order (the built-in ones first)."""
 
-_IMPORTED: dict[str, type[Sampler]] = {}
+_IMPORTED: dict[str, type] = {}
 """Registered classes selected by an import path, by that path."""
 
 
@@ -45,7 +41,7 @@ def register_sampler(name: str):
         raise ValueError(f"a sampler name must be a Python identifier (it is a config value), got {name!r}")
 
     def register(cls: SamplerClass) -> SamplerClass:
-        if not (isinstance(cls, type) and issubclass(cls, Sampler)):
+        if not _is_sampler_class(cls):
             raise TypeError(
                 f"@register_sampler({name!r}) decorates a subclass of trl_ada.samplers.Sampler, got {cls!r}"
             )
@@ -60,6 +56,14 @@ def register_sampler(name: str):
         return cls
 
     return register
+
+
+def _is_sampler_class(cls: Any) -> bool:
+    """Whether `cls` subclasses `trl_ada.samplers.Sampler`, told by its bases' names: this module imports no sampler
+    module, so that `base` and `settings` can import it."""
+    return isinstance(cls, type) and any(
+        klass.__module__ == "trl_ada.samplers.base" and klass.__qualname__ == "Sampler" for klass in cls.__mro__
+    )
 
 
 def _same_definition(registered: type, candidate: type) -> bool:
@@ -97,7 +101,7 @@ ENTRY_POINT_GROUP = "trl_ada.samplers"
 """Installed packages can ship samplers: an entry point in this group names a module (or class) to import."""
 
 
-def sampler_class(name: str) -> type[Sampler]:
+def sampler_class(name: str) -> type:
     """
     The class registered under `name`. A name not registered yet is looked up, in this order, among the entry points
     of group `trl_ada.samplers` (an installed package's plug-in, imported on first use) and as an import path

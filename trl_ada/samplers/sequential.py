@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 from . import rules
 from .base import (
@@ -29,10 +29,87 @@ from .base import (
 from .continuous import ContinuousStep
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
+from .settings import SamplerOptions, SamplerSettings, read_when
 from .tracker import PassRateEstimator, checked_beta_parameters
 
-if TYPE_CHECKING:
-    from .settings import SamplerSettings
+_PREDICTIVE = ("predictive", "tracked")
+
+
+@dataclass(kw_only=True)
+class SequentialOptions(SamplerOptions):
+    """
+    What `seq_pos` and `seq_balance` read: rounds and their cap, the exit rule's quotas, the round policy and its
+    pass-rate prior (read only by the predictive policies), and DAPO's refills when stacked on them.
+    `__post_init__` fills the quotas (`default_quotas`) and checks they fit under the cap.
+    """
+
+    round_size: int
+    max_rounds: int
+    positive_quota: int | None
+    objective: str
+    downsample: str
+    round_policy: str
+    round_confidence: float = read_when("round_policy", *_PREDICTIVE)
+    pass_rate_decay: float = read_when("round_policy", "tracked")
+    pass_rate_prior_alpha: float = read_when("round_policy", *_PREDICTIVE)
+    pass_rate_prior_beta: float = read_when("round_policy", *_PREDICTIVE)
+    pass_rate_predictor: str = read_when("round_policy", *_PREDICTIVE)
+    skip_unmixed_above: float | None = read_when("round_policy", *_PREDICTIVE)
+    dapo_refill: bool | None
+    dapo_max_refills: int = read_when("dapo_refill", True)
+    dapo_on_exhausted: str = read_when("dapo_refill", True)
+    negative_quota: int | None = None
+    """Filled by `__post_init__`: 0 for `seq_pos`, whose exit rule counts positives only."""
+
+    def __post_init__(self) -> None:
+        n, cap = self.num_generations, self.max_pool_size
+        if cap < n:
+            raise ValueError(
+                f"round_size * max_rounds = {self.round_size} * {self.max_rounds} = {cap} is smaller than "
+                f"num_generations = {n}: a pool cannot be downsampled to an update group larger than itself. "
+                f"Raise round_size or max_rounds so that round_size * max_rounds >= {n}."
+            )
+        self.positive_quota, self.negative_quota = self.default_quotas()
+        if self.positive_quota < 1:
+            raise ValueError(f"positive_quota must be at least 1, got {self.positive_quota}.")
+        if self.positive_quota + self.negative_quota > cap:
+            raise ValueError(
+                f"positive_quota + negative_quota = {self.positive_quota} + {self.negative_quota} can never be "
+                f"reached within the cap round_size * max_rounds = {cap} completions per prompt, so every prompt would "
+                "use the whole cap. Lower the quotas or raise round_size / max_rounds."
+            )
+
+    def default_quotas(self) -> tuple[int, int]:
+        """`(positive_quota, negative_quota)` with the `None`s filled in."""
+        raise NotImplementedError
+
+    @property
+    def max_pool_size(self) -> int:
+        return self.round_size * self.max_rounds
+
+    def describe(self, settings: SamplerSettings) -> str:
+        quotas = _count(self.positive_quota, "positive") + (
+            f" and {_count(self.negative_quota, 'negative')}" if self.negative_quota else ""
+        )
+        requests = {
+            "fixed": f"{self.round_size} per round",
+            "predictive": f"{self.round_size} in the first round, then the fewest that meet its remaining quotas "
+            f"with probability {settings.round_confidence} under a Beta posterior from its pool",
+            "tracked": f"the fewest that meet its quotas with probability {settings.round_confidence} under a prior "
+            "from a pass-rate tracker that remembers it across epochs",
+        }[self.round_policy]
+        text = (
+            f"Sampler `{settings.sampler}` (Reinforce-Ada-Seq): completions are drawn in rounds, each active prompt "
+            f"asking for {requests}, until its pool holds {quotas} or reaches {self.max_pool_size} completions "
+            f"({self.max_rounds} rounds at most). Each pool is then downsampled ({self.downsample}) to an update group "
+            f"of {self.num_generations}, with {_BASELINES[settings.baseline]} as baseline{_objective_phrase(settings)}."
+        )
+        if settings.dapo_refill:
+            text += (
+                " Prompts whose pool has no signal are dropped and the batch is refilled from further prompts (DAPO's "
+                f"dynamic sampling, at most {settings.dapo_max_refills} extra generation batches)."
+            )
+        return text
 
 
 class SequentialSampler(Sampler):
@@ -49,124 +126,8 @@ class SequentialSampler(Sampler):
     `beta_parameters` (prediction and the prompt's decayed counts), `"predictive"` its `prior_parameters` (the
     prediction alone).
 
-    Subclasses are the exit rules' quotas: `default_quotas` fills `positive_quota` / `negative_quota`.
+    Subclasses are the exit rules' quotas (their `Options.default_quotas`).
     """
-
-    knobs = frozenset(
-        {
-            "round_size",
-            "max_rounds",
-            "positive_quota",
-            "objective",
-            "downsample",
-            "round_policy",
-            "round_confidence",
-            "pass_rate_decay",
-            "pass_rate_prior_alpha",
-            "pass_rate_prior_beta",
-            "pass_rate_predictor",
-            "skip_unmixed_above",
-            "dapo_refill",
-            "dapo_max_refills",
-            "dapo_on_exhausted",
-        }
-    )
-    _PREDICTIVE = ("predictive", "tracked")
-    knob_conditions = {
-        "round_confidence": "with round_policy='predictive' or 'tracked'",
-        "pass_rate_decay": "with round_policy='tracked', its pass-rate tracker",
-        "pass_rate_prior_alpha": "with round_policy='predictive' or 'tracked', their Beta prior",
-        "pass_rate_prior_beta": "with round_policy='predictive' or 'tracked', their Beta prior",
-        "pass_rate_predictor": "with round_policy='predictive' or 'tracked', their pass-rate prior",
-        "skip_unmixed_above": "with round_policy='tracked', or 'predictive' with a learned predictor",
-        "dapo_max_refills": "with dapo_refill=True",
-        "dapo_on_exhausted": "with dapo_refill=True",
-    }
-    has_exit_rule = True
-
-    @classmethod
-    def reads(cls, settings: SamplerSettings, name: str) -> bool:
-        if name not in cls.knobs:
-            return False
-        if name == "pass_rate_decay":
-            return settings.round_policy == "tracked"
-        if name in (
-            "round_confidence",
-            "pass_rate_prior_alpha",
-            "pass_rate_prior_beta",
-            "pass_rate_predictor",
-            "skip_unmixed_above",
-        ):
-            return settings.round_policy in cls._PREDICTIVE
-        if name in ("dapo_max_refills", "dapo_on_exhausted"):
-            return bool(settings.dapo_refill)
-        return True
-
-    @classmethod
-    def knob_depends_on(cls, name: str) -> tuple[str, ...]:
-        if name in ("dapo_max_refills", "dapo_on_exhausted"):
-            return ("dapo_refill",)
-        return ("round_policy",) if name in cls.knob_conditions else ()
-
-    @classmethod
-    def max_pool_size(cls, settings: SamplerSettings) -> int:
-        return settings.round_size * settings.max_rounds
-
-    @classmethod
-    def one_request_per_prompt(cls, settings: SamplerSettings) -> bool:
-        return settings.max_rounds == 1
-
-    @classmethod
-    def default_quotas(cls, settings: SamplerSettings) -> tuple[int, int]:
-        """`(positive_quota, negative_quota)` with the `None`s filled in."""
-        raise NotImplementedError
-
-    @classmethod
-    def describe(cls, settings: SamplerSettings) -> str:
-        positive_quota, negative_quota = cls.default_quotas(settings)
-        quotas = _count(positive_quota, "positive") + (
-            f" and {_count(negative_quota, 'negative')}" if negative_quota else ""
-        )
-        requests = {
-            "fixed": f"{settings.round_size} per round",
-            "predictive": f"{settings.round_size} in the first round, then the fewest that meet its remaining quotas "
-            f"with probability {settings.round_confidence} under a Beta posterior from its pool",
-            "tracked": f"the fewest that meet its quotas with probability {settings.round_confidence} under a prior "
-            "from a pass-rate tracker that remembers it across epochs",
-        }[settings.round_policy]
-        text = (
-            f"Sampler `{settings.sampler}` (Reinforce-Ada-Seq): completions are drawn in rounds, each active prompt "
-            f"asking for {requests}, until its pool holds {quotas} or reaches "
-            f"{cls.max_pool_size(settings)} completions ({settings.max_rounds} rounds at most). Each pool is then "
-            f"downsampled ({settings.downsample}) to an update group of {settings.num_generations}, with "
-            f"{_BASELINES[settings.baseline]} as baseline{_objective_phrase(settings)}."
-        )
-        if settings.dapo_refill:
-            text += (
-                " Prompts whose pool has no signal are dropped and the batch is refilled from further prompts (DAPO's "
-                f"dynamic sampling, at most {settings.dapo_max_refills} extra generation batches)."
-            )
-        return text
-
-    @classmethod
-    def resolve(cls, settings: SamplerSettings) -> SamplerSettings:
-        n, cap = settings.num_generations, cls.max_pool_size(settings)
-        if cap < n:
-            raise ValueError(
-                f"round_size * max_rounds = {settings.round_size} * {settings.max_rounds} = {cap} is smaller than "
-                f"num_generations = {n}: a pool cannot be downsampled to an update group larger than itself. "
-                f"Raise round_size or max_rounds so that round_size * max_rounds >= {n}."
-            )
-        positive_quota, negative_quota = cls.default_quotas(settings)
-        if positive_quota < 1:
-            raise ValueError(f"positive_quota must be at least 1, got {positive_quota}.")
-        if positive_quota + negative_quota > cap:
-            raise ValueError(
-                f"positive_quota + negative_quota = {positive_quota} + {negative_quota} can never be reached within "
-                f"the cap round_size * max_rounds = {cap} completions per prompt, so every prompt would use the whole "
-                f"cap. Lower the quotas or raise round_size / max_rounds."
-            )
-        return replace(settings, positive_quota=positive_quota, negative_quota=negative_quota)
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)
@@ -191,16 +152,16 @@ class SequentialSampler(Sampler):
                 "same prior). Use round_policy='tracked', pass_rate_predictor='learned', or pass a "
                 "pass_rate_estimator; or remove skip_unmixed_above."
             )
-        self.tracker = estimator
+        self.estimator = estimator
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         step = SamplingStep(self, num_prompts)
-        if self.tracker is not None:
+        if self.estimator is not None:
             if prompt_keys is None or len(prompt_keys) != num_prompts:
                 raise ValueError("round_policy='tracked' needs one stable key per prompt")
             step.keys = list(prompt_keys)
             method = "beta_parameters" if self.settings.round_policy == "tracked" else "prior_parameters"
-            step.priors = checked_beta_parameters(self.tracker, method, step.keys)
+            step.priors = checked_beta_parameters(self.estimator, method, step.keys)
             step.skipped = rules.skipped_prompts(
                 [alpha / (alpha + beta) for alpha, beta in step.priors],
                 self.settings.num_generations,
@@ -239,9 +200,9 @@ class SequentialSampler(Sampler):
         settings = self.settings
         pool_size = len(step.pools[index])
         positives, negatives = step.outcomes[index]
-        if pool_size >= settings.max_pool_size or self.has_exited(pool_size, positives, negatives):
+        if pool_size >= self.options.max_pool_size or self.has_exited(pool_size, positives, negatives):
             return 0
-        room = settings.max_pool_size - pool_size
+        room = self.options.max_pool_size - pool_size
         if step.skipped is not None and step.skipped[index]:
             # Predicted unmixed (`skip_unmixed_above`): one request of the update group, trained on as GRPO's.
             return min(max(settings.num_generations - pool_size, 0), room)
@@ -262,8 +223,8 @@ class SequentialSampler(Sampler):
             else (settings.pass_rate_prior_alpha, settings.pass_rate_prior_beta)
         )
         return rules.predictive_request(
-            positives_needed=max(settings.positive_quota - positives, 0),
-            negatives_needed=max(settings.negative_quota - negatives, 0),
+            positives_needed=max(self.options.positive_quota - positives, 0),
+            negatives_needed=max(self.options.negative_quota - negatives, 0),
             alpha=alpha + positives,
             beta=beta + negatives,
             confidence=settings.round_confidence,
@@ -303,7 +264,7 @@ class SequentialSampler(Sampler):
         return draws, mixed
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
-        if self.tracker is not None:
+        if self.estimator is not None:
             totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
             priors = [alpha / (alpha + beta) for alpha, beta in step.priors or ()]
             selection.metrics.update(estimate_metrics(step, priors))
@@ -321,46 +282,62 @@ class SequentialSampler(Sampler):
                         {index: mixed for index, (_, mixed) in outlooks.items()},
                     )
                 )
-            self.tracker.update(step.keys, totals, positives)
-            for name, value in getattr(self.tracker, "last_metrics", {}).items():
+            self.estimator.update(step.keys, totals, positives)
+            for name, value in getattr(self.estimator, "last_metrics", {}).items():
                 selection.metrics[f"pass_rate_predictor/{name}"] = value
-
-    @property
-    def pass_rate_estimator(self) -> PassRateEstimator | None:
-        return self.tracker
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
-        if self.tracker is not None:
-            state["tracker"] = self.tracker.state_dict()
+        if self.estimator is not None:
+            state["tracker"] = self.estimator.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        if self.tracker is not None:
-            self.tracker.load_state_dict(state["tracker"])
+        if self.estimator is not None:
+            self.estimator.load_state_dict(state["tracker"])
 
     def has_exited(self, pool_size: int, positives: int, negatives: int) -> bool:
         """The exit rule. A pool smaller than the update group never exits, so it can always be downsampled."""
         return (
             pool_size >= self.settings.num_generations
-            and positives >= self.settings.positive_quota
-            and negatives >= self.settings.negative_quota
+            and positives >= self.options.positive_quota
+            and negatives >= self.options.negative_quota
         )
+
+
+@dataclass(kw_only=True)
+class SeqPosOptions(SequentialOptions):
+    """`seq_pos`'s quotas: `positive_quota` positives (1 by default), no negative."""
+
+    negative_quota: int | None = field(default=None, init=False)
+
+    def default_quotas(self) -> tuple[int, int]:
+        return (1 if self.positive_quota is None else self.positive_quota), 0
 
 
 @register_sampler("seq_pos")
 class SeqPosSampler(SequentialSampler):
     """Reinforce-Ada-Seq-pos: a prompt retires once it has `positive_quota` positives (1 by default)."""
 
-    @classmethod
-    def reads(cls, settings: SamplerSettings, name: str) -> bool:
-        # 0 is what `resolve` fills in: the exit rule counts positives only.
-        return (name == "negative_quota" and settings.negative_quota == 0) or super().reads(settings, name)
+    Options = SeqPosOptions
 
-    @classmethod
-    def default_quotas(cls, settings: SamplerSettings) -> tuple[int, int]:
-        return (1 if settings.positive_quota is None else settings.positive_quota), 0
+
+@dataclass(kw_only=True)
+class SeqBalanceOptions(SequentialOptions):
+    """`seq_balance`'s quotas: by default exactly what a balanced update group takes (`n // 2` and `n - n // 2`)."""
+
+    negative_quota: int | None
+
+    def default_quotas(self) -> tuple[int, int]:
+        n = self.num_generations
+        # The quotas are exactly what a balanced group takes (odd n: the extra slot is a negative's, see
+        # rules.downsample), so an exited pool fills its group without topping up from the other side.
+        positive_quota = n // 2 if self.positive_quota is None else self.positive_quota
+        negative_quota = n - n // 2 if self.negative_quota is None else self.negative_quota
+        if negative_quota < 1:
+            raise ValueError(f"negative_quota must be at least 1 for sampler='seq_balance', got {negative_quota}.")
+        return positive_quota, negative_quota
 
 
 @register_sampler("seq_balance")
@@ -370,15 +347,4 @@ class SeqBalanceSampler(SequentialSampler):
     (by default exactly what a balanced update group takes: `n // 2` and `n - n // 2`).
     """
 
-    knobs = SequentialSampler.knobs | {"negative_quota"}
-
-    @classmethod
-    def default_quotas(cls, settings: SamplerSettings) -> tuple[int, int]:
-        n = settings.num_generations
-        # The quotas are exactly what a balanced group takes (odd n: the extra slot is a negative's, see
-        # rules.downsample), so an exited pool fills its group without topping up from the other side.
-        positive_quota = n // 2 if settings.positive_quota is None else settings.positive_quota
-        negative_quota = n - n // 2 if settings.negative_quota is None else settings.negative_quota
-        if negative_quota < 1:
-            raise ValueError(f"negative_quota must be at least 1 for sampler='seq_balance', got {negative_quota}.")
-        return positive_quota, negative_quota
+    Options = SeqBalanceOptions

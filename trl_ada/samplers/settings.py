@@ -1,14 +1,11 @@
 """
-Every sampler knob, declared once: its type, default, help text (the documentation of `AdaGRPOConfig`, of the command
-line and of `trl-ada simulate`) and its own validation. Pure Python: no torch, no TRL.
+Every sampler knob, declared once: its type, default, help text and check. Pure Python: no torch, no TRL.
 
-- [`SamplerFields`] declares the knobs trl-ada adds. `AdaGRPOConfig` inherits it (so its fields, defaults and `--help`
-  are these), and its docstring is rendered from this metadata ([`render_parameters`]).
-- [`SamplerSettings`] adds the three knobs TRL owns (`num_generations`, `scale_rewards`, `seed`, with TRL's defaults;
-  a test checks them against `GRPOConfig`) and is what samplers read. [`SamplerSettings.validated`] runs every rule.
-- Which sampler reads which knob is declared by the sampler classes (`Sampler.knobs`, `Sampler.reads`; see
-  `trl_ada.samplers.base`), so a registered sampler brings its own. A knob the chosen configuration does not read must
-  keep its default: any other value raises, naming what reads it ([`check_knobs_read`]).
+- [`SamplerFields`] declares the knobs trl-ada adds; `AdaGRPOConfig` inherits it.
+- [`SamplerSettings`] adds the three knobs TRL owns (`num_generations`, `scale_rewards`, `seed`, with TRL's defaults)
+  and is what samplers read. [`SamplerSettings.validated`] runs every rule.
+- A sampler names the knobs it reads as the fields of its `Options` dataclass ([`SamplerOptions`]). A knob the chosen
+  configuration does not read must keep its default: [`check_knobs_read`] is that rule, for every config.
 """
 
 from __future__ import annotations
@@ -17,19 +14,11 @@ import json
 import math
 import os
 import re
-import textwrap
-import types
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from typing import Any
+from typing import Any, ClassVar
 
-SECTION_SAMPLING = "Parameters that control the adaptive sampling"
-SECTION_PASS_RATES = (
-    'Parameters of the pass-rate estimates (read by `sampler="est"` and by `round_policy="predictive"` / `"tracked"`)'
-)
-SECTION_EST = 'Parameters of `sampler="est"` (Reinforce-Ada-Est)'
-SECTION_DAPO = "Parameters of DAPO's batch filling"
+from .registry import sampler_class
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 """What a Hub repo id looks like (`name` or `owner/name`); `pass_rate_predictor` accepts one to warm-start from."""
@@ -42,46 +31,85 @@ def knob(
     choices: Iterable[str] | None = None,
     check: Callable[[Any], bool] | None = None,
     requirement: str = "",
-    read_if: tuple[str, Callable[[Any], bool], str] | None = None,
-    section: str | None = None,
-    doc_type: str | None = None,
+    read_if: ReadIf | None = None,
 ) -> Any:
     """
-    Declare a knob: a dataclass `field` whose metadata carries everything about it.
+    Declare a knob: a dataclass `field` with its default, help and choices, and beside it the rest of its declaration.
 
-    `help`: the documentation (first sentence short: it is also the `--help` line). `choices`: the allowed values.
     `check` / `requirement`: a predicate on the value and what it requires ("must lie in (0, 1]"), checked where the
-    knob is read. `read_if`: `(parent knob, predicate on the settings, description)` for a knob that is read only when
-    another read knob has some value (`power_alpha` under `objective="power"`). `section`: starts a docstring section.
+    knob is read. `read_if`: a [`ReadIf`] for a knob that is read only under some setting of the config or of the
+    sampler settings (`power_alpha` under `objective="power"`).
     """
-    # HfArgumentParser hands a field's metadata to argparse's add_argument, so only "help" and "choices" go there; the
-    # rest of the declaration is kept beside the field (`knob_extras`).
+    # HfArgumentParser hands a field's metadata to argparse's add_argument, so only "help" and "choices" go there.
     metadata: dict[str, Any] = {"help": help}
     if choices is not None:
         metadata["choices"] = list(choices)
     declared = field(default=default, metadata=metadata)
-    extras: dict[str, Any] = {}
-    if check is not None:
-        extras["check"] = check
-        extras["requirement"] = requirement
-    if read_if is not None:
-        extras["read_if"] = read_if
-    if section is not None:
-        extras["section"] = section
-    if doc_type is not None:
-        extras["doc_type"] = doc_type
-    _EXTRAS[declared] = extras
+    _EXTRAS[declared] = {"check": check, "requirement": requirement, "read_if": read_if}
     return declared
 
 
+@dataclass(frozen=True)
+class ReadIf:
+    """When a knob is read: `predicate(values)` on the object holding it, described for the unread-knob error."""
+
+    predicate: Callable[[Any], bool]
+    readers: str
+    """What reads the knob, for the error ("objective='power'")."""
+    depends_on: tuple[str, ...]
+    """The settings that decide it, named in the error."""
+
+
 _EXTRAS: dict[Field, dict[str, Any]] = {}
-"""The declarations' other parts (check, requirement, read_if, section, doc_type), by field: a dataclass that
-inherits a field keeps the same `Field` object."""
+"""The declarations' other parts, by field: a dataclass that inherits a field keeps the same `Field` object."""
 
 
 def knob_extras(declared: Field) -> dict[str, Any]:
     """What [`knob`] declared beyond the help and the choices (empty for a field declared otherwise)."""
     return _EXTRAS.get(declared, {})
+
+
+def check_knob_values(values: Any, names: Iterable[str]) -> None:
+    """Each knob's choices and requirement, for the knobs `names` of `values` (`ValueError` naming the knob)."""
+    for name in names:
+        declared, value = values.__dataclass_fields__[name], getattr(values, name)
+        choices, extras = declared.metadata.get("choices"), knob_extras(declared)
+        if choices is not None and value not in choices:
+            raise ValueError(f"{name}={value!r} is not supported. Choose one of {choices}.")
+        if extras.get("check") is not None and not extras["check"](value):
+            raise ValueError(f"{name} {extras['requirement']}, got {value}.")
+
+
+def check_knobs_read(
+    values: Any, names: Iterable[str], settings: SamplerSettings, not_read: Mapping[str, str] | None = None
+) -> None:
+    """
+    The one rule for knobs that only some configurations read, for both configs, the settings and the command line:
+    each knob of `names` on `values` that is not read must keep its default, or this raises `ValueError` naming the
+    knob, the settings that leave it unread and what reads it. A knob with a [`ReadIf`] is read where its predicate
+    holds on `values`; a sampler knob where `settings` (validated or not) reads it. `not_read`: knobs the trainer at
+    hand never reads, with the reason.
+    """
+    for name in names:
+        declared = values.__dataclass_fields__[name]
+        value, default = getattr(values, name), declared.default
+        if value == default:  # NaN is never equal to a default: it is checked too
+            continue
+        if not_read and name in not_read:
+            raise ValueError(f"{name}={value!r}: {not_read[name]} Remove {name} (default {default!r}).")
+        read_if = knob_extras(declared).get("read_if")
+        if read_if is not None and not read_if.predicate(values):
+            where = ", ".join(f"{key}={getattr(values, key)!r}" for key in read_if.depends_on)
+            readers, hint = read_if.readers, ""
+        elif read_if is None and name in KNOB_FIELDS and not settings.reads(name):
+            where, readers = settings.unread_context(name)
+            hint = settings.sampler_class.Options.unread_hints.get(name, "")
+        else:
+            continue
+        raise ValueError(
+            f"{name}={value!r} has no effect with {where}: only {readers} read(s) it. Remove {name} (default "
+            f"{default!r}). Use {readers} if you meant it to take effect." + (f" {hint}" if hint else "")
+        )
 
 
 def _positive_finite(value: Any) -> bool:
@@ -94,82 +122,77 @@ class SamplerFields:
 
     sampler: str = knob(
         "seq_balance",
-        'Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"`: '
-        'plain GRPO, one round of `num_generations` per prompt (reproduces `GRPOTrainer`). `"seq_pos"`: rounds of '
-        '`round_size` until a prompt has `positive_quota` positives. `"seq_balance"`: rounds until a prompt has '
-        '`positive_quota` positives and `negative_quota` negatives. `"est"`: Reinforce-Ada-Est, one allocation per '
-        'step from tracked pass rates (`est_*` knobs). `"dapo"`: the DAPO baseline, uniform sampling that drops '
-        'zero-variance groups and refills the batch (`dapo_*`). `"knapsack"`: Knapsack-RL (Li et al., arXiv '
-        "2509.25849), a fixed budget per step split by a knapsack over the prompts' pass rates (its knobs are "
-        '`sampler_kwargs`, `trl_ada.samplers.KnapsackOptions`). `"dapo_gated"`: DAPO whose refill passes over '
-        "prompts that their past draws predict will come back without a signal (its knobs are `sampler_kwargs`, "
-        "`trl_ada.samplers.GatedRefillOptions`).",
-        section=SECTION_SAMPLING,
+        "Sampling strategy: the name of a sampler registered with `trl_ada.samplers.register_sampler`. Built in: "
+        '`"uniform"` (plain GRPO), `"seq_pos"` and `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` '
+        '(one budget per prompt from tracked pass rates), `"dapo"` (drops groups without a signal and refills the '
+        'batch), `"knapsack"` (Knapsack-RL) and `"dapo_gated"` (DAPO with a gated refill). See the Samplers docs.',
     )
     sampler_kwargs: dict[str, Any] | str | None = knob(
         None,
-        "Keyword arguments of a registered sampler's own knobs (the fields of its `options` dataclass), as a dict or "
-        'a JSON string (on the command line). Of the built-in samplers `"knapsack"` '
-        '(`trl_ada.samplers.KnapsackOptions`) and `"dapo_gated"` (`trl_ada.samplers.GatedRefillOptions`) take some: '
-        "the others' knobs are the fields below.",
-        doc_type="`dict` or `str` or `None`",
+        "Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the "
+        'built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`) and `"dapo_gated"` '
+        "(`trl_ada.samplers.GatedRefillOptions`) take any.",
     )
     round_size: int = knob(
         8,
-        "Completions generated per active prompt in each round (`M` in the paper).",
+        "Number of completions generated per active prompt in each round (`M` in the paper). Must be at least 1. Read"
+        ' by `"seq_pos"` and `"seq_balance"`.',
         check=lambda v: v >= 1,
         requirement="must be at least 1",
     )
     max_rounds: int = knob(
         4,
-        "Maximum number of rounds per generation batch. `round_size * max_rounds` caps the completions drawn for one "
-        "prompt.",
+        "Maximum number of rounds per generation batch. Must be at least 1, and `round_size * max_rounds`, the cap on"
+        ' the completions drawn for one prompt, must be at least `num_generations`. Read by `"seq_pos"` and '
+        '`"seq_balance"`.',
         check=lambda v: v >= 1,
         requirement="must be at least 1",
     )
     positive_quota: int | None = knob(
         None,
-        'Positives a prompt needs before it retires. `None` means 1 for `"seq_pos"` and `num_generations // 2` for '
-        '`"seq_balance"`.',
+        "Number of positive completions a prompt needs before it retires. If `None`, it defaults to `1` for "
+        '`"seq_pos"` and `num_generations // 2` for `"seq_balance"`. Must be at least 1, and the quotas together at '
+        "most `round_size * max_rounds`.",
     )
     negative_quota: int | None = knob(
         None,
-        'Negatives a prompt needs before it retires (`"seq_balance"` only). `None` means '
-        "`num_generations - num_generations // 2`: with an odd `num_generations` the extra slot is a negative's, so "
-        "the quotas equal exactly what a balanced update group takes (and positives, the scarce side on hard prompts, "
-        "are the smaller half).",
+        'Number of negative completions a prompt needs before it retires (`"seq_balance"` only). If `None`, it '
+        "defaults to `num_generations - num_generations // 2`, so that the quotas fill a balanced update group.",
     )
     positive_threshold: float = knob(
         0.5,
-        "A completion is positive when its (weighted, summed) reward is strictly greater than this value. The "
-        "paper's authors used 0.7 on 0/1 rewards; any value in (0, 1) is equivalent for binary rewards.",
+        "A completion counts as positive when its (weighted, summed) reward is strictly greater than this value. Must"
+        " be finite.",
         check=math.isfinite,
         requirement="must be a finite number",
     )
     baseline: str = knob(
         "pool",
-        'Baseline subtracted from each reward. `"pool"`: mean reward of every completion drawn for the prompt (the '
-        "paper's high-fidelity baseline). `\"group\"`: mean of the `num_generations` kept completions (TRL's).",
+        'Baseline subtracted from each reward. Supported values are `"pool"` (the mean reward of every completion '
+        'drawn for the prompt, as in the paper) and `"group"` (the mean of the `num_generations` kept completions, as'
+        " in `GRPOTrainer`).",
         choices=("pool", "group"),
     )
     objective: str = knob(
         "linear",
-        'Per-prompt gradient weight `w(p̂)` from the objective `f(p)`: `"linear"` (f = p, w = 1, the authors\' '
-        'released code), `"log"` (f = log p, w = 1/p̂, the paper\'s Seq estimator), `"power"` (f = p^α, '
-        "w = α p̂^(α-1)). `p̂` is the share of positives in the prompt's whole pool.",
+        "Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its pool. "
+        'Supported values are `"linear"` (weight 1), `"log"` (weight `1/p̂`, the paper\'s Seq estimator) and `"power"`'
+        ' (weight `α p̂^(α-1)`). Not read by `sampler="est"`, which weights through `est_sample_power`.',
         choices=("linear", "log", "power"),
     )
     power_alpha: float = knob(
         0.5,
-        'Exponent α of the `"power"` objective, in (0, 1].',
+        'Exponent `α` of the `"power"` objective. Must lie in (0, 1]. Read only with `objective="power"`.',
         check=lambda v: 0.0 < v <= 1.0,
         requirement="must lie in (0, 1]",
-        read_if=("objective", lambda s: s.objective == "power", "objective='power'"),
+        read_if=ReadIf(
+            lambda s: s.reads("objective") and s.objective == "power", "objective='power'", ("sampler", "objective")
+        ),
     )
     max_weight: float = knob(
         10.0,
-        "Upper clip of the per-prompt weight `w(p̂)`, applied before normalisation. Needed because 1/p̂ is unbounded "
-        "as p̂ → 0. Positive and finite.",
+        'Upper clip of the per-prompt weight, applied before normalisation. Must be positive and finite: the `"log"` '
+        "weight `1/p̂` is unbounded as `p̂` goes to 0.",
         check=_positive_finite,
         requirement="must be a positive finite number (it bounds 1/p̂, which is infinite at p̂ = 0: an infinite "
         "clip gives such a prompt an infinite weight, NaN advantages and, after normalisation, every other prompt a "
@@ -177,155 +200,147 @@ class SamplerFields:
     )
     normalize_weights: bool = knob(
         True,
-        "Rescale the per-prompt weights of an update to mean 1 (over prompts with a non-zero advantage). The "
-        "objective then changes *how the update is spread over prompts*, not its overall size, so the learning rate "
-        'tuned for GRPO carries over; with `False` a `"log"` run\'s effective step grows as prompts get harder. A '
-        'no-op for `"linear"`.',
+        "Whether to rescale the per-prompt weights of an update to mean 1. The mean is over the prompts with a "
+        "non-zero advantage, so the objective changes how the update is spread over prompts, not its size. Has no "
+        'effect with `objective="linear"`.',
     )
     downsample: str = knob(
         "balanced",
-        'How a pool is cut to `num_generations`. `"balanced"`: up to `num_generations // 2` positives, the rest '
-        "(`num_generations - num_generations // 2` when there are enough) negatives, topping up from the other side "
-        'when one side is short; any `num_generations` works. `"random"`: uniformly at random.',
+        'How a pool is cut to `num_generations` completions. Supported values are `"balanced"` (up to '
+        "`num_generations // 2` positives, the rest negatives, topped up from the other side when one is short) and "
+        '`"random"`. Read by `"seq_pos"`, `"seq_balance"`, and by `"est"` and `"knapsack"` when they downsample.',
         choices=("balanced", "random"),
     )
     zero_variance_tolerance: float = knob(
         1e-6,
-        "Rewards whose standard deviation is at most this value count as constant. A prompt has no signal (zero "
-        "advantages, excluded from weight normalisation, dropped by DAPO's filling) when the rewards its baseline "
-        'comes from are constant: the whole pool with `baseline="pool"`, the kept group with `"group"`. Float '
-        "noise can leave a tiny non-zero std in a constant group, so an exact comparison would miss it.",
+        "Standard deviation at or below which rewards count as constant. A prompt whose baseline rewards (the pool "
+        'with `baseline="pool"`, the kept group with `"group"`) are constant has no signal and gets zero advantages. '
+        "Must be finite and non-negative.",
         # inf would make every group constant (no signal anywhere), NaN none: both are typos, not tolerances.
         check=lambda v: 0.0 <= v < math.inf,
         requirement="must be a finite, non-negative number",
     )
     round_policy: str = knob(
         "fixed",
-        'How many completions an active prompt asks for in each round of `seq_*`. `"fixed"`: `round_size` (the '
-        'paper). `"predictive"`: `round_size` first, then the smallest request that meets the remaining quotas with '
-        'probability `round_confidence` under a Beta posterior from the prompt\'s pool. `"tracked"`: the same from '
-        "the first round on, with the prior from a pass-rate tracker (`pass_rate_decay`, `pass_rate_prior_*`) that "
-        "remembers prompts across epochs. Each round waits for its longest completion, so fewer rounds means less "
-        "wall time; see BENCHMARKS.md for the samples-rounds trade-off.",
+        'How many completions an active prompt asks for in each round. Supported values are `"fixed"` (`round_size`, '
+        'as in the paper), `"predictive"` (`round_size` first, then the smallest request that meets the remaining '
+        'quotas with probability `round_confidence`) and `"tracked"` (the same from the first round on, with pass '
+        'rates remembered across epochs). Read by `"seq_pos"` and `"seq_balance"`.',
         choices=("fixed", "predictive", "tracked"),
     )
     round_confidence: float = knob(
         0.7,
-        "Target probability of finishing a prompt in its next round, for the predictive policies.",
+        "Target probability of finishing a prompt in its next round. Must lie in (0, 1). Read with "
+        '`round_policy="predictive"` or `"tracked"`.',
         check=lambda v: 0.0 < v < 1.0,
         requirement="must lie in (0, 1)",
     )
     pass_rate_decay: float = knob(
         0.9,
-        "Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n_t`, `K <- λK + k_t`. In (0, 1]; 1 keeps "
-        'the whole history. Read by `sampler="est"`, `"knapsack"`, `"dapo_gated"` (its refill gate\'s draw history) and '
+        "Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must lie in (0, "
+        '1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"` and by '
         '`round_policy="tracked"`.',
         check=lambda v: 0.0 < v <= 1.0,
         requirement="must lie in (0, 1] (1 keeps all history)",
-        section=SECTION_PASS_RATES,
     )
     pass_rate_prior_alpha: float = knob(
         1.0,
-        "`α` of the Beta prior, positive and finite; `p̂ = (K + α) / (N + α + β)`, so an unseen prompt reads "
-        '`α / (α + β)`. Read by `sampler="est"` and `round_policy="predictive"`/`"tracked"`.',
+        "`α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an unseen prompt "
+        'reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"` and by '
+        '`round_policy="predictive"` or `"tracked"`.',
         check=_positive_finite,
         requirement="must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1)",
     )
     pass_rate_prior_beta: float = knob(
         1.0,
-        "`β` of the Beta prior, positive and finite.",
+        "`β` of the Beta prior of the pass-rate estimates (see `pass_rate_prior_alpha`). Must be positive and finite.",
         check=_positive_finite,
         requirement="must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1)",
     )
     pass_rate_predictor: str = knob(
         "tracker",
-        'Where the pass-rate estimates come from. `"tracker"`: the decayed Beta counts above (an unseen prompt '
-        'reads `α / (α + β)`). `"learned"`: the paper\'s value network, an online logistic regression on hashed '
-        "character n-grams of the prompt text, trained on every scored draw; it predicts a prompt on its first visit, "
-        "and its prediction `m` is the mean of a Beta prior of strength `α + β` that the prompt's decayed counts "
-        "update: `p̂ = (K + (α + β) m) / (N + α + β)`. A local directory or a Hub repo id: a predictor saved by an "
-        "earlier run (`<output_dir>/pass_rate_predictor/`), warm-started (weights and optimizer state; counts start "
-        'empty). Read by `sampler="est"` (budgets), `round_policy="tracked"` (first-round prior with counts) and '
-        '`round_policy="predictive"` (with a learned predictor, the prediction is its prior from the first round '
-        "on). The learned predictor is saved with every checkpoint and in `pass_rate_predictor/` of every saved "
-        "model (so `push_to_hub` uploads it).",
+        'Source of the pass-rate estimates. Supported values are `"tracker"` (the decayed Beta counts), `"learned"` '
+        "(an online model of the prompt text, whose prediction is the prior of the counts), or a local directory or "
+        'Hub repo id holding a predictor saved by an earlier run, to warm-start from. Read by `sampler="est"` and '
+        '`"knapsack"` and by `round_policy="predictive"` or `"tracked"`.',
     )
     pass_rate_predictor_learning_rate: float = knob(
         0.1,
-        "Adagrad step size of the learned predictor. Read only with a learned predictor.",
+        "Adagrad step size of the learned pass-rate predictor. Must be positive and finite. Read only when "
+        '`pass_rate_predictor` is not `"tracker"`; a resumed run uses this value, not the checkpoint\'s.',
         check=_positive_finite,
         requirement="must be a positive finite number",
-        read_if=(
-            "pass_rate_predictor",
-            lambda s: s.pass_rate_predictor != "tracker",
+        read_if=ReadIf(
+            lambda s: s.reads("pass_rate_predictor") and s.pass_rate_predictor != "tracker",
             "pass_rate_predictor='learned' or a saved predictor",
+            ("sampler", "round_policy", "pass_rate_predictor"),
         ),
     )
     skip_unmixed_above: float | None = knob(
         None,
-        "Skip adaptive sampling for prompts predicted to come back unmixed (GRESO's idea): a prompt whose predicted "
-        "chance of an all-right or all-wrong group of `num_generations` draws, `p̂^n + (1 - p̂)^n` from the pass-rate "
-        "estimate `p̂` made at the step's start, is above this probability draws no more than it must. `None` (off): "
-        "every prompt is sampled adaptively. Under `seq_*` a skipped prompt draws exactly `num_generations` in one "
-        'request and trains on them (its group is GRPO\'s); under `sampler="est"` it gets `est_min_samples` and the '
-        "step's fixed total goes to the other prompts. The skipped prompts' draws still show what the skip cost: "
-        "`ada/skip/*` logs the share skipped, the draws saved, and the share of skipped prompts that came back mixed. "
-        'Read by `sampler="est"` and by `round_policy="tracked"` (or `"predictive"` with a learned predictor).',
+        "Skip adaptive sampling for prompts predicted to come back unmixed. A prompt whose predicted chance of an "
+        "all-right or all-wrong group, `p̂^n + (1 - p̂)^n` with `n = num_generations`, is above this value draws "
+        '`num_generations` (`est_min_samples` under `"est"`). If `None`, no prompt is skipped; otherwise it must lie '
+        'in (0, 1). Read by `"est"` and `round_policy="tracked"` (or `"predictive"` with a learned predictor).',
         check=lambda v: v is None or 0.0 < v < 1.0,
         requirement="must be None (off) or a probability in (0, 1)",
     )
     est_sample_power: float = knob(
         0.5,
-        "Budgets follow `N_x ∝ p̂_x^-s`; the residual gradient weight is `(p̂_x + est_epsilon)^-(1-s)`, so their "
-        "product is the log objective's `1/p`. 0.5 is the paper's hybrid, 1.0 pure implicit weighting.",
+        "Exponent `s` of `sampler=\"est\"`'s budgets, `N_x ∝ p̂_x^-s`. The rest of the log objective's weight, `(p̂_x +"
+        " est_epsilon)^-(1-s)`, weights the gradient. Must lie in [0, 1]: `0.5` is the paper's hybrid, `1.0` pure "
+        "implicit weighting.",
         check=lambda v: 0.0 <= v <= 1.0,
         requirement="must lie in [0, 1]",
-        section=SECTION_EST,
     )
     est_min_samples: int | None = knob(
         None,
-        'Lower clip of a prompt\'s budget. `None`: 2 with `est_train_on="all"`, `num_generations` with '
-        '`"downsample"`.',
+        'Lower clip of a prompt\'s budget under `sampler="est"`. If `None`, it defaults to `2` with '
+        '`est_train_on="all"` and to `num_generations` with `"downsample"`, the smallest values allowed.',
     )
-    est_max_samples: int | None = knob(None, "Upper clip of a prompt's budget. `None`: `4 * num_generations`.")
+    est_max_samples: int | None = knob(
+        None,
+        'Upper clip of a prompt\'s budget under `sampler="est"`. If `None`, it defaults to `4 * num_generations`.',
+    )
     est_mean_samples: float | None = knob(
         None,
-        "Completions drawn per prompt on average: the step's total budget is the paper's "
-        "`N_total = round(B * est_mean_samples)` for `B` prompts. Must lie in `[est_min_samples, est_max_samples]`. "
-        '`None`: `num_generations` with `est_train_on="all"` (the only value it allows, since every completion '
-        'enters TRL\'s batch of `B * num_generations` rows), `2 * num_generations` with `"downsample"`.',
+        'Average number of completions drawn per prompt under `sampler="est"`. A step of `B` prompts draws `round(B *'
+        " est_mean_samples)`. Must lie in `[est_min_samples, est_max_samples]`. If `None`, it defaults to "
+        '`num_generations` with `est_train_on="all"`, the only value allowed there, and to `2 * num_generations` with'
+        ' `"downsample"`.',
     )
     est_epsilon: float = knob(
         0.01,
-        "`ε` in the residual weight, which keeps it finite when a pool has no positive.",
+        '`ε` in the residual weight `(p̂_x + ε)^-(1-s)` of `sampler="est"`, which keeps it finite when a pool has no '
+        "positive. Must be positive and finite.",
         check=_positive_finite,
         requirement="must be a positive finite number",
     )
     est_train_on: str = knob(
         "all",
-        '`"all"`: train on every completion (group sizes vary, the total stays `B * num_generations`; what the '
-        'paper\'s Est did, which is why it costs like GRPO-n8 in the backward pass). `"downsample"`: draw '
-        "`est_mean_samples` per prompt on average, then cut each pool to `num_generations` like `seq_*`.",
+        'What `sampler="est"` trains on. Supported values are `"all"` (every completion drawn: group sizes vary and '
+        'the total stays `B * num_generations`, as in the paper) and `"downsample"` (draw `est_mean_samples` per '
+        "prompt on average, then cut each pool to `num_generations`).",
         choices=("all", "downsample"),
     )
     dapo_refill: bool | None = knob(
         None,
-        'Drop prompts without a signal (see `zero_variance_tolerance`; with `sampler="dapo"` the pool is the kept '
-        "group, so this is DAPO's zero-variance filter) and refill the batch from further prompts. `None`: on for "
-        '`sampler="dapo"`, off otherwise. `True` with `seq_pos`/`seq_balance` stacks DAPO\'s filling on adaptive '
-        "sampling (the paper notes the two combine).",
-        section=SECTION_DAPO,
+        "Whether to drop prompts without a signal (see `zero_variance_tolerance`) and refill the batch from further "
+        'prompts, as DAPO does. If `None`, it is on for `sampler="dapo"` and `"dapo_gated"` and off otherwise; `True`'
+        ' also combines with `"seq_pos"` and `"seq_balance"`.',
     )
     dapo_max_refills: int = knob(
         10,
-        "Extra generation batches drawn at most per step (verl's `max_num_gen_batches`).",
+        "Maximum number of extra generation batches drawn per step to fill the batch (verl's `max_num_gen_batches`). "
+        "Must be non-negative. Read when DAPO refills are on.",
         check=lambda v: v >= 0,
         requirement="must be non-negative",
     )
     dapo_on_exhausted: str = knob(
         "raise",
-        'What happens when the cap is reached before the batch is full: `"raise"` (as verl) or `"keep_partial"` '
-        "(train on the informative prompts, padded with zero-advantage groups for static shapes).",
+        'What to do when `dapo_max_refills` is reached before the batch is full. Supported values are `"raise"` (as '
+        'in verl) and `"keep_partial"` (train on the prompts with a signal, padded with zero-advantage groups). Read '
+        'when DAPO refills are on; the asynchronous trainer supports only `"raise"`.',
         choices=("raise", "keep_partial"),
     )
 
@@ -340,98 +355,207 @@ class SamplerSettings(SamplerFields):
 
     num_generations: int = knob(
         8,
-        "TRL's `num_generations`: the size `n` of the update group (completions per prompt in the loss).",
+        "TRL's `num_generations`: the size `n` of the update group, i.e. the completions per prompt that enter the "
+        "loss. Adaptive samplers may draw more and downsample to it. Must be at least 2.",
         check=lambda v: v is not None and v >= 2,
         requirement="must be at least 2 to form a group with a baseline",
     )
     scale_rewards: str = knob(
         "group",
-        "TRL's `scale_rewards`: divide the centred rewards by the group's std, the batch's, or not at all.",
+        'TRL\'s `scale_rewards`: how the centred rewards are scaled. `"group"` divides them by the standard deviation '
+        'of the group, `"batch"` by that of the batch, and `"none"` leaves them unscaled. With `baseline="pool"`, '
+        '`"group"` uses the pool\'s.',
         choices=("group", "batch", "none"),
     )
-    seed: int = knob(42, "TRL's `seed`: the sampler's downsampling generator starts from it on every process.")
+    seed: int = knob(
+        42, "TRL's `seed`: the sampler's downsampling generator starts from it, the same on every process."
+    )
 
     @property
     def sampler_class(self) -> type:
         """The registered class of `sampler`."""
-        from .registry import sampler_class
-
         return sampler_class(self.sampler)
+
+    @property
+    def options(self) -> SamplerOptions:
+        """The registered sampler's `Options`, filled from these settings and `sampler_kwargs` (validated)."""
+        options_class = self.sampler_class.Options
+        names = set(option_fields(options_class))
+        own = self._sampler_kwargs()
+        unknown = sorted(set(own) - (names - set(KNOB_FIELDS)))
+        if unknown:
+            known = sorted(names - set(KNOB_FIELDS))
+            if not known:
+                raise ValueError(
+                    f"sampler_kwargs={own!r} given, but sampler={self.sampler!r} has no options of its own. Remove "
+                    "sampler_kwargs; its knobs are the config's fields."
+                )
+            raise ValueError(
+                f"sampler_kwargs has {unknown}, which sampler={self.sampler!r} does not take. Its options are {known}."
+            )
+        shared = {name: getattr(self, name) for name in names & set(KNOB_FIELDS)}
+        return options_class(**shared, **own)
 
     @property
     def max_pool_size(self) -> int:
         """The cap on completions drawn for one prompt in one generation batch."""
-        return self.sampler_class.max_pool_size(self)
+        return self.options.max_pool_size
 
     @property
     def refills(self) -> bool:
-        """Whether prompts without a signal are dropped and the batch refilled from further prompts (DAPO)."""
-        return bool(self.dapo_refill) or self.sampler_class.refills_batches
+        """Whether prompts without a signal are dropped and the batch refilled from further prompts (DAPO): the
+        sampler's `dapo_refill` as its `Options` resolve it (`None` is on for `sampler="dapo"`)."""
+        if self.dapo_refill is not None:  # validated settings hold it resolved
+            return self.dapo_refill
+        return bool(getattr(self.options, "dapo_refill", False))
 
     @property
-    def options(self) -> Any:
-        """The registered sampler's own knobs (its `options` dataclass, from `sampler_kwargs`), or `None`."""
-        return self.sampler_class.parse_options(self.sampler_kwargs)
+    def has_exit_rule(self) -> bool:
+        """Whether the sampler runs an exit rule prompt by prompt, so the round-free schedule can drive it."""
+        return hasattr(self.sampler_class, "begin_continuous")
+
+    @property
+    def rules_are_per_prompt(self) -> bool:
+        """
+        Whether every rule of a generation batch reads only each prompt's own pool: no budget split across the batch
+        (`Options.splits_batch_budget`), no reward std over it (`scale_rewards="batch"`) and no weights normalised over
+        it. A streaming worker may then finish each prompt as a batch of its own, as soon as its pool is done.
+        """
+        weights_normalised = self.objective != "linear" and self.normalize_weights
+        return not (
+            self.sampler_class.Options.splits_batch_budget or self.scale_rewards == "batch" or weights_normalised
+        )
+
+    @property
+    def one_request_per_prompt(self) -> bool:
+        """Whether every prompt is drawn in one generate request per step with the same count (a vLLM `seed` then
+        stays usable): one round, and no budget that differs between prompts."""
+        options = self.options
+        return options.max_rounds == 1 and not options.splits_batch_budget
 
     def reads(self, name: str) -> bool:
-        """Whether this configuration reads knob `name` (every sampler reads the universal ones)."""
+        """Whether this configuration reads knob `name`: a universal knob, or a field of the sampler's `Options` whose
+        [`read_when`] condition holds, with the knob's own [`ReadIf`] (`power_alpha` under `objective="power"`)."""
         if name in UNIVERSAL_KNOBS:
             return True
         read_if = knob_extras(KNOB_FIELDS[name]).get("read_if")
         if read_if is not None:
-            parent, predicate, _ = read_if
-            return self.reads(parent) and predicate(self)
-        return self.sampler_class.reads(self, name)
+            return read_if.predicate(self)
+        declared = option_fields(self.sampler_class.Options).get(name)
+        if declared is None:
+            return False
+        condition = declared.metadata.get(READ_WHEN)
+        return condition is None or self._option_value(condition[0]) in condition[1]
 
     def validated(self) -> SamplerSettings:
         """
         Check every knob and return a copy with the sampler's defaults filled in (quotas, est bounds); raise
-        `ValueError` naming the fix. The order: the sampler's name, each knob's choices, contradictions the sampler
-        names itself, the rule for unread knobs, each read knob's own requirement, then the sampler's combined rules.
+        `ValueError` naming the fix. The order: the sampler's name, each knob's choices, the rule for unread knobs,
+        each read knob's own requirement, then the sampler's `Options` (its combined rules, in `__post_init__`).
         """
-        cls = self.sampler_class
+        self.sampler_class  # noqa: B018 - an unknown sampler raises first, naming the registered ones
         for f in fields(SamplerSettings):
             choices = f.metadata.get("choices")
             if choices is not None and getattr(self, f.name) not in choices:
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r} is not supported. Choose one of {choices}.")
-        cls.check_contradictions(self)
-        check_knobs_read(self, SETTINGS_DEFAULTS, reads=self.reads, context=self._unread_context)
-        for f in fields(SamplerSettings):
-            check = knob_extras(f).get("check")
-            value = getattr(self, f.name)
-            # Requirements of unread knobs were covered by the rule above (their values are the defaults).
-            if check is not None and self.reads(f.name) and not check(value):
-                raise ValueError(f"{f.name} {knob_extras(f)['requirement']}, got {value}.")
+        check_knobs_read(self, KNOB_FIELDS, self)
+        check_knob_values(self, [name for name in KNOB_FIELDS if self.reads(name)])
         if self.reads("pass_rate_predictor"):
             _check_pass_rate_predictor(self.pass_rate_predictor)
-        settings = self
-        if isinstance(self.sampler_kwargs, str):
-            settings = replace(self, sampler_kwargs=_parse_json_kwargs(self.sampler_kwargs))
-        settings.options  # noqa: B018 - validates sampler_kwargs against the sampler's options
-        return cls.resolve(settings)
+        settings = replace(self, sampler_kwargs=self._sampler_kwargs() or None)
+        options = settings.options
+        filled = {name: getattr(options, name) for name in option_fields(type(options)) if name in KNOB_FIELDS}
+        return replace(settings, **filled)
 
-    def _unread_context(self, name: str) -> tuple[str, str]:
+    def unread_context(self, name: str) -> tuple[str, str]:
         """`(the settings that make knob `name` unread, what reads it)`, for the unread-knob error."""
-        read_if = knob_extras(KNOB_FIELDS[name]).get("read_if")
-        if read_if is not None:
-            parent, _, description = read_if
-            if self.reads(parent):
-                return f"{parent}={getattr(self, parent)!r}", description
-            return self._unread_context(parent)
         from .registry import SAMPLERS
 
-        depends_on = self.sampler_class.knob_depends_on(name)
-        context = ", ".join(f"{key}={getattr(self, key)!r}" for key in ("sampler", *depends_on))
+        condition = option_fields(self.sampler_class.Options).get(name)
+        depends_on = () if condition is None else (condition.metadata[READ_WHEN][0],)
+        context = ", ".join(f"{key}={self._option_value(key)!r}" for key in ("sampler", *depends_on))
         # Readers grouped by the setting they need: "sampler='seq_pos' or 'seq_balance' (with round_policy='tracked')".
         groups: dict[str, list[str]] = {}
         for sampler_name, cls in SAMPLERS.items():
-            if name in cls.knobs:
-                groups.setdefault(cls.knob_conditions.get(name, ""), []).append(repr(sampler_name))
+            declared = option_fields(cls.Options).get(name)
+            if declared is not None:
+                groups.setdefault(_condition_text(declared), []).append(repr(sampler_name))
         readers = [
             "sampler=" + " or ".join(names) + (f" ({condition})" if condition else "")
             for condition, names in groups.items()
         ]
         return context, ", or ".join(readers) or "no registered sampler"
+
+    def _sampler_kwargs(self) -> dict[str, Any]:
+        kwargs = self.sampler_kwargs
+        return _parse_json_kwargs(kwargs) if isinstance(kwargs, str) else dict(kwargs or {})
+
+    def _option_value(self, name: str) -> Any:
+        """A knob's value, or one of the sampler's own options (given or its default), read before they are built."""
+        if name in KNOB_FIELDS:
+            return getattr(self, name)
+        own = self._sampler_kwargs()
+        if name in own:
+            return own[name]
+        return option_fields(self.sampler_class.Options)[name].default
+
+
+def option_fields(options_class: type) -> dict[str, Field]:
+    """The fields of a sampler's `Options` that it is built with, by name: the knobs it reads and its own options."""
+    return {f.name: f for f in fields(options_class) if f.init}
+
+
+READ_WHEN = "trl_ada.read_when"
+"""The metadata key of a conditionally read `Options` field (see [`read_when`])."""
+
+
+def read_when(name: str, *values: Any, default: Any = MISSING) -> Any:
+    """
+    An `Options` field read only while knob or option `name` takes one of `values` (`downsample` under
+    `est_train_on="downsample"`): elsewhere it must keep its default, as an unread knob does.
+    """
+    return field(default=default, metadata={READ_WHEN: (name, values)})
+
+
+def _condition_text(declared: Field) -> str:
+    condition = declared.metadata.get(READ_WHEN)
+    if condition is None:
+        return ""
+    name, values = condition
+    return f"with {name}=" + " or ".join(repr(value) for value in values)
+
+
+@dataclass(kw_only=True)
+class SamplerOptions:
+    """
+    The knobs a sampler reads, with its own checks: the base of every sampler's `Options` dataclass.
+
+    A field named like a config knob (`round_size`, `objective`, ...) is filled from the config, and declaring it is
+    how a sampler says it reads that knob: every other knob must keep its default. A field of any other name is the
+    sampler's own knob, given in `sampler_kwargs`. [`read_when`] marks a field read only under some setting.
+    `__post_init__` validates the values together (`ValueError` naming the fix) and fills defaults left `None`; it must
+    accept its own output.
+    """
+
+    num_generations: int
+    """The size of the update group, which every sampler reads."""
+    max_rounds: int = field(default=1, init=False)
+    """Rounds of draws in one generation batch at most: one, unless the sampler reads the `max_rounds` knob."""
+    splits_batch_budget: ClassVar[bool] = False
+    """Whether a prompt's budget depends on the other prompts of its generation batch (`est`, `knapsack`)."""
+    unread_hints: ClassVar[Mapping[str, str]] = {
+        "dapo_refill": "DAPO's batch filling on plain GRPO sampling is sampler='dapo': use sampler='dapo' instead."
+    }
+    """Knob -> a hint added to the error when a user sets it and this sampler does not read it."""
+
+    @property
+    def max_pool_size(self) -> int:
+        """The cap on completions drawn for one prompt in one generation batch."""
+        return self.num_generations
+
+    def describe(self, settings: SamplerSettings) -> str | None:
+        """What the sampler did under `settings`, in a few Markdown sentences (the model card's); `None`: not said."""
+        return None
 
 
 KNOB_FIELDS: dict[str, Field] = {f.name: f for f in fields(SamplerSettings)}
@@ -457,37 +581,6 @@ UNIVERSAL_KNOBS: frozenset[str] = frozenset(
 """The knobs every sampler reads (outcomes, baselines, weights, metrics, the downsampling generator)."""
 
 SETTINGS_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SamplerSettings) if f.default is not MISSING}
-
-
-def check_knobs_read(
-    values: Any,
-    defaults: Mapping[str, Any],
-    *,
-    reads: Callable[[str], bool],
-    context: Callable[[str], tuple[str, str]],
-    hints: Mapping[str, str] | None = None,
-) -> None:
-    """
-    The one rule for knobs that only some configurations read: `values` (settings or a config) may set a knob of
-    `defaults` to anything but its default only where it is read (`reads(name)`); elsewhere it would be silently
-    ignored, so this raises `ValueError` naming the knob, the settings that make it unread and what reads it
-    (`context(name)`).
-    """
-    for name, default in defaults.items():
-        value = getattr(values, name)
-        if value == default or reads(name):  # NaN is never equal to a default: it is checked too
-            continue
-        where, readers = context(name)
-        hint = (hints or {}).get(name) or _hint(values, name)
-        raise ValueError(
-            f"{name}={value!r} has no effect with {where}: only {readers} read(s) it. Remove {name} (default "
-            f"{default!r}). Use {readers} if you meant it to take effect." + (f" {hint}" if hint else "")
-        )
-
-
-def _hint(values: Any, name: str) -> str:
-    sampler = getattr(values, "sampler_class", None)
-    return sampler.knob_hints.get(name, "") if sampler is not None else ""
 
 
 def _check_pass_rate_predictor(value: Any) -> None:
@@ -521,55 +614,3 @@ def _parse_json_kwargs(text: str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise ValueError(f"sampler_kwargs must be a JSON object (a dict of the sampler's options), got {text!r}.")
     return parsed
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Documentation rendered from the declarations
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def _doc_type(f: Field) -> str:
-    if "doc_type" in knob_extras(f):
-        return knob_extras(f)["doc_type"]
-    # `from __future__ import annotations` keeps each type as its source text, e.g. "int | None"; HfArgumentParser
-    # replaces it in place by the resolved type, whose members are named the same way.
-    if isinstance(f.type, str):
-        members = [part.strip() for part in f.type.split("|")]
-    else:
-        union = isinstance(f.type, types.UnionType) or typing.get_origin(f.type) is typing.Union
-        members = [getattr(m, "__name__", str(m)) for m in (typing.get_args(f.type) if union else (f.type,))]
-        members = ["None" if m == "NoneType" else m for m in members]
-    return " or ".join(f"`{member}`" for member in members)
-
-
-def render_parameters(declared: Iterable[Field], indent: int = 8) -> str:
-    """
-    The `Parameters` entries of a config docstring in TRL's style, from each field's `help` metadata:
-    ``name (`type`, *optional*, defaults to `default`):`` then the help, wrapped. A field with a `section` starts a
-    ``> section`` line.
-    """
-    lines: list[str] = []
-    pad = " " * indent
-    for f in declared:
-        section = knob_extras(f).get("section")
-        if section is not None:
-            if lines:
-                lines.append("")
-            lines.extend(
-                textwrap.wrap(section, 120 - indent - 2, initial_indent=pad + "> ", subsequent_indent=pad + "> ")
-            )
-            lines.append("")
-        default = f.default if f.default is not MISSING else None
-        shown = f'"{default}"' if isinstance(default, str) else repr(default)
-        lines.append(f"{pad}{f.name} ({_doc_type(f)}, *optional*, defaults to `{shown}`):")
-        lines.extend(
-            textwrap.wrap(
-                f.metadata["help"],
-                120,
-                initial_indent=pad + "    ",
-                subsequent_indent=pad + "    ",
-                break_long_words=False,
-                break_on_hyphens=False,
-            )
-        )
-    return "\n".join(lines)

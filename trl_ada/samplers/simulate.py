@@ -136,7 +136,7 @@ def simulate(
     """
     _choice("schedule", schedule, GENERATION_SCHEDULES)
     _choice("arrival", arrival, ARRIVALS)
-    if schedule == "continuous" and not settings.sampler_class.has_exit_rule:
+    if schedule == "continuous" and not settings.has_exit_rule:
         raise ValueError(
             f"the continuous schedule runs sampler='seq_pos' or 'seq_balance', got {settings.sampler!r}: pick one of "
             "those, or simulate the rounds schedule (schedule='rounds', `--generation-schedule rounds`)."
@@ -190,9 +190,6 @@ REFERENCE_GENERATIONS = 16
 """The reference a plan matches: GRPO (`sampler="uniform"`) with `num_generations=16`."""
 MAX_MATCH_COMPLETIONS = 256
 """The budget search stops at settings whose cap exceeds this many completions per prompt (16x the reference's)."""
-BUDGET_KNOBS = {"seq_pos": "max_rounds", "seq_balance": "max_rounds"}
-"""The knob the budget search scales, by sampler name; any other sampler scales `num_generations` (its total per step
-is `B * num_generations`: uniform, dapo, est, knapsack), unless its class names one in a `budget_knob` attribute."""
 
 
 def read_pass_rates(path: str | Path) -> list[float]:
@@ -284,9 +281,9 @@ _MISSING = object()
 
 
 def budget_knob(settings: SamplerSettings) -> str:
-    """The integer knob that scales `settings.sampler`'s budget in a plan (`BUDGET_KNOBS`)."""
-    declared = getattr(settings.sampler_class, "budget_knob", None)
-    return declared or BUDGET_KNOBS.get(settings.sampler, "num_generations")
+    """The integer knob that scales `settings.sampler`'s budget in a plan: `max_rounds` for a sampler that reads it
+    (rounds up to a cap), else `num_generations` (a total per step of `B * num_generations`)."""
+    return "max_rounds" if settings.reads("max_rounds") else "num_generations"
 
 
 def simulated_population(pass_rates: Sequence[float], trials: int) -> list[float]:
@@ -386,7 +383,7 @@ def plan(
     _choice("schedule", schedule, GENERATION_SCHEDULES)
     _choice("arrival", arrival, ARRIVALS)
     for settings in settings_list:
-        if schedule == "continuous" and not settings.sampler_class.has_exit_rule:
+        if schedule == "continuous" and not settings.has_exit_rule:
             raise ValueError(
                 f"the continuous schedule runs sampler='seq_pos' or 'seq_balance', and sampler={settings.sampler!r} is "
                 "compared: name only those with --sampler, or plan the rounds schedule (--generation-schedule rounds)."

@@ -21,7 +21,7 @@ import torch
 from accelerate.utils import gather_object
 
 from ..samplers import PromptKey, Sampler, ScheduleStats, Selection, rules
-from ..samplers.dapo import RefillWalk, fill_update
+from ..samplers.dapo import RefillWalk, fill_update, refill_gate
 from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .base import RoundResult, prompt_key, prompt_keys
@@ -101,7 +101,7 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
             trainer.ada_refills,
             settings.dapo_max_refills,
             keep_partial=settings.dapo_on_exhausted == "keep_partial",
-            passes_over=trainer.ada_sampler.refill_passes_over,
+            passes_over=refill_gate(trainer.ada_sampler),
         )
         chosen = filler.taken
         # One update across the batches: its batch std and weight normalisation cover the prompts it trains.
