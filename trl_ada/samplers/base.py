@@ -475,6 +475,13 @@ _BASELINES = {
 """How `describe` words each `baseline`."""
 
 
+def _trained_on_phrase(trains_on_every_draw: bool, settings: SamplerSettings) -> str:
+    """`describe`'s words for what a budgeted sampler (`est`, `knapsack`) trains on."""
+    if trains_on_every_draw:
+        return "every completion drawn is trained on (group sizes vary)"
+    return f"each pool is downsampled ({settings.downsample}) to {settings.num_generations}"
+
+
 def _count(number: int, noun: str) -> str:
     return f"{number} {noun}{'' if number == 1 else 's'}"
 

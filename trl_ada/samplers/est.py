@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import rules
-from .base import _BASELINES, Sampler, SamplingStep, Selection, estimate_metrics, skip_metrics
+from .base import _BASELINES, Sampler, SamplingStep, Selection, _trained_on_phrase, estimate_metrics, skip_metrics
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
@@ -85,11 +85,7 @@ class EstOptions(SamplerOptions):
         return self.est_max_samples
 
     def describe(self, settings: SamplerSettings) -> str:
-        trained_on = (
-            "every completion drawn is trained on (group sizes vary)"
-            if self.est_train_on == "all"
-            else f"each pool is downsampled ({self.downsample}) to {self.num_generations}"
-        )
+        trained_on = _trained_on_phrase(self.est_train_on == "all", settings)
         power = self.est_sample_power
         return (
             f"Sampler `{settings.sampler}` (Reinforce-Ada-Est): each step gives every prompt a budget of completions "

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Sampler, SamplingStep, Selection, estimate_metrics
+from .base import Sampler, SamplingStep, Selection, _trained_on_phrase, estimate_metrics
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
@@ -232,11 +232,7 @@ class KnapsackOptions(SamplerOptions):
         return self.max_draws
 
     def describe(self, settings: SamplerSettings) -> str:
-        trained_on = (
-            "every completion drawn is trained on (group sizes vary)"
-            if self.train_on == "all"
-            else f"each pool is downsampled ({settings.downsample}) to {settings.num_generations}"
-        )
+        trained_on = _trained_on_phrase(self.train_on == "all", settings)
         return (
             f"Sampler `{settings.sampler}` ({PAPER}): each step spends {self.draws_per_prompt} completions per "
             "prompt on average, all drawn in one generate call. A prompt on its first visit gets "
