@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import rules
-from .base import _BASELINES, Sampler, SamplingStep, Selection, _trained_on_phrase, estimate_metrics, skip_metrics
+from .base import _BASELINES, SamplingStep, Selection, _trained_on_phrase, estimate_metrics, skip_metrics
+from .budgeted import BudgetedSampler
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
@@ -97,7 +98,7 @@ class EstOptions(SamplerOptions):
 
 
 @register_sampler("est")
-class EstSampler(Sampler):
+class EstSampler(BudgetedSampler):
     """
     Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to `[est_min_samples,
     est_max_samples]` and summing exactly to the paper's `N_total = round(B * est_mean_samples)`, all drawn in one
@@ -133,13 +134,9 @@ class EstSampler(Sampler):
             step.budgets = rules.allocate_budget_with_skips(scores, step.skipped, total, low, high)
         return step
 
-    def request_size(self, step: SamplingStep, index: int) -> int:
-        return step.budgets[index] if step.rounds == 0 else 0
-
-    def keep(self, step: SamplingStep, index: int) -> list[int]:
-        if self.settings.est_train_on == "all":
-            return list(range(len(step.pools[index])))
-        return super().keep(step, index)
+    @property
+    def trains_on_every_draw(self) -> bool:
+        return self.settings.est_train_on == "all"
 
     def weight(self, pass_rate: float) -> float:
         settings = self.settings

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import Sampler, SamplingStep, Selection, _trained_on_phrase, estimate_metrics
+from .base import SamplingStep, Selection, _trained_on_phrase, estimate_metrics
+from .budgeted import BudgetedSampler
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
@@ -245,7 +246,7 @@ class KnapsackOptions(SamplerOptions):
 
 
 @register_sampler("knapsack")
-class KnapsackSampler(Sampler):
+class KnapsackSampler(BudgetedSampler):
     """
     Knapsack-RL (Li et al., arXiv 2509.25849): each step spends exactly `B * draws_per_prompt` completions
     (`B * num_generations` by default), split over the `B` prompts by [`allocate`], all drawn in one round. A prompt on
@@ -293,13 +294,9 @@ class KnapsackSampler(Sampler):
         step.budgets = budgets
         return step
 
-    def request_size(self, step: SamplingStep, index: int) -> int:
-        return step.budgets[index] if step.rounds == 0 else 0
-
-    def keep(self, step: SamplingStep, index: int) -> list[int]:
-        if self.options.train_on == "all":
-            return list(range(len(step.pools[index])))
-        return super().keep(step, index)
+    @property
+    def trains_on_every_draw(self) -> bool:
+        return self.options.train_on == "all"
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
         totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
