@@ -61,6 +61,7 @@ from benchmark_learning import (  # noqa: E402
     first_reach,
     gate_passes,
     mean_ci,
+    missing_runs,
     paired_difference,
     write_tournament,
 )
@@ -607,6 +608,14 @@ def main(argv: list[str] | None = None) -> int:
         wanted = settings_of(method_spec(base, run["method"], run["seed"])) if run["method"] in METHODS else settings
         if run.get("settings") == wanted:
             runs.append(run)
+    if args.tournament and args.report_only:  # a tournament paired by seed, built from part of its runs, misleads
+        missing = missing_runs(runs, args.methods, args.seeds)
+        if missing:
+            parser.error(
+                f"--report_only --tournament: no run with these settings in {runs_dir} for {', '.join(missing)}. "
+                "Run them (these arguments without --report_only, with --reuse_runs), or give --methods/--seeds "
+                "that ran."
+            )
     shares = [json.loads(p.read_text()) for p in sorted(share_dir.glob("*.json")) if not p.name.endswith(".spec.json")]
     # The learning runs measured the share at the reward's default concurrency too.
     shares += [{**run, "source": "learning runs"} for run in runs if run["method"] in SHARE_METHODS]

@@ -1248,6 +1248,16 @@ def main(argv: list[str] | None = None) -> int:
             path = args.out / "runs" / f"{method}-seed{seed}.json"
             if reusable(path, run_settings(settings, method)):
                 results.append(json.loads(path.read_text()))
+    if args.report_only:
+        missing = missing_runs(results, args.methods, args.seeds)
+        if missing and args.tournament:  # a tournament paired by seed, built from part of its runs, misleads
+            parser.error(
+                f"--report_only --tournament: no run with these settings in {args.out / 'runs'} for "
+                f"{', '.join(missing)}. Run them (recipes/finite-arithmetic/run_tournament.sh, or these arguments "
+                "without --report_only and with --reuse_runs), or give --methods/--seeds that ran."
+            )
+        if missing:
+            logger.warning("--report_only: no run with these settings for %s; the tables leave them out.", missing)
     if args.tournament:
         write_tournament(args.out, results, args.completions_budget)
     if is_finite:
@@ -1265,6 +1275,12 @@ def main(argv: list[str] | None = None) -> int:
     for name, value in summary["ratios"].items():
         print(f"{name}: {value:.3f}")
     return 0
+
+
+def missing_runs(results: Sequence[dict], methods: Sequence[str], seeds: Sequence[int]) -> list[str]:
+    """The `METHOD-seedN` runs asked for that `results` lack."""
+    have = {(run["method"], run["seed"]) for run in results}
+    return [f"{method}-seed{seed}" for method in methods for seed in seeds if (method, seed) not in have]
 
 
 def heldout_at(run: dict, key: str, value: float) -> float:
@@ -1286,21 +1302,68 @@ def heldout_at_seconds(run: dict, seconds: float) -> float | None:
     return heldout_at(run, "train_seconds", seconds)
 
 
+def heldout_at_completions(run: dict, completions: float) -> float | None:
+    """The run's held-out at `completions` drawn, linear between the two evaluations around them; None if its curve
+    ended short of them (a reading there would be an extrapolation)."""
+    if run["curve"][-1]["samples"] < completions:
+        return None
+    return heldout_at(run, "samples", completions)
+
+
+def curve_to_budget(curve: list[dict], budget: float) -> list[dict]:
+    """A curve's evaluations before `budget` completions and, if it got there, its reading at the budget: a run's last
+    evaluation lies up to a step's draws past the budget, completions the other methods did not get."""
+    kept = [{"samples": point["samples"], "heldout": point["heldout"]} for point in curve if point["samples"] < budget]
+    reading = heldout_at_completions({"curve": curve}, budget)
+    if reading is not None:
+        kept.append({"samples": float(budget), "heldout": reading})
+    return kept
+
+
+def mean_curve_to_budget(runs: Sequence[dict], budget: float) -> list[dict]:
+    """The runs' curves read at each `1 / BUDGET_EVAL_POINTS` of the budget and averaged, up to the last point every
+    run reached (a run that ended short is not extrapolated)."""
+    points = []
+    for k in range(BUDGET_EVAL_POINTS + 1):
+        completions = budget * k / BUDGET_EVAL_POINTS
+        readings = [heldout_at_completions(run, completions) for run in runs]
+        if any(reading is None for reading in readings):
+            break
+        points.append({"samples": completions, "heldout": statistics.fmean(readings)})
+    return points
+
+
 def tournament_summary(results: list[dict], budget: int, reference: str = "dapo") -> dict[str, Any]:
     """
-    The tournament: per method, the held-out at the completions budget (every run stops there) and at the
-    reference's mean training time, each as a mean with its 95% interval and as a paired (same-seed) difference
-    against the reference; the completions, training seconds and draw accounting (useful and trained shares, per
-    band) summed over seeds.
+    The tournament: per method, the held-out at the completions budget (`final`: each curve read at the budget,
+    linear between the evaluations around it; a run that ended short of it is listed in `short_of_budget` and left
+    out) and at the reference's mean training time, each as a mean with its 95% interval and as a paired (same-seed)
+    difference against the reference; the completions a method's mean curve needs to reach the reference's level at
+    the budget, over the reference's own mean curve's (`to_reference_final`; the reference's row reads 1 by
+    construction); the completions, training seconds and draw accounting (useful and trained shares, per band)
+    summed over seeds.
     """
     by_method: dict[str, list[dict]] = {}
     for run in results:
         by_method.setdefault(run["method"], []).append(run)
+
+    def at_budget(run: dict) -> float | None:
+        return heldout_at_completions(run, budget)
+
     ref_runs = by_method.get(reference, [])
+    ref_reached = [run for run in ref_runs if at_budget(run) is not None]
     ref_seconds = statistics.fmean(run["curve"][-1]["train_seconds"] for run in ref_runs) if ref_runs else None
     ref_by_seed = {run["seed"]: run for run in ref_runs}
+    # The level to reach: the reference's mean held-out at the budget. Its own mean curve's first crossing of it is
+    # the yardstick, read as every method's is (its mean final completions would credit it with overshoot).
+    target = statistics.fmean(at_budget(run) for run in ref_reached) if ref_reached else None
+    ref_start = statistics.fmean(run["curve"][0]["heldout"] for run in ref_runs) if ref_runs else None
+    ref_crossing = (
+        first_reach(mean_curve_to_budget(ref_runs, budget), "samples", target) if target is not None else math.inf
+    )
     methods = {}
     for method, runs in by_method.items():
+        reached = [run for run in runs if at_budget(run) is not None]
         drawn = sum(run["draws"]["total"] for run in runs)
         bands: dict[str, dict[str, float]] = {}
         for run in runs:
@@ -1311,7 +1374,15 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
         row: dict[str, Any] = {
             "label": runs[0]["label"],
             "seeds": sorted(run["seed"] for run in runs),
-            "final": mean_ci([_final(run) for run in runs]),
+            "final": mean_ci([at_budget(run) for run in reached]),
+            "short_of_budget": sorted(
+                (
+                    {"seed": run["seed"], "completions": run["curve"][-1]["samples"]}
+                    for run in runs
+                    if at_budget(run) is None
+                ),
+                key=lambda entry: entry["seed"],
+            ),
             "completions": statistics.fmean(run["curve"][-1]["samples"] for run in runs),
             "train_seconds": statistics.fmean(run["curve"][-1]["train_seconds"] for run in runs),
             "useful_share": sum(run["draws"]["useful"] for run in runs) / drawn if drawn else math.nan,
@@ -1325,30 +1396,26 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
         gated = [run["gate_passed_over"] for run in runs if run.get("gate_passed_over") is not None]
         if gated:  # runs written before it was recorded lack it
             row["gate_passed_over"] = {"per_run": statistics.fmean(gated), "runs": len(gated)}
-        if ref_runs and method != reference:
-            row["minus_reference"] = paired_difference(runs, ref_runs, _final)
-            # The tournament's first reading: the completions a method needs to reach the reference's mean final held-out, read
-            # on its mean curve (the seeds' curves interpolated on a common grid of completions and averaged: a
-            # per-seed reading would keep only the lucky seeds), as a share of the reference's completions; and the
-            # seeds whose own curve reached it.
-            target = statistics.fmean(_final(run) for run in ref_runs)
-            ref_start = statistics.fmean(run["curve"][0]["heldout"] for run in ref_runs)
-            ref_completions = statistics.fmean(run["curve"][-1]["samples"] for run in ref_runs)
-            grid = [budget * k / BUDGET_EVAL_POINTS for k in range(BUDGET_EVAL_POINTS + 1)]
-            mean = [
-                {"samples": x, "heldout": statistics.fmean(heldout_at(run, "samples", x) for run in runs)}
-                for x in grid
-            ]
-            per_seed = [first_reach(run["curve"], "samples", target) for run in runs]
+        if target is not None:
+            # The completions a method needs to reach the reference's level, read on its mean curve (the seeds'
+            # curves read on a common grid of completions and averaged: a per-seed reading would keep only the lucky
+            # seeds), as a share of the reference's own; and the seeds whose own curve reached it within the budget.
+            crossing = first_reach(mean_curve_to_budget(runs, budget), "samples", target)
+            per_seed = [first_reach(curve_to_budget(run["curve"], budget), "samples", target) for run in runs]
+            # A reference that ended at or below its start sets no target to reach: every curve "reaches" it at
+            # 0 completions, a 0.00x that says nothing.
+            ratio = math.nan
+            if target > ref_start and math.isfinite(ref_crossing):
+                ratio = crossing / ref_crossing
             row["to_reference_final"] = {
                 "target": target,
+                "completions": crossing,
+                "reference_completions": ref_crossing,
                 "seeds_reached": sum(math.isfinite(value) for value in per_seed),
-                # A reference that ended at or below its start sets no target to reach: every curve "reaches" it at
-                # 0 completions, a 0.00x that says nothing.
-                "completions_ratio": (
-                    first_reach(mean, "samples", target) / ref_completions if target > ref_start else math.nan
-                ),
+                "completions_ratio": ratio,
             }
+        if ref_runs and method != reference:
+            row["minus_reference"] = paired_difference(reached, ref_reached, at_budget)
             # A rule can draw exactly what the reference draws (dapo_gated where no prompt it would pass over comes
             # back: the code task's 5 seeds): same draws and held-out at every evaluation, seed for seed. Said, not
             # hidden in a difference of 0.000.
@@ -1385,9 +1452,13 @@ def tournament_table(summary: dict[str, Any]) -> str:
 
     reference = summary["reference"]
     lines = [
-        f"Every run stops at {summary['budget']:,} completions (equal completions); 'at equal time' reads a method's "
-        f"curve and {reference}'s of the same seed at the training time both reached (the shorter run's). Differences "
-        "are paired by seed, with 95% t-intervals.",
+        f"Every run stops once it has drawn {summary['budget']:,} completions, and each curve is read at exactly that "
+        "many (equal completions; linear between the evaluations around it, since a run's last step overshoots by up "
+        f"to a step's draws); 'at equal time' reads a method's curve and {reference}'s of the same seed at the "
+        "training time both reached (the shorter run's). Differences are paired by seed, with 95% t-intervals. "
+        f"'Completions to {reference}'s final': the completions at which the method's mean curve first reaches "
+        f"{reference}'s mean held-out at the budget, over those {reference}'s own mean curve needs ({reference}: "
+        "1.00x by construction); in brackets, the seeds whose own curve reached it within the budget.",
         "",
         f"| method | seeds | held-out at equal completions | - {reference} | - {reference} at equal time | completions | "
         f"training s | useful draws | trained draws | completions to {reference}'s final (seeds) |",
@@ -1403,11 +1474,27 @@ def tournament_table(summary: dict[str, Any]) -> str:
             label += (
                 f" (= {reference} run for run: same draws and held-out, seed{'s' * (len(row['seeds']) > 1)} {seeds})"
             )
+        seeds_cell = str(len(row["seeds"]))
+        if row.get("short_of_budget"):  # runs written before the reading at the budget lack it
+            seeds_cell += f" ({len(row['short_of_budget'])} short)"
         lines.append(
-            f"| {label} | {len(row['seeds'])} | {_fmt(row['final'])} | {diff} | {timed} | "
+            f"| {label} | {seeds_cell} | {_fmt(row['final'])} | {diff} | {timed} | "
             f"{row['completions']:,.0f} | {row['train_seconds']:.1f} | {row['useful_share']:.3f} | "
             f"{row['trained_share']:.3f} | {_reach(row.get('to_reference_final'))} |"
         )
+    short = [
+        (row["label"], row["short_of_budget"]) for row in summary["methods"].values() if row.get("short_of_budget")
+    ]
+    if short:
+        lines += [
+            "",
+            "Runs that ended short of the budget (left out of the equal-completions readings, not extrapolated):",
+            "",
+        ]
+        lines += [
+            f"- {label}: " + ", ".join(f"seed {entry['seed']} at {entry['completions']:,.0f}" for entry in entries)
+            for label, entries in short
+        ]
     lines += [
         "",
         "Where the draws went: per band of the pool's measured pass rate, the share of the method's draws spent there "
@@ -1444,6 +1531,8 @@ def _reach(reading: dict[str, Any] | None) -> str:
         return "-"
     ratio = reading["completions_ratio"]
     if math.isnan(ratio):
+        if not math.isfinite(reading.get("reference_completions", 0.0)):
+            return "- (the reference's mean curve did not reach its level within the budget)"
         return "- (the reference ended at or below its start)"
     return f"{'never' if not math.isfinite(ratio) else f'{ratio:.2f}x'} ({reading['seeds_reached']})"
 

@@ -133,3 +133,20 @@ def test_tournament_report_from_run_files(tmp_path):
     assert {row["seeds"] == [0, 1] for row in summary["methods"].values()} == {True}
     differences = [mine - dapo for mine, dapo in zip(FINALS["mine"][:2], FINALS["dapo"][:2], strict=True)]
     assert summary["methods"]["mine"]["minus_reference"]["mean"] == pytest.approx(statistics.fmean(differences))
+
+
+def test_report_only_refuses_a_tournament_with_missing_runs(tmp_path, capsys):
+    """A seed nobody ran is named, and no partial table is written, rather than a table of fewer seeds."""
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    for method in ("dapo", "grpo_n4"):
+        for seed in range(2):
+            run = made_up_run(method, seed, FINALS[method][seed], SECONDS[method], USEFUL[method], SETTINGS)
+            (runs_dir / f"{method}-seed{seed}.json").write_text(json.dumps(run))
+    argv = ["--out", str(tmp_path), "--tournament", "--completions_budget", str(BUDGET), "--report_only"]
+    with pytest.raises(SystemExit) as exit_info:
+        code_learning.main([*argv, "--methods", "dapo", "grpo_n4", "--seeds", "0", "1", "2"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "dapo-seed2, grpo_n4-seed2" in error and "seed0" not in error
+    assert not (tmp_path / "tournament.md").exists()

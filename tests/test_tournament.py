@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -178,3 +179,80 @@ def test_a_run_records_the_prompts_the_gated_refill_passed_over(bench, tmp_path,
     # batches by TRL and misses those).
     assert bench.gate_passes(entries) == sum(verdicts)
     assert bench.gate_passes([{"ada/pass_rate/mean": 0.5, "step_time": 1.0}]) is None  # no refill: nothing to count
+
+
+def curve_run(method, seed, points, seconds=10.0):
+    """A run whose evaluations are `points`, (completions, held-out) pairs, from the first at 0 completions."""
+    curve = [
+        {"step": i, "heldout": heldout, "samples": float(samples), "train_seconds": seconds * samples / points[-1][0]}
+        for i, (samples, heldout) in enumerate(points)
+    ]
+    bands = {"mid": {"drawn": float(points[-1][0]), "useful": 1.0}}
+    return {"method": method, "label": method.upper(), "seed": seed, "start_heldout": points[0][1], "curve": curve,
+            "median_step_seconds": 1.0,
+            "draws": {"total": float(points[-1][0]), "useful": 1.0, "trained": 1.0, "bands": bands}}  # fmt: skip
+
+
+def test_dapo_against_itself_reads_one_and_its_own_crossing_is_the_yardstick(bench):
+    # DAPO's curves reach their level at 50 of the 100 completions and stay flat past the budget (to 110): against
+    # its mean final completions (110) it would read 50/110 against itself.
+    dapo = [
+        curve_run("dapo", seed, [(0, 0.1), (50, 0.3 + 0.01 * seed), (110, 0.3 + 0.01 * seed)]) for seed in range(3)
+    ]
+    twin = [{**run, "method": "twin", "label": "TWIN"} for run in dapo]
+    # "slow" climbs 0.003 per completion: it reaches DAPO's level (0.31) at 70 completions, 1.4x DAPO's own 50.
+    slow = [curve_run("slow", seed, [(0, 0.1), (104, 0.1 + 0.003 * 104)]) for seed in range(3)]
+    summary = bench.tournament_summary(dapo + twin + slow, budget=100)
+    readings = {method: row.get("to_reference_final") for method, row in summary["methods"].items()}
+    assert readings["twin"]["completions_ratio"] == pytest.approx(1.0)
+    assert readings["dapo"]["completions_ratio"] == pytest.approx(1.0)
+    assert readings["dapo"]["reference_completions"] == pytest.approx(50.0)
+    assert readings["slow"]["completions_ratio"] == pytest.approx(1.4)
+    assert readings["dapo"]["seeds_reached"] == 2  # seed 0 ends at 0.30, below the mean 0.31
+    dapo_line = next(line for line in bench.tournament_table(summary).splitlines() if line.startswith("| DAPO |"))
+    assert dapo_line.endswith("| 1.00x (2) |")
+
+
+def test_the_equal_completions_reading_is_the_curve_at_the_budget_not_its_last_evaluation(bench):
+    # Evaluations at 70 and 110 around the budget of 100: the reading is 3/4 of the way from 0.30 to 0.50.
+    dapo = [curve_run("dapo", seed, [(0, 0.1), (70, 0.30), (110, 0.50 + 0.01 * seed)]) for seed in range(3)]
+    exact = [curve_run("exact", seed, [(0, 0.1), (50, 0.2), (100, 0.40)]) for seed in range(3)]
+    summary = bench.tournament_summary(dapo + exact, budget=100)
+    dapo_at_budget = [0.30 + 0.75 * (0.20 + 0.01 * seed) for seed in range(3)]
+    assert summary["methods"]["dapo"]["final"]["mean"] == pytest.approx(sum(dapo_at_budget) / 3)
+    assert summary["methods"]["exact"]["final"]["mean"] == pytest.approx(0.40)
+    assert summary["methods"]["exact"]["minus_reference"]["mean"] == pytest.approx(0.40 - sum(dapo_at_budget) / 3)
+    # Crossings are read within the budget too: DAPO's level is 0.4575, which "exact" never reaches by 100.
+    assert summary["methods"]["exact"]["to_reference_final"]["seeds_reached"] == 0
+    assert bench.curve_to_budget(dapo[0]["curve"], 100)[-1] == {"samples": 100.0, "heldout": pytest.approx(0.45)}
+
+
+def test_a_run_that_ended_short_of_the_budget_is_flagged_and_not_extrapolated(bench):
+    dapo = [curve_run("dapo", seed, [(0, 0.1), (100, 0.3 + 0.01 * seed)]) for seed in range(3)]
+    # Seed 1 stopped at 80 completions (its step cap): its last held-out is not a reading at 100.
+    mine = [curve_run("mine", seed, [(0, 0.1), (100, 0.35)]) for seed in (0, 2)]
+    mine.insert(1, curve_run("mine", 1, [(0, 0.1), (80, 0.9)]))
+    summary = bench.tournament_summary(dapo + mine, budget=100)
+    row = summary["methods"]["mine"]
+    assert row["short_of_budget"] == [{"seed": 1, "completions": 80.0}]
+    assert summary["methods"]["dapo"]["short_of_budget"] == []
+    assert row["final"]["mean"] == pytest.approx(0.35) and row["final"]["n"] == 2
+    assert row["minus_reference"]["seeds"] == [0, 2]
+    assert row["minus_reference"]["mean"] == pytest.approx(0.35 - (0.30 + 0.32) / 2)
+    assert bench.heldout_at_completions(mine[1], 100) is None and bench.heldout_at_completions(mine[1], 40) == 0.5
+    table = bench.tournament_table(summary)
+    assert "| MINE | 3 (1 short) |" in table and "- MINE: seed 1 at 80" in table
+
+
+def test_report_only_refuses_a_tournament_with_missing_runs(bench, tmp_path, capsys):
+    settings = {"steps": 300, "eval_every": 25, "learning_rate": 3e-5, "completions_budget": 100, "heldout_size": 600}
+    (tmp_path / "runs").mkdir()
+    run = {**curve_run("dapo", 0, [(0, 0.1), (100, 0.3)]), "settings": settings}
+    (tmp_path / "runs" / "dapo-seed0.json").write_text(json.dumps(run))
+    argv = ["--out", str(tmp_path), "--tournament", "--completions_budget", "100", "--report_only"]
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main([*argv, "--methods", "dapo", "grpo_n4", "--seeds", "0", "1"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert "dapo-seed1, grpo_n4-seed0, grpo_n4-seed1" in error and "dapo-seed0" not in error
+    assert not (tmp_path / "tournament.md").exists()
