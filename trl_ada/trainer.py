@@ -52,7 +52,20 @@ from .trl_seam import (
 
 logger = logging.getLogger(__name__)
 
-_GRPO_INIT_SIGNATURE = inspect.signature(GRPOTrainer.__init__)
+
+def bind_trainer_arguments(
+    parent: type, trainer_name: str, trainer: Any, *arguments: Any, **keywords: Any
+) -> dict[str, Any]:
+    """
+    The arguments of a call to `parent.__init__` by name, for a subclass that takes `parent`'s arguments plus the
+    keyword-only `pass_rate_estimator=`; a TypeError that says so when they do not fit.
+    """
+    try:
+        return inspect.signature(parent.__init__).bind(trainer, *arguments, **keywords).arguments
+    except TypeError as error:
+        raise TypeError(
+            f"{trainer_name} takes {parent.__name__}'s arguments plus pass_rate_estimator=: {error}"
+        ) from None
 
 
 def zero_std_row_share(rewards: torch.Tensor, group_sizes: list[int]) -> float:
@@ -174,12 +187,9 @@ class AdaGRPOTrainer(GRPOTrainer):
     ) -> None:
         """Overridden to build the sampler (a plain `GRPOConfig` upgraded) and refuse what it cannot train, before set-up."""
         # Same signature as GRPOTrainer (positional arguments included); our own parameters are keyword-only.
-        try:
-            named = _GRPO_INIT_SIGNATURE.bind(self, model, reward_funcs, args, *positional, **kwargs).arguments
-        except TypeError as error:
-            raise TypeError(
-                f"AdaGRPOTrainer takes GRPOTrainer's arguments plus pass_rate_estimator=: {error}"
-            ) from None
+        named = bind_trainer_arguments(
+            GRPOTrainer, "AdaGRPOTrainer", self, model, reward_funcs, args, *positional, **kwargs
+        )
         if isinstance(model, str):
             check_model_name(model)  # before anything loads it: a missing directory fails in one line
         train_dataset = named.get("train_dataset")

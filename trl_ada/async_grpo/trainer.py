@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import inspect
 import itertools
 import json
 import logging
@@ -33,7 +32,7 @@ from ..predictor_hub import resolve_pass_rate_predictor
 from ..reporting.card import ASYNC_TRAINER_NAME, check_license, write_trainer_card
 from ..samplers import PassRateEstimator, build_sampler
 from ..samplers.predictor import PREDICTOR_DIR
-from ..trainer import AdaGRPOTrainer
+from ..trainer import AdaGRPOTrainer, bind_trainer_arguments
 from .config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
 from .rollout import (
     GROUP_VERSION_KEY,
@@ -47,7 +46,6 @@ from .rollout import (
 
 logger = logging.getLogger(__name__)
 
-_ASYNC_INIT_SIGNATURE = inspect.signature(AsyncGRPOTrainer.__init__)
 
 RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
 """Set (True) on an error that every process raises at the same point: a lost server in `_sync_weight`, or a failed
@@ -307,12 +305,9 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         pass_rate_estimator: PassRateEstimator | None = None,
         **kwargs: Any,
     ) -> None:
-        try:
-            named = _ASYNC_INIT_SIGNATURE.bind(self, model, reward_funcs, args, *positional, **kwargs).arguments
-        except TypeError as error:
-            raise TypeError(
-                f"AdaAsyncGRPOTrainer takes AsyncGRPOTrainer's arguments plus pass_rate_estimator=: {error}"
-            ) from None
+        named = bind_trainer_arguments(
+            AsyncGRPOTrainer, "AdaAsyncGRPOTrainer", self, model, reward_funcs, args, *positional, **kwargs
+        )
         if args is None:
             args = AdaAsyncGRPOConfig(f"{model.split('/')[-1]}-AdaAsync")
         elif not isinstance(args, AdaAsyncGRPOConfig):
