@@ -320,8 +320,12 @@ def accuracy_by_level(
         seed=seed,
         keep_special_tokens=True,
     )
-    rewards = exact_match_reward(texts, [row["answer"] for row in rows])
+    return mean_reward_by_level(rows, exact_match_reward(texts, [row["answer"] for row in rows]))
 
+
+def mean_reward_by_level(rows: Sequence[dict[str, Any]], rewards: Sequence[float]) -> dict[str, Any]:
+    """The mean of ``rewards`` (one per row, rows carrying a ``level``) overall and per level, levels in order:
+    ``{"overall", "per_level": {level: mean}, "num_completions"}``."""
     per_level: dict[int, list[float]] = {}
     for row, reward in zip(rows, rewards, strict=True):
         per_level.setdefault(row["level"], []).append(reward)

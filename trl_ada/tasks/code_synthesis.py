@@ -299,29 +299,12 @@ class CodeSynthesisReward:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@torch.no_grad()
-def sample_completions(
-    model: Any,
-    tokenizer: Any,
-    prompts: Sequence[str],
-    *,
-    temperature: float,
-    num_samples: int = 1,
-    max_new_tokens: int = MAX_COMPLETION_CHARS,
-    batch_size: int = 512,
-    seed: int | None = None,
-) -> list[str]:
+def sample_completions(model: Any, tokenizer: Any, prompts: Sequence[str], **options: Any) -> list[str]:
     """``num_samples`` completions per prompt (consecutive): [`trl_ada.tasks.arithmetic.sample_completions`] with
-    this task's completion budget, decoded without special tokens."""
+    this task's completion budget (``max_new_tokens=MAX_COMPLETION_CHARS`` unless given); ``options`` are that
+    function's keyword arguments."""
     return arithmetic.sample_completions(
-        model,
-        tokenizer,
-        prompts,
-        temperature=temperature,
-        num_samples=num_samples,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        seed=seed,
+        model, tokenizer, prompts, **{"max_new_tokens": MAX_COMPLETION_CHARS, **options}
     )
 
 
@@ -368,13 +351,8 @@ def pass_rate_by_level(
         )
     by_key = dict(zip(unique, scores, strict=True)) if deduplicate else None
     rewards = [float(by_key[key]) for key in keys] if by_key is not None else [float(s) for s in scores]
-    per_level: dict[int, list[float]] = {}
-    for row, value in zip(rows, rewards, strict=True):
-        per_level.setdefault(row["level"], []).append(value)
     return {
-        "overall": sum(rewards) / len(rewards),
-        "per_level": {level: sum(values) / len(values) for level, values in sorted(per_level.items())},
-        "num_completions": len(rewards),
+        **arithmetic.mean_reward_by_level(rows, rewards),
         "distinct_runs": len(unique),
         "outcomes": outcomes,
     }
