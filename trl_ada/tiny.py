@@ -220,6 +220,17 @@ def corrupt_answer(answer: str, rng: random.Random) -> str:
             return str(wrong)
 
 
+def sft_step(model: Any, optimizer: Any, scheduler: Any, input_ids: Any, attention_mask: Any, labels: Any) -> Any:
+    """One plain-torch SFT step on a batch (gradients clipped to norm 1, then optimizer and scheduler step); the loss."""
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss
+
+
 def _sft_dataset(num_problems: int, *, seed: int, noise: float) -> Any:
     """Prompt-completion SFT data on training problems; a share ``noise`` of answers replaced by wrong ones."""
     from datasets import Dataset

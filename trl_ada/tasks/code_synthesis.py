@@ -58,7 +58,7 @@ import torch
 
 from trl_ada.tasks import arithmetic
 from trl_ada.tasks.arithmetic import check_levels
-from trl_ada.tiny import _is_saved_model, default_cache_dir  # one cache layout for both tiny models
+from trl_ada.tiny import _is_saved_model, default_cache_dir, sft_step  # one cache layout for both tiny models
 
 logger = logging.getLogger(__name__)
 
@@ -469,12 +469,7 @@ def _sft(
     model.train()
     losses = []
     for step, (ids, mask, labels) in enumerate(batches):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = sft_step(model, optimizer, scheduler, ids, mask, labels)
         if step % 50 == 0 or step == total - 1:
             losses.append(float(loss.detach()))
     model.eval()

@@ -48,7 +48,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 from trl.chat_template_utils import qwen2_5_chat_template
 
-from ..tiny import _byte_level_alphabet, build_tiny_model, default_cache_dir
+from ..tiny import _byte_level_alphabet, build_tiny_model, default_cache_dir, sft_step
 
 logger = logging.getLogger(__name__)
 
@@ -318,12 +318,7 @@ def build_tool_model(
             input_ids, attention, labels = _sft_batch(
                 tokenizer, rng, batch_size, tool_share=tool_share, wrong_share=wrong_share, rendered=rendered
             )
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
+            loss = sft_step(model, optimizer, scheduler, input_ids, attention, labels)
             if step % 50 == 0 or step == steps - 1:
                 logger.info(
                     "tiny tool model: step %d loss %.4f (%.1f s)", step, loss.item(), time.perf_counter() - start
