@@ -81,6 +81,21 @@ def _byte_level_alphabet() -> dict[str, str]:
     return mapping
 
 
+def char_level_backend(vocab: dict[str, int], *, unk_token: str, character_pattern: str) -> Tokenizer:
+    """A word-level tokenizer over GPT-2's byte-level alphabet with one token per character: every match of
+    ``character_pattern`` is its own pre-token, mapped to the byte-level alphabet (``" "`` -> ``"Ġ"``), and decoding
+    maps back and joins with nothing in between."""
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk_token))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(pattern=Regex(character_pattern), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """Builds the character-level tokenizer: one token per character of [`CHARACTERS`], plus special tokens.
 
@@ -99,16 +114,7 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {token: index for index, token in enumerate(tokens)}
     if len(vocab) != len(tokens):
         raise RuntimeError("Duplicate characters in the vocabulary.")
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    # Every character is its own pre-token, then mapped to the byte-level alphabet (" " -> "Ġ").
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(pattern=Regex("."), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    # Map back from the byte-level alphabet and join with nothing in between.
-    backend.decoder = decoders.ByteLevel()
+    backend = char_level_backend(vocab, unk_token="<unk>", character_pattern=".")
     pad, eos, bos, unk = SPECIAL_TOKENS
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,

@@ -44,11 +44,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import AddedToken
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 from trl.chat_template_utils import qwen2_5_chat_template
 
-from ..tiny import _byte_level_alphabet, build_tiny_model, default_cache_dir, sft_step
+from ..tiny import _byte_level_alphabet, build_tiny_model, char_level_backend, default_cache_dir, sft_step
 
 logger = logging.getLogger(__name__)
 
@@ -113,15 +113,10 @@ def build_tool_tokenizer(tools: Sequence[Callable[..., Any]] = (add,)) -> PreTra
     alphabet = _byte_level_alphabet()
     specials = [PAD_TOKEN, END_OF_TURN, START_OF_TURN]
     tokens = [*specials, *(alphabet[char] for char in CHAT_CHARACTERS)]
-    backend = Tokenizer(models.WordLevel(vocab={token: i for i, token in enumerate(tokens)}, unk_token=PAD_TOKEN))
     # `[\s\S]`, not `.`: Oniguruma's dot skips "\n", which must be a token of its own.
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(pattern=Regex(r"[\s\S]"), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
+    backend = char_level_backend(
+        {token: i for i, token in enumerate(tokens)}, unk_token=PAD_TOKEN, character_pattern=r"[\s\S]"
     )
-    backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token=PAD_TOKEN,
