@@ -27,6 +27,7 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +393,23 @@ def _is_saved_model(path: Path) -> bool:
     )
 
 
+def save_folder_atomically(
+    path: Path, write: Callable[[Path], Any], *, is_complete: Callable[[Path], bool] = _is_saved_model
+) -> None:
+    """Writes the folder ``path`` with ``write(folder)`` into a temporary folder beside it, then renames that, so a
+    concurrent or interrupted build never leaves a partial cache; a complete copy that another build renamed there
+    first is kept (``is_complete`` says what complete is)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
+    write(tmp)
+    try:
+        tmp.rename(path)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not is_complete(path):
+            raise
+
+
 def get_warm_started_model(cache_dir: str | os.PathLike[str] | None = None, *, seed: int = 0) -> tuple[Any, Any]:
     """Loads the warm-started model from ``cache_dir`` (default [`default_cache_dir`]), building and caching it
     first if it is not there (a few minutes on CPU)."""
@@ -399,16 +417,7 @@ def get_warm_started_model(cache_dir: str | os.PathLike[str] | None = None, *, s
     if not _is_saved_model(path):
         logger.info("No warm-started model in %s; building it (SFT on CPU, a few minutes).", path)
         model, tokenizer, _ = build_warm_started(seed=seed)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Save next to the target and rename, so a concurrent or interrupted build never leaves a partial cache.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-        save_tiny(model, tokenizer, tmp)
-        try:
-            tmp.rename(path)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not _is_saved_model(path):
-                raise
+        save_folder_atomically(path, lambda folder: save_tiny(model, tokenizer, folder))
     return load_tiny(path)
 
 

@@ -47,8 +47,6 @@ import logging
 import math
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -569,7 +567,7 @@ def load_tiny_code_model(cache_dir: str | os.PathLike[str] | None = None, *, see
     """The warm-started code model and its tokenizer, from ``cache_dir`` (default [`default_code_cache_dir`]); built
     with [`build_warm_started_code_model`] and cached first when it is not there (a few minutes on CPU). The build's
     report is saved beside it as ``build_report.json``."""
-    from trl_ada.tiny import load_tiny, save_tiny
+    from trl_ada.tiny import load_tiny, save_folder_atomically, save_tiny
 
     path = Path(cache_dir) if cache_dir is not None else default_code_cache_dir()
     if not _is_saved_model(path):
@@ -577,17 +575,14 @@ def load_tiny_code_model(cache_dir: str | os.PathLike[str] | None = None, *, see
         start = time.perf_counter()
         model, tokenizer, report = build_warm_started_code_model(seed=seed)
         report["build_seconds"] = time.perf_counter() - start
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Save next to the target and rename, so a concurrent or interrupted build never leaves a partial cache.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-        save_tiny(model, tokenizer, tmp)
-        (tmp / "build_report.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-        try:
-            tmp.rename(path)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not _is_saved_model(path):
-                raise
+
+        def write(folder: Path) -> None:
+            save_tiny(model, tokenizer, folder)
+            (folder / "build_report.json").write_text(
+                json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8"
+            )
+
+        save_folder_atomically(path, write)
     return load_tiny(path)
 
 

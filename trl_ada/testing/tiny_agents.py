@@ -36,8 +36,6 @@ import json
 import logging
 import os
 import random
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -48,7 +46,14 @@ from tokenizers import AddedToken
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen2ForCausalLM
 from trl.chat_template_utils import qwen2_5_chat_template
 
-from ..tiny import _byte_level_alphabet, build_tiny_model, char_level_backend, default_cache_dir, sft_step
+from ..tiny import (
+    _byte_level_alphabet,
+    build_tiny_model,
+    char_level_backend,
+    default_cache_dir,
+    save_folder_atomically,
+    sft_step,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -345,16 +350,11 @@ def get_tool_model(
     if not (path / "model.safetensors").is_file():
         logger.info("No tiny tool model in %s; building it (a few seconds on CPU).", path)
         model, _ = build_tool_model(**build_kwargs)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Save next to the target and rename, so a concurrent or interrupted build never leaves a partial cache.
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}-", dir=path.parent))
-        model.save_pretrained(tmp, safe_serialization=True)
-        try:
-            tmp.rename(path)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not (path / "model.safetensors").is_file():
-                raise
+        save_folder_atomically(
+            path,
+            lambda folder: model.save_pretrained(folder, safe_serialization=True),
+            is_complete=lambda folder: (folder / "model.safetensors").is_file(),
+        )
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model.eval()
     return model, tokenizer
