@@ -151,27 +151,23 @@ class _Writer:
 
     def add(self, x: str, y: str) -> tuple[list[str], str]:
         """Column sum of two digit strings; returns the steps and the result's digits."""
-        steps, digits, carry = [], [], 0
-        for i in range(max(len(x), len(y))):
-            dx = int(x[-1 - i]) if i < len(x) else 0
-            dy = int(y[-1 - i]) if i < len(y) else 0
-            carry = self.carry_in(carry)
-            total = self.value("+", dx, dy, carry, dx + dy + carry, 19)
-            steps.append(f"{dx}+{dy}+{carry}={total}")
-            digits.append(str(total % 10))
-            carry = total // 10
-        if carry:
-            digits.append(str(carry))
-        return steps, _strip_zeros("".join(reversed(digits)))
+        width = max(len(x), len(y))
+        columns = [(int(x[-1 - i]) if i < len(x) else 0, int(y[-1 - i]) if i < len(y) else 0) for i in range(width)]
+        return self._carry_through("+", columns, 19)
 
     def multiply(self, x: str, multiplier: int) -> tuple[list[str], str]:
         """Product of a digit string by one digit; returns the steps and the result's digits."""
+        return self._carry_through("*", [(int(x[-1 - i]), multiplier) for i in range(len(x))], 89)
+
+    def _carry_through(self, kind: str, columns: list[tuple[int, int]], limit: int) -> tuple[list[str], str]:
+        """Works the columns (lowest digit first) with a carry, one step each ``x<kind>y+carry=value``; returns the
+        steps and the result's digits."""
         steps, digits, carry = [], [], 0
-        for i in range(len(x)):
-            dx = int(x[-1 - i])
+        for x, y in columns:
             carry = self.carry_in(carry)
-            value = self.value("*", dx, multiplier, carry, dx * multiplier + carry, 89)
-            steps.append(f"{dx}*{multiplier}+{carry}={value}")
+            exact = x + y + carry if kind == "+" else x * y + carry
+            value = self.value(kind, x, y, carry, exact, limit)
+            steps.append(f"{x}{kind}{y}+{carry}={value}")
             digits.append(str(value % 10))
             carry = value // 10
         if carry:
