@@ -82,11 +82,14 @@ def _byte_level_alphabet() -> dict[str, str]:
     return mapping
 
 
-def char_level_backend(vocab: dict[str, int], *, unk_token: str, character_pattern: str) -> Tokenizer:
-    """A word-level tokenizer over GPT-2's byte-level alphabet with one token per character: every match of
-    ``character_pattern`` is its own pre-token, mapped to the byte-level alphabet (``" "`` -> ``"Ġ"``), and decoding
-    maps back and joins with nothing in between."""
-    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk_token))
+def char_level_tokenizer(
+    vocab: dict[str, int], *, character_pattern: str, unknown: str, model_max_length: int, **special_tokens: str
+) -> PreTrainedTokenizerFast:
+    """A left-padding word-level tokenizer over GPT-2's byte-level alphabet with one token per character: every match
+    of ``character_pattern`` is its own pre-token, mapped to the byte-level alphabet (``" "`` -> ``"Ġ"``), and
+    decoding maps back and joins with nothing in between. ``unknown`` is the vocabulary's fallback token;
+    ``special_tokens`` (``pad_token=...``) go to ``PreTrainedTokenizerFast``."""
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unknown))
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Split(pattern=Regex(character_pattern), behavior="isolated"),
@@ -94,7 +97,13 @@ def char_level_backend(vocab: dict[str, int], *, unk_token: str, character_patte
         ]
     )
     backend.decoder = decoders.ByteLevel()
-    return backend
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        **special_tokens,
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+        padding_side="left",
+    )
 
 
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
@@ -115,17 +124,16 @@ def build_char_tokenizer() -> PreTrainedTokenizerFast:
     vocab = {token: index for index, token in enumerate(tokens)}
     if len(vocab) != len(tokens):
         raise RuntimeError("Duplicate characters in the vocabulary.")
-    backend = char_level_backend(vocab, unk_token="<unk>", character_pattern=".")
     pad, eos, bos, unk = SPECIAL_TOKENS
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    return char_level_tokenizer(
+        vocab,
+        character_pattern=".",
+        unknown="<unk>",
+        model_max_length=MODEL_MAX_LENGTH,
         pad_token=pad,
         eos_token=eos,
         bos_token=bos,
         unk_token=unk,
-        model_max_length=MODEL_MAX_LENGTH,
-        clean_up_tokenization_spaces=False,
-        padding_side="left",
     )
 
 

@@ -49,7 +49,7 @@ from trl.chat_template_utils import qwen2_5_chat_template
 from ..tiny import (
     _byte_level_alphabet,
     build_tiny_model,
-    char_level_backend,
+    char_level_tokenizer,
     default_cache_dir,
     save_folder_atomically,
     sft_step,
@@ -119,16 +119,13 @@ def build_tool_tokenizer(tools: Sequence[Callable[..., Any]] = (add,)) -> PreTra
     specials = [PAD_TOKEN, END_OF_TURN, START_OF_TURN]
     tokens = [*specials, *(alphabet[char] for char in CHAT_CHARACTERS)]
     # `[\s\S]`, not `.`: Oniguruma's dot skips "\n", which must be a token of its own.
-    backend = char_level_backend(
-        {token: i for i, token in enumerate(tokens)}, unk_token=PAD_TOKEN, character_pattern=r"[\s\S]"
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+    tokenizer = char_level_tokenizer(
+        {token: i for i, token in enumerate(tokens)},
+        character_pattern=r"[\s\S]",
+        unknown=PAD_TOKEN,
+        model_max_length=MODEL_MAX_LENGTH,
         pad_token=PAD_TOKEN,
         eos_token=END_OF_TURN,
-        model_max_length=MODEL_MAX_LENGTH,
-        clean_up_tokenization_spaces=False,
-        padding_side="left",
     )
     tokenizer.add_special_tokens({"additional_special_tokens": [START_OF_TURN]})
     tokenizer.add_tokens([AddedToken(text, special=False, normalized=False) for text in (*TOOL_MARKERS, *MERGES)])
