@@ -12,7 +12,7 @@ import logging
 import os
 import textwrap
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -53,19 +53,26 @@ from .trl_seam import (
 logger = logging.getLogger(__name__)
 
 
-def bind_trainer_arguments(
-    parent: type, trainer_name: str, trainer: Any, *arguments: Any, **keywords: Any
-) -> dict[str, Any]:
+def init_argument_binder(parent: type, trainer_name: str) -> Callable[..., dict[str, Any]]:
     """
-    The arguments of a call to `parent.__init__` by name, for a subclass that takes `parent`'s arguments plus the
-    keyword-only `pass_rate_estimator=`; a TypeError that says so when they do not fit.
+    A function that names the arguments of a call to `parent.__init__` (`self` first), for a subclass that takes the
+    parent's arguments plus the keyword-only `pass_rate_estimator=`, and raises a TypeError that says so when they do
+    not fit. The parent's signature is read here, once, so that a test mocking `parent.__init__` still binds by it.
     """
-    try:
-        return inspect.signature(parent.__init__).bind(trainer, *arguments, **keywords).arguments
-    except TypeError as error:
-        raise TypeError(
-            f"{trainer_name} takes {parent.__name__}'s arguments plus pass_rate_estimator=: {error}"
-        ) from None
+    signature = inspect.signature(parent.__init__)
+
+    def bind(*arguments: Any, **keywords: Any) -> dict[str, Any]:
+        try:
+            return signature.bind(*arguments, **keywords).arguments
+        except TypeError as error:
+            raise TypeError(
+                f"{trainer_name} takes {parent.__name__}'s arguments plus pass_rate_estimator=: {error}"
+            ) from None
+
+    return bind
+
+
+_bind_grpo_init_arguments = init_argument_binder(GRPOTrainer, "AdaGRPOTrainer")
 
 
 def zero_std_row_share(rewards: torch.Tensor, group_sizes: list[int]) -> float:
@@ -187,9 +194,7 @@ class AdaGRPOTrainer(GRPOTrainer):
     ) -> None:
         """Overridden to build the sampler (a plain `GRPOConfig` upgraded) and refuse what it cannot train, before set-up."""
         # Same signature as GRPOTrainer (positional arguments included); our own parameters are keyword-only.
-        named = bind_trainer_arguments(
-            GRPOTrainer, "AdaGRPOTrainer", self, model, reward_funcs, args, *positional, **kwargs
-        )
+        named = _bind_grpo_init_arguments(self, model, reward_funcs, args, *positional, **kwargs)
         if isinstance(model, str):
             check_model_name(model)  # before anything loads it: a missing directory fails in one line
         train_dataset = named.get("train_dataset")

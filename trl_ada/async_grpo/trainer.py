@@ -32,7 +32,7 @@ from ..predictor_hub import resolve_pass_rate_predictor
 from ..reporting.card import ASYNC_TRAINER_NAME, check_license, write_trainer_card
 from ..samplers import PassRateEstimator, build_sampler
 from ..samplers.predictor import PREDICTOR_DIR
-from ..trainer import AdaGRPOTrainer, bind_trainer_arguments
+from ..trainer import AdaGRPOTrainer, init_argument_binder
 from .config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
 from .rollout import (
     GROUP_VERSION_KEY,
@@ -46,6 +46,7 @@ from .rollout import (
 
 logger = logging.getLogger(__name__)
 
+_bind_async_init_arguments = init_argument_binder(AsyncGRPOTrainer, "AdaAsyncGRPOTrainer")
 
 RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
 """Set (True) on an error that every process raises at the same point: a lost server in `_sync_weight`, or a failed
@@ -305,9 +306,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         pass_rate_estimator: PassRateEstimator | None = None,
         **kwargs: Any,
     ) -> None:
-        named = bind_trainer_arguments(
-            AsyncGRPOTrainer, "AdaAsyncGRPOTrainer", self, model, reward_funcs, args, *positional, **kwargs
-        )
+        named = _bind_async_init_arguments(self, model, reward_funcs, args, *positional, **kwargs)
         if args is None:
             args = AdaAsyncGRPOConfig(f"{model.split('/')[-1]}-AdaAsync")
         elif not isinstance(args, AdaAsyncGRPOConfig):
