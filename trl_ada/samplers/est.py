@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ from .budgeted import BudgetedSampler
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
-from .tracker import PassRateEstimator, checked_estimates
+from .tracker import PassRateEstimator
 
 
 @dataclass(kw_only=True)
@@ -116,15 +116,10 @@ class EstSampler(BudgetedSampler):
         # `pass_rate_predictor` names the default: "tracker" (decayed Beta counts) or a learned predictor.
         self.estimator: PassRateEstimator = estimator or build_pass_rate_estimator(settings)
 
-    def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
-        if prompt_keys is None or len(prompt_keys) != num_prompts:
-            raise ValueError("sampler='est' needs one stable key per prompt to track pass rates")
-        step = SamplingStep(self, num_prompts)
-        step.keys = list(prompt_keys)
-        step.estimates = checked_estimates(self.estimator, step.keys)
+    def plan_budgets(self, step: SamplingStep) -> None:
         settings = self.settings
         scores = [p**-settings.est_sample_power for p in step.estimates]
-        total = round(num_prompts * settings.est_mean_samples)
+        total = round(step.num_prompts * settings.est_mean_samples)
         low, high = settings.est_min_samples, settings.est_max_samples
         step.budgets = rules.allocate_budget(scores, total, low, high)
         step.skipped = rules.skipped_prompts(step.estimates, settings.num_generations, settings.skip_unmixed_above)
@@ -132,7 +127,6 @@ class EstSampler(BudgetedSampler):
             # Skipped prompts get the least budget; the step's total (TRL's static batch) goes to the others.
             step.budgets_without_skip = step.budgets
             step.budgets = rules.allocate_budget_with_skips(scores, step.skipped, total, low, high)
-        return step
 
     @property
     def trains_on_every_draw(self) -> bool:

@@ -17,7 +17,7 @@ numpy partition) instead of a dynamic program over the budget.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ from .budgeted import BudgetedSampler
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
-from .tracker import PassRateEstimator, checked_estimates
+from .tracker import PassRateEstimator
 
 PAPER = "Knapsack-RL (Li et al., arXiv 2509.25849)"
 
@@ -265,13 +265,8 @@ class KnapsackSampler(BudgetedSampler):
         # Each prompt's share of positives at its last visit (among its scored draws): the paper's p = 0 / p = 1 test.
         self.last_pass_rate: dict[str, float] = {}
 
-    def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
-        if prompt_keys is None or len(prompt_keys) != num_prompts:
-            raise ValueError("sampler='knapsack' needs one stable key per prompt to remember its pass rate")
-        step = SamplingStep(self, num_prompts)
-        step.keys = list(prompt_keys)
-        step.estimates = checked_estimates(self.estimator, step.keys)
-        plan = self.options
+    def plan_budgets(self, step: SamplingStep) -> None:
+        plan, num_prompts = self.options, step.num_prompts
         visited, rates = [], []
         for index, key in enumerate(step.keys):
             last = self.last_pass_rate.get(str(key))
@@ -292,7 +287,6 @@ class KnapsackSampler(BudgetedSampler):
             for index, budget in zip(visited, allocated, strict=True):
                 budgets[index] = budget
         step.budgets = budgets
-        return step
 
     @property
     def trains_on_every_draw(self) -> bool:
