@@ -24,6 +24,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class _BackloggedHTTPServer(ThreadingHTTPServer):
+    """Listens with uvicorn's backlog, as `trl vllm-serve` does: the continuous schedule opens one connection per draw,
+    and the standard library's 5 pending connections overflow when both processes connect at once on a loaded machine."""
+
+    request_queue_size = 2048
+
+
 @dataclass
 class Request:
     prompt_ids: list[int]
@@ -79,7 +86,7 @@ class FakeVLLMServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._http = _BackloggedHTTPServer(("127.0.0.1", 0), Handler)
         self._http.daemon_threads = True
         self._thread = threading.Thread(target=self._http.serve_forever, daemon=True)
         self._thread.start()
