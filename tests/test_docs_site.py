@@ -286,11 +286,12 @@ def test_search_works_with_the_site_opened_from_disk(site):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not found:
             time.sleep(0.5)
+            # Until the search widget has rendered (slow on a loaded machine) its element is missing: read it as empty.
             meta, found = browser.evaluate(
                 session,
-                "[document.querySelector('.md-search-result__meta').textContent.trim(),"
+                "[(document.querySelector('.md-search-result__meta') || {textContent: ''}).textContent.trim(),"
                 " document.querySelectorAll('.md-search-result__item').length]",
-            )
+            ) or ("", 0)
     finally:
         browser.close()
     assert found > 0 and "matching document" in meta, meta
