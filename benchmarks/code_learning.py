@@ -126,21 +126,14 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     eval_reward = CodeSynthesisReward()
     heldout = held_out_problems(spec["heldout_size"], seed=1234) if spec["eval_every"] or budget else []
     config = AdaGRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix=f"code_learning-{method}-seed{seed}-"),  # nothing is saved there
-        per_device_train_batch_size=prompts * overrides["num_generations"],
-        max_completion_length=12,
-        temperature=1.0,
-        learning_rate=spec["learning_rate"],
-        lr_scheduler_type="constant",
-        beta=0.0,
-        max_steps=steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        disable_tqdm=True,
-        seed=seed,
+        **benchmark_learning.training_args(
+            tempfile.mkdtemp(prefix=f"code_learning-{method}-seed{seed}-"),  # nothing is saved there
+            seed,
+            steps,
+            spec["learning_rate"],
+            prompts * overrides["num_generations"],
+            12,
+        ),
         **overrides,
     )
     # Prompts with room for DAPO's refills. Under a budget a run uses at most budget / 2 prompts (every method

@@ -231,23 +231,39 @@ def make_config(
 
     overrides = METHODS[method][1]
     return AdaGRPOConfig(
-        output_dir=str(out / f"{method}-seed{seed}"),
-        per_device_train_batch_size=prompts_per_step * overrides["num_generations"],
-        max_completion_length=max_completion_length,
-        temperature=1.0,
-        learning_rate=lr,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        max_steps=steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        disable_tqdm=True,
-        seed=seed,
+        **training_args(
+            str(out / f"{method}-seed{seed}"),
+            seed,
+            steps,
+            lr,
+            prompts_per_step * overrides["num_generations"],
+            max_completion_length,
+        ),
         **overrides,
     )
+
+
+def training_args(
+    output_dir: str, seed: int, steps: int, lr: float, rows_per_step: int, max_completion_length: int
+) -> dict[str, Any]:
+    """The training arguments every learning benchmark's runs share (a config of any GRPO trainer takes them)."""
+    return {
+        "output_dir": output_dir,
+        "per_device_train_batch_size": rows_per_step,
+        "max_completion_length": max_completion_length,
+        "temperature": 1.0,
+        "learning_rate": lr,
+        "lr_scheduler_type": "constant",
+        "beta": 0.0,
+        "max_steps": steps,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": True,
+        "bf16": False,
+        "disable_tqdm": True,
+        "seed": seed,
+    }
 
 
 def draw_accounting(entries: Sequence[dict]) -> dict[str, Any]:

@@ -305,21 +305,9 @@ def train_cgrpo(
     # make_config's fields, less AdaGRPOConfig's own (the sampler's); the group width is C-GRPO's largest budget.
     width = max(budget_grid)
     config = CGRPOConfig(
-        output_dir=str(out / f"{METHOD}-seed{seed}"),
-        per_device_train_batch_size=prompts_per_step * width,
-        max_completion_length=max_completion_length,
-        temperature=1.0,
-        learning_rate=lr,
-        lr_scheduler_type="constant",
-        beta=0.0,
-        max_steps=steps,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        disable_tqdm=True,
-        seed=seed,
+        **bl.training_args(
+            str(out / f"{METHOD}-seed{seed}"), seed, steps, lr, prompts_per_step * width, max_completion_length
+        ),
         budget_grid=list(budget_grid),
         recalibrate_every=recalibrate_every,
     )
