@@ -600,6 +600,7 @@ def run_finite(
     prompts_per_step: int,
     completions_budget: int | None = None,
     task: str = "arithmetic",
+    model_dir: Path | None = None,
 ) -> dict:
     """One training run over a finite prompt set (called in a child process); returns its curve and final numbers.
 
@@ -616,7 +617,12 @@ def run_finite(
     torch.set_num_threads(1)
     label, _ = METHODS[method]
     load_model, task_reward, max_completion_length = task_parts(task)
-    model, tokenizer = load_model()
+    if model_dir is not None:
+        from trl_ada.tiny import load_tiny
+
+        model, tokenizer = load_tiny(model_dir)
+    else:
+        model, tokenizer = load_model()
     rows = load_rows(train_data)
     heldout_rows = load_rows(heldout_data)
     for path, table, needed in ((train_data, rows, ()), (heldout_data, heldout_rows, ("band",))):
@@ -1100,6 +1106,12 @@ def main(argv: list[str] | None = None) -> int:
     finite.add_argument("--epochs", type=int, default=None, help="passes over --train_data (instead of --steps)")
     finite.add_argument("--prompts_per_step", type=int, default=None, help=f"default {PROMPTS_PER_STEP}")
     finite.add_argument("--eval_samples", type=int, default=None, help="held-out completions per prompt (default 1)")
+    finite.add_argument(
+        "--model",
+        type=Path,
+        default=None,
+        help="a tiny-model directory to start from instead of the task's shipped one",
+    )
     parser.add_argument(
         "--reuse_runs",
         action="store_true",
@@ -1132,8 +1144,10 @@ def main(argv: list[str] | None = None) -> int:
     if is_finite:
         if args.heldout_data is None:
             parser.error("--train_data needs --heldout_data (a held-out set with a 'band' column).")
-    elif any(v is not None for v in (args.heldout_data, args.epochs, args.prompts_per_step, args.eval_samples)):
-        parser.error("--heldout_data, --epochs, --prompts_per_step and --eval_samples need --train_data.")
+    elif any(
+        v is not None for v in (args.heldout_data, args.epochs, args.prompts_per_step, args.eval_samples, args.model)
+    ):
+        parser.error("--heldout_data, --epochs, --prompts_per_step, --eval_samples and --model need --train_data.")
     elif args.task != "arithmetic":
         parser.error(
             f"--task {args.task} runs on a fixed prompt set: give --train_data and --heldout_data (e.g. built by "
@@ -1161,6 +1175,12 @@ def main(argv: list[str] | None = None) -> int:
         settings["completions_budget"] = args.completions_budget
     if args.task != "arithmetic":  # absent for the default, so runs recorded before --task existed still match
         settings["task"] = args.task
+    if args.model is not None:  # absent for the shipped model, for the same reason
+        if not (args.model / "config.json").is_file():
+            parser.error(
+                f"--model {args.model} holds no model (config.json); build one with scripts/build_trace_model.py."
+            )
+        settings["model"] = str(args.model)
 
     if is_finite:
         settings |= {
@@ -1189,6 +1209,7 @@ def main(argv: list[str] | None = None) -> int:
                     prompts_per_step=prompts_per_step,
                     completions_budget=args.completions_budget,
                     task=args.task,
+                    model_dir=args.model,
                 )
             else:
                 result = run_one(
@@ -1238,6 +1259,8 @@ def main(argv: list[str] | None = None) -> int:
         common += ["--completions_budget", str(args.completions_budget)]
     if is_finite:  # the child gets the step count, not the epochs
         common += ["--train_data", str(args.train_data), "--heldout_data", str(args.heldout_data)]
+        if args.model is not None:
+            common += ["--model", str(args.model)]
         common += ["--prompts_per_step", str(prompts_per_step), "--eval_samples", str(eval_samples)]
     failed = []
     while pending or running:
@@ -1591,6 +1614,8 @@ def report_finite(
     }
     if args.task != "arithmetic":
         summary["settings"]["task"] = args.task
+    if args.model is not None:
+        summary["settings"]["model"] = str(args.model)
     summary["failed_runs"] = failed
     # Not strict JSON for never-reached targets (inf), like the stream summary: Python's json reads it back.
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))

@@ -19,6 +19,11 @@
 #   train_scored.jsonl / heldout_scored.jsonl: the scored pools themselves (every distinct candidate, its
 #                        num_correct and pass_rate), to select other sets from without sampling again.
 #
+#   bash recipes/trace-arithmetic/build_data.sh [OUT] [SCALE]
+#
+# TRACE_MODEL=DIR scores with another trace model (e.g. one built by scripts/build_trace_model.py --output-dir DIR
+# with other noise), to calibrate the testbed; the default is the shipped one.
+#
 # Columns: prompt (the fixed-width problem), answer and solution (the exact integer), problem, level (0-4, see
 # trl_ada.tasks.trace_arithmetic.LEVELS), num_correct (of 16), pass_rate (num_correct / 16), band (the pass-rate
 # band, written as prepare_data's --band_mix writes it). Each prepare_data call also writes its report
@@ -69,7 +74,8 @@ for name, problems in pools.items():
 PY
 
 # The trace model's task format: plain-text prompts, no system prompt or instruction, 96-token trace completions.
-COMMON=(--model_name_or_path "$(python -c 'from trl_ada.tasks.trace_arithmetic import TINY_TRACE_ASSETS as A; print(A)')"
+MODEL=${TRACE_MODEL:-$(python -c 'from trl_ada.tasks.trace_arithmetic import TINY_TRACE_ASSETS as A; print(A)')}
+COMMON=(--model_name_or_path "$MODEL"
     --reward trl_ada.tasks.trace_arithmetic.final_answer_reward --prompt_format text --system_prompt ""
     --instruction "" --keep_columns level --num_samples 16
     --max_new_tokens "$(python -c 'from trl_ada.tasks.trace_arithmetic import MAX_COMPLETION_LENGTH as M; print(M)')"
