@@ -104,9 +104,8 @@ def build(out_dir: Path, name: str, reward, extra: dict | None = None, **overrid
         model,
         rewards,
         args=config,
-        train_dataset=make_dataset(64, seed=1),
         processing_class=tokenizer,
-        **(extra or {}),
+        **({"train_dataset": make_dataset(64, seed=1)} | (extra or {})),
     )
 
 
@@ -204,6 +203,20 @@ def main() -> None:
             dapo_max_refills=20,
             per_device_train_batch_size=4,
             max_steps=2,
+        ),
+        # Six prompts, so that later steps come back to prompts with a history: the tracked baselines (and so the
+        # kept groups and advantages) must be the same on both processes.
+        "tracked": run(
+            out_dir,
+            "tracked",
+            starts_low_digit,
+            {"train_dataset": make_dataset(6, seed=1)},
+            sampler="dapo",
+            baseline="tracked",
+            scale_rewards="batch",
+            dapo_on_exhausted="keep_partial",
+            per_device_train_batch_size=4,
+            max_steps=5,
         ),
         "sparse": run(
             out_dir,

@@ -17,15 +17,27 @@ def two_process_reports(tmp_path_factory):
 
 
 def test_two_processes_ran(two_process_reports):
-    for scenario in ("balance", "routing", "rollout", "est", "dapo", "sparse"):
+    for scenario in ("balance", "routing", "rollout", "est", "dapo", "tracked", "sparse"):
         assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
         assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
 
 
-@pytest.mark.parametrize("scenario", ["balance", "routing", "rollout", "est", "dapo", "sparse"])
+@pytest.mark.parametrize("scenario", ["balance", "routing", "rollout", "est", "dapo", "tracked", "sparse"])
 def test_ranks_agree_on_every_selection(two_process_reports, scenario):
     rank0, rank1 = (report[scenario] for report in two_process_reports)
     assert rank0["selections"] and rank0["selections"] == rank1["selections"]
+
+
+def test_tracked_baselines_give_unmixed_groups_with_history_a_signal_on_both_processes(two_process_reports):
+    # An unmixed kept group with non-zero advantages exists only under a baseline read from the prompt's history.
+    rank0 = two_process_reports[0]["tracked"]
+    unmixed_with_signal = [
+        advantages
+        for selection in rank0["selections"]
+        for pool, kept, advantages in zip(selection["pools"], selection["kept"], selection["advantages"])
+        if len({pool[i] for i in kept}) == 1 and any(a != 0.0 for a in advantages)
+    ]
+    assert unmixed_with_signal
 
 
 def test_balance_run_keeps_static_shapes(two_process_reports):

@@ -91,8 +91,9 @@ def test_dapo_at_the_cap_raises_by_default_and_can_keep_the_partial_batch(tmp_pa
     [
         {"sampler": "est", "est_max_samples": 12},
         {"sampler": "seq_balance", "round_size": 4, "max_rounds": 2, "dapo_refill": True, "dapo_max_refills": 20},
+        {"sampler": "dapo", "baseline": "tracked", "scale_rewards": "batch", "dapo_max_refills": 20},
     ],
-    ids=["est", "seq_balance+dapo"],
+    ids=["est", "seq_balance+dapo", "dapo+tracked_baseline"],
 )
 def test_resume_makes_the_same_decisions_as_an_uninterrupted_run(
     tmp_path, tokenizer, arithmetic_dataset, sampler_kwargs
@@ -123,6 +124,14 @@ def test_resume_makes_the_same_decisions_as_an_uninterrupted_run(
     if sampler_kwargs["sampler"] == "est":
         resumed_counts, full_counts = resumed.ada_sampler.estimator.counts, full.ada_sampler.estimator.counts
         assert resumed_counts.keys() == full_counts.keys()  # (pytest >= 9.2's approx takes no nested containers)
+        assert all(resumed_counts[key] == pytest.approx(full_counts[key]) for key in full_counts)
+    if sampler_kwargs.get("baseline") == "tracked":
+        assert state["sampler"]["baseline_history"]["counts"]
+        resumed_counts, full_counts = (
+            resumed.ada_sampler.baseline_history.counts,
+            full.ada_sampler.baseline_history.counts,
+        )
+        assert resumed_counts.keys() == full_counts.keys()
         assert all(resumed_counts[key] == pytest.approx(full_counts[key]) for key in full_counts)
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)

@@ -89,8 +89,9 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
             be finite.
         baseline (`str`, *optional*, defaults to `"pool"`):
             Baseline subtracted from each reward. Supported values are `"pool"` (the mean reward of every completion
-            drawn for the prompt, as in the paper) and `"group"` (the mean of the `num_generations` kept completions, as
-            in `GRPOTrainer`).
+            drawn for the prompt, as in the paper), `"group"` (the mean of the `num_generations` kept completions, as
+            in `GRPOTrainer`) and `"tracked"` (the prompt's pass rate from its earlier steps, SPO's baseline; the
+            pool's mean on a first visit). `"tracked"` needs `scale_rewards="batch"` or `"none"`.
         objective (`str`, *optional*, defaults to `"linear"`):
             Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its pool.
             Supported values are `"linear"` (weight 1), `"log"` (weight `1/p̂`, the paper's Seq estimator) and `"power"`
@@ -126,12 +127,12 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
 
         pass_rate_decay (`float`, *optional*, defaults to `0.9`):
             Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must lie in (0,
-            1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"` and by
-            `round_policy="tracked"`.
+            1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"`, by
+            `round_policy="tracked"` and by `baseline="tracked"`.
         pass_rate_prior_alpha (`float`, *optional*, defaults to `1.0`):
             `α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an unseen prompt
-            reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"` and by
-            `round_policy="predictive"` or `"tracked"`.
+            reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"`, by
+            `round_policy="predictive"` or `"tracked"` and by `baseline="tracked"`.
         pass_rate_prior_beta (`float`, *optional*, defaults to `1.0`):
             `β` of the Beta prior of the pass-rate estimates (see `pass_rate_prior_alpha`). Must be positive and finite.
         pass_rate_predictor (`str`, *optional*, defaults to `"tracker"`):

@@ -31,7 +31,7 @@ from . import rules
 from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
 from .settings import SamplerOptions, SamplerSettings
-from .tracker import PassRateEstimator
+from .tracker import DecayedBetaTracker, PassRateEstimator
 
 
 @dataclass(frozen=True)
@@ -198,12 +198,22 @@ class SamplingStep:
 
         pool_stats = [rules.mean_and_std(pool) for pool in self.pools]
         # The baseline and the std come from the same set of rewards: the whole pool, or the kept group.
-        baseline_rewards = self.pools if settings.baseline == "pool" else kept_rewards
-        stats = pool_stats if settings.baseline == "pool" else [rules.mean_and_std(r) for r in kept_rewards]
+        by_group = settings.baseline == "group"
+        baseline_rewards = kept_rewards if by_group else self.pools
+        stats = [rules.mean_and_std(r) for r in kept_rewards] if by_group else pool_stats
         # A prompt has a signal exactly when the rewards of its baseline vary: with a pool baseline a constant kept
         # group still moves the policy (its rewards differ from the pool mean), while a constant pool never does.
         tolerance = settings.zero_variance_tolerance
         has_signal = [not rules.has_zero_variance(rewards, tolerance) for rewards in baseline_rewards]
+        remembered = self._remembered_pass_rates()
+        for index, pass_rate in enumerate(remembered):
+            if pass_rate is not None:
+                # SPO's baseline: the history's pass rate, read before this step's draws are added, so a group that
+                # came back unmixed on a prompt whose history says otherwise still carries a signal.
+                stats[index] = (pass_rate, stats[index][1])
+                has_signal[index] = any(
+                    abs(reward - pass_rate) > tolerance for reward in kept_rewards[index] if rules.is_scorable(reward)
+                )
         # The batch std is taken over the update's rows by `finish_update`.
         scales: list[float | None] = (
             [std for _, std in stats] if settings.scale_rewards == "group" else [None] * self.num_prompts
@@ -219,6 +229,12 @@ class SamplingStep:
             )
         ]
         results = list(finish_update(prompts, kept_rewards, settings))
+        metrics = self._metrics(results, kept_constant, pool_stats)
+        if self.sampler.baseline_history is not None:
+            metrics["baseline/tracked_share"] = sum(p is not None for p in remembered) / self.num_prompts
+            self.sampler.baseline_history.update(
+                self.keys, [p + q for p, q in self.outcomes], [p for p, _ in self.outcomes]
+            )
         selection = Selection(
             prompts=tuple(results),
             pools=tuple(tuple(pool) for pool in self.pools),
@@ -226,11 +242,23 @@ class SamplingStep:
             active_after_round=tuple(self.active_after_round),
             rounds_per_prompt=tuple(self.rounds_per_prompt),
             group_size=settings.num_generations,
-            metrics=self._metrics(results, kept_constant, pool_stats),
+            metrics=metrics,
             kept_constant=tuple(kept_constant),
         )
         self.sampler.end_step(self, selection)
         return selection
+
+    def _remembered_pass_rates(self) -> list[float | None]:
+        """Under `baseline="tracked"`, each prompt's pass rate from its earlier steps (None on a first visit)."""
+        history = self.sampler.baseline_history
+        if history is None:
+            return [None] * self.num_prompts
+        if self.keys is None:
+            raise ValueError("baseline='tracked' remembers prompts by key: begin() the step with prompt_keys.")
+        return [
+            estimate if visited else None
+            for estimate, visited in zip(history.estimate(self.keys), history.visited(self.keys), strict=True)
+        ]
 
     def _metrics(
         self,
@@ -399,6 +427,14 @@ class Sampler:
                 "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
             )
         self.estimator = estimator
+        # `baseline="tracked"`'s memory of every prompt's draws, updated once per generation batch by `finish`.
+        self.baseline_history = (
+            DecayedBetaTracker(
+                self.settings.pass_rate_decay, self.settings.pass_rate_prior_alpha, self.settings.pass_rate_prior_beta
+            )
+            if self.settings.baseline == "tracked"
+            else None
+        )
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         """Start a generation batch of `num_prompts` prompts (`prompt_keys`: stable ids, for stateful samplers)."""
@@ -435,11 +471,16 @@ class Sampler:
 
     def state_dict(self) -> dict[str, Any]:
         """Training state to save in a checkpoint."""
-        return {"rng": self.rng.getstate()}
+        state: dict[str, Any] = {"rng": self.rng.getstate()}
+        if self.baseline_history is not None:
+            state["baseline_history"] = self.baseline_history.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
+        if self.baseline_history is not None and "baseline_history" in state:
+            self.baseline_history.load_state_dict(state["baseline_history"])
 
 
 def draw_memories(sampler: Sampler) -> tuple[PassRateEstimator, ...]:
@@ -471,8 +512,17 @@ def describe(settings: SamplerSettings) -> str:
 _BASELINES = {
     "pool": "the mean reward of every completion drawn for the prompt (its whole pool)",
     "group": "the mean reward of the kept group",
+    "tracked": (
+        "the prompt's pass rate from its earlier steps (decayed Beta counts, read before the step's draws; the pool's "
+        "mean reward on a first visit)"
+    ),
 }
 """How `describe` words each `baseline`."""
+
+
+def group_baseline_phrase(settings: SamplerSettings) -> str:
+    """`describe`'s words for the baseline of a sampler whose pool is its group (`uniform`, `dapo`)."""
+    return _BASELINES["tracked"] if settings.baseline == "tracked" else "the group's mean reward"
 
 
 def _trained_on_phrase(trains_on_every_draw: bool, settings: SamplerSettings) -> str:

@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from . import rules
 from .accounting import draw_metrics
-from .base import PromptResult, Selection, finish_update, selection_draws
+from .base import PromptResult, Selection, finish_update, group_baseline_phrase, selection_draws
 from .registry import register_sampler
 from .settings import SamplerSettings
 from .uniform import UniformOptions, UniformSampler
@@ -40,7 +40,7 @@ class DapoOptions(UniformOptions):
             "in one generate call, as in GRPO; prompts whose group has no signal (every reward the same) are dropped "
             f"and the batch is refilled from further prompts, with at most {settings.dapo_max_refills} extra "
             f"generation batches per step (when they do not fill it, {exhausted}). Each kept group is trained on "
-            "whole, with its mean reward as baseline."
+            f"whole, with {group_baseline_phrase(settings)} as baseline."
         )
 
 

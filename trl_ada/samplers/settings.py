@@ -169,9 +169,10 @@ class SamplerFields:
     baseline: str = knob(
         "pool",
         'Baseline subtracted from each reward. Supported values are `"pool"` (the mean reward of every completion '
-        'drawn for the prompt, as in the paper) and `"group"` (the mean of the `num_generations` kept completions, as'
-        " in `GRPOTrainer`).",
-        choices=("pool", "group"),
+        'drawn for the prompt, as in the paper), `"group"` (the mean of the `num_generations` kept completions, as'
+        " in `GRPOTrainer`) and `\"tracked\"` (the prompt's pass rate from its earlier steps, SPO's baseline; the "
+        'pool\'s mean on a first visit). `"tracked"` needs `scale_rewards="batch"` or `"none"`.',
+        choices=("pool", "group", "tracked"),
     )
     objective: str = knob(
         "linear",
@@ -238,16 +239,16 @@ class SamplerFields:
     pass_rate_decay: float = knob(
         0.9,
         "Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must lie in (0, "
-        '1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"` and by '
-        '`round_policy="tracked"`.',
+        '1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"`, by '
+        '`round_policy="tracked"` and by `baseline="tracked"`.',
         check=lambda v: 0.0 < v <= 1.0,
         requirement="must lie in (0, 1] (1 keeps all history)",
     )
     pass_rate_prior_alpha: float = knob(
         1.0,
         "`α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an unseen prompt "
-        'reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"` and by '
-        '`round_policy="predictive"` or `"tracked"`.',
+        'reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"`, by '
+        '`round_policy="predictive"` or `"tracked"` and by `baseline="tracked"`.',
         check=_positive_finite,
         requirement="must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1)",
     )
@@ -436,7 +437,7 @@ class SamplerSettings(SamplerFields):
     def reads(self, name: str) -> bool:
         """Whether this configuration reads knob `name`: a universal knob, or a field of the sampler's `Options` whose
         [`read_when`] condition holds, with the knob's own [`ReadIf`] (`power_alpha` under `objective="power"`)."""
-        if name in UNIVERSAL_KNOBS:
+        if name in UNIVERSAL_KNOBS or (name in TRACKED_BASELINE_KNOBS and self.baseline == "tracked"):
             return True
         read_if = knob_extras(KNOB_FIELDS[name]).get("read_if")
         if read_if is not None:
@@ -460,6 +461,13 @@ class SamplerSettings(SamplerFields):
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r} is not supported. Choose one of {choices}.")
         check_knobs_read(self, KNOB_FIELDS, self)
         check_knob_values(self, [name for name in KNOB_FIELDS if self.reads(name)])
+        if self.baseline == "tracked" and self.scale_rewards == "group":
+            # An unmixed group on a prompt with history has a signal but no spread: its std would divide by ~0.
+            raise ValueError(
+                "baseline='tracked' gives an unmixed group an advantage against its history, and that group's reward "
+                "std is 0, so scale_rewards='group' would divide by it. Set scale_rewards='batch' (SPO's batch "
+                "normalisation) or scale_rewards='none'."
+            )
         if self.reads("pass_rate_predictor"):
             _check_pass_rate_predictor(self.pass_rate_predictor)
         settings = replace(self, sampler_kwargs=self._sampler_kwargs() or None)
@@ -484,6 +492,9 @@ class SamplerSettings(SamplerFields):
             "sampler=" + " or ".join(names) + (f" ({condition})" if condition else "")
             for condition, names in groups.items()
         ]
+        if name in TRACKED_BASELINE_KNOBS:
+            context += f", baseline={self.baseline!r}"
+            readers.append("baseline='tracked'")
         return context, ", or ".join(readers) or "no registered sampler"
 
     def _sampler_kwargs(self) -> dict[str, Any]:
@@ -579,6 +590,11 @@ UNIVERSAL_KNOBS: frozenset[str] = frozenset(
     }
 )
 """The knobs every sampler reads (outcomes, baselines, weights, metrics, the downsampling generator)."""
+
+TRACKED_BASELINE_KNOBS: frozenset[str] = frozenset(
+    {"pass_rate_decay", "pass_rate_prior_alpha", "pass_rate_prior_beta"}
+)
+"""The knobs `baseline="tracked"` reads, whatever the sampler: those of its history ([`DecayedBetaTracker`])."""
 
 SETTINGS_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SamplerSettings) if f.default is not MISSING}
 

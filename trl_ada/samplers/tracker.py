@@ -52,6 +52,10 @@ class DecayedBetaTracker:
             parameters.append((positives + self.prior_alpha, total - positives + self.prior_beta))
         return parameters
 
+    def visited(self, keys: Sequence[Hashable]) -> list[bool]:
+        """Whether each prompt has counted draws (its estimate is more than the prior)."""
+        return [self.counts.get(str(key), (0.0, 0.0))[0] > 0.0 for key in keys]
+
     def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None:
         for key, n_t, k_t in zip(keys, totals, positives, strict=True):
             total, hits = self.counts.get(str(key), (0.0, 0.0))

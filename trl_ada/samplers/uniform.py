@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import Sampler, SamplingStep
+from .base import Sampler, SamplingStep, group_baseline_phrase
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings
 
@@ -18,7 +18,7 @@ class UniformOptions(SamplerOptions):
     def describe(self, settings: SamplerSettings) -> str:
         return (
             f"Sampler `{settings.sampler}`, plain GRPO: {settings.num_generations} completions per prompt in one "
-            "generate call, all trained on, with the group's mean reward as baseline."
+            f"generate call, all trained on, with {group_baseline_phrase(settings)} as baseline."
         )
 
 

@@ -1,0 +1,119 @@
+"""`baseline="tracked"`: each prompt's pass rate from its earlier steps as the baseline (SPO's), in pure Python."""
+
+import json
+
+import pytest
+
+from trl_ada import AdaGRPOConfig
+from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.samplers.base import describe
+from trl_ada.samplers.dapo import BatchFiller
+
+
+def tracked(**overrides):
+    values = dict(sampler="uniform", num_generations=4, baseline="tracked", scale_rewards="none")
+    return build_sampler(SamplerSettings(**(values | overrides)))
+
+
+def step(sampler, keys, rewards):
+    """One generation batch of `keys`, each prompt drawn once with its list of `rewards`."""
+    current = sampler.begin(len(keys), keys)
+    requests = current.requests()
+    assert requests == [(index, len(r)) for index, r in enumerate(rewards)]
+    current.observe(requests, [reward for group in rewards for reward in group])
+    return current.finish()
+
+
+def beta_mean(positives, total, alpha=1.0, beta=1.0):
+    return (positives + alpha) / (total + alpha + beta)
+
+
+def test_an_unmixed_group_on_a_prompt_with_history_gets_minus_its_remembered_pass_rate():
+    sampler = tracked()
+    first = step(sampler, ["a", "b"], [[1, 0, 0, 0], [0, 0, 0, 0]])
+    # First visits fall back to the pool: "a" is GRPO's group, "b" (all wrong, no history) has no signal.
+    assert first.prompts[0].advantages == (0.75, -0.25, -0.25, -0.25)
+    assert not first.prompts[1].has_signal and first.prompts[1].advantages == (0.0,) * 4
+    assert first.metrics["baseline/tracked_share"] == 0.0
+
+    second = step(sampler, ["a", "b", "c"], [[0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 0, 0]])
+    # Read before this step's draws are added: "a" had 1 of 4, "b" 0 of 4, under the Beta(1, 1) prior.
+    p_a, p_b = beta_mean(1, 4), beta_mean(0, 4)
+    assert second.prompts[0].has_signal and second.prompts[0].advantages == pytest.approx((-p_a,) * 4)
+    assert second.prompts[1].has_signal and second.prompts[1].advantages == pytest.approx((-p_b,) * 4)
+    assert second.prompts[2].baseline == 0.5  # "c" is new: its pool's mean
+    assert second.metrics["baseline/tracked_share"] == pytest.approx(2 / 3)
+
+    # The history decays (pass_rate_decay 0.9) and then adds the step: "a" is now 0.9 * (4, 1) + (4, 0).
+    third = step(sampler, ["a"], [[1, 1, 1, 1]])
+    assert third.prompts[0].advantages == pytest.approx((1 - beta_mean(0.9, 7.6),) * 4)
+
+
+def test_a_group_equal_to_its_remembered_baseline_has_no_signal():
+    # With a tolerance wide enough to cover the gap, the group is constant around its baseline: nothing to learn.
+    sampler = tracked(zero_variance_tolerance=0.5)
+    step(sampler, ["a"], [[0, 0, 0, 0]])
+    again = step(sampler, ["a"], [[0, 0, 0, 0]])
+    assert again.prompts[0].baseline == pytest.approx(beta_mean(0, 4))
+    assert not again.prompts[0].has_signal and again.prompts[0].advantages == (0.0,) * 4
+
+
+def test_dapo_keeps_an_unmixed_group_whose_history_gives_it_a_signal():
+    sampler = tracked(sampler="dapo", num_generations=2)
+    step(sampler, ["a", "b"], [[1, 0], [1, 0]])
+    later = step(sampler, ["a", "z"], [[0, 0], [0, 0]])
+    # "a" has history (1 of 2), "z" is new: DAPO's filter keeps only the groups with a signal.
+    assert [prompt.has_signal for prompt in later.prompts] == [True, False]
+    filler = BatchFiller(num_prompts=1)
+    filler.add(later)
+    assert filler.is_full and filler.take(keep_partial=False) == [(0, 0)]
+    assert filler.update_results(sampler.settings)[0].advantages == pytest.approx((-beta_mean(1, 2),) * 2)
+
+
+def test_the_history_survives_a_checkpoint_and_is_json():
+    sampler = tracked()
+    step(sampler, ["a", "b"], [[1, 0, 0, 0], [1, 1, 1, 0]])
+    state = json.loads(json.dumps(sampler.state_dict()))
+    resumed = tracked()
+    resumed.load_state_dict(state)
+    rewards = [[0, 0, 0, 0], [1, 1, 1, 1]]
+    assert step(resumed, ["a", "b"], rewards).prompts == step(sampler, ["a", "b"], rewards).prompts
+
+
+def test_a_tracked_baseline_needs_prompt_keys():
+    current = tracked().begin(1)
+    current.observe(current.requests(), [1, 0, 0, 0])
+    with pytest.raises(ValueError, match="prompt_keys"):
+        current.finish()
+
+
+def test_other_baselines_keep_no_history():
+    sampler = build_sampler(SamplerSettings(sampler="uniform", num_generations=4))
+    assert sampler.baseline_history is None and "baseline_history" not in sampler.state_dict()
+    step(sampler, ["a"], [[1, 0, 0, 0]])
+    assert "baseline/tracked_share" not in step(sampler, ["a"], [[0, 0, 0, 0]]).metrics
+
+
+def test_group_scaling_is_refused_with_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="scale_rewards='batch'"):
+        AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", baseline="tracked")
+    config = AdaGRPOConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to="none",
+        sampler="dapo",
+        baseline="tracked",
+        scale_rewards="batch",
+        pass_rate_decay=0.5,
+    )
+    assert config.sampler_settings().reads("pass_rate_decay")
+
+
+def test_the_history_knobs_are_unread_without_a_tracked_baseline():
+    with pytest.raises(ValueError, match="baseline='tracked'"):
+        build_sampler(SamplerSettings(sampler="uniform", pass_rate_prior_alpha=2.0))
+
+
+def test_the_card_names_the_tracked_baseline():
+    text = describe(tracked(sampler="dapo", scale_rewards="batch").settings)
+    assert "pass rate from its earlier steps" in text
