@@ -1,6 +1,7 @@
 """`baseline="tracked"`: each prompt's pass rate from its earlier steps as the baseline (SPO's), in pure Python."""
 
 import json
+import math
 
 import pytest
 
@@ -117,3 +118,28 @@ def test_the_history_knobs_are_unread_without_a_tracked_baseline():
 def test_the_card_names_the_tracked_baseline():
     text = describe(tracked(sampler="dapo", scale_rewards="batch").settings)
     assert "pass rate from its earlier steps" in text
+
+
+def test_normalize_advantages_divides_by_the_spread_of_the_centred_rewards():
+    sampler = tracked(normalize_advantages=True)
+    step(sampler, ["a", "b"], [[1, 0, 0, 0], [1, 1, 1, 0]])
+    later = step(sampler, ["a", "b", "new"], [[0, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    p_a, p_b = beta_mean(1, 4), beta_mean(3, 4)
+    centred = [-p_a] * 4 + [1 - p_b] * 4  # "new" has no signal and is left out
+    mean = sum(centred) / 8
+    spread = math.sqrt(sum((c - mean) ** 2 for c in centred) / 7)
+    assert later.prompts[0].advantages == pytest.approx((-p_a / (spread + 1e-4),) * 4)
+    assert later.prompts[1].advantages == pytest.approx(((1 - p_b) / (spread + 1e-4),) * 4)
+    assert later.prompts[2].advantages == (0.0,) * 4
+    assert not sampler.settings.rules_are_per_prompt  # a batch-level rule: a streaming worker must wait for the batch
+
+
+def test_normalize_advantages_leaves_equal_centred_rewards_unscaled():
+    sampler = tracked(normalize_advantages=True)
+    step(sampler, ["a"], [[1, 0, 0, 0]])
+    assert step(sampler, ["a"], [[0, 0, 0, 0]]).prompts[0].advantages == pytest.approx((-beta_mean(1, 4),) * 4)
+
+
+def test_normalize_advantages_refuses_a_second_scaling():
+    with pytest.raises(ValueError, match="scale_rewards='none'"):
+        tracked(normalize_advantages=True, scale_rewards="batch")

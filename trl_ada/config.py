@@ -105,6 +105,10 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
             Whether to rescale the per-prompt weights of an update to mean 1. The mean is over the prompts with a
             non-zero advantage, so the objective changes how the update is spread over prompts, not its size. Has no
             effect with `objective="linear"`.
+        normalize_advantages (`bool`, *optional*, defaults to `False`):
+            Whether to divide the update's advantages by the standard deviation of its centred rewards `r - b` (SPO's
+            batch normalisation), in place of `scale_rewards`, which must then be `"none"`. Meant for
+            `baseline="tracked"`, whose unmixed groups have no spread of their own.
         downsample (`str`, *optional*, defaults to `"balanced"`):
             How a pool is cut to `num_generations` completions. Supported values are `"balanced"` (up to
             `num_generations // 2` positives, the rest negatives, topped up from the other side when one is short) and

@@ -303,13 +303,25 @@ def finish_update(
     """
     `prompts`, the prompts one update trains, with the rules that read the whole update applied once over them: under
     `scale_rewards="batch"` the scale is the std of every kept reward (`kept_rewards`, one list per prompt), as TRL
-    takes it over its training batch; under `normalize_weights` the unnormalised weights are rescaled to mean 1 over
+    takes it over its training batch; under `normalize_advantages` the std of the centred rewards of the prompts with a
+    signal; under `normalize_weights` the unnormalised weights are rescaled to mean 1 over
     the prompts with a signal; then each prompt's advantages. [`SamplingStep.finish`] applies it to its generation
     batch, DAPO's refill ([`BatchFiller.update_results`]) to the prompts it takes from several.
     """
     if settings.scale_rewards == "batch":
         batch_std = rules.mean_and_std([r for rewards in kept_rewards for r in rewards])[1]
         scales = [batch_std] * len(prompts)
+    elif settings.normalize_advantages:
+        # SPO's batch normalisation: the spread of the centred rewards over the update's rows that carry a signal.
+        centred = [
+            r - prompt.baseline
+            for prompt, rewards in zip(prompts, kept_rewards, strict=True)
+            if prompt.has_signal
+            for r in rewards
+        ]
+        # Equal centred rewards have no spread to divide by (it would multiply them by 1e4): they stay unscaled.
+        spread = rules.mean_and_std(centred)[1]
+        scales = [spread if spread > settings.zero_variance_tolerance else None] * len(prompts)
     else:
         scales = [prompt.scale for prompt in prompts]
     weights = [prompt.unnormalised_weight for prompt in prompts]

@@ -205,6 +205,12 @@ class SamplerFields:
         "non-zero advantage, so the objective changes how the update is spread over prompts, not its size. Has no "
         'effect with `objective="linear"`.',
     )
+    normalize_advantages: bool = knob(
+        False,
+        "Whether to divide the update's advantages by the standard deviation of its centred rewards `r - b` (SPO's "
+        'batch normalisation), in place of `scale_rewards`, which must then be `"none"`. Meant for '
+        '`baseline="tracked"`, whose unmixed groups have no spread of their own.',
+    )
     downsample: str = knob(
         "balanced",
         'How a pool is cut to `num_generations` completions. Supported values are `"balanced"` (up to '
@@ -424,7 +430,10 @@ class SamplerSettings(SamplerFields):
         """
         weights_normalised = self.objective != "linear" and self.normalize_weights
         return not (
-            self.sampler_class.Options.splits_batch_budget or self.scale_rewards == "batch" or weights_normalised
+            self.sampler_class.Options.splits_batch_budget
+            or self.scale_rewards == "batch"
+            or self.normalize_advantages
+            or weights_normalised
         )
 
     @property
@@ -461,6 +470,11 @@ class SamplerSettings(SamplerFields):
                 raise ValueError(f"{f.name}={getattr(self, f.name)!r} is not supported. Choose one of {choices}.")
         check_knobs_read(self, KNOB_FIELDS, self)
         check_knob_values(self, [name for name in KNOB_FIELDS if self.reads(name)])
+        if self.normalize_advantages and self.scale_rewards != "none":
+            raise ValueError(
+                f"normalize_advantages=True divides the advantages by their std over the update, and "
+                f"scale_rewards={self.scale_rewards!r} would scale the rewards a second time. Set scale_rewards='none'."
+            )
         if self.baseline == "tracked" and self.scale_rewards == "group":
             # An unmixed group on a prompt with history has a signal but no spread: its std would divide by ~0.
             raise ValueError(
@@ -585,6 +599,7 @@ UNIVERSAL_KNOBS: frozenset[str] = frozenset(
         "scale_rewards",
         "max_weight",
         "normalize_weights",
+        "normalize_advantages",
         "zero_variance_tolerance",
         "seed",
     }
