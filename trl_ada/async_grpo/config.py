@@ -121,7 +121,9 @@ def resolve_prompts_per_generation_batch(
 
 SYNC_ONLY_KNOBS = {
     "dapo_on_exhausted": "the asynchronous worker has no partial batch to keep (it fails once dapo_max_refills is "
-    "reached), so it does not read it (AdaGRPOConfig does)."
+    "reached), so it does not read it (AdaGRPOConfig does).",
+    "normalize_advantages": "TRL's asynchronous trainer scales every group by its own std (it has no scale_rewards "
+    "to turn off), so it does not read it (AdaGRPOConfig does).",
 }
 """Sampler knobs of the synchronous trainer's refills that the asynchronous stream has no use for, and why."""
 
@@ -223,7 +225,7 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
 
     def _validate_adaptive_sampling(self) -> None:
         settings = self.sampler_settings()  # every knob's own check and the unread-knob rule, before any model loads
-        check_knobs_read(self, [*SYNC_ONLY_KNOBS, *ASYNC_ONLY_FIELDS], settings, not_read=SYNC_ONLY_KNOBS)
+        check_knobs_read(self, ASYNC_ONLY_FIELDS, settings)
         check_train_on(self.train_on, settings)
         if self.prompts_per_generation_batch is not None:
             check_prompts_per_generation_batch(self.prompts_per_generation_batch, settings)
@@ -234,7 +236,15 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
         # AsyncGRPOConfig has no `scale_rewards`: its trainer always scales by the group's std, SamplerSettings' default.
+        if self.baseline == "tracked":
+            raise ValueError(
+                "baseline='tracked' gives an unmixed group an advantage against its history, and TRL's asynchronous "
+                "trainer divides every group by its own reward std, which is 0 for that group. Use AdaGRPOTrainer "
+                "(AdaGRPOConfig with scale_rewards='batch' or 'none'), or baseline='pool'."
+            )
         values = {f.name: getattr(self, f.name) for f in fields(SamplerSettings) if hasattr(self, f.name)}
+        # Before the settings' own checks, whose fixes (scale_rewards) this trainer does not have.
+        check_knobs_read(self, SYNC_ONLY_KNOBS, SamplerSettings(**values), not_read=SYNC_ONLY_KNOBS)
         return SamplerSettings(**values).validated()
 
 
