@@ -426,7 +426,8 @@ def test_benchmark_trace_task_needs_a_finite_set(bench, capsys):
     assert "--train_data" in capsys.readouterr().err
 
 
-def test_benchmark_trace_run_trains_and_evaluates_on_traces(bench, tmp_path):
+def _run_trace_benchmark(bench, tmp_path, steps, model_dir=None):
+    """One `run_finite` of the benchmark's trace task: 8 training prompts, the 6 easiest held-out ones (band "easy")."""
     import torch
 
     scored = sorted(_read_jsonl(TRACE_DATA / "heldout_scored.jsonl"), key=lambda row: -row["pass_rate"])
@@ -436,10 +437,10 @@ def test_benchmark_trace_run_trains_and_evaluates_on_traces(bench, tmp_path):
         (tmp_path / path).write_text("".join(json.dumps(row) + "\n" for row in rows))
     threads = torch.get_num_threads()
     try:
-        result = bench.run_finite(
+        return bench.run_finite(
             "grpo_n4",
             0,
-            1,
+            steps,
             1,
             1e-4,
             tmp_path,
@@ -448,9 +449,14 @@ def test_benchmark_trace_run_trains_and_evaluates_on_traces(bench, tmp_path):
             eval_samples=2,
             prompts_per_step=4,
             task="trace",
+            model_dir=model_dir,
         )
     finally:
         torch.set_num_threads(threads)
+
+
+def test_benchmark_trace_run_trains_and_evaluates_on_traces(bench, tmp_path):
+    result = _run_trace_benchmark(bench, tmp_path, steps=1)
     assert [point["step"] for point in result["curve"]] == [0, 1]
     # The held-out is scored on the final answer after the trace: the model's easiest prompts are mostly solved
     # (the one-shot task's exact match would score every trace 0).
@@ -460,31 +466,9 @@ def test_benchmark_trace_run_trains_and_evaluates_on_traces(bench, tmp_path):
 
 
 def test_benchmark_model_option_starts_from_the_given_model(bench, tmp_path):
-    import torch
-
     from trl_ada.tiny import TINY_ARITH_ASSETS
 
-    scored = sorted(_read_jsonl(TRACE_DATA / "heldout_scored.jsonl"), key=lambda row: -row["pass_rate"])
-    heldout = [{**row, "band": "easy"} for row in scored[:6]]
-    (tmp_path / "heldout.jsonl").write_text("".join(json.dumps(row) + "\n" for row in heldout))
-    threads = torch.get_num_threads()
-    try:
-        result = bench.run_finite(
-            "grpo_n4",
-            0,
-            0,
-            1,
-            1e-4,
-            tmp_path,
-            train_data=tmp_path / "heldout.jsonl",
-            heldout_data=tmp_path / "heldout.jsonl",
-            eval_samples=2,
-            prompts_per_step=4,
-            task="trace",
-            model_dir=TINY_ARITH_ASSETS,
-        )
-    finally:
-        torch.set_num_threads(threads)
+    result = _run_trace_benchmark(bench, tmp_path, steps=0, model_dir=TINY_ARITH_ASSETS)
     # The trace model solves these prompts more often than not (the test above); the one-shot model never writes the
     # trace's answer marker, so starting from it scores 0.
     assert result["start_heldout"] == 0.0
