@@ -1,4 +1,5 @@
-"""`baseline="tracked"`: each prompt's pass rate from its earlier steps as the baseline (SPO's), in pure Python."""
+"""Remembered baselines, in pure Python: `baseline="tracked"` (SPO's: each prompt's pass rate from its earlier steps)
+and `"predicted"` (the learned predictor's estimate); `normalize_advantages` (SPO's batch normalisation)."""
 
 import json
 import math
@@ -6,8 +7,8 @@ import math
 import pytest
 
 from trl_ada import AdaGRPOConfig
-from trl_ada.samplers import SamplerSettings, build_sampler
-from trl_ada.samplers.base import describe
+from trl_ada.samplers import LearnedPassRatePredictor, PromptKey, SamplerSettings, build_sampler
+from trl_ada.samplers.base import describe, draw_memories
 from trl_ada.samplers.dapo import BatchFiller
 
 
@@ -143,3 +144,70 @@ def test_normalize_advantages_leaves_equal_centred_rewards_unscaled():
 def test_normalize_advantages_refuses_a_second_scaling():
     with pytest.raises(ValueError, match="scale_rewards='none'"):
         tracked(normalize_advantages=True, scale_rewards="batch")
+
+
+# -- baseline="predicted": the learned predictor speaks for first visits too ------------------------------------------
+
+
+def predicted(**overrides):
+    values = dict(pass_rate_predictor="learned", baseline="predicted")
+    return tracked(**(values | overrides))
+
+
+def test_a_predicted_baseline_is_the_predictors_estimate_before_the_step_first_visits_included():
+    sampler = predicted(sampler="dapo")
+    assert sampler.estimator is None and isinstance(sampler.baseline_history, LearnedPassRatePredictor)
+    shadow = LearnedPassRatePredictor()  # the same predictor, fed the same draws by hand
+    keys = [PromptKey("a", " 12+ 34="), PromptKey("b", " 99* 97=")]
+    for rewards in ([[1, 0, 0, 0], [0, 0, 0, 0]], [[1, 1, 0, 0], [0, 0, 0, 0]]):
+        expected = shadow.estimate(keys)
+        selection = step(sampler, keys, rewards)
+        # Every prompt is scored against the prediction, so an all-wrong first visit carries a signal too.
+        assert [prompt.baseline for prompt in selection.prompts] == pytest.approx(expected)
+        assert all(prompt.has_signal for prompt in selection.prompts)
+        assert selection.prompts[1].advantages == pytest.approx((-expected[1],) * 4)
+        assert selection.metrics["baseline/tracked_share"] == 1.0
+        shadow.update(keys, [4, 4], [sum(group) for group in rewards])
+    assert shadow.estimate(keys)[1] < 0.5  # it learned that "b" fails
+
+
+def test_a_predicted_baseline_reads_the_predictor_its_settings_name_not_an_estimator_object():
+    settings = SamplerSettings(
+        sampler="uniform", num_generations=4, baseline="predicted", pass_rate_predictor="learned", scale_rewards="none"
+    )
+    with pytest.raises(ValueError, match="baseline='predicted' reads the predictor that pass_rate_predictor names"):
+        build_sampler(settings, LearnedPassRatePredictor())
+    sampler = build_sampler(settings)
+    # Held once: a resumed asynchronous worker leaves the rows it already counted out of every memory.
+    assert sampler.estimator is None and draw_memories(sampler) == (sampler.baseline_history,)
+
+
+def test_a_saved_predictor_warm_starts_the_baseline(tmp_path):
+    saved = LearnedPassRatePredictor()
+    keys = [PromptKey("a", " 12+ 34="), PromptKey("b", " 99* 97=")]
+    saved.update(keys, [8, 8], [8, 0])
+    saved.save_pretrained(tmp_path)
+    settings = SamplerSettings(
+        sampler="dapo",
+        num_generations=4,
+        baseline="predicted",
+        pass_rate_predictor=str(tmp_path),
+        scale_rewards="none",
+    )
+    from_directory = build_sampler(settings)
+    from_hub_snapshot = build_sampler(settings, predictor_source=str(tmp_path))
+    for sampler in (from_directory, from_hub_snapshot):
+        assert sampler.baseline_history.predict(keys) == saved.predict(keys)
+
+
+def test_est_keeps_its_own_predictor_apart_from_the_baselines():
+    sampler = predicted(sampler="est", est_max_samples=8)
+    assert isinstance(sampler.estimator, LearnedPassRatePredictor)
+    assert sampler.baseline_history is not sampler.estimator
+    state = json.loads(json.dumps(sampler.state_dict()))
+    assert "estimator" in state and "baseline_history" in state
+
+
+def test_a_predicted_baseline_needs_a_learned_predictor():
+    with pytest.raises(ValueError, match="pass_rate_predictor='learned'"):
+        tracked(baseline="predicted")

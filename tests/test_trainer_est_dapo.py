@@ -10,6 +10,7 @@ from test_trainer import recording
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.samplers import BatchExhaustedError
+from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE
 from trl_ada.tiny import build_tiny_model
 
 
@@ -92,8 +93,15 @@ def test_dapo_at_the_cap_raises_by_default_and_can_keep_the_partial_batch(tmp_pa
         {"sampler": "est", "est_max_samples": 12},
         {"sampler": "seq_balance", "round_size": 4, "max_rounds": 2, "dapo_refill": True, "dapo_max_refills": 20},
         {"sampler": "dapo", "baseline": "tracked", "scale_rewards": "batch", "dapo_max_refills": 20},
+        {
+            "sampler": "dapo",
+            "baseline": "predicted",
+            "pass_rate_predictor": "learned",
+            "scale_rewards": "none",
+            "normalize_advantages": True,
+        },
     ],
-    ids=["est", "seq_balance+dapo", "dapo+tracked_baseline"],
+    ids=["est", "seq_balance+dapo", "dapo+tracked_baseline", "dapo+predicted_baseline"],
 )
 def test_resume_makes_the_same_decisions_as_an_uninterrupted_run(
     tmp_path, tokenizer, arithmetic_dataset, sampler_kwargs
@@ -133,6 +141,12 @@ def test_resume_makes_the_same_decisions_as_an_uninterrupted_run(
         )
         assert resumed_counts.keys() == full_counts.keys()
         assert all(resumed_counts[key] == pytest.approx(full_counts[key]) for key in full_counts)
+    if sampler_kwargs.get("baseline") == "predicted":
+        assert state["sampler"]["baseline_history"]["model"]["updates"] >= 2
+        assert resumed.ada_sampler.baseline_history.state_dict() == full.ada_sampler.baseline_history.state_dict()
+        # The baseline's predictor is saved with the model, to warm-start another run.
+        full.save_model(str(tmp_path / "model"))
+        assert (tmp_path / "model" / PREDICTOR_DIR / PREDICTOR_FILE).is_file()
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
 

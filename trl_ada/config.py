@@ -88,10 +88,10 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
             A completion counts as positive when its (weighted, summed) reward is strictly greater than this value. Must
             be finite.
         baseline (`str`, *optional*, defaults to `"pool"`):
-            Baseline subtracted from each reward. Supported values are `"pool"` (the mean reward of every completion
-            drawn for the prompt, as in the paper), `"group"` (the mean of the `num_generations` kept completions, as
-            in `GRPOTrainer`) and `"tracked"` (the prompt's pass rate from its earlier steps, SPO's baseline; the
-            pool's mean on a first visit). `"tracked"` needs `scale_rewards="batch"` or `"none"`.
+            Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as
+            in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt's pass
+            rate from its earlier steps, SPO's; the pool's mean on a first visit) or `"predicted"` (the learned
+            predictor's estimate). The last two need `scale_rewards="batch"` or `"none"`.
         objective (`str`, *optional*, defaults to `"linear"`):
             Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its pool.
             Supported values are `"linear"` (weight 1), `"log"` (weight `1/p̂`, the paper's Seq estimator) and `"power"`
@@ -132,18 +132,18 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
         pass_rate_decay (`float`, *optional*, defaults to `0.9`):
             Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must lie in (0,
             1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"`, by
-            `round_policy="tracked"` and by `baseline="tracked"`.
+            `round_policy="tracked"` and by `baseline="tracked"` or `"predicted"`.
         pass_rate_prior_alpha (`float`, *optional*, defaults to `1.0`):
             `α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an unseen prompt
             reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"`, by
-            `round_policy="predictive"` or `"tracked"` and by `baseline="tracked"`.
+            `round_policy="predictive"` or `"tracked"` and by `baseline="tracked"` or `"predicted"`.
         pass_rate_prior_beta (`float`, *optional*, defaults to `1.0`):
             `β` of the Beta prior of the pass-rate estimates (see `pass_rate_prior_alpha`). Must be positive and finite.
         pass_rate_predictor (`str`, *optional*, defaults to `"tracker"`):
             Source of the pass-rate estimates. Supported values are `"tracker"` (the decayed Beta counts), `"learned"`
             (an online model of the prompt text, whose prediction is the prior of the counts), or a local directory or
             Hub repo id holding a predictor saved by an earlier run, to warm-start from. Read by `sampler="est"` and
-            `"knapsack"` and by `round_policy="predictive"` or `"tracked"`.
+            `"knapsack"`, by `round_policy="predictive"` or `"tracked"` and by `baseline="predicted"`.
         pass_rate_predictor_learning_rate (`float`, *optional*, defaults to `0.1`):
             Adagrad step size of the learned pass-rate predictor. Must be positive and finite. Read only when
             `pass_rate_predictor` is not `"tracker"`; a resumed run uses this value, not the checkpoint's.

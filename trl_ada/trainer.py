@@ -389,7 +389,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         it too; `pass_rate_predictor=<that directory or Hub id>` warm-starts another run. Otherwise it is
         [`~transformers.Trainer.save_model`].
         """
-        save = getattr(self.ada_sampler.estimator, "save_pretrained", None)
+        sampler = self.ada_sampler
+        # The sampler's own predictor, else the one `baseline="predicted"` reads.
+        save = getattr(sampler.estimator, "save_pretrained", None) or getattr(
+            sampler.baseline_history, "save_pretrained", None
+        )
         if save is not None and self.args.should_save:
             save(os.path.join(output_dir if output_dir is not None else self.args.output_dir, PREDICTOR_DIR))
         super().save_model(output_dir, _internal_call)

@@ -31,7 +31,7 @@ from . import rules
 from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
 from .settings import SamplerOptions, SamplerSettings
-from .tracker import DecayedBetaTracker, PassRateEstimator
+from .tracker import DecayedBetaTracker, PassRateEstimator, checked_estimates
 
 
 @dataclass(frozen=True)
@@ -249,16 +249,22 @@ class SamplingStep:
         return selection
 
     def _remembered_pass_rates(self) -> list[float | None]:
-        """Under `baseline="tracked"`, each prompt's pass rate from its earlier steps (None on a first visit)."""
+        """
+        Each prompt's remembered pass rate, read before this step's draws are added: under `baseline="tracked"` the
+        counts of its earlier steps (None on a first visit, which falls back to the pool), under `"predicted"` the
+        learned predictor's estimate (first visits included). All None for the other baselines.
+        """
         history = self.sampler.baseline_history
         if history is None:
             return [None] * self.num_prompts
         if self.keys is None:
-            raise ValueError("baseline='tracked' remembers prompts by key: begin() the step with prompt_keys.")
-        return [
-            estimate if visited else None
-            for estimate, visited in zip(history.estimate(self.keys), history.visited(self.keys), strict=True)
-        ]
+            raise ValueError(
+                f"baseline={self.settings.baseline!r} remembers prompts by key: begin() the step with prompt_keys."
+            )
+        estimates = checked_estimates(history, self.keys)
+        if self.settings.baseline == "predicted":
+            return list(estimates)
+        return [estimate if visited else None for estimate, visited in zip(estimates, history.visited(self.keys))]
 
     def _metrics(
         self,
@@ -433,20 +439,21 @@ class Sampler:
         self.settings = settings.validated()
         self.options = self.settings.options
         self.rng = random.Random(self.settings.seed)
-        if estimator is not None and not self.settings.reads("pass_rate_predictor"):
+        if estimator is not None and not self.settings.sampler_reads("pass_rate_predictor"):
             raise ValueError(
                 f"sampler={self.name!r} reads no pass-rate estimator; remove pass_rate_estimator, or use sampler='est' "
                 "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
             )
         self.estimator = estimator
-        # `baseline="tracked"`'s memory of every prompt's draws, updated once per generation batch by `finish`.
-        self.baseline_history = (
-            DecayedBetaTracker(
+        # A remembered baseline's memory of every prompt's draws, updated once per generation batch by `finish`; the
+        # sampler's own estimator, if any, is updated by the sampler and stays separate.
+        self.baseline_history: PassRateEstimator | None = None
+        if self.settings.baseline == "tracked":
+            self.baseline_history = DecayedBetaTracker(
                 self.settings.pass_rate_decay, self.settings.pass_rate_prior_alpha, self.settings.pass_rate_prior_beta
             )
-            if self.settings.baseline == "tracked"
-            else None
-        )
+        elif self.settings.baseline == "predicted":
+            self.baseline_history = build_pass_rate_estimator(self.settings)
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         """Start a generation batch of `num_prompts` prompts (`prompt_keys`: stable ids, for stateful samplers)."""
@@ -528,13 +535,19 @@ _BASELINES = {
         "the prompt's pass rate from its earlier steps (decayed Beta counts, read before the step's draws; the pool's "
         "mean reward on a first visit)"
     ),
+    "predicted": (
+        "a learned predictor's estimate of the prompt's pass rate (from its text and earlier draws, made before the "
+        "step's draws)"
+    ),
 }
 """How `describe` words each `baseline`."""
 
 
 def group_baseline_phrase(settings: SamplerSettings) -> str:
     """`describe`'s words for the baseline of a sampler whose pool is its group (`uniform`, `dapo`)."""
-    return _BASELINES["tracked"] if settings.baseline == "tracked" else "the group's mean reward"
+    return (
+        _BASELINES[settings.baseline] if settings.baseline in ("tracked", "predicted") else "the group's mean reward"
+    )
 
 
 def _trained_on_phrase(trains_on_every_draw: bool, settings: SamplerSettings) -> str:
@@ -565,10 +578,11 @@ def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_so
     """
     settings = settings.validated()
     if estimator is not None:
-        if not settings.reads("pass_rate_predictor"):
+        if not settings.sampler_reads("pass_rate_predictor"):
             raise ValueError(
                 f"a pass_rate_estimator is read by sampler='est' and by round_policy='predictive' or 'tracked' of "
-                f"seq_pos/seq_balance, not by sampler={settings.sampler!r} with round_policy={settings.round_policy!r}."
+                f"seq_pos/seq_balance, not by sampler={settings.sampler!r} with round_policy={settings.round_policy!r} "
+                "(baseline='predicted' reads the predictor that pass_rate_predictor names)."
             )
         if settings.pass_rate_predictor != "tracker":
             raise ValueError(
@@ -580,10 +594,13 @@ def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_so
                 f"pass_rate_estimator must implement estimate, update, state_dict and load_state_dict "
                 f"(trl_ada.samplers.PassRateEstimator); {type(estimator).__name__} does not."
             )
-    if predictor_source is not None:
+    if predictor_source is not None and settings.sampler_reads("pass_rate_predictor"):
         estimator = build_pass_rate_estimator(settings, predictor_source)
     cls = settings.sampler_class
     sampler = cls(settings) if estimator is None else cls(settings, estimator)
+    if predictor_source is not None and settings.baseline == "predicted":
+        # `baseline="predicted"` warm-starts from the saved predictor too, in an object of its own.
+        sampler.baseline_history = build_pass_rate_estimator(settings, predictor_source)
     try:
         json.dumps(sampler.state_dict())
     except (TypeError, ValueError) as error:

@@ -168,11 +168,11 @@ class SamplerFields:
     )
     baseline: str = knob(
         "pool",
-        'Baseline subtracted from each reward. Supported values are `"pool"` (the mean reward of every completion '
-        'drawn for the prompt, as in the paper), `"group"` (the mean of the `num_generations` kept completions, as'
-        " in `GRPOTrainer`) and `\"tracked\"` (the prompt's pass rate from its earlier steps, SPO's baseline; the "
-        'pool\'s mean on a first visit). `"tracked"` needs `scale_rewards="batch"` or `"none"`.',
-        choices=("pool", "group", "tracked"),
+        'Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as '
+        'in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt\'s pass '
+        "rate from its earlier steps, SPO's; the pool's mean on a first visit) or `\"predicted\"` (the learned "
+        'predictor\'s estimate). The last two need `scale_rewards="batch"` or `"none"`.',
+        choices=("pool", "group", "tracked", "predicted"),
     )
     objective: str = knob(
         "linear",
@@ -246,7 +246,7 @@ class SamplerFields:
         0.9,
         "Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must lie in (0, "
         '1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"`, by '
-        '`round_policy="tracked"` and by `baseline="tracked"`.',
+        '`round_policy="tracked"` and by `baseline="tracked"` or `"predicted"`.',
         check=lambda v: 0.0 < v <= 1.0,
         requirement="must lie in (0, 1] (1 keeps all history)",
     )
@@ -254,7 +254,7 @@ class SamplerFields:
         1.0,
         "`α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an unseen prompt "
         'reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"`, by '
-        '`round_policy="predictive"` or `"tracked"` and by `baseline="tracked"`.',
+        '`round_policy="predictive"` or `"tracked"` and by `baseline="tracked"` or `"predicted"`.',
         check=_positive_finite,
         requirement="must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1)",
     )
@@ -269,7 +269,7 @@ class SamplerFields:
         'Source of the pass-rate estimates. Supported values are `"tracker"` (the decayed Beta counts), `"learned"` '
         "(an online model of the prompt text, whose prediction is the prior of the counts), or a local directory or "
         'Hub repo id holding a predictor saved by an earlier run, to warm-start from. Read by `sampler="est"` and '
-        '`"knapsack"` and by `round_policy="predictive"` or `"tracked"`.',
+        '`"knapsack"`, by `round_policy="predictive"` or `"tracked"` and by `baseline="predicted"`.',
     )
     pass_rate_predictor_learning_rate: float = knob(
         0.1,
@@ -446,8 +446,14 @@ class SamplerSettings(SamplerFields):
     def reads(self, name: str) -> bool:
         """Whether this configuration reads knob `name`: a universal knob, or a field of the sampler's `Options` whose
         [`read_when`] condition holds, with the knob's own [`ReadIf`] (`power_alpha` under `objective="power"`)."""
-        if name in UNIVERSAL_KNOBS or (name in TRACKED_BASELINE_KNOBS and self.baseline == "tracked"):
+        if name in UNIVERSAL_KNOBS or (name in TRACKED_BASELINE_KNOBS and self.baseline in REMEMBERED_BASELINES):
             return True
+        if name == "pass_rate_predictor" and self.baseline == "predicted":
+            return True
+        return self.sampler_reads(name)
+
+    def sampler_reads(self, name: str) -> bool:
+        """Whether the sampler itself (its `Options`, or the knob's own [`ReadIf`]) reads knob `name`."""
         read_if = knob_extras(KNOB_FIELDS[name]).get("read_if")
         if read_if is not None:
             return read_if.predicate(self)
@@ -475,12 +481,17 @@ class SamplerSettings(SamplerFields):
                 f"normalize_advantages=True divides the advantages by their std over the update, and "
                 f"scale_rewards={self.scale_rewards!r} would scale the rewards a second time. Set scale_rewards='none'."
             )
-        if self.baseline == "tracked" and self.scale_rewards == "group":
+        if self.baseline in REMEMBERED_BASELINES and self.scale_rewards == "group":
             # An unmixed group on a prompt with history has a signal but no spread: its std would divide by ~0.
             raise ValueError(
-                "baseline='tracked' gives an unmixed group an advantage against its history, and that group's reward "
-                "std is 0, so scale_rewards='group' would divide by it. Set scale_rewards='batch' (SPO's batch "
-                "normalisation) or scale_rewards='none'."
+                f"baseline={self.baseline!r} gives an unmixed group an advantage against its remembered pass rate, and "
+                "that group's reward std is 0, so scale_rewards='group' would divide by it. Set scale_rewards='batch' "
+                "or scale_rewards='none' (with normalize_advantages=True for SPO's batch normalisation)."
+            )
+        if self.baseline == "predicted" and self.pass_rate_predictor == "tracker":
+            raise ValueError(
+                "baseline='predicted' reads a learned pass-rate predictor, and pass_rate_predictor='tracker' is the "
+                "counts alone. Set pass_rate_predictor='learned' (or a saved predictor), or use baseline='tracked'."
             )
         if self.reads("pass_rate_predictor"):
             _check_pass_rate_predictor(self.pass_rate_predictor)
@@ -506,9 +517,11 @@ class SamplerSettings(SamplerFields):
             "sampler=" + " or ".join(names) + (f" ({condition})" if condition else "")
             for condition, names in groups.items()
         ]
-        if name in TRACKED_BASELINE_KNOBS:
+        if name in TRACKED_BASELINE_KNOBS or name == "pass_rate_predictor":
             context += f", baseline={self.baseline!r}"
-            readers.append("baseline='tracked'")
+            readers.append(
+                "baseline='predicted'" if name == "pass_rate_predictor" else "baseline='tracked' or 'predicted'"
+            )
         return context, ", or ".join(readers) or "no registered sampler"
 
     def _sampler_kwargs(self) -> dict[str, Any]:
@@ -609,7 +622,10 @@ UNIVERSAL_KNOBS: frozenset[str] = frozenset(
 TRACKED_BASELINE_KNOBS: frozenset[str] = frozenset(
     {"pass_rate_decay", "pass_rate_prior_alpha", "pass_rate_prior_beta"}
 )
-"""The knobs `baseline="tracked"` reads, whatever the sampler: those of its history ([`DecayedBetaTracker`])."""
+"""The knobs a remembered baseline reads, whatever the sampler: those of its history's decayed Beta counts."""
+
+REMEMBERED_BASELINES: tuple[str, ...] = ("tracked", "predicted")
+"""The baselines read from a memory of each prompt's earlier draws (`Sampler.baseline_history`)."""
 
 SETTINGS_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SamplerSettings) if f.default is not MISSING}
 
