@@ -360,8 +360,9 @@ def test_bad_knobs_fail_before_any_model_loads(tmp_path, server):
     with pytest.raises(ValueError, match="dapo_on_exhausted='keep_partial': the asynchronous worker has no partial"):
         config(tmp_path, server, sampler="dapo", dapo_on_exhausted="keep_partial")
     # The synchronous trainer's scalings: TRL's asynchronous trainer always divides a group by its own std.
-    with pytest.raises(ValueError, match="baseline='tracked' .* Use AdaGRPOTrainer"):
-        config(tmp_path, server, sampler="dapo", baseline="tracked")
+    for baseline in ("tracked", "predicted"):
+        with pytest.raises(ValueError, match=f"baseline='{baseline}' .* Use AdaGRPOTrainer"):
+            config(tmp_path, server, sampler="dapo", baseline=baseline, pass_rate_predictor="learned")
     with pytest.raises(ValueError, match="normalize_advantages=True: TRL's asynchronous trainer scales every group"):
         config(tmp_path, server, sampler="dapo", normalize_advantages=True)
     with pytest.raises(ValueError, match="no_such_sampler.* is not supported. Choose one of"):

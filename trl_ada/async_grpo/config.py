@@ -10,7 +10,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig
 from ..config import batch_rules
 from ..samplers import SamplerFields, SamplerSettings
 from ..samplers.dapo import RefillGate
-from ..samplers.settings import ReadIf, check_knobs_read, knob
+from ..samplers.settings import REMEMBERED_BASELINES, ReadIf, check_knobs_read, knob
 
 logger = logging.getLogger(__name__)
 
@@ -236,11 +236,11 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
         # AsyncGRPOConfig has no `scale_rewards`: its trainer always scales by the group's std, SamplerSettings' default.
-        if self.baseline == "tracked":
+        if self.baseline in REMEMBERED_BASELINES:
             raise ValueError(
-                "baseline='tracked' gives an unmixed group an advantage against its history, and TRL's asynchronous "
-                "trainer divides every group by its own reward std, which is 0 for that group. Use AdaGRPOTrainer "
-                "(AdaGRPOConfig with scale_rewards='batch' or 'none'), or baseline='pool'."
+                f"baseline={self.baseline!r} gives an unmixed group an advantage against its remembered pass rate, and "
+                "TRL's asynchronous trainer divides every group by its own reward std, which is 0 for that group. Use "
+                "AdaGRPOTrainer (AdaGRPOConfig with scale_rewards='batch' or 'none'), or baseline='pool'."
             )
         values = {f.name: getattr(self, f.name) for f in fields(SamplerSettings) if hasattr(self, f.name)}
         # Before the settings' own checks, whose fixes (scale_rewards) this trainer does not have.
