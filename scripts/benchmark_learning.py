@@ -135,6 +135,31 @@ METHODS: dict[str, tuple[str, dict]] = {
             "sampler_kwargs": {"prior": "fitted"},
         },
     ),
+    # Remembered baselines (SPO's, Xu et al. 2025): DAPO scored against each prompt's pass rate from its earlier
+    # steps (tracked) or the learned predictor's estimate (predicted), advantages normalised over the update as SPO's.
+    "dapo_tracked": (
+        "DAPO, tracked baseline",
+        {
+            "sampler": "dapo",
+            "num_generations": 4,
+            "dapo_on_exhausted": "keep_partial",
+            "baseline": "tracked",
+            "scale_rewards": "none",
+            "normalize_advantages": True,
+        },
+    ),
+    "dapo_predicted": (
+        "DAPO, predicted baseline",
+        {
+            "sampler": "dapo",
+            "num_generations": 4,
+            "dapo_on_exhausted": "keep_partial",
+            "baseline": "predicted",
+            "pass_rate_predictor": "learned",
+            "scale_rewards": "none",
+            "normalize_advantages": True,
+        },
+    ),
 }
 BUILT_IN_METHODS = dict(METHODS)
 RECOMMENDED = "dapo"
