@@ -1201,7 +1201,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.task != "arithmetic":  # absent for the default, so runs recorded before --task existed still match
         settings["task"] = args.task
     if args.model is not None:  # absent for the shipped model, for the same reason
-        if not (args.model / "config.json").is_file():
+        if not args.report_only and not (args.model / "config.json").is_file():
             parser.error(
                 f"--model {args.model} holds no model (config.json); build one with scripts/build_trace_model.py."
             )
