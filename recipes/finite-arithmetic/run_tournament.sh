@@ -7,6 +7,11 @@
 #   bash recipes/finite-arithmetic/run_tournament.sh hard   [JOBS] [SEEDS...]   # default seeds 0-9
 #   bash recipes/finite-arithmetic/run_tournament.sh stream [JOBS] [SEEDS...]   # default seeds 0-4
 #   bash recipes/finite-arithmetic/run_tournament.sh code   [JOBS] [SEEDS...]   # default seeds 0-4
+#   bash recipes/finite-arithmetic/run_tournament.sh trace  [JOBS] [SEEDS...]   # default seeds 0-4
+#
+# trace: the trace-arithmetic testbed's paper set (recipes/trace-arithmetic/, the grid's settings: 16 prompts per step,
+# lr 1e-4, held-out 320 x 2), stopped at 8,064 completions (DAPO's mean total over the grid's 60 steps); at most 7
+# epochs, which GRPO n=4 needs to reach the budget.
 #
 # code: the CPU code task (benchmarks/code_learning.py, sandboxed reward) at the published code table's settings (60
 # steps of 8 prompts, lr 2e-4, held-out 300 x 2), stopped at 4,683 completions (DAPO's mean total there), one run at a
@@ -23,7 +28,7 @@
 # plus --method_config NAME='{json}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-WHICH=${1:?usage: run_tournament.sh mix|hard|stream|code [JOBS] [SEEDS...]}
+WHICH=${1:?usage: run_tournament.sh mix|hard|stream|code|trace [JOBS] [SEEDS...]}
 JOBS=${2:-2}
 shift $(( $# >= 2 ? 2 : 1 ))
 DATA=benchmarks/results/finite/data
@@ -52,5 +57,12 @@ case $WHICH in
         nice -n 10 python benchmarks/code_learning.py --out benchmarks/results/code-tournament \
             --steps 60 --prompts_per_step 8 --learning_rate 2e-4 --heldout_size 300 --eval_samples 2 \
             --completions_budget 4683 --seeds "${SEEDS[@]}" --tournament --reuse_runs ;;
-    *) echo "run_tournament.sh: mix, hard, stream or code, not '$WHICH'" >&2; exit 2 ;;
+    trace)
+        SEEDS=(${@:-0 1 2 3 4})
+        TRACE=benchmarks/results/trace-arithmetic/data
+        python scripts/benchmark_learning.py --task trace --out benchmarks/results/trace-arithmetic/tournament \
+            --train_data "$TRACE/train_paper.jsonl" --heldout_data "$TRACE/heldout_paper.jsonl" --epochs 7 \
+            --prompts_per_step 16 --eval_every 10 --eval_samples 2 --learning_rate 1e-4 \
+            --completions_budget 8064 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
+    *) echo "run_tournament.sh: mix, hard, stream, code or trace, not '$WHICH'" >&2; exit 2 ;;
 esac
