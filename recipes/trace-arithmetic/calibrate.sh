@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Calibration attempts of the trace-arithmetic testbed (issue 45, item 4): when the shipped model's grid
+# Calibration attempts of the trace-arithmetic testbed (docs/trace-arithmetic.md): when the shipped model's grid
 # (run_paper.sh) did not separate Seq-balance from DAPO, vary what plausibly matters and compare the two again, same
 # settings otherwise (60 steps of 16 prompts, held-out 320 x 2 at T=1 every 10 steps), seeds 0-4, one run at a time.
 #

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 from . import rules
 from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
-from .settings import SamplerOptions, SamplerSettings
+from .settings import REMEMBERED_BASELINES, SamplerOptions, SamplerSettings
 from .tracker import DecayedBetaTracker, PassRateEstimator, checked_estimates
 
 
@@ -545,9 +545,7 @@ _BASELINES = {
 
 def group_baseline_phrase(settings: SamplerSettings) -> str:
     """`describe`'s words for the baseline of a sampler whose pool is its group (`uniform`, `dapo`)."""
-    return (
-        _BASELINES[settings.baseline] if settings.baseline in ("tracked", "predicted") else "the group's mean reward"
-    )
+    return _BASELINES[settings.baseline] if settings.baseline in REMEMBERED_BASELINES else "the group's mean reward"
 
 
 def _trained_on_phrase(trains_on_every_draw: bool, settings: SamplerSettings) -> str:
