@@ -119,6 +119,16 @@ METHODS: dict[str, tuple[str, dict]] = {
             "objective": "linear",
         },
     ),
+    # Whole-pool updates: every draw of a Seq-* pool trained on, each advantage scaled by group / pool so that a prompt
+    # weighs what its group would (`train_on="pool"`).
+    "seq_balance_pool": (
+        "Seq-balance, whole pool",
+        {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4, "train_on": "pool"},
+    ),
+    "seq_pos_pool": (
+        "Seq-pos, whole pool",
+        {"sampler": "seq_pos", "num_generations": 4, "round_size": 8, "max_rounds": 4, "train_on": "pool"},
+    ),
     # The tournament: Knapsack-RL (Li et al., arXiv 2509.25849) at GRPO n=4's budget per step, trained on every
     # draw; DAPO whose refill passes over prompts predicted to come back unmixed (trl_ada/samplers/gated.py).
     "knapsack": ("Knapsack-RL", {"sampler": "knapsack", "num_generations": 4}),

@@ -80,6 +80,7 @@ class Recording(AdaGRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         self.__dict__.setdefault("local_rows", []).append(int(output["completion_ids"].shape[0]))
+        self.__dict__.setdefault("trained_advantages", []).append(output["advantages"].tolist())
         if len(self.reward_funcs) == 2:
             # Every row this process trains on must be the completion its reward was computed for: the fingerprint
             # reward was scored on the process that generated the row, before the row was routed here.
@@ -118,6 +119,7 @@ def run(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides
         "selections": trainer.selections,
         "local_rows": trainer.local_rows,
         "moved": trainer.moved,
+        "trained_advantages": trainer.trained_advantages,
         "rows_line_up": trainer.__dict__.get("rows_line_up"),
         "rollout_rows_line_up": trainer.__dict__.get("rollout_rows_line_up"),
     }
@@ -217,6 +219,22 @@ def main() -> None:
             dapo_on_exhausted="keep_partial",
             per_device_train_batch_size=4,
             max_steps=5,
+        ),
+        # Every draw trained on: the rows vary per step, and must still split evenly over the processes and the
+        # micro-batches of steps_per_generation, each routed to the process that trains it (the fingerprint reward).
+        "pool": run(
+            out_dir,
+            "pool",
+            [starts_low_digit, fingerprint],
+            reward_weights=[1.0, 0.0],
+            sampler="seq_balance",
+            train_on="pool",
+            round_size=2,
+            max_rounds=4,
+            per_device_train_batch_size=4,
+            steps_per_generation=2,
+            gradient_accumulation_steps=2,
+            max_steps=2,
         ),
         "sparse": run(
             out_dir,

@@ -289,9 +289,9 @@ def pool_advantages(pools: dict[int, list[float]], settings: SamplerSettings) ->
     """
     `w_x (r_i - p̂_x) / (std_x + 1e-4)` for every draw, written out from the 0/1 rewards alone: `p̂_x` the pool's mean
     (its pass rate), `std_x` its unbiased std, `w_x` the objective's weight (est: the residual weight), clipped, then
-    normalised to mean 1 over the batch's prompts whose pool is not constant (those get zeros); times
-    `num_generations / pool size` for `seq_*` (a prompt weighs what its update group would), 1 for est (its kept group
-    is its pool).
+    normalised to mean 1 over the batch's prompts whose pool is not constant (those get zeros); times, for `seq_*`, the
+    share of the draw's outcome that the balanced update group keeps (`balanced_shares`: the prompt weighs what its
+    update group would, outcome by outcome), 1 for est (its kept group is its pool).
     """
     weights = {}
     for prompt, rewards in pools.items():
@@ -309,10 +309,25 @@ def pool_advantages(pools: dict[int, list[float]], settings: SamplerSettings) ->
     for prompt, rewards in pools.items():
         mean, std = statistics.fmean(rewards), statistics.stdev(rewards)
         w = weights[prompt] / mean_weight
+        shares = [1.0] * len(rewards)
         if settings.sampler != "est":
-            w *= settings.num_generations / len(rewards)
-        advantages[prompt] = [w * (r - mean) / (std + 1e-4) if prompt in mixed else 0.0 for r in rewards]
+            shares = balanced_shares(rewards, settings.num_generations)
+        advantages[prompt] = [
+            share * w * (r - mean) / (std + 1e-4) if prompt in mixed else 0.0
+            for share, r in zip(shares, rewards, strict=True)
+        ]
     return advantages
+
+
+def balanced_shares(rewards: list[float], group_size: int) -> list[float]:
+    """Per 0/1 reward, the share of its outcome's draws that a balanced group of `group_size` keeps: half positives
+    where there are that many, the rest negatives, topped up from the positives."""
+    positives = sum(r > 0.5 for r in rewards)
+    negatives = len(rewards) - positives
+    kept_positives = min(group_size // 2, positives)
+    kept_negatives = min(group_size - kept_positives, negatives)
+    kept_positives = min(group_size - kept_negatives, positives)
+    return [kept_positives / positives if r > 0.5 else kept_negatives / negatives for r in rewards]
 
 
 @pytest.mark.parametrize(
@@ -356,8 +371,11 @@ def test_train_on_pool_trains_on_every_draw_in_submission_order_with_the_pool_ad
         for prompt, rows in by_prompt(kept_samples).items():
             # est trains on its whole pool either way (est_train_on='all'); seq_* on num_generations of it.
             assert len(rows) == (len(got[prompt]) if sampler_name == "est" else settings.num_generations)
-            share = 1.0 if sampler_name == "est" else settings.num_generations / len(got[prompt])
-            pool_rows = {draw: advantage / share for draw, _, advantage, _, _ in got[prompt]}
+            pool_rewards = [reward for _, reward, *_ in got[prompt]]
+            shares = [1.0] * len(pool_rewards)
+            if sampler_name != "est":
+                shares = balanced_shares(pool_rewards, settings.num_generations)
+            pool_rows = {draw: advantage / shares[draw] for draw, _, advantage, _, _ in got[prompt]}
             want_kept = [pool_rows[draw] for draw, *_ in rows]
             assert [advantage for _, _, advantage, _, _ in rows] == pytest.approx(want_kept, rel=1e-12, abs=1e-15)
     assert outgrew  # some pool was larger than its update group, so "pool" trained on more than "downsample"
@@ -391,7 +409,7 @@ def test_train_on_is_declared_once_and_checked_by_the_config_and_the_loop(tmp_pa
     from transformers import HfArgumentParser
 
     from trl_ada import AdaAsyncGRPOConfig
-    from trl_ada.async_grpo.config import TRAIN_ON_CHOICES
+    from trl_ada.config import TRAIN_ON_CHOICES
 
     assert async_config(tmp_path).train_on == "downsample"
     assert async_config(tmp_path, sampler="seq_pos", train_on="pool").train_on == "pool"
@@ -401,14 +419,20 @@ def test_train_on_is_declared_once_and_checked_by_the_config_and_the_loop(tmp_pa
     # The rollout loop's own settings are held to the same rule (an injected worker builds them directly).
     with pytest.raises(ValueError, match=r"sampler='dapo' draws num_generations"):
         AsyncSampling(SamplerSettings(sampler="dapo", num_generations=4).validated(), 1, train_on="pool")
-    # Documented as the sampler knobs are: the docstring gives its --help text.
+    # One declaration for both trainers, documented as the sampler knobs are: each docstring gives its --help text.
+    from trl_ada import AdaGRPOConfig
+
     declared = AdaAsyncGRPOConfig.__dataclass_fields__["train_on"]
+    assert AdaGRPOConfig.__dataclass_fields__["train_on"] is declared
     help_text = " ".join(declared.metadata["help"].split())
-    doc = " ".join(AdaAsyncGRPOConfig.__doc__.split())
-    assert doc.count(" train_on (") == 1 and 'train_on (`str`, *optional*, defaults to `"downsample"`)' in doc
-    assert help_text in doc and "`num_generations / pool size`" in help_text
+    assert "the share of its outcome's draws that the group kept" in help_text
     assert declared.metadata["choices"] == list(TRAIN_ON_CHOICES)
-    assert help_text.split("`")[0][:40] in " ".join(HfArgumentParser(AdaAsyncGRPOConfig).format_help().split())
+    for config_class in (AdaAsyncGRPOConfig, AdaGRPOConfig):
+        doc = " ".join(config_class.__doc__.split())
+        assert doc.count(" train_on (") == 1 and 'train_on (`str`, *optional*, defaults to `"downsample"`)' in doc
+        assert help_text.split("`")[0][:40] in " ".join(HfArgumentParser(config_class).format_help().split())
+    assert help_text in " ".join(AdaGRPOConfig.__doc__.split())  # the asynchronous config's points to it
+    assert "as in [`AdaGRPOConfig`]" in AdaAsyncGRPOConfig.__doc__.split(" train_on (")[1].split("prompts_per")[0]
 
 
 # -- async reward functions -----------------------------------------------------------------------------------------

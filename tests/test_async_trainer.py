@@ -8,6 +8,7 @@ worker needs vLLM), built by the trainer itself with TRL's own arguments through
 from __future__ import annotations
 
 import asyncio
+import statistics
 
 import pytest
 import torch
@@ -177,23 +178,26 @@ def test_train_on_pool_trains_on_every_draw_of_the_pools(
     # Prompts trained on more rows than their update group of 4: their whole pools.
     assert max(len(rows) for rows in groups.values()) > 4
     assert max(logged["ada/samples_per_prompt/max"]) > 4
-    # Every row of a prompt has the advantage share * (r - b) / (std + 1e-4) with one baseline b, its pool's mean
-    # (linear objective, weight 1; `reward_std` is the pool's std), and one share, 4 / its pool's size (the prompt
-    # weighs what its update group of 4 would): zero where the pool is constant.
+    # Every row of a whole pool has the advantage share * (r - b) / (std + 1e-4): b and std its pool's mean and std
+    # (linear objective, weight 1; `reward_std` is the pool's std), and the share that of its outcome's draws the
+    # balanced group of 4 keeps (the prompt weighs what its update group would): zero where the pool is constant.
+    from test_async_rollout import balanced_shares
+
+    checked = 0
     for rows in groups.values():
         std = rows[0]["metrics"]["reward_std"]
         if std == 0.0:
             assert all(row["advantage"] == 0.0 for row in rows)
             continue
-        advantages = {row["metrics"]["reward"]: row["advantage"] for row in rows}
-        if len(advantages) < 2:  # a pool's rows of one reward only were trained (the rest after the last step)
-            continue
-        (low, a_low), (high, a_high) = min(advantages.items()), max(advantages.items())
-        share = (a_high - a_low) * (std + 1e-4) / (high - low)
-        baseline = low - a_low * (std + 1e-4) / share
-        assert 0.0 < baseline < 1.0 and 4 / share == pytest.approx(round(4 / share)) and round(4 / share) >= len(rows)
-        expected = [share * (row["metrics"]["reward"] - baseline) / (std + 1e-4) for row in rows]
+        rewards = [row["metrics"]["reward"] for row in rows]
+        if len(rows) < 2 or statistics.stdev(rewards) != pytest.approx(std):
+            continue  # part of a pool (the rest after the last step): its mean and shares are not these rows'
+        mean = statistics.fmean(rewards)
+        shares = balanced_shares(rewards, 4)
+        expected = [share * (r - mean) / (std + 1e-4) for share, r in zip(shares, rewards, strict=True)]
         assert [row["advantage"] for row in rows] == pytest.approx(expected)
+        checked += len(rows) > 4
+    assert checked  # some whole pool larger than its update group was checked
 
 
 ASYNC_REWARD_CALLS: list[int] = []

@@ -17,12 +17,12 @@ def two_process_reports(tmp_path_factory):
 
 
 def test_two_processes_ran(two_process_reports):
-    for scenario in ("balance", "routing", "rollout", "est", "dapo", "tracked", "sparse"):
+    for scenario in ("balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "sparse"):
         assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
         assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
 
 
-@pytest.mark.parametrize("scenario", ["balance", "routing", "rollout", "est", "dapo", "tracked", "sparse"])
+@pytest.mark.parametrize("scenario", ["balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "sparse"])
 def test_ranks_agree_on_every_selection(two_process_reports, scenario):
     rank0, rank1 = (report[scenario] for report in two_process_reports)
     assert rank0["selections"] and rank0["selections"] == rank1["selections"]
@@ -38,6 +38,30 @@ def test_tracked_baselines_give_unmixed_groups_with_history_a_signal_on_both_pro
         if len({pool[i] for i in kept}) == 1 and any(a != 0.0 for a in advantages)
     ]
     assert unmixed_with_signal
+
+
+def test_the_whole_pool_trains_split_evenly_over_processes_and_micro_batches(two_process_reports):
+    from trl_ada.samplers import PromptResult
+    from trl_ada.samplers.base import fit_trained_rows
+
+    rank0, rank1 = (report["pool"] for report in two_process_reports)
+    assert rank0["rows_line_up"] == rank1["rows_line_up"] == [True] * len(rank0["local_rows"])
+    outgrew = False
+    for step, selection in enumerate(rank0["selections"]):
+        pools = selection["pools"]
+        assert [len(kept) for kept in selection["kept"]] == [len(pool) for pool in pools]  # every draw kept
+        outgrew |= any(len(pool) > 4 for pool in pools)
+        results = [
+            PromptResult(tuple(kept), 0.0, None, 1.0, 0.5, tuple(advantages), True, 1.0)
+            for kept, advantages in zip(selection["kept"], selection["advantages"], strict=True)
+        ]
+        # lcm(num_generations 4, 2 processes x steps_per_generation 2) = 4: fewer than 4 draws left out
+        fitted, left_out = fit_trained_rows(results, 4, 4)
+        assert left_out < 4 and sum(len(pool) for pool in pools) - left_out == 2 * rank0["local_rows"][step]
+        assert rank0["local_rows"][step] == rank1["local_rows"][step] and rank0["local_rows"][step] % 2 == 0
+        trained = rank0["trained_advantages"][step] + rank1["trained_advantages"][step]
+        assert trained == pytest.approx([a for result in fitted for a in result.advantages], abs=1e-6)
+    assert outgrew  # some pool was larger than its group of 4, so the rows differed from TRL's batch
 
 
 def test_balance_run_keeps_static_shapes(two_process_reports):

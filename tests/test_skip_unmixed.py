@@ -60,8 +60,10 @@ def fingerprint(**overrides):
         for k, v in selection.metrics.items()
         if "time" not in k and "/bin_" not in k and not k.startswith("draws/")
     )
-    # `PromptResult.unnormalised_weight`, a field added since, is left out like the new metrics.
+    # `PromptResult.unnormalised_weight` and `draw_shares` (empty unless `train_on="pool"`), fields added since, are
+    # left out like the new metrics.
     text = re.sub(r", unnormalised_weight=[^,)]+", "", repr((selection.prompts, selection.pools, metrics)))
+    text = text.replace(", draw_shares=()", "")
     return hashlib.sha256(text.encode()).hexdigest()[:16], selection
 
 

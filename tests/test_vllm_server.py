@@ -301,6 +301,31 @@ def _launch(
     return result.returncode, time.perf_counter() - start, log_path, stderr_path
 
 
+def _rank_errors(workdir: Path, name: str, processes: int) -> str:
+    """What each process's report says ended it (the helper records the exception before it ends the process)."""
+    lines = []
+    for rank in range(processes):
+        path = workdir / name / f"report.rank{rank}.json"
+        try:
+            error = json.loads(path.read_text()).get("error")
+        except (OSError, ValueError) as unreadable:
+            error = f"<no report: {unreadable}>"
+        lines.append(f"rank {rank}: {error}")
+    return "\n".join(lines)
+
+
+def _last_traceback(path: Path, lines: int = 60) -> str:
+    """The last traceback in `path` (at most `lines` lines from its start), else the file's last lines."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        return f"<cannot read {path}: {exc}>"
+    start = text.rfind("Traceback (most recent call last)")
+    if start < 0:
+        return _tail(path, lines)
+    return "\n".join(text[start:].splitlines()[:lines])
+
+
 def _read_reports(workdir: Path, name: str, processes: int, log_path: Path) -> list[dict]:
     report = workdir / name / "report.json"
     reports = []
@@ -319,7 +344,11 @@ def _run_training(
         workdir, name, model_dir, processes=processes, mode=mode, extra=extra, **kwargs
     )
     if returncode != 0:
-        pytest.fail(f"{name}: training exited with {returncode}:\n{_tail(log_path, 20)}\n{_tail(stderr_path)}")
+        # The cause first: a CI log may keep only the start and the end of a long failure message.
+        pytest.fail(
+            f"{name}: training exited with {returncode}:\n{_rank_errors(workdir, name, processes)}\n"
+            f"{_last_traceback(stderr_path)}\n--- last lines of the training log:\n{_tail(log_path, 2)}"
+        )
     reports = _read_reports(workdir, name, processes, stderr_path)
     _log(f"{name}: {processes} process(es), {mode} mode, wall {seconds:.1f} s, logs {log_path.parent}")
     return reports, log_path

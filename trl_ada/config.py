@@ -42,12 +42,76 @@ def batch_rules(settings: SamplerSettings) -> str | None:
     return " and ".join(named) or f"sampler={settings.sampler!r} (its Options.splits_batch_budget)"
 
 
-ADA_ONLY_FIELDS = ("generation_schedule", "continuous_max_in_flight")
+TRAIN_ON_CHOICES = ("downsample", "pool")
+
+
+def check_train_on(train_on: str, settings: SamplerSettings) -> None:
+    """
+    Raise `ValueError`, naming the fix, where `train_on` ([`TrainOnField`]) cannot hold with the validated `settings`.
+    The one rule, for both trainers: each config checks it at construction, the asynchronous rollout loop too.
+    """
+    if train_on not in TRAIN_ON_CHOICES:
+        raise ValueError(f"train_on={train_on!r} is not supported. Choose one of {list(TRAIN_ON_CHOICES)}.")
+    if train_on == "downsample":
+        return
+    if settings.max_pool_size <= settings.num_generations:
+        how = (
+            f"round_size * max_rounds = {settings.max_pool_size} is num_generations, so the pool is the update group. "
+            "Raise round_size or max_rounds, or remove train_on."
+            if settings.has_exit_rule
+            else f"sampler={settings.sampler!r} draws num_generations = {settings.num_generations} per prompt: its "
+            "pool is its update group. Remove train_on, or use sampler='seq_pos', 'seq_balance' or 'est'."
+        )
+        raise ValueError(f"train_on='pool' trains on every draw of a pool larger than its update group, and {how}")
+    if settings.baseline != "pool":
+        raise ValueError(
+            f"train_on='pool' trains on the whole pool, whose baseline is the pool's mean; baseline="
+            f"{settings.baseline!r} would centre it on the mean of a downsampled group that is not trained on. Remove "
+            "baseline (default 'pool'), or use train_on='downsample'."
+        )
+    if settings.sampler == "knapsack" and settings.options.train_on == "downsample":
+        raise ValueError(
+            "train_on='pool' trains on every draw of the pool and sampler_kwargs train_on='downsample' cuts each pool "
+            "to num_generations: choose one. With sampler='knapsack' training on the whole pool is its train_on='all' "
+            "(the default), which train_on='pool' leaves as it is: remove train_on from sampler_kwargs, or use "
+            "train_on='downsample'."
+        )
+    if settings.sampler == "est" and settings.est_train_on == "downsample":
+        raise ValueError(
+            "train_on='pool' trains on every draw of the pool and est_train_on='downsample' cuts each pool to "
+            "num_generations: choose one. With sampler='est' training on the whole pool is est_train_on='all' (its "
+            "default), which train_on='pool' leaves as it is: remove est_train_on, or use train_on='downsample'."
+        )
+    default_downsample = SamplerSettings.__dataclass_fields__["downsample"].default
+    if settings.downsample != default_downsample:
+        raise ValueError(
+            f"downsample={settings.downsample!r} chooses which draws of a pool enter the update, and train_on='pool' "
+            f"trains on all of them. Remove downsample (default {default_downsample!r}), or use "
+            "train_on='downsample'."
+        )
+
+
+TRAIN_ON_HELP = (
+    'What a prompt trains on once its pool is done: `"downsample"` (its update group of `num_generations`) or `"pool"` '
+    "(every draw of its pool, each advantage scaled by the share of its outcome's draws that the group kept, so the "
+    'prompt weighs what its group would). `"pool"` needs `baseline="pool"` and a pool that can outgrow its group; the '
+    "synchronous trainer leaves out a few draws so that TRL's batch splits evenly (see the docs)."
+)
+
+
+@dataclass
+class TrainOnField:
+    """`train_on`, declared once for both trainers' configs (a trainer's knob: samplers downsample as they always do)."""
+
+    train_on: str = knob("downsample", TRAIN_ON_HELP, choices=TRAIN_ON_CHOICES)
+
+
+ADA_ONLY_FIELDS = ("generation_schedule", "continuous_max_in_flight", "train_on")
 """The trainer's own knobs (not read by samplers), declared on `AdaGRPOConfig`."""
 
 
 @dataclass
-class AdaGRPOConfig(SamplerFields, GRPOConfig):
+class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
     r"""
     Configuration class for [`AdaGRPOTrainer`] (Reinforce-Ada, [arXiv 2510.04996](https://huggingface.co/papers/2510.04996)).
 
@@ -203,6 +267,15 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
             wait in submission order. Must be at least 1. The process's soft open-file limit is raised to fit it, and
             training fails at start, naming the fix, when the hard limit is lower.
 
+        > What a prompt trains on
+
+        train_on (`str`, *optional*, defaults to `"downsample"`):
+            What a prompt trains on once its pool is done: `"downsample"` (its update group of `num_generations`) or
+            `"pool"` (every draw of its pool, each advantage scaled by the share of its outcome's draws that the group
+            kept, so the prompt weighs what its group would). `"pool"` needs `baseline="pool"` and a pool that can
+            outgrow its group; the synchronous trainer leaves out a few draws so that TRL's batch splits evenly (see the
+            docs).
+
         > Deprecated names
 
         est_decay (`float` or `None`, *optional*, defaults to `None`):
@@ -315,6 +388,7 @@ class AdaGRPOConfig(SamplerFields, GRPOConfig):
         settings = self.sampler_settings()
         self._validate_generation_schedule(settings)
         check_knobs_read(self, ADA_ONLY_FIELDS, settings)
+        check_train_on(self.train_on, settings)
         self._validate_generation_seed(settings)
         self._warn_one_prompt_generation_batch(settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.

@@ -230,7 +230,9 @@ class AdaGRPOTrainer(GRPOTrainer):
                 "map-style datasets.Dataset, or use sampler='seq_balance'."
             )
         reward_funcs = resolve_reward_funcs(reward_funcs)
-        self.ada_sampler = build_sampler(settings, pass_rate_estimator, resolve_pass_rate_predictor(settings))
+        self.ada_sampler = build_sampler(
+            settings, pass_rate_estimator, resolve_pass_rate_predictor(settings), train_on=args.train_on
+        )
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         apply_cpu_thread_default(self.model, self.accelerator.device)
         if args.generation_schedule == "continuous" and is_vlm(self):
@@ -299,7 +301,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         self._correct_frac_reward_zero_std(pending.rewards, pending.group_sizes)
         advantages = pending.advantages
         if advantages is not None:
-            local = len(inputs)
+            local = len(kept_inputs)  # `train_on="pool"` trains on more rows than TRL's batch holds
             start = self.accelerator.process_index * local
             output["advantages"] = advantages[start : start + local].to(output["advantages"])
             # TRL logged its own group-normalised advantages for the completions table; show the trained ones.

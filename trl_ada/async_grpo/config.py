@@ -7,54 +7,12 @@ from dataclasses import MISSING, dataclass, fields
 
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
-from ..config import batch_rules
+from ..config import TrainOnField, batch_rules, check_train_on
 from ..samplers import SamplerFields, SamplerSettings
 from ..samplers.dapo import RefillGate
 from ..samplers.settings import REMEMBERED_BASELINES, ReadIf, check_knobs_read, knob
 
 logger = logging.getLogger(__name__)
-
-
-TRAIN_ON_CHOICES = ("downsample", "pool")
-
-
-def check_train_on(train_on: str, settings: SamplerSettings) -> None:
-    """
-    Raise `ValueError`, naming the fix, where `train_on` (see `AdaAsyncGRPOConfig.train_on`) cannot hold with the
-    validated `settings`. The one rule: the config checks it at construction, the rollout loop's `AsyncSampling` too.
-    """
-    if train_on not in TRAIN_ON_CHOICES:
-        raise ValueError(f"train_on={train_on!r} is not supported. Choose one of {list(TRAIN_ON_CHOICES)}.")
-    if train_on == "downsample":
-        return
-    if settings.max_pool_size <= settings.num_generations:
-        how = (
-            f"round_size * max_rounds = {settings.max_pool_size} is num_generations, so the pool is the update group. "
-            "Raise round_size or max_rounds, or remove train_on."
-            if settings.has_exit_rule
-            else f"sampler={settings.sampler!r} draws num_generations = {settings.num_generations} per prompt: its "
-            "pool is its update group. Remove train_on, or use sampler='seq_pos', 'seq_balance' or 'est'."
-        )
-        raise ValueError(f"train_on='pool' trains on every draw of a pool larger than its update group, and {how}")
-    if settings.baseline != "pool":
-        raise ValueError(
-            f"train_on='pool' trains on the whole pool, whose baseline is the pool's mean; baseline="
-            f"{settings.baseline!r} would centre it on the mean of a downsampled group that is not trained on. Remove "
-            "baseline (default 'pool'), or use train_on='downsample'."
-        )
-    if settings.sampler == "knapsack" and settings.options.train_on == "downsample":
-        raise ValueError(
-            "train_on='pool' trains on every draw of the pool and sampler_kwargs train_on='downsample' cuts each pool "
-            "to num_generations: choose one. With sampler='knapsack' training on the whole pool is its train_on='all' "
-            "(the default), which train_on='pool' leaves as it is: remove train_on from sampler_kwargs, or use "
-            "train_on='downsample'."
-        )
-    if settings.sampler == "est" and settings.est_train_on == "downsample":
-        raise ValueError(
-            "train_on='pool' trains on every draw of the pool and est_train_on='downsample' cuts each pool to "
-            "num_generations: choose one. With sampler='est' training on the whole pool is est_train_on='all' (its "
-            "default), which train_on='pool' leaves as it is: remove est_train_on, or use train_on='downsample'."
-        )
 
 
 def gates_refills(settings: SamplerSettings) -> bool:
@@ -129,7 +87,7 @@ SYNC_ONLY_KNOBS = {
 
 
 @dataclass
-class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
+class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
     r"""
     Configuration class for [`AdaAsyncGRPOTrainer`]: Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996))
     in TRL's asynchronous trainer, where a rollout worker keeps generating while the trainer trains.
@@ -161,8 +119,8 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
       its worker with the fixes of `RobustAsyncRolloutWorker`). Where the advantages are not TRL's (a weighting
       `objective` with any sampler, `est`'s residual weight, a pool that outgrows its update group), the worker
       computes them with the synchronous trainer's code, as `AdaGRPOTrainer` does: no knob is accepted and ignored.
-    - `train_on="pool"` (below, a knob of this trainer alone) trains on every draw of a pool instead of its
-      update group: TRL's packing needs no static shapes.
+    - `train_on="pool"` (below) trains on every draw of a pool instead of its update group, as in `AdaGRPOConfig`;
+      TRL's packing needs no static shapes, so no draw is left out.
 
     Parameters:
         > Parameters of adaptive sampling: those of [`AdaGRPOConfig`], with the same names, defaults and meanings
@@ -170,10 +128,8 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
         > Parameters of the asynchronous trainer
 
         train_on (`str`, *optional*, defaults to `"downsample"`):
-            What a prompt trains on once its pool is done. Supported values are `"downsample"` (its update group of
-            `num_generations`, as in `AdaGRPOConfig`) and `"pool"` (every draw of the pool, its advantages scaled by
-            `num_generations / pool size`). `"pool"` needs `baseline="pool"` and a pool that can outgrow its group, and
-            contradicts `est_train_on="downsample"` and `sampler_kwargs` `train_on="downsample"`.
+            What a prompt trains on once its pool is done, as in [`AdaGRPOConfig`] (one declaration for both). Here
+            TRL's packing needs no static shapes, so no draw of a pool is left out.
         prompts_per_generation_batch (`int` or `None`, *optional*, defaults to `None`):
             Number of prompts per generation batch when a rule reads the whole batch. Those rules are `sampler="est"`,
             `"knapsack"` and `"dapo_gated"`, and `objective="log"` or `"power"` with `normalize_weights`. If `None`, it
@@ -181,14 +137,6 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
             each prompt is a batch of its own and this must stay `None`.
     """
 
-    train_on: str = knob(
-        "downsample",
-        'What a prompt trains on once its pool is done. Supported values are `"downsample"` (its update group of '
-        '`num_generations`, as in `AdaGRPOConfig`) and `"pool"` (every draw of the pool, its advantages scaled by '
-        '`num_generations / pool size`). `"pool"` needs `baseline="pool"` and a pool that can outgrow its group, and '
-        'contradicts `est_train_on="downsample"` and `sampler_kwargs` `train_on="downsample"`.',
-        choices=TRAIN_ON_CHOICES,
-    )
     prompts_per_generation_batch: int | None = knob(
         None,
         'Number of prompts per generation batch when a rule reads the whole batch. Those rules are `sampler="est"`, '
@@ -248,5 +196,6 @@ class AdaAsyncGRPOConfig(SamplerFields, AsyncGRPOConfig):
         return SamplerSettings(**values).validated()
 
 
-ASYNC_ONLY_FIELDS = ("train_on", "prompts_per_generation_batch")
-"""The asynchronous trainer's own knobs (not read by samplers), declared on `AdaAsyncGRPOConfig`."""
+ASYNC_ONLY_FIELDS = ("prompts_per_generation_batch",)
+"""The asynchronous trainer's own knobs (not read by samplers), declared on `AdaAsyncGRPOConfig` (`train_on`, a knob of
+both trainers, is `TrainOnField`'s)."""

@@ -19,9 +19,9 @@ seams and copies no TRL body:
   complete and the exit rule has spoken, so nothing is drawn past an exit and nothing is cancelled. When every prompt
   of a batch is done, `Selection` (the synchronous trainer's code: downsampling, pool baseline, weights) gives the
   kept draws and their advantages; the samples carry those advantages, their own draw's policy version, and one
-  group id per prompt. With `train_on="pool"` every draw of the pool is a sample, in submission order, with the
-  advantage the kept group's rule gives it (`PromptResult.advantage_of`: the same baseline, scale and weight)
-  times `num_generations / pool size`, so the prompt weighs what its update group would (`pool_draw_share`). Where
+  group id per prompt. With `train_on="pool"` the kept draws are every draw of the pool, in submission order, with
+  the advantage the update group's rule gives it times the share of its outcome's draws that the group took, so the
+  prompt weighs what its update group would (`PromptResult.draw_shares`, the synchronous trainer's rule). Where
   DAPO drops groups and the weights are normalised (`AsyncSampling.normalises_over_the_update`), the kept prompts
   wait until `prompts_per_batch` of them are kept, an update's worth, and their weights are normalised together, as
   the synchronous refill does, rather than over each generation batch's kept prompts.
@@ -160,18 +160,6 @@ class AsyncSampling:
         settings = self.settings
         weights_differ = settings.objective != "linear" or settings.sampler_class.weight is not Sampler.weight
         return settings.refills and settings.normalize_weights and weights_differ
-
-
-def pool_draw_share(kept: int, pool: int) -> float:
-    """
-    What each draw of a pool trained on whole (`train_on="pool"`) is weighted by: `kept / pool`, so that a prompt's
-    advantages summed over its `pool` draws weigh in TRL's per-token mean what its update group's `kept` rows would:
-    its objective weight `w_x` (SPEC, "One training step", step 5), not `pool / kept` times it. Unweighted, a `seq_pos`
-    prompt drawing about `1/p̂` draws until its first positive would weigh about `w_x / p̂` (`1/p̂²` under the log
-    objective). With `est` the kept group is the whole pool (`est_train_on="all"`): its budget is its implicit weight
-    and the share is 1.
-    """
-    return kept / pool if pool else 0.0
 
 
 class StreamGate:
@@ -384,7 +372,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         if ada_sampling.pooled:
             kwargs["num_generations"] = 1  # every draw is a TRL group of its own (see the module docstring)
         super().__init__(**kwargs)
-        self.sampler = build_sampler(settings, ada_sampling.estimator, ada_sampling.predictor_source)
+        self.sampler = build_sampler(
+            settings, ada_sampling.estimator, ada_sampling.predictor_source, train_on=ada_sampling.train_on
+        )
         if ada_sampling.initial_state is not None:
             self.sampler.load_state_dict(ada_sampling.initial_state)
         self._batches: dict[int, _Batch] = {}
@@ -529,9 +519,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 versions = batch.versions.get(prompt, [])
                 spans.append(max(versions) - min(versions) if versions else 0)
                 pool = selection.pools[prompt]
-                samples = {
-                    draw: batch.samples.get((prompt, draw), []) for draw, _ in self._trained_draws(pool, result)
-                }
+                samples = {draw: batch.samples.get((prompt, draw), []) for draw in result.kept}
                 if not any(samples.values()):  # no draw (all skipped), or none with a training sequence
                     taken[prompt] = False
                     self._drop_row(batch.row_ids[prompt])
@@ -550,10 +538,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 # window sums (a per-batch count under a plain name would be averaged over the window's batches).
                 metrics["gate/passed_over_total"] = float(self._gate.take_passed_over())
                 metrics["gate/stream_epoch"] = float(self._gate.epoch)
-            if self.ada_sampling.train_on == "pool" and "zero_variance_share/kept" in metrics:
-                # The trained groups are the pools (their rewards are the baseline's: baseline="pool").
-                constant = [not result.has_signal for result in selection.prompts]
-                metrics["zero_variance_share/kept"] = sum(constant) / len(constant)
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
             # Where the draws went (`draws/*`), as rates over the log window, every sampler (a dropped group just
             # advances the stream, so each batch accounts for itself); they replace the step's per-batch shares.
@@ -587,7 +571,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         """A kept prompt's samples with the advantages of `result`, under one group id: TRL's row id for it."""
         samples = []
         pool_std = rules.mean_and_std(kept.pool)[1]
-        for draw, advantage in self._trained_draws(kept.pool, result):
+        for draw, advantage in zip(result.kept, result.advantages, strict=True):
             for sample in kept.samples[draw]:
                 sample.advantage = float(advantage)
                 # TRL's group id for the row (its row counter): what its resume and epoch counting read.
@@ -598,17 +582,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         for sample in samples:
             sample.metrics[GROUP_VERSION_KEY] = float(oldest)  # kept or dropped whole for staleness
         return samples
-
-    def _trained_draws(self, pool: tuple[float, ...], result: PromptResult) -> list[tuple[int, float]]:
-        """
-        `(draw index, advantage)` of each sample a prompt trains on: its kept group (`train_on="downsample"`), or every
-        draw of its pool in submission order (`"pool"`), each with the advantage the kept group's rule gives it
-        (`PromptResult.advantage_of`) times `len(kept) / len(pool)` (`pool_draw_share`).
-        """
-        if self.ada_sampling.train_on == "pool":
-            share = pool_draw_share(len(result.kept), len(pool))
-            return [(draw, share * result.advantage_of(reward)) for draw, reward in enumerate(pool)]
-        return list(zip(result.kept, result.advantages, strict=True))
 
     def _count_rows(self, row_ids: Sequence[int]) -> None:
         """Record that the sampler counted `row_ids`, compactly: rows finish nearly in order, so the rows above the

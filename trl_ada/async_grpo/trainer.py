@@ -70,7 +70,8 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
     """
     settings = args.sampler_settings()
     predictor_source = resolve_pass_rate_predictor(settings)
-    build_sampler(settings, pass_rate_estimator, predictor_source)  # raises what the worker would, here and now
+    # Raises what the worker would, here and now.
+    build_sampler(settings, pass_rate_estimator, predictor_source, train_on=args.train_on)
     samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
     # Where no rule reads the batch, each prompt is a batch of its own and its samples are queued as soon as its pool
     # is done, rather than when the batch's slowest prompt is (they would age meanwhile: BENCHMARKS.md, "Asynchronous
@@ -458,7 +459,9 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         state = self._sampler_state_to_save() if self.args.should_save else None
         if state is not None:
             sampling = self.ada_sampling
-            sampler = build_sampler(sampling.settings, sampling.estimator, sampling.predictor_source)
+            sampler = build_sampler(
+                sampling.settings, sampling.estimator, sampling.predictor_source, train_on=sampling.train_on
+            )
             sampler.load_state_dict(state)
             save = getattr(sampler.estimator, "save_pretrained", None)
             if save is not None:

@@ -363,14 +363,15 @@ def write_trainer_card(
 ) -> ModelCard:
     """[`write_model_card`] for a trainer that has run (either trl-ada trainer): its output folder, logs, Hub id,
     paper, base model, training data and completion length, on the main process after TRL wrote its own card; the
-    asynchronous trainer's own knobs (`ASYNC_ONLY_FIELDS`) are shown after the sampler's."""
+    trainer's own knobs that change what is trained (`train_on`, and the asynchronous trainer's `ASYNC_ONLY_FIELDS`)
+    are shown after the sampler's."""
     from ..trl_seam import get_config_model_id
 
-    trainer_settings = []
+    trainer_settings = [("train_on", trainer.args.train_on)]
     if trainer_name == ASYNC_TRAINER_NAME:
         from ..async_grpo.config import ASYNC_ONLY_FIELDS
 
-        trainer_settings = [(name, getattr(trainer.args, name)) for name in ASYNC_ONLY_FIELDS]
+        trainer_settings += [(name, getattr(trainer.args, name)) for name in ASYNC_ONLY_FIELDS]
 
     return write_model_card(
         trainer.args.output_dir,

@@ -58,12 +58,20 @@ class PromptResult:
     """
     unnormalised_weight: float
     """The sampler's weight before `normalize_weights` (clipped): what [`finish_update`] rescales over the update."""
+    draw_shares: tuple[float, ...] = ()
+    """
+    Per kept completion, the factor of its advantage; empty when every factor is 1 (the kept group is the sampler's).
+    With `train_on="pool"` the whole pool is kept, and each draw's factor is the share of its outcome's draws that the
+    sampler's group took ([`rules.outcome_shares`]): the pool's gradient is then the expectation of the group's over
+    the draws the downsampling could have taken, so the prompt weighs what its group would (its objective weight, SPEC
+    "One training step", step 5) and its rare outcome keeps the push the group gave it.
+    """
 
     def advantage_of(self, reward: float) -> float:
         """
         The advantage this prompt's rule gives a completion of its pool with `reward`: `w * (r - b)` with its baseline,
-        scale and weight ([`rules.advantage`]), exactly zero without a signal. What `advantages` holds for the kept
-        completions; the asynchronous trainer's `train_on="pool"` applies it to every draw of the pool.
+        scale and weight ([`rules.advantage`]), exactly zero without a signal. `advantages` holds it for the kept
+        completions, each times its `draw_shares` factor.
         """
         return rules.advantage(reward, self.baseline, self.scale, self.weight) if self.has_signal else 0.0
 
@@ -194,6 +202,15 @@ class SamplingStep:
             raise RuntimeError("observe() the last round's rewards before finish()")
         settings = self.settings
         kept = [self.sampler.keep(self, index) for index in range(self.num_prompts)]
+        draw_shares: list[tuple[float, ...]] = [()] * self.num_prompts
+        if self.sampler.train_on == "pool":
+            # The sampler's group still sets what each outcome weighs in the update; every draw of the pool carries it.
+            threshold = settings.positive_threshold
+            draw_shares = [
+                tuple(rules.outcome_shares(pool, group, threshold, self.masked[index]))
+                for index, (group, pool) in enumerate(zip(kept, self.pools, strict=True))
+            ]
+            kept = [list(range(len(pool))) for pool in self.pools]
         kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(self.pools, kept, strict=True)]
 
         pool_stats = [rules.mean_and_std(pool) for pool in self.pools]
@@ -223,9 +240,9 @@ class SamplingStep:
 
         kept_constant = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
         prompts = [
-            PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful, weight)
-            for idx, (baseline, _), scale, weight, pass_rate, useful in zip(
-                kept, stats, scales, weights, pass_rates, has_signal, strict=True
+            PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful, weight, share)
+            for idx, (baseline, _), scale, weight, pass_rate, useful, share in zip(
+                kept, stats, scales, weights, pass_rates, has_signal, draw_shares, strict=True
             )
         ]
         results = list(finish_update(prompts, kept_rewards, settings))
@@ -342,8 +359,48 @@ def finish_update(
         # Exactly zero without a signal (not float noise below the tolerance): DAPO pads batches with such groups,
         # which must add no gradient.
         result = replace(prompt, scale=scale, weight=weight)
-        results.append(replace(result, advantages=tuple(result.advantage_of(r) for r in rewards)))
+        shares = result.draw_shares or (1.0,) * len(rewards)
+        advantages = tuple(share * result.advantage_of(r) for share, r in zip(shares, rewards, strict=True))
+        results.append(replace(result, advantages=advantages))
     return tuple(results)
+
+
+def fit_trained_rows(
+    results: Sequence[PromptResult], multiple: int, group_size: int
+) -> tuple[tuple[PromptResult, ...], int]:
+    """
+    `results` with the fewest kept completions left out that make their total a multiple of `multiple`, and how many
+    were left out: what `train_on="pool"` needs where the rows must split evenly (TRL's synchronous batch: into groups
+    of `group_size`, processes and `steps_per_generation`). Each is taken from the largest kept group at the time (the
+    earlier prompt on a tie), and within it the completion whose advantage is smallest in magnitude (the later draw on
+    a tie): the one the loss reads least. No group falls below `group_size` where the groups hold at least that many
+    and `multiple` divides `len(results) * group_size`.
+    """
+    total = sum(len(result.kept) for result in results)
+    surplus = total % multiple
+    kept = [
+        list(zip(result.kept, result.advantages, result.draw_shares or (1.0,) * len(result.kept), strict=True))
+        for result in results
+    ]
+    for _ in range(surplus):
+        largest = max(range(len(kept)), key=lambda index: (len(kept[index]), -index))
+        if len(kept[largest]) <= group_size:
+            raise ValueError(
+                f"{total} kept completions cannot be cut to a multiple of {multiple} without taking a group below "
+                f"{group_size} completions."
+            )
+        position = min(range(len(kept[largest])), key=lambda i: (abs(kept[largest][i][1]), -i))
+        del kept[largest][position]
+    fitted = tuple(
+        replace(
+            result,
+            kept=tuple(row[0] for row in rows),
+            advantages=tuple(row[1] for row in rows),
+            draw_shares=tuple(row[2] for row in rows) if result.draw_shares else (),
+        )
+        for result, rows in zip(results, kept, strict=True)
+    )
+    return fitted, surplus
 
 
 def selection_draws(
@@ -445,6 +502,9 @@ class Sampler:
                 "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
             )
         self.estimator = estimator
+        # What a prompt trains on, the trainer config's `train_on` (set by `build_sampler`): the group `keep` chooses,
+        # or every draw of its pool ("pool", each advantage scaled by `PromptResult.draw_shares`).
+        self.train_on = "downsample"
         # A remembered baseline's memory of every prompt's draws, updated once per generation batch by `finish`; the
         # sampler's own estimator, if any, is updated by the sampler and stays separate.
         self.baseline_history: PassRateEstimator | None = None
@@ -566,13 +626,19 @@ def _objective_phrase(settings: SamplerSettings) -> str:
     return f", and each prompt's gradient weighted by the `{settings.objective}` objective's w(p̂) of its pool"
 
 
-def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_source: str | None = None) -> Sampler:
+def build_sampler(
+    settings: SamplerSettings,
+    estimator: Any = None,
+    predictor_source: str | None = None,
+    train_on: str = "downsample",
+) -> Sampler:
     """
     The sampler that `settings.sampler` names (any registered one). `estimator`: a pass-rate estimator object for the
     samplers that read one (`est`, the predictive and tracked round policies of `seq_*`), in place of the one
     `settings.pass_rate_predictor` names. Its state must be JSON-serialisable (it is saved in every checkpoint):
     checked here, before any compute. `predictor_source`: a local directory holding the saved predictor that
-    `settings.pass_rate_predictor` names (the snapshot of a Hub id).
+    `settings.pass_rate_predictor` names (the snapshot of a Hub id). `train_on`: the trainer's `train_on`, which its
+    config checked (`trl_ada.config.check_train_on`).
     """
     settings = settings.validated()
     if estimator is not None:
@@ -596,6 +662,7 @@ def build_sampler(settings: SamplerSettings, estimator: Any = None, predictor_so
         estimator = build_pass_rate_estimator(settings, predictor_source)
     cls = settings.sampler_class
     sampler = cls(settings) if estimator is None else cls(settings, estimator)
+    sampler.train_on = train_on
     if predictor_source is not None and settings.baseline == "predicted":
         # `baseline="predicted"` warm-starts from the saved predictor too, in an object of its own.
         sampler.baseline_history = build_pass_rate_estimator(settings, predictor_source)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import random
+from collections import Counter
 from collections.abc import Collection, Sequence
 
 # Added to the std before dividing, exactly as TRL's GRPOTrainer does, so that `scale_rewards` means the same here.
@@ -103,6 +104,26 @@ def downsample(
         + rng.sample(last_resort, take_last_resort)
     )
     return sorted(kept)
+
+
+def outcome_shares(
+    pool: Sequence[float], group: Sequence[int], threshold: float, excluded: Collection[int] = ()
+) -> list[float]:
+    """
+    Per draw of `pool`, the share of the draws of its outcome that `group` (indices into `pool`) holds: positive,
+    negative, or neither (unscorable, or `excluded` from the sides as [`downsample`] excludes them). A gradient over the whole pool with each draw's advantage scaled by its share is the
+    expectation, over which draws of each outcome the group took, of the group's own gradient: every draw is used, and
+    the outcome mix the downsampling chose (`"balanced"`: the rare outcome kept whole) keeps its weight. The shares of
+    a pool sum to `len(group)`.
+    """
+
+    outcomes = [
+        -1 if index in excluded or not is_scorable(reward) else int(is_positive(reward, threshold))
+        for index, reward in enumerate(pool)
+    ]
+    drawn = Counter(outcomes)
+    kept = Counter(outcomes[index] for index in group)
+    return [kept[outcome] / drawn[outcome] for outcome in outcomes]
 
 
 def objective_weight(pass_rate: float, objective: str, power_alpha: float, max_weight: float) -> float:

@@ -21,6 +21,7 @@ import torch
 from accelerate.utils import gather_object
 
 from ..samplers import PromptKey, Sampler, ScheduleStats, Selection, rules
+from ..samplers.base import fit_trained_rows
 from ..samplers.dapo import RefillWalk, fill_update, refill_gate
 from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
@@ -109,6 +110,13 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         for name, value in filler.metrics().items():
             train_metrics(trainer)[f"ada/{name}"].append(value)
 
+    num_processes = trainer.accelerator.num_processes
+    if trainer.ada_sampler.train_on == "pool":
+        # TRL reshapes the rows by num_generations, splits them evenly over the processes and each process's rows into
+        # steps_per_generation micro-batches; a pool's size is its own, so the total is cut to fit.
+        multiple = math.lcm(trainer.num_generations, num_processes * trainer.args.steps_per_generation)
+        results, left_out = fit_trained_rows(results, multiple, trainer.num_generations)
+        train_metrics(trainer)["ada/pool_draws_left_out"].append(float(left_out))
     kept: list[PoolEntry] = []
     kept_inputs: list[dict[str, Any]] = []
     advantages: list[float] = []
@@ -124,8 +132,7 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
     trained_advantages = None
     if not (identity and batches[0].selection.is_plain_grpo):
         trained_advantages = torch.tensor(advantages, dtype=torch.float32, device=trainer.accelerator.device)
-    local = len(inputs)
-    num_processes = trainer.accelerator.num_processes
+    local = len(kept) // num_processes
     # Each kept row moves once, from the process that generated it to the one that trains on it.
     rows = route_kept_rows(kept, rank, num_processes, trainer.accelerator.device)
     if num_processes > 1:
@@ -133,7 +140,7 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
     trainer._ada_pending = PendingBatch(
         rows=rows,
         rewards=torch.stack([entry.rewards_per_func for entry in kept]),
-        group_sizes=[len(batches[b].selection.prompts[g].kept) for b, g in chosen],
+        group_sizes=[len(result.kept) for result in results],
         advantages=trained_advantages,
     )
     # An environment's observation is part of the prompt each kept completion was generated from.
