@@ -285,6 +285,16 @@ def by_prompt(samples) -> dict[int, list[tuple[int, float, float, int, int]]]:
     return out
 
 
+def drained_metrics(loop) -> dict[str, float]:
+    """The counters (`*_total`) the loop pushed since the last call, summed as TRL's log window sums them."""
+    totals: dict[str, float] = {}
+    while not loop._metrics_queue.empty():
+        for name, value in loop._metrics_queue.get_nowait().items():
+            if name.endswith("_total"):
+                totals[name] = totals.get(name, 0.0) + value
+    return totals
+
+
 def pool_advantages(pools: dict[int, list[float]], settings: SamplerSettings) -> dict[int, list[float]]:
     """
     `w_x (r_i - p̂_x) / (std_x + 1e-4)` for every draw, written out from the 0/1 rewards alone: `p̂_x` the pool's mean
@@ -351,6 +361,9 @@ def test_train_on_pool_trains_on_every_draw_in_submission_order_with_the_pool_ad
     for batch in range(2):
         samples, versions = drive_one_batch(pooled, seed + 10 * batch)
         got = by_prompt(samples)
+        # The draws accounting counts every draw of a pool with a signal as trained, not its group of 4.
+        counted = drained_metrics(pooled)
+        assert counted["ada/draws/trained_total"] == counted["ada/draws/useful_total"] > 0
         submitted = {prompt: sorted(d for p, d in versions if p == prompt) for prompt in range(NUM_PROMPTS)}
         assert sorted(got) == list(range(NUM_PROMPTS))
         pools = {}

@@ -39,6 +39,7 @@ def test_card_renders_real_numbers_and_parses(trained):
     assert "on the dataset [local/arithmetic](https://huggingface.co/datasets/local/arithmetic), rewarded by " in flat
     assert "`starts_low_digit`." in flat
     assert "## Reinforce-Ada" in text and "| `sampler` | seq_balance |" in text and "| `round_size` | 4 |" in text
+    assert "| `train_on` | downsample |" in text  # the trainer's knob, shown after the sampler's
     logged = [e for e in trained.state.log_history if "loss" in e]
     mean_samples = sum(e["ada/samples_per_prompt/mean"] for e in logged) / len(logged)
     row = re.search(r"completions drawn per prompt \(mean\) \| ([0-9.]+) \|", text)
