@@ -119,8 +119,8 @@ METHODS: dict[str, tuple[str, dict]] = {
             "objective": "linear",
         },
     ),
-    # Whole-pool updates: every draw of a Seq-* pool trained on, each advantage scaled by group / pool so that a prompt
-    # weighs what its group would (`train_on="pool"`).
+    # Whole-pool updates: every draw of a Seq-* pool trained on, each advantage scaled by the share of its outcome's
+    # draws that the balanced group kept, so that a prompt weighs what its group would (`train_on="pool"`).
     "seq_balance_pool": (
         "Seq-balance, whole pool",
         {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4, "train_on": "pool"},

@@ -107,7 +107,7 @@ class TrainOnField:
 
 
 ADA_ONLY_FIELDS = ("generation_schedule", "continuous_max_in_flight", "train_on")
-"""The trainer's own knobs (not read by samplers), declared on `AdaGRPOConfig`."""
+"""The trainer's own knobs (not read by samplers): declared on `AdaGRPOConfig`, and `train_on` on `TrainOnField`."""
 
 
 @dataclass

@@ -359,8 +359,9 @@ def finish_update(
         # Exactly zero without a signal (not float noise below the tolerance): DAPO pads batches with such groups,
         # which must add no gradient.
         result = replace(prompt, scale=scale, weight=weight)
-        shares = result.draw_shares or (1.0,) * len(rewards)
-        advantages = tuple(share * result.advantage_of(r) for share, r in zip(shares, rewards, strict=True))
+        advantages = tuple(result.advantage_of(r) for r in rewards)
+        if result.draw_shares:
+            advantages = tuple(share * a for share, a in zip(result.draw_shares, advantages, strict=True))
         results.append(replace(result, advantages=advantages))
     return tuple(results)
 

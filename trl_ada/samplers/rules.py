@@ -111,12 +111,11 @@ def outcome_shares(
 ) -> list[float]:
     """
     Per draw of `pool`, the share of the draws of its outcome that `group` (indices into `pool`) holds: positive,
-    negative, or neither (unscorable, or `excluded` from the sides as [`downsample`] excludes them). A gradient over the whole pool with each draw's advantage scaled by its share is the
-    expectation, over which draws of each outcome the group took, of the group's own gradient: every draw is used, and
-    the outcome mix the downsampling chose (`"balanced"`: the rare outcome kept whole) keeps its weight. The shares of
-    a pool sum to `len(group)`.
+    negative, or neither (unscorable, or `excluded` from the sides as [`downsample`] excludes them). A gradient over
+    the whole pool with each draw's advantage scaled by its share is the expectation, over which draws of each outcome
+    the group took, of the group's own gradient: every draw is used, and the outcome mix the downsampling chose
+    (`"balanced"`: the rare outcome kept whole) keeps its weight. The shares of a pool sum to `len(group)`.
     """
-
     outcomes = [
         -1 if index in excluded or not is_scorable(reward) else int(is_positive(reward, threshold))
         for index, reward in enumerate(pool)
