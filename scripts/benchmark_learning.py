@@ -170,6 +170,43 @@ METHODS: dict[str, tuple[str, dict]] = {
             "normalize_advantages": True,
         },
     ),
+    # SPO (Xu et al., arXiv 2509.13232): the smallest group TRL allows, the tracked baseline, advantages normalised over
+    # the update, and each generation batch's prompts drawn by sqrt(p(1-p)) + 0.05 from the tracker.
+    "spo": (
+        "SPO n=2",
+        {
+            "sampler": "spo",
+            "num_generations": 2,
+            "baseline": "tracked",
+            "scale_rewards": "none",
+            "normalize_advantages": True,
+        },
+    ),
+    # SPO with a weak Beta(0.1, 0.1) prior: a prompt never solved reads close to 0, as SPO's tracker initialised from
+    # offline draws does, instead of 1 / (N + 2) under Beta(1, 1); both its baseline and its priority follow.
+    "spo_weak_prior": (
+        "SPO n=2, Beta(0.1, 0.1) prior",
+        {
+            "sampler": "spo",
+            "num_generations": 2,
+            "baseline": "tracked",
+            "scale_rewards": "none",
+            "normalize_advantages": True,
+            "pass_rate_prior_alpha": 0.1,
+            "pass_rate_prior_beta": 0.1,
+        },
+    ),
+    # SPO's ablation: the same group and baseline in TRL's shuffled order, so the difference is the priority draw.
+    "spo_shuffled": (
+        "SPO n=2, shuffled order",
+        {
+            "sampler": "uniform",
+            "num_generations": 2,
+            "baseline": "tracked",
+            "scale_rewards": "none",
+            "normalize_advantages": True,
+        },
+    ),
 }
 BUILT_IN_METHODS = dict(METHODS)
 RECOMMENDED = "dapo"

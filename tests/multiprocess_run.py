@@ -50,6 +50,7 @@ class Recording(AdaGRPOTrainer):
         super()._log_selection(selection)
 
     def _sample(self, inputs):
+        self.__dict__.setdefault("drawn_prompts", []).append([row.get("prompt") for row in inputs])
         kept_inputs = super()._sample(inputs)
         moved = self._metrics["train"].get("ada/kept_rows_moved", [])
         self.__dict__.setdefault("moved", []).append(moved[-1] if moved else None)
@@ -122,6 +123,8 @@ def run(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides
         "trained_advantages": trainer.trained_advantages,
         "rows_line_up": trainer.__dict__.get("rows_line_up"),
         "rollout_rows_line_up": trainer.__dict__.get("rollout_rows_line_up"),
+        "drawn_prompts": trainer.drawn_prompts,
+        "baseline_history": trainer.ada_sampler.state_dict().get("baseline_history"),
     }
 
 
@@ -235,6 +238,21 @@ def main() -> None:
             steps_per_generation=2,
             gradient_accumulation_steps=2,
             max_steps=2,
+        ),
+        # SPO draws each generation batch's prompts by priority from its tracker: both processes must draw the same
+        # prompts, each its own slice of them, and remember the same pass rates.
+        "spo": run(
+            out_dir,
+            "spo",
+            starts_low_digit,
+            {"train_dataset": make_dataset(8, seed=1)},
+            sampler="spo",
+            baseline="tracked",
+            scale_rewards="none",
+            normalize_advantages=True,
+            num_generations=2,
+            per_device_train_batch_size=4,
+            max_steps=4,
         ),
         "sparse": run(
             out_dir,

@@ -17,12 +17,14 @@ def two_process_reports(tmp_path_factory):
 
 
 def test_two_processes_ran(two_process_reports):
-    for scenario in ("balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "sparse"):
+    for scenario in ("balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "spo", "sparse"):
         assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
         assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
 
 
-@pytest.mark.parametrize("scenario", ["balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "sparse"])
+@pytest.mark.parametrize(
+    "scenario", ["balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "spo", "sparse"]
+)
 def test_ranks_agree_on_every_selection(two_process_reports, scenario):
     rank0, rank1 = (report[scenario] for report in two_process_reports)
     assert rank0["selections"] and rank0["selections"] == rank1["selections"]
@@ -62,6 +64,16 @@ def test_the_whole_pool_trains_split_evenly_over_processes_and_micro_batches(two
         trained = rank0["trained_advantages"][step] + rank1["trained_advantages"][step]
         assert trained == pytest.approx([a for result in fitted for a in result.advantages], abs=1e-6)
     assert outgrew  # some pool was larger than its group of 4, so the rows differed from TRL's batch
+
+
+def test_spo_draws_the_same_prompts_by_priority_on_both_processes(two_process_reports):
+    rank0, rank1 = (report["spo"] for report in two_process_reports)
+    assert rank0["baseline_history"] == rank1["baseline_history"] and rank0["baseline_history"]["counts"]
+    for local0, local1 in zip(rank0["drawn_prompts"], rank1["drawn_prompts"], strict=True):
+        # TRL's layout: the generation batch's 4 prompts, each twice in a row, 4 rows to each process.
+        rows = local0 + local1
+        prompts = rows[::2]
+        assert rows[1::2] == prompts and len(set(prompts)) == 4
 
 
 def test_balance_run_keeps_static_shapes(two_process_reports):

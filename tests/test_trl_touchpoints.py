@@ -359,6 +359,17 @@ TOUCHPOINTS = [
         ),
     ),
     Touchpoint(
+        "GRPOTrainer._get_train_sampler",
+        "override, call",
+        "`_get_train_sampler(dataset)` returns a `RepeatSampler` whose `mini_repeat_count`, `batch_size` and "
+        '`repeat_count` lay out the training data: a prompt-choosing sampler (`sampler="spo"`) draws in that layout',
+        all_of(
+            parameters(GRPOTrainer, "_get_train_sampler", ("dataset",)),
+            contains(GRPOTrainer, "_get_train_sampler", "return RepeatSampler("),
+            assigned(RepeatSampler, ("mini_repeat_count", "batch_size", "repeat_count")),
+        ),
+    ),
+    Touchpoint(
         "get_config_model_id",
         "function",
         "`get_config_model_id(config)`: the default output name",

@@ -126,14 +126,14 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
         > Parameters that control the adaptive sampling
 
         sampler (`str`, *optional*, defaults to `"seq_balance"`):
-            Sampling strategy: the name of a sampler registered with `trl_ada.samplers.register_sampler`. Built in:
-            `"uniform"` (plain GRPO), `"seq_pos"` and `"seq_balance"` (rounds until a prompt meets its quotas), `"est"`
-            (one budget per prompt from tracked pass rates), `"dapo"` (drops groups without a signal and refills the
-            batch), `"knapsack"` (Knapsack-RL) and `"dapo_gated"` (DAPO with a gated refill). See the Samplers docs.
+            Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"`
+            (GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` (budgets from pass
+            rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` (a gated refill)
+            and `"spo"` (SPO: prompts drawn by their tracked pass rates). See the Samplers docs.
         sampler_kwargs (`dict` or `str` or `None`, *optional*, defaults to `None`):
             Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the
-            built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`) and `"dapo_gated"`
-            (`trl_ada.samplers.GatedRefillOptions`) take any.
+            built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`), `"dapo_gated"`
+            (`trl_ada.samplers.GatedRefillOptions`) and `"spo"` (`trl_ada.samplers.SpoOptions`) take any.
         round_size (`int`, *optional*, defaults to `8`):
             Number of completions generated per active prompt in each round (`M` in the paper). Must be at least 1. Read
             by `"seq_pos"` and `"seq_balance"`.

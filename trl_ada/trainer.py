@@ -30,11 +30,13 @@ from .reporting.metrics import reduce_log_window
 from .rewards.registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
 from .runtime.model_path import check_model_name
-from .samplers import PassRateEstimator, Selection, build_sampler
+from .samplers import PassRateEstimator, PromptPriority, Selection, build_sampler
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR
+from .samplers.spo import prompt_priority
 from .schedules.driver import PendingBatch, log_selection, refill_walk, sample_step
 from .schedules.pools import generate_fields
+from .schedules.priority import check_prompt_choice, priority_order
 from .schedules.server_draws import ensure_open_files
 from .trl_seam import (
     add_pending_extra_logs,
@@ -229,6 +231,8 @@ class AdaGRPOTrainer(GRPOTrainer):
                 "DAPO refilling draws extra prompts by index, which an IterableDataset does not allow. Pass a "
                 "map-style datasets.Dataset, or use sampler='seq_balance'."
             )
+        if issubclass(settings.sampler_class, PromptPriority):
+            check_prompt_choice(settings.sampler, args, train_dataset)
         reward_funcs = resolve_reward_funcs(reward_funcs)
         self.ada_sampler = build_sampler(
             settings, pass_rate_estimator, resolve_pass_rate_predictor(settings), train_on=args.train_on
@@ -240,6 +244,14 @@ class AdaGRPOTrainer(GRPOTrainer):
                 "generation_schedule='continuous' sends token ids only; a vision-language model's prompts carry "
                 "images. Use generation_schedule='rounds'."
             )
+
+    def _get_train_sampler(self, dataset=None):
+        """Overridden so that a sampler that chooses its prompts (`sampler="spo"`) draws each generation batch's."""
+        data_order = super()._get_train_sampler(dataset)
+        chooser = prompt_priority(self.ada_sampler)
+        if chooser is None:
+            return data_order
+        return priority_order(self, data_order, self.train_dataset if dataset is None else dataset, chooser)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         """

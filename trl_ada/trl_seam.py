@@ -43,6 +43,7 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "create_model_card": ("model_name", "dataset_name", "tags"),
     "create_accelerator_and_postprocess": (),
+    "_get_train_sampler": ("dataset",),
 }
 
 GENERATE_OUTPUT_FIELDS = (
@@ -409,6 +410,18 @@ def unwrap_for_generation(trainer: Any, gather_deepspeed3_params: bool = True) -
 from trl.trainer.grpo_trainer import GRPOTrainer, RepeatSampler  # noqa: E402
 from trl.trainer.utils import get_config_model_id  # noqa: E402
 
+
+def repeat_layout(data_order: Any) -> dict[str, int]:
+    """The layout of `GRPOTrainer._get_train_sampler`'s `RepeatSampler`: rows per prompt, prompts per generation batch
+    and how many times a batch repeats (`mini_repeat_count`, `batch_size`, `repeat_count`)."""
+    if not isinstance(data_order, RepeatSampler):
+        refuse_unsupported(
+            f"GRPOTrainer._get_train_sampler returned a {type(data_order).__name__}, not TRL's RepeatSampler, whose "
+            "layout a prompt-choosing sampler (sampler='spo') draws in; this TRL release is not supported by trl-ada."
+        )
+    return {name: getattr(data_order, name) for name in ("mini_repeat_count", "batch_size", "repeat_count")}
+
+
 check_overridable(GRPOTrainer)
 install_fused_lm_head_fallback()
 
@@ -424,6 +437,7 @@ __all__ = [
     "get_config_model_id",
     "is_vlm",
     "completions_payload",
+    "repeat_layout",
     "replayed_completions",
     "server_sampling_params",
     "set_last_loaded_step",

@@ -8,7 +8,7 @@ from dataclasses import MISSING, dataclass, fields
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from ..config import TrainOnField, batch_rules, check_train_on
-from ..samplers import SamplerFields, SamplerSettings
+from ..samplers import PromptPriority, SamplerFields, SamplerSettings, sampler_class
 from ..samplers.dapo import RefillGate
 from ..samplers.settings import REMEMBERED_BASELINES, ReadIf, check_knobs_read, knob
 
@@ -184,6 +184,12 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
         # AsyncGRPOConfig has no `scale_rewards`: its trainer always scales by the group's std, SamplerSettings' default.
+        if issubclass(sampler_class(self.sampler), PromptPriority):
+            raise ValueError(
+                f"sampler={self.sampler!r} centres each reward on the prompt's remembered pass rate, and TRL's "
+                "asynchronous trainer divides every group by its own reward std, which is 0 for an unmixed group; its "
+                "worker also walks the dataset in TRL's order. Use AdaGRPOTrainer (AdaGRPOConfig) for it."
+            )
         if self.baseline in REMEMBERED_BASELINES:
             raise ValueError(
                 f"baseline={self.baseline!r} gives an unmixed group an advantage against its remembered pass rate, and "

@@ -233,7 +233,8 @@ def _plan_settings(args: argparse.Namespace) -> list[SamplerSettings]:
             )
         }
         applied.update(read)
-        settings_list.append(SamplerSettings(sampler=name, **read))
+        # A sampler that cannot run at the defaults (`spo`) is compared with its recipe, under what the user set.
+        settings_list.append(SamplerSettings(sampler=name, **(dict(candidate.sampler_class.Options.recipe) | read)))
     unread = [knob for knob in given if knob not in applied]
     if unread:
         flags = ", ".join("--" + knob.replace("_", "-") for knob in unread)

@@ -4,7 +4,7 @@ Sampling strategies for Reinforce-Ada. Pure Python: this package imports neither
 Every sampler is a plug-in: `@register_sampler("name")` on a [`Sampler`] subclass makes `sampler="name"` selectable in
 `AdaGRPOConfig`, on the command line, in `trl-ada simulate` and on the model card. The built-in ones register
 themselves the same way, as their modules are imported: uniform (`uniform`), seq_pos and seq_balance (`sequential`),
-dapo (`dapo`), est (`est`), dapo_gated (`gated`), knapsack (`knapsack`).
+dapo (`dapo`), est (`est`), dapo_gated (`gated`), knapsack (`knapsack`), spo (`spo`).
 """
 
 # isort: off
@@ -23,6 +23,7 @@ from .predictor import LearnedPassRatePredictor, PromptKey
 from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
 from .settings import SamplerFields, SamplerOptions, SamplerSettings, read_when
 from .simulate import SimulationResult, simulate
+from .spo import PromptPriority, SpoOptions, SpoSampler  # registers "spo"
 from .tracker import DecayedBetaTracker, PassRateEstimator
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "LearnedPassRatePredictor",
     "PassRateEstimator",
     "PromptKey",
+    "PromptPriority",
     "PromptResult",
     "Sampler",
     "SamplerFields",
@@ -52,6 +54,8 @@ __all__ = [
     "SeqPosSampler",
     "SequentialSampler",
     "SimulationResult",
+    "SpoOptions",
+    "SpoSampler",
     "UniformSampler",
     "build_sampler",
     "read_when",

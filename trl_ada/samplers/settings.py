@@ -122,16 +122,16 @@ class SamplerFields:
 
     sampler: str = knob(
         "seq_balance",
-        "Sampling strategy: the name of a sampler registered with `trl_ada.samplers.register_sampler`. Built in: "
-        '`"uniform"` (plain GRPO), `"seq_pos"` and `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` '
-        '(one budget per prompt from tracked pass rates), `"dapo"` (drops groups without a signal and refills the '
-        'batch), `"knapsack"` (Knapsack-RL) and `"dapo_gated"` (DAPO with a gated refill). See the Samplers docs.',
+        'Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"` '
+        '(GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` (budgets from pass '
+        'rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` (a gated refill) '
+        'and `"spo"` (SPO: prompts drawn by their tracked pass rates). See the Samplers docs.',
     )
     sampler_kwargs: dict[str, Any] | str | None = knob(
         None,
         "Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the "
-        'built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`) and `"dapo_gated"` '
-        "(`trl_ada.samplers.GatedRefillOptions`) take any.",
+        'built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`), `"dapo_gated"` '
+        '(`trl_ada.samplers.GatedRefillOptions`) and `"spo"` (`trl_ada.samplers.SpoOptions`) take any.',
     )
     round_size: int = knob(
         8,
@@ -585,6 +585,8 @@ class SamplerOptions:
         "dapo_refill": "DAPO's batch filling on plain GRPO sampling is sampler='dapo': use sampler='dapo' instead."
     }
     """Knob -> a hint added to the error when a user sets it and this sampler does not read it."""
+    recipe: ClassVar[Mapping[str, Any]] = {}
+    """Knob values this sampler needs where the defaults do not fit (`trl-ada simulate` compares it with them)."""
 
     @property
     def max_pool_size(self) -> int:

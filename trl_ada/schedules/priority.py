@@ -1,0 +1,107 @@
+"""The training data order of a sampler that chooses its prompts (`sampler="spo"`): drawn by priority, batch by batch."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import datasets
+from torch.utils.data import IterableDataset, Sampler
+
+from ..samplers.spo import PromptPriority
+from ..trl_seam import repeat_layout
+from .base import prompt_keys
+
+
+def weighted_sample(weights: Sequence[float], count: int, rng: random.Random) -> list[int]:
+    """
+    `count` distinct indices drawn one after another, each with probability proportional to its weight among those not
+    yet drawn (Efraimidis and Spirakis' keys `u ** (1 / w)`, the largest `count`). Uses exactly one random number per
+    weight, so the generator advances the same whatever the weights (a resume that replays draws stays in step).
+    """
+    if count > len(weights):
+        raise ValueError(f"cannot draw {count} distinct prompts from {len(weights)}")
+    keys = []
+    for index, weight in enumerate(weights):
+        if not weight > 0.0:  # also NaN
+            raise ValueError(f"prompt {index}'s priority is {weight}; priorities must be positive and finite.")
+        keys.append((rng.random() ** (1.0 / weight), index))
+    keys.sort(reverse=True)
+    return [index for _, index in keys[:count]]
+
+
+class PriorityRepeatSampler(Sampler[int]):
+    """
+    TRL's `RepeatSampler` layout (each prompt `mini_repeat_count` times in a row, each batch of `batch_size` distinct
+    prompts `repeat_count` times), with each batch's prompts drawn by `priorities()` (one weight per dataset row) at the
+    moment the data loader reaches it, rather than from a shuffled permutation. Every process builds it with the same
+    seed and reads the same priorities, so every process draws the same prompts. An epoch is as many batches as
+    `RepeatSampler`'s.
+    """
+
+    def __init__(
+        self,
+        num_rows: int,
+        priorities: Callable[[], Sequence[float]],
+        mini_repeat_count: int,
+        batch_size: int,
+        repeat_count: int,
+        seed: int,
+    ) -> None:
+        if batch_size > num_rows:
+            raise ValueError(
+                f"a generation batch of {batch_size} distinct prompts cannot be drawn from a dataset of {num_rows}; "
+                "use a larger dataset or fewer prompts per generation batch."
+            )
+        self.num_rows = num_rows
+        self.priorities = priorities
+        self.mini_repeat_count = mini_repeat_count
+        self.batch_size = batch_size
+        self.repeat_count = repeat_count
+        self.rng = random.Random(seed)
+
+    def __iter__(self) -> Iterator[int]:
+        for _ in range(self.num_rows // self.batch_size):
+            weights = list(self.priorities())
+            if len(weights) != self.num_rows:
+                raise ValueError(f"got {len(weights)} prompt priorities for a dataset of {self.num_rows} rows")
+            chunk = weighted_sample(weights, self.batch_size, self.rng)
+            for _ in range(self.repeat_count):
+                for index in chunk:
+                    yield from [index] * self.mini_repeat_count
+
+    def __len__(self) -> int:
+        return (self.num_rows // self.batch_size) * self.batch_size * self.mini_repeat_count * self.repeat_count
+
+
+def priority_order(trainer: Any, data_order: Any, dataset: Any, sampler: PromptPriority) -> PriorityRepeatSampler:
+    """
+    The training data order of `trainer` (an `AdaGRPOTrainer`) whose sampler chooses its prompts: TRL's order
+    `data_order` (a `RepeatSampler`) laid out the same, each generation batch's prompts drawn by the sampler's
+    priorities over every row of `dataset`. The data loader fetches a batch ahead, so a batch's draw reads the
+    priorities as they stood when the batch before it was fetched.
+    """
+    layout = repeat_layout(data_order)
+    keys = prompt_keys([dataset[index] for index in range(len(dataset))])
+    return PriorityRepeatSampler(len(keys), lambda: sampler.prompt_priorities(keys), seed=trainer.args.seed, **layout)
+
+
+def check_prompt_choice(sampler_name: str, args: Any, train_dataset: Any) -> None:
+    """Refuse, before any set-up, what a prompt-choosing sampler cannot draw from: it reads rows by index, at random."""
+    if isinstance(train_dataset, (datasets.IterableDataset, IterableDataset)):
+        raise ValueError(
+            f"sampler={sampler_name!r} draws each generation batch's prompts by priority, by index, which an "
+            "IterableDataset does not allow. Pass a map-style datasets.Dataset, or use another sampler."
+        )
+    prompts = args.generation_batch_size // args.num_generations
+    if train_dataset is not None and len(train_dataset) < prompts:
+        raise ValueError(
+            f"sampler={sampler_name!r} draws {prompts} distinct prompts per generation batch, and train_dataset has "
+            f"{len(train_dataset)}. Use a larger dataset, or fewer prompts per generation batch."
+        )
+    if not getattr(args, "shuffle_dataset", True):
+        raise ValueError(
+            f"sampler={sampler_name!r} draws prompts at random by priority, and shuffle_dataset=False asks for the "
+            "dataset's order. Remove shuffle_dataset, or use another sampler."
+        )
