@@ -182,6 +182,17 @@ METHODS: dict[str, tuple[str, dict]] = {
             "normalize_advantages": True,
         },
     ),
+    # Replayed successes (AR3PO, arXiv 2509.25808; ExGRPO, arXiv 2510.02245): a prompt whose draws all came back wrong
+    # trains on its latest stored correct completion, so DAPO keeps it instead of refilling, and Seq-balance's
+    # all-wrong pools get a positive.
+    "dapo_replay": (
+        "DAPO, replayed successes",
+        {"sampler": "dapo", "num_generations": 4, "dapo_on_exhausted": "keep_partial", "replay": "successes"},
+    ),
+    "seq_balance_replay": (
+        "Seq-balance, replayed successes",
+        {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4, "replay": "successes"},
+    ),
     # SPO with a weak Beta(0.1, 0.1) prior: a prompt never solved reads close to 0, as SPO's tracker initialised from
     # offline draws does, instead of 1 / (N + 2) under Beta(1, 1); both its baseline and its priority follow.
     "spo_weak_prior": (

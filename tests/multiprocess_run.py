@@ -37,8 +37,23 @@ def fingerprint(completions, **kwargs):
     return [(sum((i + 1) * ord(ch) for i, ch in enumerate(c)) % 9973) / 9973 for c in completions]
 
 
+class FirstCompletionRight:
+    """Right on the first completion this process scores, wrong ever after: one success per process, then none."""
+
+    __name__ = "first_completion_right"
+
+    def __init__(self):
+        self.scored = 0
+
+    def __call__(self, completions, **kwargs):
+        rewards = [1.0 if self.scored + i == 0 else 0.0 for i in range(len(completions))]
+        self.scored += len(completions)
+        return rewards
+
+
 class Recording(AdaGRPOTrainer):
     def _log_selection(self, selection):
+        self.__dict__.setdefault("replay_selections", []).append(selection)
         self.__dict__.setdefault("selections", []).append(
             {
                 "kept": [list(r.kept) for r in selection.prompts],
@@ -125,6 +140,10 @@ def run(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides
         "rollout_rows_line_up": trainer.__dict__.get("rollout_rows_line_up"),
         "drawn_prompts": trainer.drawn_prompts,
         "baseline_history": trainer.ada_sampler.state_dict().get("baseline_history"),
+        "replayed": [
+            [list(result.replayed) if result.replayed else None for result in selection.prompts]
+            for selection in trainer.__dict__.get("replay_selections", [])
+        ],
     }
 
 
@@ -253,6 +272,20 @@ def main() -> None:
             num_generations=2,
             per_device_train_batch_size=4,
             max_steps=4,
+        ),
+        # Two prompts, each right once in the first step (each process's first completion), then all wrong: every
+        # later step trains each prompt's stored success, held by the process that generated it and routed to the one
+        # that trains it (the fingerprint reward checks the row is that completion).
+        "replay": run(
+            out_dir,
+            "replay",
+            [FirstCompletionRight(), fingerprint],
+            {"train_dataset": make_dataset(2, seed=1)},
+            reward_weights=[1.0, 0.0],
+            sampler="uniform",
+            replay="successes",
+            per_device_train_batch_size=4,
+            max_steps=3,
         ),
         "sparse": run(
             out_dir,

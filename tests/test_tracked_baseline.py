@@ -211,3 +211,13 @@ def test_est_keeps_its_own_predictor_apart_from_the_baselines():
 def test_a_predicted_baseline_needs_a_learned_predictor():
     with pytest.raises(ValueError, match="pass_rate_predictor='learned'"):
         tracked(baseline="predicted")
+
+
+@pytest.mark.parametrize("sampler_name", ["seq_pos", "seq_balance"])
+def test_the_round_samplers_hand_their_keys_to_a_remembered_baseline(sampler_name):
+    # seq_pos and seq_balance begin their steps themselves; the keys must reach the baseline's history there too.
+    sampler = tracked(sampler=sampler_name, num_generations=2, round_size=2, max_rounds=1)
+    first = step(sampler, ["a"], [[1, 0]])
+    assert first.prompts[0].baseline == 0.5
+    later = step(sampler, ["a"], [[0, 0]])
+    assert later.prompts[0].baseline == pytest.approx(beta_mean(1, 2))

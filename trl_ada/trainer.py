@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from accelerate.utils import broadcast_object_list
+from accelerate.utils import broadcast_object_list, gather_object
 from datasets import IterableDataset
 from trl import GRPOConfig, GRPOTrainer
 
@@ -35,8 +35,9 @@ from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR
 from .samplers.spo import prompt_priority
 from .schedules.driver import PendingBatch, log_selection, refill_walk, sample_step
-from .schedules.pools import generate_fields
+from .schedules.pools import PoolEntry, generate_fields
 from .schedules.priority import check_prompt_choice, priority_order
+from .schedules.replay import REPLAY_ROWS_NAME, forget_unindexed, load_replay_rows, save_replay_rows
 from .schedules.server_draws import ensure_open_files
 from .trl_seam import (
     add_pending_extra_logs,
@@ -237,6 +238,8 @@ class AdaGRPOTrainer(GRPOTrainer):
         self.ada_sampler = build_sampler(
             settings, pass_rate_estimator, resolve_pass_rate_predictor(settings), train_on=args.train_on
         )
+        # `replay="successes"`: the stored completions the sampler's index points to (`trl_ada.schedules.replay`).
+        self.ada_replay_rows: dict[str, PoolEntry] = {}
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         apply_cpu_thread_default(self.model, self.accelerator.device)
         if args.generation_schedule == "continuous" and is_vlm(self):
@@ -415,6 +418,9 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """Overridden to write the sampler's state into each checkpoint, before its `trainer_state.json` and push."""
         super()._save_optimizer_and_scheduler(output_dir)
+        if self.ada_sampler.replay is not None:
+            # Each process holds the completions it generated: each writes its own, as TRL's RNG states.
+            save_replay_rows(self.ada_replay_rows, output_dir, self.accelerator.process_index)
         # The sampler's generator, trackers and refill position are training state, like TRL's RNG. Written here, inside
         # the checkpoint and before `trainer_state.json` and the hub push (`_save_checkpoint` pushes at its end).
         if not self.args.should_save:
@@ -460,6 +466,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             return
         self.ada_sampler.load_state_dict(state["sampler"])
         self.ada_refills.load_state_dict(state["refill"])
+        if self.ada_sampler.replay is not None:
+            self._load_replay_rows(checkpoint)
 
     # ------------------------------------------------------------------------------------------------------------
     # Sampling
@@ -474,6 +482,25 @@ class AdaGRPOTrainer(GRPOTrainer):
     def _blocks_span_steps(self) -> bool:
         """Whether one generation block feeds several optimizer steps, so a checkpoint can fall inside one."""
         return self.args.gradient_accumulation_steps % self._generate_every != 0
+
+    def _load_replay_rows(self, checkpoint: str) -> None:
+        """Every process's stored successes from `checkpoint`; all processes fail together when one has no file."""
+        rows = load_replay_rows(checkpoint, self.accelerator.process_index, self.accelerator.device)
+        if not all(gather_object([rows is not None])):
+            raise CheckpointError(
+                f"Cannot resume replay='successes' from {checkpoint}: a process has no "
+                f"{REPLAY_ROWS_NAME.format(rank='<rank>')} there (each process writes its own). Resume from another "
+                "checkpoint (resume_from_checkpoint=True takes the newest loadable one), on the same number of processes."
+            )
+        # A checkpoint inside a generation block saves the sampler's index from before the block, and the completions
+        # as they were: keep what both hold (the same on every process).
+        # A success held by a process this run does not have (it resumes on fewer) cannot be routed: it is forgotten.
+        index = self.ada_sampler.replay.stored
+        world = self.accelerator.num_processes
+        for key in [key for key in index if key not in rows or rows[key].holder >= world]:
+            del index[key]
+        forget_unindexed(rows, index)
+        self.ada_replay_rows = rows
 
     def _sampler_training_state(self) -> dict[str, Any]:
         return {"sampler": self.ada_sampler.state_dict(), "refill": self.ada_refills.state_dict()}

@@ -80,6 +80,8 @@ def resolve_prompts_per_generation_batch(
 SYNC_ONLY_KNOBS = {
     "dapo_on_exhausted": "the asynchronous worker has no partial batch to keep (it fails once dapo_max_refills is "
     "reached), so it does not read it (AdaGRPOConfig does).",
+    "replay": "the asynchronous worker does not replay stored completions, so it does not read it (AdaGRPOConfig "
+    "does).",
     "normalize_advantages": "TRL's asynchronous trainer scales every group by its own std (it has no scale_rewards "
     "to turn off), so it does not read it (AdaGRPOConfig does).",
 }

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 from . import rules
 from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
+from .replay import SuccessReplay
 from .settings import REMEMBERED_BASELINES, SamplerOptions, SamplerSettings
 from .tracker import DecayedBetaTracker, PassRateEstimator, checked_estimates
 
@@ -67,6 +68,17 @@ class PromptResult:
     "One training step", step 5) and its rare outcome keeps the push the group gave it.
     """
 
+    replayed: tuple[int, float] | None = None
+    """
+    With `replay="successes"`, for a prompt whose draws all came back wrong: the age (in generation batches) and the
+    reward of its stored correct completion, which took the place of its last kept draw. Its index in `kept` is the
+    pool's length (it is no draw of this pool).
+    """
+
+    def kept_rewards(self, pool: Sequence[float]) -> list[float]:
+        """The rewards of the kept completions, in `kept`'s order, the replayed success's included."""
+        return [pool[i] if i < len(pool) else self.replayed[1] for i in self.kept]
+
     def advantage_of(self, reward: float) -> float:
         """
         The advantage this prompt's rule gives a completion of its pool with `reward`: `w * (r - b)` with its baseline,
@@ -90,12 +102,14 @@ class Selection:
     kept_constant: tuple[bool, ...] = ()
     """Per prompt: whether its kept group's rewards are constant (std at most `zero_variance_tolerance`, or fewer than
     two scorable). What `zero_variance_share/kept` averages over the update's groups."""
+    replay_stored: tuple[int | None, ...] = ()
+    """With `replay="successes"`, per prompt: the draw of its pool stored as its latest success (None: none)."""
 
     @property
     def is_plain_grpo(self) -> bool:
         """Every pool is its update group of `group_size` and every weight is 1: the advantages are GRPO's."""
         return all(
-            len(pool) == len(r.kept) == self.group_size and r.weight == 1.0
+            len(pool) == len(r.kept) == self.group_size and r.weight == 1.0 and r.replayed is None
             for pool, r in zip(self.pools, self.prompts, strict=True)
         )
 
@@ -211,13 +225,17 @@ class SamplingStep:
                 for index, (group, pool) in enumerate(zip(kept, self.pools, strict=True))
             ]
             kept = [list(range(len(pool))) for pool in self.pools]
-        kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(self.pools, kept, strict=True)]
+        replayed = self._replayed(kept)
+        # A replayed success counts as a draw of its prompt's group, and of its pool, for the baseline and the
+        # advantages only: never for the pass rate, the draw counts or any memory of the prompt's draws.
+        pools = [pool + [success[1]] if success else pool for pool, success in zip(self.pools, replayed, strict=True)]
+        kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(pools, kept, strict=True)]
 
         pool_stats = [rules.mean_and_std(pool) for pool in self.pools]
         # The baseline and the std come from the same set of rewards: the whole pool, or the kept group.
         by_group = settings.baseline == "group"
-        baseline_rewards = kept_rewards if by_group else self.pools
-        stats = [rules.mean_and_std(r) for r in kept_rewards] if by_group else pool_stats
+        baseline_rewards = kept_rewards if by_group else pools
+        stats = [rules.mean_and_std(r) for r in baseline_rewards]
         # A prompt has a signal exactly when the rewards of its baseline vary: with a pool baseline a constant kept
         # group still moves the policy (its rewards differ from the pool mean), while a constant pool never does.
         tolerance = settings.zero_variance_tolerance
@@ -240,9 +258,9 @@ class SamplingStep:
 
         kept_constant = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
         prompts = [
-            PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful, weight, share)
-            for idx, (baseline, _), scale, weight, pass_rate, useful, share in zip(
-                kept, stats, scales, weights, pass_rates, has_signal, draw_shares, strict=True
+            PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful, weight, share, success)
+            for idx, (baseline, _), scale, weight, pass_rate, useful, share, success in zip(
+                kept, stats, scales, weights, pass_rates, has_signal, draw_shares, replayed, strict=True
             )
         ]
         results = list(finish_update(prompts, kept_rewards, settings))
@@ -252,6 +270,7 @@ class SamplingStep:
             self.sampler.baseline_history.update(
                 self.keys, [p + q for p, q in self.outcomes], [p for p, _ in self.outcomes]
             )
+        stored = self._store_successes()
         selection = Selection(
             prompts=tuple(results),
             pools=tuple(tuple(pool) for pool in self.pools),
@@ -261,9 +280,47 @@ class SamplingStep:
             group_size=settings.num_generations,
             metrics=metrics,
             kept_constant=tuple(kept_constant),
+            replay_stored=stored,
         )
         self.sampler.end_step(self, selection)
         return selection
+
+    def _replayed(self, kept: list[list[int]]) -> list[tuple[int, float] | None]:
+        """
+        Under `replay="successes"`, each prompt whose scorable draws all came back wrong and that has a stored success
+        gets it in place of its last kept draw (`kept` is changed in place): its `(age, reward)`, else None.
+        """
+        replay = self.sampler.replay
+        if replay is None:
+            return [None] * self.num_prompts
+        if self.keys is None:
+            raise ValueError("replay='successes' remembers prompts by key: begin() the step with prompt_keys.")
+        replayed: list[tuple[int, float] | None] = []
+        for index, ((positives, negatives), key) in enumerate(zip(self.outcomes, self.keys, strict=True)):
+            success = replay.lookup(key) if positives == 0 and negatives > 0 and kept[index] else None
+            if success is None:
+                replayed.append(None)
+                continue
+            kept[index] = [*kept[index][:-1], len(self.pools[index])]
+            replayed.append((replay.age(success), success.reward))
+        return replayed
+
+    def _store_successes(self) -> tuple[int | None, ...]:
+        """Store each prompt's latest positive draw (not masked) as its success; the draws stored, per prompt."""
+        replay = self.sampler.replay
+        if replay is None:
+            return ()
+        threshold = self.settings.positive_threshold
+        stored: list[int | None] = []
+        for index, (pool, key) in enumerate(zip(self.pools, self.keys, strict=True)):
+            positives = [
+                i for i, r in enumerate(pool) if rules.is_positive(r, threshold) and i not in self.masked[index]
+            ]
+            stored.append(positives[-1] if positives else None)
+            if positives:
+                replay.store(key, pool[positives[-1]])
+        replay.batches += 1
+        return tuple(stored)
 
     def _remembered_pass_rates(self) -> list[float | None]:
         """
@@ -410,7 +467,10 @@ def selection_draws(
     """Each prompt of a batch for [`draw_metrics`]; `in_update` (default: all) says which prompts the update took."""
     taken = in_update if in_update is not None else [True] * len(results)
     return [
-        PromptDraws(result.pass_rate, len(pool), useful, len(result.kept) if useful else 0)
+        # A replayed success is trained on but was not drawn: it is no draw of this pool.
+        PromptDraws(
+            result.pass_rate, len(pool), useful, len(result.kept) - (result.replayed is not None) if useful else 0
+        )
         for result, pool, chosen in zip(results, pools, taken, strict=True)
         for useful in (chosen and result.has_signal,)
     ]
@@ -503,6 +563,8 @@ class Sampler:
                 "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
             )
         self.estimator = estimator
+        # The index of the stored successes `replay="successes"` puts in the place of an all-wrong group's last draw.
+        self.replay = SuccessReplay(self.settings.replay_buffer_size) if self.settings.replay == "successes" else None
         # What a prompt trains on, the trainer config's `train_on` (set by `build_sampler`): the group `keep` chooses,
         # or every draw of its pool ("pool", each advantage scaled by `PromptResult.draw_shares`).
         self.train_on = "downsample"
@@ -554,6 +616,8 @@ class Sampler:
         state: dict[str, Any] = {"rng": self.rng.getstate()}
         if self.baseline_history is not None:
             state["baseline_history"] = self.baseline_history.state_dict()
+        if self.replay is not None:
+            state["replay"] = self.replay.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -561,6 +625,8 @@ class Sampler:
         self.rng.setstate((version, tuple(internal), gauss))
         if self.baseline_history is not None and "baseline_history" in state:
             self.baseline_history.load_state_dict(state["baseline_history"])
+        if self.replay is not None and "replay" in state:
+            self.replay.load_state_dict(state["replay"])
 
 
 def draw_memories(sampler: Sampler) -> tuple[PassRateEstimator, ...]:
@@ -581,11 +647,17 @@ def describe(settings: SamplerSettings) -> str:
     cls = settings.sampler_class
     owner = next(klass for klass in cls.Options.__mro__ if "describe" in vars(klass))
     text = settings.options.describe(settings)
+    replay = (
+        " A prompt whose draws all came back wrong trained on its latest stored correct completion, in place of its "
+        'last kept draw (`replay="successes"`).'
+        if settings.replay == "successes"
+        else ""
+    )
     if text is not None and (cls.__module__.startswith("trl_ada.") or not owner.__module__.startswith("trl_ada.")):
-        return text
+        return text + replay
     return (
         f"Completions were drawn by the plug-in sampler `{cls.__module__}.{cls.__qualname__}` (registered as "
-        f"`{settings.sampler}`), which does not describe its rule; its settings are listed below."
+        f"`{settings.sampler}`), which does not describe its rule; its settings are listed below." + replay
     )
 
 

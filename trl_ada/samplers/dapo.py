@@ -159,7 +159,7 @@ class BatchFiller:
         """
         prompts = [self.selections[batch].prompts[index] for batch, index in self.taken]
         kept_rewards = [
-            [self.selections[batch].pools[index][i] for i in prompt.kept]
+            prompt.kept_rewards(self.selections[batch].pools[index])
             for (batch, index), prompt in zip(self.taken, prompts, strict=True)
         ]
         return finish_update(prompts, kept_rewards, settings)

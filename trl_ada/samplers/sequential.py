@@ -155,11 +155,11 @@ class SequentialSampler(Sampler):
         self.estimator = estimator
 
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
-        step = SamplingStep(self, num_prompts)
+        if self.estimator is not None and prompt_keys is None:
+            raise ValueError("round_policy='tracked' needs one stable key per prompt")
+        # The keys also serve a remembered baseline and replayed successes, whatever the round policy.
+        step = super().begin(num_prompts, prompt_keys)
         if self.estimator is not None:
-            if prompt_keys is None or len(prompt_keys) != num_prompts:
-                raise ValueError("round_policy='tracked' needs one stable key per prompt")
-            step.keys = list(prompt_keys)
             method = "beta_parameters" if self.settings.round_policy == "tracked" else "prior_parameters"
             step.priors = checked_beta_parameters(self.estimator, method, step.keys)
             step.skipped = rules.skipped_prompts(

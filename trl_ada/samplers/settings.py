@@ -350,6 +350,21 @@ class SamplerFields:
         'when DAPO refills are on; the asynchronous trainer supports only `"raise"`.',
         choices=("raise", "keep_partial"),
     )
+    replay: str = knob(
+        "none",
+        'Replayed successes: `"successes"` gives a prompt whose draws all came back wrong its latest correct '
+        "completion from an earlier generation batch, in place of its last kept draw (trained on, never counted as a "
+        'draw); `"none"` replays nothing.',
+        choices=("none", "successes"),
+    )
+    replay_buffer_size: int = knob(
+        1024,
+        'Prompts whose latest correct completion `replay="successes"` keeps, the least recently stored forgotten '
+        "first; each process holds the completions it generated. Must be at least 1.",
+        check=lambda v: v >= 1,
+        requirement="must be at least 1",
+        read_if=ReadIf(lambda s: s.replay == "successes", "replay='successes'", ("replay",)),
+    )
 
 
 @dataclass
@@ -617,6 +632,7 @@ UNIVERSAL_KNOBS: frozenset[str] = frozenset(
         "normalize_advantages",
         "zero_variance_tolerance",
         "seed",
+        "replay",
     }
 )
 """The knobs every sampler reads (outcomes, baselines, weights, metrics, the downsampling generator)."""

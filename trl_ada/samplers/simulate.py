@@ -174,7 +174,7 @@ def simulate(
 def _kept_group_is_mixed(selection: Selection, index: int, threshold: float) -> bool:
     """Whether prompt `index`'s kept group holds both outcomes (a non-zero GRPO gradient)."""
     pool, result = selection.pools[index], selection.prompts[index]
-    positives, negatives = rules.count_outcomes([pool[i] for i in result.kept], threshold)
+    positives, negatives = rules.count_outcomes(result.kept_rewards(pool), threshold)
     return positives > 0 and negatives > 0
 
 

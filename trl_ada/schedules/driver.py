@@ -27,6 +27,7 @@ from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .base import RoundResult, prompt_key, prompt_keys
 from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
+from .replay import forget_unindexed, take_replayed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +77,8 @@ class SampledBatch:
     """Every prompt's pool in draw order; the completions themselves stay on the process that generated them."""
     selection: Selection
     stats: ScheduleStats
+    replayed: dict[int, PoolEntry] = dataclasses.field(default_factory=dict)
+    """The stored success each replayed prompt trains on (`replay="successes"`), by prompt index."""
 
 
 def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -122,10 +125,13 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
     advantages: list[float] = []
     for (b, g), result in zip(chosen, results, strict=True):
         batch = batches[b]
-        kept.extend(batch.pools[g][i] for i in result.kept)
+        pool = batch.pools[g]
+        kept.extend(pool[i] if i < len(pool) else batch.replayed[g] for i in result.kept)
         # One copy per row: TRL merges a rollout's per-row extra fields into these dicts in place.
         kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
         advantages.extend(result.advantages)
+    if trainer.ada_sampler.replay is not None:
+        log_replay(trainer, results)
     # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
     # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
     identity = chosen == [(0, g) for g in range(len(chosen))]
@@ -148,6 +154,16 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         row if kept_row.prompt is None else {**row, "prompt": kept_row.prompt}
         for row, kept_row in zip(kept_inputs[rank * local : (rank + 1) * local], rows, strict=True)
     ]
+
+
+def log_replay(trainer: Any, results: Sequence[Any]) -> None:
+    """`ada/replay/share`: the replayed share of the update's rows; `ada/replay/age`: their mean age in generation
+    batches (logged when the update replays any)."""
+    ages = [result.replayed[0] for result in results if result.replayed is not None]
+    metrics = train_metrics(trainer)
+    metrics["ada/replay/share"].append(len(ages) / max(1, sum(len(result.kept) for result in results)))
+    if ages:
+        metrics["ada/replay/age"].append(sum(ages) / len(ages))
 
 
 def group_rows(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -179,7 +195,12 @@ def sample_batch(trainer: Any, group_inputs: list[dict[str, Any]]) -> SampledBat
     metrics = train_metrics(trainer)
     for name, value in scheduled.stats.metrics().items():
         metrics[f"ada/{name}"].append(value)
-    return SampledBatch(group_inputs, keys, scheduled.pools, scheduled.selection, scheduled.stats)
+    replayed = {}
+    replay = trainer.ada_sampler.replay
+    if replay is not None:
+        replayed = take_replayed(trainer.ada_replay_rows, keys, scheduled.pools, scheduled.selection)
+        forget_unindexed(trainer.ada_replay_rows, replay.stored)
+    return SampledBatch(group_inputs, keys, scheduled.pools, scheduled.selection, scheduled.stats, replayed)
 
 
 def refill_walk(trainer: Any) -> RefillWalk:
