@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
 from conftest import (  # noqa: E402
     TINY_MODEL_KWARGS,
+    FirstCompletionRight,
     env_reward,
     env_rollout,
     rollout_env_mask,
@@ -35,20 +36,6 @@ def always_right(completions, **kwargs):
 def fingerprint(completions, **kwargs):
     """A second reward (weight 0: decisions unchanged) that identifies each completion's text, to check routing."""
     return [(sum((i + 1) * ord(ch) for i, ch in enumerate(c)) % 9973) / 9973 for c in completions]
-
-
-class FirstCompletionRight:
-    """Right on the first completion this process scores, wrong ever after: one success per process, then none."""
-
-    __name__ = "first_completion_right"
-
-    def __init__(self):
-        self.scored = 0
-
-    def __call__(self, completions, **kwargs):
-        rewards = [1.0 if self.scored + i == 0 else 0.0 for i in range(len(completions))]
-        self.scored += len(completions)
-        return rewards
 
 
 class Recording(AdaGRPOTrainer):

@@ -5,7 +5,7 @@ import math
 import os
 
 import pytest
-from conftest import TINY_MODEL_KWARGS, tiny_args
+from conftest import TINY_MODEL_KWARGS, FirstCompletionRight, tiny_args
 from datasets import Dataset
 from test_trainer import recording
 
@@ -102,20 +102,6 @@ def test_replay_is_refused_where_it_cannot_hold(tmp_path):
 
     with pytest.raises(ValueError, match="does not replay stored completions"):
         AdaAsyncGRPOConfig(str(tmp_path), replay="successes", use_cpu=True, bf16=False)
-
-
-class FirstCompletionRight:
-    """A reward function right on the very first completion it scores and wrong ever after."""
-
-    __name__ = "first_completion_right"
-
-    def __init__(self, scored: int = 0):
-        self.scored = scored
-
-    def __call__(self, completions, **kwargs):
-        rewards = [1.0 if self.scored + i == 0 else 0.0 for i in range(len(completions))]
-        self.scored += len(completions)
-        return rewards
 
 
 DATASET = Dataset.from_list([{"prompt": "12+7="}, {"prompt": "30+4="}])
