@@ -126,6 +126,9 @@ def run(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides
         "rows_line_up": trainer.__dict__.get("rows_line_up"),
         "rollout_rows_line_up": trainer.__dict__.get("rollout_rows_line_up"),
         "drawn_prompts": trainer.drawn_prompts,
+        "checkpoint_files": sorted(os.listdir(checkpoint))
+        if (checkpoint := out_dir / name / "checkpoint-2").is_dir()
+        else [],
         "baseline_history": trainer.ada_sampler.state_dict().get("baseline_history"),
         "replayed": [
             [list(result.replayed) if result.replayed else None for result in selection.prompts]
@@ -273,6 +276,8 @@ def main() -> None:
             replay="successes",
             per_device_train_batch_size=4,
             max_steps=3,
+            save_strategy="steps",
+            save_steps=2,
         ),
         "sparse": run(
             out_dir,

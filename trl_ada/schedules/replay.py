@@ -56,6 +56,7 @@ def save_replay_rows(store: dict[str, PoolEntry], checkpoint: str, rank: int) ->
     entries = {
         key: (entry.rewards_per_func.cpu(), entry.truncated, entry.holder, entry.row) for key, entry in store.items()
     }
+    os.makedirs(checkpoint, exist_ok=True)  # another process may not have made the checkpoint's folder yet
     with open(os.path.join(checkpoint, REPLAY_ROWS_NAME.format(rank=rank)), "wb") as f:
         pickle.dump(entries, f, protocol=pickle.HIGHEST_PROTOCOL)
 
