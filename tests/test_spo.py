@@ -1,9 +1,9 @@
 """`sampler="spo"` (SPO, arXiv 2509.13232): the tracked baseline, and prompts drawn by priority from the same memory."""
 
 import math
-import random
 
 import pytest
+import torch
 from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
 from datasets import Dataset
 from test_trainer import recording
@@ -82,24 +82,24 @@ def test_the_asynchronous_trainer_refuses_spo(tmp_path):
 
 def test_weighted_draws_follow_the_weights():
     weights = [1.0, 2.0, 3.0, 4.0]
-    rng = random.Random(0)
+    generator = torch.Generator().manual_seed(0)
     draws = 8000
     counts = [0] * 4
     for _ in range(draws):
-        counts[weighted_sample(weights, 1, rng)[0]] += 1
+        counts[weighted_sample(weights, 1, generator)[0]] += 1
     for count, weight in zip(counts, weights, strict=True):
         p = weight / sum(weights)
         # A binomial count: 4 standard deviations either side (a false alarm about once in 16,000 per index).
         assert abs(count - draws * p) <= 4 * math.sqrt(draws * p * (1 - p))
 
 
-def test_weighted_draws_are_distinct_and_use_one_random_number_per_prompt():
-    first, second = random.Random(3), random.Random(3)
+def test_weighted_draws_are_distinct_and_advance_the_generator_the_same_whatever_the_weights():
+    first, second = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
     chosen = weighted_sample([1.0, 1e-6, 5.0, 2.0, 0.5], 3, first)
     assert len(set(chosen)) == 3 and 1 not in chosen
     weighted_sample([0.2, 0.2, 0.2, 0.2, 0.2], 3, second)
     # The generator moved the same whatever the weights, so a replay of the draws stays in step.
-    assert first.random() == second.random()
+    assert torch.equal(first.get_state(), second.get_state())
     with pytest.raises(ValueError, match="priorities must be positive"):
         weighted_sample([1.0, 0.0], 1, first)
     with pytest.raises(ValueError, match="cannot draw 3 distinct prompts from 2"):

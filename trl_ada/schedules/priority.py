@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import random
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import datasets
+import torch
 from torch.utils.data import IterableDataset, Sampler
 
 from ..samplers.spo import PromptPriority
@@ -14,21 +15,21 @@ from ..trl_seam import repeat_layout
 from .base import prompt_keys
 
 
-def weighted_sample(weights: Sequence[float], count: int, rng: random.Random) -> list[int]:
+def weighted_sample(weights: Sequence[float], count: int, generator: torch.Generator) -> list[int]:
     """
     `count` distinct indices drawn one after another, each with probability proportional to its weight among those not
-    yet drawn (Efraimidis and Spirakis' keys `u ** (1 / w)`, the largest `count`). Uses exactly one random number per
-    weight, so the generator advances the same whatever the weights (a resume that replays draws stays in step).
+    yet drawn (`torch.multinomial` without replacement). It advances `generator` the same whatever the weights, so a
+    resume that replays the draws stays in step.
     """
     if count > len(weights):
         raise ValueError(f"cannot draw {count} distinct prompts from {len(weights)}")
-    keys = []
     for index, weight in enumerate(weights):
-        if not weight > 0.0:  # also NaN
+        if not 0.0 < weight < math.inf:  # also NaN
             raise ValueError(f"prompt {index}'s priority is {weight}; priorities must be positive and finite.")
-        keys.append((rng.random() ** (1.0 / weight), index))
-    keys.sort(reverse=True)
-    return [index for _, index in keys[:count]]
+    chosen = torch.multinomial(
+        torch.tensor(weights, dtype=torch.float64), count, replacement=False, generator=generator
+    )
+    return chosen.tolist()
 
 
 class PriorityRepeatSampler(Sampler[int]):
@@ -59,14 +60,14 @@ class PriorityRepeatSampler(Sampler[int]):
         self.mini_repeat_count = mini_repeat_count
         self.batch_size = batch_size
         self.repeat_count = repeat_count
-        self.rng = random.Random(seed)
+        self.generator = torch.Generator().manual_seed(seed)
 
     def __iter__(self) -> Iterator[int]:
         for _ in range(self.num_rows // self.batch_size):
             weights = list(self.priorities())
             if len(weights) != self.num_rows:
                 raise ValueError(f"got {len(weights)} prompt priorities for a dataset of {self.num_rows} rows")
-            chunk = weighted_sample(weights, self.batch_size, self.rng)
+            chunk = weighted_sample(weights, self.batch_size, self.generator)
             for _ in range(self.repeat_count):
                 for index in chunk:
                     yield from [index] * self.mini_repeat_count
