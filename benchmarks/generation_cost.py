@@ -77,9 +77,7 @@ logger = logging.getLogger("generation_cost")
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "generation_cost"
 
-# --------------------------------------------------------------------------------------------------------------------
-# Constants and their sources
-# --------------------------------------------------------------------------------------------------------------------
+# ---- Constants and their sources -----------------------------------------------------------------------------------
 
 SOURCES: dict[str, str] = {
     "model": (
@@ -315,10 +313,8 @@ class RooflineCost:
 
 @dataclass(frozen=True)
 class LinearCost:
-    """
-    `a + b * running + c * context_tokens + d * prefill_tokens` seconds: the form a CPU calibration fits (measured
-    vLLM iteration timings regressed on the batch's shape; see `load_constants`).
-    """
+    """`a + b * running + c * context_tokens + d * prefill_tokens` seconds: the form a CPU calibration fits (measured
+    vLLM iteration timings regressed on the batch's shape; see `load_constants`)."""
 
     a: float
     b: float = 0.0
@@ -428,12 +424,10 @@ class Setup:
 
 
 def load_constants(path: Path, setup: Setup | None = None) -> Setup:
-    """
-    Read a JSON of constants over `setup` (the H100 defaults when `None`). Keys, all optional:
+    """Read a JSON of constants over `setup` (the H100 defaults when `None`). Keys, all optional:
     `{"cost": {"model": "linear", "a": ..., "b": ..., "c": ..., "d": ...}}` (or `"model": "roofline"` with any
     `RooflineCost` field), `"limits"`, `"step_costs"`, `"workload"` (fields of those dataclasses), `"engines"`,
-    `"batch_prompts"`, and `"source"` (free text, printed). This is where a CPU calibration plugs in.
-    """
+    `"batch_prompts"`, and `"source"` (free text, printed). This is where a CPU calibration plugs in."""
     setup = setup or Setup()
     data = json.loads(Path(path).read_text())
     cost = setup.cost
@@ -464,9 +458,7 @@ def load_constants(path: Path, setup: Setup | None = None) -> Setup:
     )
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# The engine: continuous batching, one iteration at a time
-# --------------------------------------------------------------------------------------------------------------------
+# ---- The engine: continuous batching, one iteration at a time ------------------------------------------------------
 
 WAITING, RUNNING, FINISHED, ABORTED = "waiting", "running", "finished", "aborted"
 
@@ -490,12 +482,10 @@ class Request:
 
 
 class Engine:
-    """
-    One vLLM-like engine. `start_iteration(now)` admits waiting requests (submission order) and fixes the iteration's
-    end time; `finish_iteration()` commits it (one token per running sequence) and returns the requests that
-    finished. Token counts are exact: a running request's tokens follow from the iterations since its admission, so
-    an iteration costs O(admissions + completions), not O(running).
-    """
+    """One vLLM-like engine. `start_iteration(now)` admits waiting requests (submission order) and fixes the
+    iteration's end time; `finish_iteration()` commits it (one token per running sequence) and returns the requests
+    that finished. Token counts are exact: a running request's tokens follow from the iterations since its admission,
+    so an iteration costs O(admissions + completions), not O(running)."""
 
     def __init__(self, cost: IterationCost, limits: EngineLimits, index: int = 0) -> None:
         self.cost, self.limits, self.index = cost, limits, index
@@ -644,10 +634,8 @@ class Cluster:
         return request
 
     def generate(self, requests: Sequence[Request]) -> float:
-        """
-        One synchronous generate call: split `requests` into contiguous, nearly equal chunks, one per engine (verl's
-        data-parallel split), run every engine to completion and return the slowest engine's time.
-        """
+        """One synchronous generate call: split `requests` into contiguous, nearly equal chunks, one per engine (verl's
+        data-parallel split), run every engine to completion and return the slowest engine's time."""
         count, chunks = len(requests), len(self.engines)
         longest = 0.0
         for index, engine in enumerate(self.engines):
@@ -678,9 +666,7 @@ class Cluster:
         return sum(e.preemptions for e in self.engines)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Workload: prompts, rewards and lengths
-# --------------------------------------------------------------------------------------------------------------------
+# ---- Workload: prompts, rewards and lengths ------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -736,9 +722,7 @@ def draw_completion(prompt: Prompt, workload: Workload, rng: random.Random) -> t
     return (1.0 if correct else 0.0), length
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# The continuous (round-free) scheduler
-# --------------------------------------------------------------------------------------------------------------------
+# ---- The continuous (round-free) scheduler -------------------------------------------------------------------------
 
 
 def make_continuous_step(sampler: Sampler, num_prompts: int, keys: Sequence[Hashable]) -> tuple[Any, str]:
@@ -746,9 +730,7 @@ def make_continuous_step(sampler: Sampler, num_prompts: int, keys: Sequence[Hash
     return sampler.begin_continuous(num_prompts, keys), "trl_ada.samplers.continuous.ContinuousStep"
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Schedules: one training step each
-# --------------------------------------------------------------------------------------------------------------------
+# ---- Schedules: one training step each -----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -847,10 +829,8 @@ def run_rounds(sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: r
 
 
 def rescoring_time(sampler: Sampler, selection: Selection, costs: StepCosts) -> float:
-    """
-    The authors' multi-round path scores each round inside the generation loop and then, in `fit`, calls
-    `compute_reward` once more on the kept batch; GRPO's (and Est's single-call) only reward call is the one above.
-    """
+    """The authors' multi-round path scores each round inside the generation loop and then, in `fit`, calls
+    `compute_reward` once more on the kept batch; GRPO's (and Est's single-call) only reward call is the one above."""
     if not costs.rescore_kept_rows or not hasattr(sampler, "has_exited"):
         return 0.0
     rows = sum(len(r.kept) for r in selection.prompts)
@@ -865,14 +845,12 @@ def run_continuous(
     rng: random.Random,
     outcome: Callable[[int, int], tuple[float, int]] | None = None,
 ) -> StepResult:
-    """
-    One round-free step: a single generate call that lasts until every prompt has exited. Each prompt draws its
+    """One round-free step: a single generate call that lasts until every prompt has exited. Each prompt draws its
     rounds as blocks without waiting for the others (`ContinuousStep`); a block's draws go to the least loaded engine
     as soon as the scheduler asks for them, engines admit them in submission order, and each result is scored the
     moment it arrives (every draw submitted enters its pool: nothing is aborted). Events are processed in time order:
-    the engine whose current iteration ends first commits it. `outcome(prompt, draw) -> (reward, length)` replaces
-    the draws from `rng` (in submission order) by fixed ones, so another schedule can be run on the same draws.
-    """
+    the engine whose current iteration ends first commits it. `outcome(prompt, draw) -> (reward, length)` replaces the
+    draws from `rng` (in submission order) by fixed ones, so another schedule can be run on the same draws."""
     cluster = Cluster(setup.cost, setup.limits, setup.engines)
     step, impl = make_continuous_step(sampler, len(prompts), list(range(len(prompts))))
     completions = finished_tokens = 0
@@ -927,15 +905,13 @@ def run_continuous(
 def run_continuous_serial(
     schedule: Schedule, sampler: Sampler, prompts: Sequence[Prompt], setup: Setup, rng: random.Random
 ) -> StepResult:
-    """
-    One round-free step driven as trl-ada's `schedules.continuous._drive` drives a vLLM server: one loop that submits
-    what the scheduler asks for (each draw its own request), waits until at least one draw has come back (unless some
-    already are), takes every draw back by then, scores them as one "scoring batch" (every draw submitted enters its
-    pool, so all of them, in any order), and only then completes those draws in the scheduler and submits again. The
-    engine keeps decoding while a batch is scored. Request overhead: each draw queues for `draw_request_s` (one
-    request at a time, FIFO) and then reaches the engine after `draw_latency_s`. The step's generation time is the
-    whole loop, its scoring batches included.
-    """
+    """One round-free step driven as trl-ada's `schedules.continuous._drive` drives a vLLM server: one loop that
+    submits what the scheduler asks for (each draw its own request), waits until at least one draw has come back
+    (unless some already are), takes every draw back by then, scores them as one "scoring batch" (every draw submitted
+    enters its pool, so all of them, in any order), and only then completes those draws in the scheduler and submits
+    again. The engine keeps decoding while a batch is scored. Request overhead: each draw queues for `draw_request_s`
+    (one request at a time, FIFO) and then reaches the engine after `draw_latency_s`. The step's generation time is the
+    whole loop, its scoring batches included."""
     costs = setup.step_costs
     cost = (
         setup.cost if costs.continuous_engine_scale == 1.0 else ScaledCost(setup.cost, costs.continuous_engine_scale)
@@ -1147,30 +1123,11 @@ def schedules(seq_pos_quota: int = SEQ_POS_QUOTA) -> list[Schedule]:
     return out
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Running, reporting
-# --------------------------------------------------------------------------------------------------------------------
+# ---- Running, reporting --------------------------------------------------------------------------------------------
 
-NUMERIC = (
-    "step_s",
-    "generation_s",
-    "reward_s",
-    "sync_s",
-    "logprob_s",
-    "update_s",
-    "generate_calls",
-    "completions",
-    "rows_trained",
-    "tokens_decoded",
-    "tokens_finished",
-    "tokens_aborted",
-    "aborted_draws",
-    "dropped_draws",
-    "prefill_tokens",
-    "preemptions",
-    "mixed_share",
-    "trainer_s",
-)
+NUMERIC = ("step_s", "generation_s", "reward_s", "sync_s", "logprob_s", "update_s", "generate_calls", "completions",
+           "rows_trained", "tokens_decoded", "tokens_finished", "tokens_aborted", "aborted_draws", "dropped_draws",
+           "prefill_tokens", "preemptions", "mixed_share", "trainer_s")  # fmt: skip
 
 
 def average(results: Sequence[StepResult]) -> dict[str, float]:
@@ -1226,12 +1183,10 @@ def table3_check(table: dict[str, dict[str, dict[str, float]]]) -> list[dict[str
 
 
 def generation_scale_diagnostic(table: dict[str, dict[str, dict[str, float]]]) -> dict[str, Any]:
-    """
-    A DIAGNOSTIC, not a calibration (no other number uses it): the single factor on engine (generation) time that
+    """A DIAGNOSTIC, not a calibration (no other number uses it): the single factor on engine (generation) time that
     brings the three Table 3 ratios closest (least squares in log ratio), and what the continuous schedules would cost
     at that factor. A factor far from 1 that reconciles all three says the schedules' structure is right and only the
-    absolute generation speed differs from the paper's setup.
-    """
+    absolute generation speed differs from the paper's setup."""
     targets = {"seq_pos/fixed": "seq_pos", "seq_balance/fixed": "seq_balance", "est": "est"}
 
     def ratio_at(name: str, factor: float) -> float:
@@ -1398,9 +1353,7 @@ def format_driver_table(rows: dict[str, dict[str, dict[str, float]]]) -> str:
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# The asynchronous schedule: TRL's AsyncGRPOTrainer (trl-ada's AdaAsyncGRPOTrainer), generation overlapping training
-# --------------------------------------------------------------------------------------------------------------------
+# ---- The asynchronous schedule: TRL's AsyncGRPOTrainer (trl-ada's AdaAsyncGRPOTrainer), generation beside training
 
 ASYNC_LIMITS = EngineLimits(max_num_seqs=1024, max_num_batched_tokens=8192, kv_capacity_tokens=2_263_000)
 """`vllm serve` on an H100 (`SOURCES['async_engine_limits']`): vLLM's defaults, not verl's."""
@@ -1523,25 +1476,10 @@ class AsyncResult:
     """Pools: every prompt released in the timed steps, (dataset row, pool size, kept draws hold both outcomes)."""
 
 
-ASYNC_NUMERIC = (
-    "step_s",
-    "engine_busy",
-    "trainer_wait",
-    "generate_blocked",
-    "train_s",
-    "sync_s",
-    "staleness_mean",
-    "staleness_max",
-    "stale_dropped_per_step",
-    "draws_per_step",
-    "draws_per_kept_prompt",
-    "mixed_share",
-    "release_wait_s",
-    "tokens_per_step",
-    "samples_per_step",
-    "max_inflight",
-    "prompts_per_batch",
-)
+ASYNC_NUMERIC = ("step_s", "engine_busy", "trainer_wait", "generate_blocked", "train_s", "sync_s", "staleness_mean",
+                 "staleness_max", "stale_dropped_per_step", "draws_per_step", "draws_per_kept_prompt", "mixed_share",
+                 "release_wait_s", "tokens_per_step", "samples_per_step", "max_inflight",
+                 "prompts_per_batch")  # fmt: skip
 
 
 def run_async(
@@ -1613,23 +1551,10 @@ def run_async(
     holding: list[int] = []  # staleness of the samples pulled for the next micro-batch
     training: list[int] = []
     counts = dict.fromkeys(
-        (
-            "busy",
-            "wait",
-            "blocked",
-            "draws",
-            "stale",
-            "trained",
-            "staleness",
-            "kept",
-            "unit_draws",
-            "mixed",
-            "tokens",
-            "released",
-            "release_wait",
-        ),
+        ("busy", "wait", "blocked", "draws", "stale", "trained", "staleness", "kept", "unit_draws", "mixed", "tokens",
+         "released", "release_wait"),
         0.0,
-    )
+    )  # fmt: skip
     blocked_since = [0.0]
     snapshots: list[dict[str, float]] = [dict(counts)]
     step_ends: list[float] = []
@@ -2087,19 +2012,9 @@ def format_async_sensitivity(rows: dict[str, dict[str, dict[str, Any]]]) -> str:
 NAME_WIDTH = 28
 """The asynchronous tables' schedule column (`seq_balance/predictive/batch`)."""
 
-ASYNC_SOURCE_KEYS = (
-    "async_topology",
-    "async_engine_limits",
-    "async_max_staleness",
-    "async_max_inflight",
-    "async_queues",
-    "async_weight_sync",
-    "async_trainer",
-    "async_scoring",
-    "async_release",
-    "async_schedules",
-    "async_steady_state",
-)
+ASYNC_SOURCE_KEYS = ("async_topology", "async_engine_limits", "async_max_staleness", "async_max_inflight",
+                     "async_queues", "async_weight_sync", "async_trainer", "async_scoring", "async_release",
+                     "async_schedules", "async_steady_state")  # fmt: skip
 
 
 def format_async(

@@ -85,9 +85,7 @@ class Setting:
         ).validated()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The fake generator: every row a deterministic function of (prompt, draw)
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- The fake generator: every row a deterministic function of (prompt, draw) ---------------------------------------
 
 
 def pass_rates(setting: Setting) -> list[float]:
@@ -120,9 +118,7 @@ def fake_row(setting: Setting, prompt: int, draw: int) -> tuple[list[int], list[
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The step's control, without data: identical on every process and in every design
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- The step's control, without data: identical on every process and in every design -------------------------------
 
 
 @dataclass
@@ -175,9 +171,7 @@ def layout_counts(setting: Setting, plan: Plan, processes: int) -> dict[str, flo
     }
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# One process of one design
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- One process of one design --------------------------------------------------------------------------------------
 
 
 class Traffic:
@@ -399,9 +393,7 @@ def measure(setting: Setting, processes: int, one_launch: bool = False) -> dict[
         }
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Per-row sizes and the extrapolation
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Per-row sizes and the extrapolation ----------------------------------------------------------------------------
 
 
 def _list_bytes(values: list) -> int:

@@ -19,7 +19,6 @@ Writes `OUT/predictor_table.md` and `OUT/predictor_table.json`: per method, over
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
@@ -27,63 +26,45 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared harness, benchmarks/harness
 
+from harness.curves import first_reach, heldout_at, mean_curve  # noqa: E402
+from harness.report import fmt, markdown_table  # noqa: E402
+from harness.runs import group_by_method  # noqa: E402
+from harness.stats import mean_ci  # noqa: E402
 
-def _benchmark_learning() -> Any:
-    """`scripts/benchmark_learning.py` as a module: its t-intervals, paired differences and curve reading."""
-    spec = importlib.util.spec_from_file_location("benchmark_learning", ROOT / "scripts" / "benchmark_learning.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("benchmark_learning", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-BL = _benchmark_learning()
 ORDER = ["grpo_n4", "grpo_n16", "dapo", "seq_balance", "seq_balance_learned", "est", "est_learned"]
 REFERENCE = "dapo"
 
 
-def value_at(curve: Sequence[dict], key: str, budget: float) -> float:
-    """Held-out at `budget` of `key` (completions or train seconds), linear between evaluations; NaN if not reached."""
-    previous = curve[0]
-    for point in curve:
-        if point[key] >= budget:
-            if point[key] == previous[key]:
-                return point["heldout"]
-            fraction = (budget - previous[key]) / (point[key] - previous[key])
-            return previous["heldout"] + fraction * (point["heldout"] - previous["heldout"])
-        previous = point
-    return math.nan
-
-
-def stat(values: Sequence[float]) -> dict[str, Any]:
-    finite = [v for v in values if not math.isnan(v)]
-    result = BL.mean_ci(finite) if len(finite) == len(values) else {"mean": None, "n": len(finite)}
-    result["reached"] = f"{len(finite)}/{len(values)}"
+def stat(values: Sequence[float | None]) -> dict[str, Any]:
+    """`mean_ci` over seeds when every seed has a value (None: its curve ended short), and how many have one."""
+    reached = [value for value in values if value is not None]
+    result = mean_ci(reached) if len(reached) == len(values) else {"mean": None, "n": len(reached)}
+    result["reached"] = f"{len(reached)}/{len(values)}"
     return result
 
 
-def fmt(s: dict[str, Any], signed: bool = False, digits: int = 3) -> str:
-    if s.get("mean") is None:
-        return f"— (reached {s.get('reached', '0')})"
-    sign = "+" if signed else ""
-    if s.get("ci_low") is None:
-        return f"{s['mean']:{sign}.{digits}f}"
-    return f"{s['mean']:{sign}.{digits}f} [{s['ci_low']:{sign}.{digits}f}, {s['ci_high']:{sign}.{digits}f}]"
-
-
-def paired(runs: list[dict], reference: list[dict], value: Callable[[dict], float]) -> dict[str, Any]:
+def paired(runs: list[dict], reference: list[dict], value: Callable[[dict], float | None]) -> dict[str, Any]:
+    """`stat` of the same-seed differences ``value(run) - value(reference run)``."""
     by_seed = {run["seed"]: run for run in reference}
-    diffs = [value(run) - value(by_seed[run["seed"]]) for run in runs if run["seed"] in by_seed]
-    return stat(diffs)
+    pairs = [(value(run), value(by_seed[run["seed"]])) for run in runs if run["seed"] in by_seed]
+    return stat([None if None in pair else pair[0] - pair[1] for pair in pairs])
+
+
+def cell(value: dict[str, Any], signed: bool = False, digits: int = 3) -> str:
+    """A `stat` as text (`fmt`), or how many seeds reached its budget when not all did."""
+    return fmt(value, signed=signed, digits=digits) if value["mean"] is not None else f"— (reached {value['reached']})"
+
+
+def _final(run: dict) -> float:
+    return run["curve"][-1]["heldout"]
 
 
 def analyse(out: Path) -> dict[str, Any]:
-    by_method: dict[str, list[dict]] = {}
-    for path in sorted((out / "runs").glob("*.json")):
-        run = json.loads(path.read_text())
-        by_method.setdefault(run["method"], []).append(run)
+    """The table of the runs in `out/runs`: per method its finals and its curves read at each budget, the paired
+    differences against DAPO and of each learned predictor against the sampler without it, and the goals."""
+    by_method = group_by_method(json.loads(path.read_text()) for path in sorted((out / "runs").glob("*.json")))
     methods = [m for m in ORDER if m in by_method] + sorted(set(by_method) - set(ORDER))
     totals = {m: [run["curve"][-1]["samples"] for run in by_method[m]] for m in methods}
     seconds = {m: [run["curve"][-1]["train_seconds"] for run in by_method[m]] for m in methods}
@@ -99,28 +80,29 @@ def analyse(out: Path) -> dict[str, Any]:
         row = {
             "label": runs[0]["label"],
             "seeds": len(runs),
-            "final": stat([run["curve"][-1]["heldout"] for run in runs]),
+            "final": stat([_final(run) for run in runs]),
             "completions": stat(totals[m]),
             "train_seconds": stat(seconds[m]),
             "at_completions": {
-                str(b): stat([value_at(r["curve"], "samples", b) for r in runs]) for b in completion_budgets
+                str(b): stat([heldout_at(r["curve"], "samples", b) for r in runs]) for b in completion_budgets
             },
             "at_seconds": {
-                str(b): stat([value_at(r["curve"], "train_seconds", b) for r in runs]) for b in second_budgets
+                str(b): stat([heldout_at(r["curve"], "train_seconds", b) for r in runs]) for b in second_budgets
             },
         }
         if REFERENCE in by_method and m != REFERENCE:
             ref = by_method[REFERENCE]
             row["vs_dapo"] = {
-                "final": paired(runs, ref, lambda r: r["curve"][-1]["heldout"]),
-                "at_completions": paired(runs, ref, lambda r: value_at(r["curve"], "samples", completion_budgets[0])),
-                "at_seconds": paired(runs, ref, lambda r: value_at(r["curve"], "train_seconds", second_budgets[0])),
+                "final": paired(runs, ref, _final),
+                "at_completions": paired(
+                    runs, ref, lambda r: heldout_at(r["curve"], "samples", completion_budgets[0])
+                ),
+                "at_seconds": paired(runs, ref, lambda r: heldout_at(r["curve"], "train_seconds", second_budgets[0])),
             }
         table["methods"][m] = row
-    # The predictor's own effect: each learned-predictor method against its method without it, same seed.
     table["learned_minus_without"] = {
         f"{learned} - {without}": {
-            "final": paired(by_method[learned], by_method[without], lambda r: r["curve"][-1]["heldout"]),
+            "final": paired(by_method[learned], by_method[without], _final),
             "completions": paired(by_method[learned], by_method[without], lambda r: r["curve"][-1]["samples"]),
         }
         for learned, without in (("est_learned", "est"), ("seq_balance_learned", "seq_balance"))
@@ -131,12 +113,14 @@ def analyse(out: Path) -> dict[str, Any]:
 
 
 def goals(by_method: dict[str, list[dict]]) -> dict[str, Any]:
+    """Goal 1: `est_learned`'s mean curve reaches GRPO-n16's final in at most 0.6x GRPO-n16's completions. Goal 2:
+    `est_learned` ends at or above DAPO's final with no more completions."""
     if not {"est_learned", "grpo_n16", "dapo"} <= by_method.keys():
         return {}
-    curves = {m: BL.mean_curve(by_method[m]) for m in ("est_learned", "grpo_n16", "dapo")}
+    curves = {m: mean_curve(by_method[m]) for m in ("est_learned", "grpo_n16", "dapo")}
     n16_final = curves["grpo_n16"][-1]["heldout"]
-    reach = BL.first_reach(curves["est_learned"], "samples", n16_final)
-    n16_reach = BL.first_reach(curves["grpo_n16"], "samples", n16_final)
+    reach = first_reach(curves["est_learned"], "samples", n16_final)
+    n16_reach = first_reach(curves["grpo_n16"], "samples", n16_final)
     est_final, est_total = curves["est_learned"][-1]["heldout"], curves["est_learned"][-1]["samples"]
     dapo_final, dapo_total = curves["dapo"][-1]["heldout"], curves["dapo"][-1]["samples"]
     return {
@@ -153,60 +137,58 @@ def goals(by_method: dict[str, list[dict]]) -> dict[str, Any]:
 
 
 def markdown(table: dict[str, Any]) -> str:
+    """`predictor_table.md`: the held-out at each budget, the paired differences, the goals."""
     methods = table["methods"]
     cb, sb = table["completion_budgets"], table["second_budgets"]
+    budgets = [*(f"at {b:,.0f} completions" for b in cb), *(f"at {b:g} s" for b in sb)]
+    finals = [
+        [row["label"], str(row["seeds"]), cell(row["final"]), f"{row['completions']['mean']:,.0f}",
+         f"{row['train_seconds']['mean']:.0f}", *(cell(row["at_completions"][str(b)]) for b in cb),
+         *(cell(row["at_seconds"][str(b)]) for b in sb)]
+        for row in methods.values()
+    ]  # fmt: skip
+    differences = [
+        [row["label"], *(cell(row["vs_dapo"][key], True) for key in ("final", "at_completions", "at_seconds"))]
+        for row in methods.values()
+        if "vs_dapo" in row
+    ]
     lines = [
         "Held-out pass rate, mean [95% t-interval over seeds]; at a budget, each seed's curve is interpolated "
         "linearly (— where a seed never reached it).",
         "",
-        "| method | seeds | final | completions | train s | "
-        + " | ".join(f"at {b:,.0f} completions" for b in cb)
-        + " | "
-        + " | ".join(f"at {b:g} s" for b in sb)
-        + " |",
-        "|---|---:|---:|---:|---:|" + "---:|" * (len(cb) + len(sb)),
-    ]
-    for row in methods.values():
-        lines.append(
-            f"| {row['label']} | {row['seeds']} | {fmt(row['final'])} | {row['completions']['mean']:,.0f} | "
-            f"{row['train_seconds']['mean']:.0f} | "
-            + " | ".join(fmt(row["at_completions"][str(b)]) for b in cb)
-            + " | "
-            + " | ".join(fmt(row["at_seconds"][str(b)]) for b in sb)
-            + " |"
-        )
-    lines += [
+        *markdown_table(" | ".join(["method", "seeds", "final", "completions", "train s", *budgets]), finals),
         "",
         f"Paired difference against DAPO (same seed): final, at {cb[0]:,.0f} completions, at {sb[0]:g} s of training",
         "",
-        "| method | final | equal completions | equal wall time |",
-        "|---|---:|---:|---:|",
+        *markdown_table("method | final | equal completions | equal wall time", differences),
     ]
-    for row in methods.values():
-        if "vs_dapo" in row:
-            d = row["vs_dapo"]
-            lines.append(
-                f"| {row['label']} | {fmt(d['final'], True)} | {fmt(d['at_completions'], True)} | "
-                f"{fmt(d['at_seconds'], True)} |"
-            )
     if table.get("learned_minus_without"):
-        lines += ["", "The learned predictor against the same sampler without it (same seed)", ""]
-        lines += ["| pair | final held-out | completions |", "|---|---:|---:|"]
-        for pair, d in table["learned_minus_without"].items():
-            labels = " - ".join(methods[m]["label"] for m in pair.split(" - "))
-            lines.append(f"| {labels} | {fmt(d['final'], True)} | {fmt(d['completions'], True, 0)} |")
+        pairs = [
+            [
+                " - ".join(methods[m]["label"] for m in pair.split(" - ")),
+                cell(d["final"], True),
+                cell(d["completions"], True, 0),
+            ]
+            for pair, d in table["learned_minus_without"].items()
+        ]
+        lines += [
+            "",
+            "The learned predictor against the same sampler without it (same seed)",
+            "",
+            *markdown_table("pair | final held-out | completions", pairs),
+        ]
     g = table.get("goals")
     if g:
         reach = g["est_learned_completions_to_grpo_n16_final"]
+        reached = (
+            f"with {reach:,.0f} completions, {g['ratio_to_grpo_n16']:.2f}x GRPO-n16's"
+            if math.isfinite(reach)
+            else "never (mean curve)"
+        )
         lines += [
             "",
             f"- Goal 1: `est` with the learned predictor reaches GRPO-n16's final ({g['grpo_n16_final']:.3f}) "
-            + (
-                f"with {reach:,.0f} completions, {g['ratio_to_grpo_n16']:.2f}x GRPO-n16's"
-                if math.isfinite(reach)
-                else "never (mean curve)"
-            )
-            + f" (target: at most 0.6x): {'met' if g['goal_1_met'] else 'not met'}.",
+            f"{reached} (target: at most 0.6x): {'met' if g['goal_1_met'] else 'not met'}.",
             f"- Goal 2: its final {g['est_learned_final']:.3f} with {g['est_learned_completions']:,.0f} completions "
             f"against DAPO's {g['dapo_final']:.3f} with {g['dapo_completions']:,.0f}: "
             f"{'met' if g['goal_2_met'] else 'not met'}.",

@@ -102,9 +102,7 @@ QUICK = Plan(
 )
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Driving a sampler
-# --------------------------------------------------------------------------------------------------------------------
+# ---- Driving a sampler ---------------------------------------------------------------------------------------------
 
 
 def mixed_flags(selection: Selection, threshold: float) -> list[bool]:
@@ -121,9 +119,7 @@ def _mean_and_se(values: Sequence[float]) -> tuple[float, float]:
     return mean, std / math.sqrt(len(values))
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# 1. Figure 10: samples until K positives (and K negatives)
-# --------------------------------------------------------------------------------------------------------------------
+# ---- 1. Figure 10: samples until K positives (and K negatives) -----------------------------------------------------
 
 
 def exit_probability(draws: int, p: float, positives_needed: int, negatives_needed: int) -> float:
@@ -137,12 +133,10 @@ def exit_probability(draws: int, p: float, positives_needed: int, negatives_need
 def exact_sequential_cost(
     p: float, positive_quota: int, negative_quota: int, round_size: int, max_rounds: int
 ) -> tuple[float, float, float]:
-    """
-    Exact (mean, sd) of the completions a `fixed`-policy sequential sampler draws for a prompt of pass rate p, and
-    its mean rounds. The exit rule is checked after every round of `round_size`, so with T the rounds used,
-    P(T >= r + 1) = 1 - P(quotas met within r * round_size draws) and samples = round_size * T. (Exact as long as the
-    update group never binds the exit, i.e. num_generations <= max(quotas, round_size); see `fig10_group_size`.)
-    """
+    """Exact (mean, sd) of the completions a `fixed`-policy sequential sampler draws for a prompt of pass rate p, and
+    its mean rounds. The exit rule is checked after every round of `round_size`, so with T the rounds used, P(T >= r +
+    1) = 1 - P(quotas met within r * round_size draws) and samples = round_size * T. (Exact as long as the update group
+    never binds the exit, i.e. num_generations <= max(quotas, round_size); see `fig10_group_size`.)"""
     survival = [1.0] + [
         1.0 - exit_probability(r * round_size, p, positive_quota, negative_quota) for r in range(1, max_rounds)
     ]
@@ -153,10 +147,8 @@ def exact_sequential_cost(
 
 
 def fig10_group_size(sampler: str, quota: int) -> int:
-    """
-    The update group n: the largest even size the exit rule already guarantees, so n never delays an exit and the
-    curves show the stopping rule alone (seq_pos: K rounded up to even, at least 2; seq_balance: 2K).
-    """
+    """The update group n: the largest even size the exit rule already guarantees, so n never delays an exit and the
+    curves show the stopping rule alone (seq_pos: K rounded up to even, at least 2; seq_balance: 2K)."""
     return 2 * quota if sampler == "seq_balance" else max(2, quota + quota % 2)
 
 
@@ -190,24 +182,12 @@ def run_fig10(plan: Plan, seed: int) -> list[dict]:
                     mean, sd, rounds = exact_sequential_cost(
                         result.pass_rate, quota, negative_quota, round_size, max_rounds
                     )
-                    rows.append(
-                        dict(
-                            sampler=sampler,
-                            cap=cap,
-                            quota=quota,
-                            num_generations=n,
-                            round_size=round_size,
-                            pass_rate=result.pass_rate,
-                            mean_samples=result.mean_samples,
-                            mean_rounds=result.mean_rounds,
-                            mixed_share=result.mixed_share,
-                            max_samples=result.max_samples,
-                            trials=result.trials,
-                            exact_mean_samples=mean,
-                            exact_sd_samples=sd,
-                            exact_mean_rounds=rounds,
-                        )
-                    )
+                    rows.append(dict(
+                        sampler=sampler, cap=cap, quota=quota, num_generations=n, round_size=round_size,
+                        pass_rate=result.pass_rate, mean_samples=result.mean_samples, mean_rounds=result.mean_rounds,
+                        mixed_share=result.mixed_share, max_samples=result.max_samples, trials=result.trials,
+                        exact_mean_samples=mean, exact_sd_samples=sd, exact_mean_rounds=rounds,
+                    ))  # fmt: skip
     return rows
 
 
@@ -247,9 +227,7 @@ def plot_fig10(rows: list[dict], path: Path) -> None:
     canvas.print_png(str(path))
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# 2. Figure 2: all-correct / all-wrong groups against the group size
-# --------------------------------------------------------------------------------------------------------------------
+# ---- 2. Figure 2: all-correct / all-wrong groups against the group size --------------------------------------------
 
 
 def population_weights() -> list[float]:
@@ -293,19 +271,13 @@ def run_fig2(plan: Plan, seed: int) -> list[dict]:
         all_wrong = sum(all(r <= 0.5 for r in pool) for pool in selection.pools) / count
         correct, wrong = closed_form_unmixed(k)
         logger.info("fig2 k=%3d: %.1fs", k, time.perf_counter() - start)
-        rows.append(
-            dict(
-                group_size=k,
-                prompts=count,
-                all_correct_mc=all_correct,
-                all_wrong_mc=all_wrong,
-                all_correct_exact=correct,
-                all_wrong_exact=wrong,
-                all_correct_se=math.sqrt(correct * (1.0 - correct) / count),
-                all_wrong_se=math.sqrt(wrong * (1.0 - wrong) / count),
-                mixed_share_mc=1.0 - all_correct - all_wrong,
-            )
-        )
+        rows.append(dict(
+            group_size=k, prompts=count, all_correct_mc=all_correct, all_wrong_mc=all_wrong,
+            all_correct_exact=correct, all_wrong_exact=wrong,
+            all_correct_se=math.sqrt(correct * (1.0 - correct) / count),
+            all_wrong_se=math.sqrt(wrong * (1.0 - wrong) / count),
+            mixed_share_mc=1.0 - all_correct - all_wrong,
+        ))  # fmt: skip
     return rows
 
 
@@ -353,9 +325,7 @@ def plot_fig2(rows: list[dict], path: Path) -> None:
     canvas.print_png(str(path))
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# 3. Round policies
-# --------------------------------------------------------------------------------------------------------------------
+# ---- 3. Round policies ---------------------------------------------------------------------------------------------
 
 ROUNDS_SETTINGS = SamplerSettings(
     scale_rewards="none",
@@ -375,10 +345,8 @@ MIXED_NOISE_SE = 3.0
 
 
 def expected_batch_rounds(rounds_per_prompt: Sequence[int], batch_size: int, max_rounds: int) -> float:
-    """
-    E[max rounds over a generation batch of `batch_size` prompts drawn with replacement from the population]: the
-    number of synchronous generation calls the batch makes. E[max] = sum_r P(max >= r) = sum_r 1 - F(r - 1)^B.
-    """
+    """E[max rounds over a generation batch of `batch_size` prompts drawn with replacement from the population]: the
+    number of synchronous generation calls the batch makes. E[max] = sum_r P(max >= r) = sum_r 1 - F(r - 1)^B."""
     total = len(rounds_per_prompt)
     return math.fsum(
         1.0 - (sum(1 for t in rounds_per_prompt if t < r) / total) ** batch_size for r in range(1, max_rounds + 1)
@@ -393,17 +361,10 @@ def policy_point(policy: str, confidence: float | None, selection: Selection, pl
     samples, samples_se = _mean_and_se(sizes)
     mean_rounds, rounds_se = _mean_and_se(rounds)
     row = dict(
-        policy=policy,
-        confidence="" if confidence is None else confidence,
-        steps=steps,
-        prompts=len(sizes),
-        mean_samples=samples,
-        samples_se=samples_se,
-        mean_rounds=mean_rounds,
-        rounds_se=rounds_se,
-        mixed_share=sum(mixed) / len(mixed),
-        max_samples=max(sizes),
-    )
+        policy=policy, confidence="" if confidence is None else confidence, steps=steps, prompts=len(sizes),
+        mean_samples=samples, samples_se=samples_se, mean_rounds=mean_rounds, rounds_se=rounds_se,
+        mixed_share=sum(mixed) / len(mixed), max_samples=max(sizes),
+    )  # fmt: skip
     for batch_size in plan.batch_sizes:
         row[f"batch_rounds_b{batch_size}"] = expected_batch_rounds(rounds, batch_size, settings.max_rounds)
     for r in range(1, settings.max_rounds + 1):
@@ -412,10 +373,8 @@ def policy_point(policy: str, confidence: float | None, selection: Selection, pl
 
 
 def oracle_sampler(settings: SamplerSettings, population: Sequence[float]) -> Sampler:
-    """
-    The `tracked` policy with its tracker pre-loaded with ORACLE_PSEUDO_COUNT observations at each prompt's true pass
-    rate (pass_rate_decay=1): every request, the first included, is sized from (essentially) the true p.
-    """
+    """The `tracked` policy with its tracker pre-loaded with ORACLE_PSEUDO_COUNT observations at each prompt's true
+    pass rate (pass_rate_decay=1): every request, the first included, is sized from (essentially) the true p."""
     sampler = build_sampler(replace(settings, round_policy="tracked", pass_rate_decay=1.0))
     counts = {str(i): [ORACLE_PSEUDO_COUNT, ORACLE_PSEUDO_COUNT * p] for i, p in enumerate(population)}
     sampler.estimator.load_state_dict({"counts": counts})
@@ -572,9 +531,7 @@ def plot_rounds(rows: list[dict], plan: Plan, path: Path) -> None:
     canvas.print_png(str(path))
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------------------------------
+# ---- Output --------------------------------------------------------------------------------------------------------
 
 
 def _figure(size: tuple[float, float]):

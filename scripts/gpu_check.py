@@ -137,9 +137,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Model
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Model ----------------------------------------------------------------------------------------------------------
 
 
 def build_model(args: argparse.Namespace, path: Path) -> dict[str, Any]:
@@ -171,9 +169,7 @@ def build_model(args: argparse.Namespace, path: Path) -> dict[str, Any]:
     return info
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Processes
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Processes ------------------------------------------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -490,9 +486,7 @@ def format_async(result: dict[str, Any]) -> str:
     )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Main
-# ---------------------------------------------------------------------------------------------------------------------
+# ---- Main -----------------------------------------------------------------------------------------------------------
 
 
 def preflight() -> dict[str, Any]:
@@ -517,12 +511,10 @@ def preflight() -> dict[str, Any]:
 
 
 def request_costs(url: str, timeout_s: float, reps: int = 3) -> dict[str, Any]:
-    """
-    The server's cost per request: K one-draw requests sent at once through trl-ada's `ServerDraws` (the continuous
-    schedule's path) against one TRL `VLLMClient.generate` call of K completions, `max_tokens=1`, median of `reps`.
-    The slope of the first over K is what the front end spends per request (`draw_request_s` in
-    `benchmarks/generation_cost.py`); the second is the rounds' path.
-    """
+    """The server's cost per request: K one-draw requests sent at once through trl-ada's `ServerDraws` (the continuous
+    schedule's path) against one TRL `VLLMClient.generate` call of K completions, `max_tokens=1`, median of `reps`. The
+    slope of the first over K is what the front end spends per request (`draw_request_s` in
+    `benchmarks/generation_cost.py`); the second is the rounds' path."""
     from trl.generation.vllm_client import VLLMClient
 
     from trl_ada.schedules.server_draws import ServerDraws
@@ -553,13 +545,8 @@ def request_costs(url: str, timeout_s: float, reps: int = 3) -> dict[str, Any]:
                 start = time.perf_counter()
                 client.generate(prompts=chosen, n=1, max_tokens=1, logprobs=0)
                 batched.append(time.perf_counter() - start)
-            rows.append(
-                {
-                    "requests": count,
-                    "one_draw_requests_s": round(statistics.median(one_each), 5),
-                    "one_batched_request_s": round(statistics.median(batched), 5),
-                }
-            )
+            one_draw_s, batched_s = round(statistics.median(one_each), 5), round(statistics.median(batched), 5)
+            rows.append({"requests": count, "one_draw_requests_s": one_draw_s, "one_batched_request_s": batched_s})
     first, last = rows[0], rows[-1]
     span = last["requests"] - first["requests"]
     slope = (last["one_draw_requests_s"] - first["one_draw_requests_s"]) / span if span else None

@@ -35,9 +35,8 @@ USEFUL = {"dapo": 300.0, "grpo_n4": 200.0, "mine": 500.0}
 
 @pytest.fixture(autouse=True)
 def fresh_methods(monkeypatch):
-    """--method_config adds to both scripts' METHODS: each test gets copies, so no method leaks into other tests."""
+    """--method_config adds to the script's METHODS: each test gets a copy, so no method leaks into other tests."""
     monkeypatch.setattr(code_learning, "METHODS", dict(code_learning.METHODS))
-    monkeypatch.setattr(code_learning.benchmark_learning, "METHODS", dict(code_learning.benchmark_learning.METHODS))
 
 
 def made_up_run(method: str, seed: int, final: float, seconds: float, useful: float, settings: dict) -> dict:

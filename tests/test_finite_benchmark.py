@@ -1,7 +1,7 @@
 """The finite, hard-skewed comparison of issue 13: building the sets and the runner's finite mode.
 
 Correctness only, no timing: `scripts/prepare_data.py --band_mix` selects by band counts; the interval and paired
-difference maths of `scripts/benchmark_learning.py` against hand-computed values; and a smoke run (2 methods x 2 seeds,
+difference maths of the benchmarks' harness and `scripts/benchmark_learning.py` against hand-computed values; and a smoke run (2 methods x 2 seeds,
 2 epochs of a 16-prompt set) checks per-band evaluation, completion counts, epochs over the finite set and that the
 summary's intervals are those of its runs.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -19,6 +20,10 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the learning benchmarks' harness
+
+from harness.arithmetic import epoch_visits, steps_per_epoch  # noqa: E402
+from harness.stats import mean_ci, t_quantile  # noqa: E402
 
 
 def load(path: Path, name: str) -> ModuleType:
@@ -141,21 +146,21 @@ def test_band_mix_selects_counts_per_band_with_pass_rates(prepare_data, tmp_path
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_t_quantile_matches_tables(bench):
+def test_t_quantile_matches_tables():
     for df, value in {1: 12.7062047, 2: 4.3026527, 4: 2.7764451, 9: 2.2621572, 30: 2.0422725}.items():
-        assert bench.t_quantile(0.975, df) == pytest.approx(value, abs=1e-6)
-    assert bench.t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-9)
-    assert bench.t_quantile(0.025, 4) == pytest.approx(-2.7764451, abs=1e-6)
+        assert t_quantile(0.975, df) == pytest.approx(value, abs=1e-6)
+    assert t_quantile(0.5, 3) == pytest.approx(0.0, abs=1e-9)
+    assert t_quantile(0.025, 4) == pytest.approx(-2.7764451, abs=1e-6)
 
 
-def test_mean_ci_hand_computed(bench):
-    stat = bench.mean_ci([0.1, 0.2, 0.3, 0.4, 0.5])
+def test_mean_ci_hand_computed():
+    stat = mean_ci([0.1, 0.2, 0.3, 0.4, 0.5])
     # sd = sqrt(0.025) = 0.1581139; half width = t(0.975, 4) * sd / sqrt(5) = 2.7764451 * 0.0707107 = 0.1963249.
     assert stat["mean"] == pytest.approx(0.3)
     assert stat["sd"] == pytest.approx(0.1581139, abs=1e-7)
     assert stat["half_width"] == pytest.approx(0.1963249, abs=1e-6)
     assert (stat["ci_low"], stat["ci_high"]) == pytest.approx((0.1036751, 0.4963249), abs=1e-6)
-    assert bench.mean_ci([0.4])["ci_low"] is None and bench.mean_ci([0.4])["mean"] == 0.4
+    assert mean_ci([0.4])["ci_low"] is None and mean_ci([0.4])["mean"] == 0.4
 
 
 def fake_run(method: str, seed: int, points: list[tuple[float, float, dict[str, float]]]) -> dict:
@@ -223,11 +228,11 @@ def test_paired_differences_and_completions_ratio_hand_computed(bench):
     assert "+0.100 [-0.148, +0.348]" in table
 
 
-def test_epoch_visits(bench):
+def test_epoch_visits():
     # Two epochs of two steps over rows 0..3; in the second epoch row 1 comes back in a second step (a refill).
-    stats = bench.epoch_visits([[0, 1], [2, 3], [1, 3], [0, 1, 2]], per_epoch=2)
+    stats = epoch_visits([[0, 1], [2, 3], [1, 3], [0, 1, 2]], per_epoch=2)
     assert stats == [{"distinct": 4, "max_steps_per_row": 1}, {"distinct": 4, "max_steps_per_row": 2}]
-    assert bench.steps_per_epoch(1000, 16) == 62  # TRL drops an epoch's incomplete last batch
+    assert steps_per_epoch(1000, 16) == 62  # TRL drops an epoch's incomplete last batch
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -293,7 +298,7 @@ def test_finite_smoke_run(bench, tmp_path, monkeypatch):
     # The summary's numbers are those of its runs.
     finals = {key: run["curve"][-1]["heldout"] for key, run in runs.items()}
     stat = summary["methods"]["seq_balance"]["final_heldout"]
-    expected = bench.mean_ci([finals[("seq_balance", 0)], finals[("seq_balance", 1)]])
+    expected = mean_ci([finals[("seq_balance", 0)], finals[("seq_balance", 1)]])
     assert stat["mean"] == pytest.approx(expected["mean"])
     if expected["half_width"] is not None:
         assert stat["half_width"] == pytest.approx(expected["half_width"])
@@ -311,13 +316,13 @@ def test_finite_smoke_run(bench, tmp_path, monkeypatch):
 
     # --reuse_runs keeps the finished runs whose settings match (adding a seed starts only that seed's runs) ...
     started: list[list[str]] = []
-    real_popen = bench.subprocess.Popen
+    real_popen = subprocess.Popen
 
     def recording_popen(command, **kwargs):
         started.append(command[command.index("--run") + 1 :])
         return real_popen(command, **kwargs)
 
-    monkeypatch.setattr(bench.subprocess, "Popen", recording_popen)
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
     seeds_at = argv.index("--seeds")
     assert (
         bench.main(

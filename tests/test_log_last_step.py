@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -10,17 +9,9 @@ import pytest
 from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the learning benchmarks' harness
 
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_learning_last_step", ROOT / "scripts" / "benchmark_learning.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from harness.training import draw_accounting, train_seconds  # noqa: E402
 
 
 def dapo_run(tmp_path, tokenizer, dataset, max_steps, stop_at=None):
@@ -60,12 +51,12 @@ def dapo_run(tmp_path, tokenizer, dataset, max_steps, stop_at=None):
 
 
 @pytest.mark.parametrize(("max_steps", "stop_at", "logged_steps"), [(4, None, [3, 4]), (5, 4, [3, 4])])
-def test_the_steps_after_the_last_log_reach_the_totals(bench, tmp_path, tokenizer, arithmetic_dataset, max_steps,
+def test_the_steps_after_the_last_log_reach_the_totals(tmp_path, tokenizer, arithmetic_dataset, max_steps,
                                                         stop_at, logged_steps):  # fmt: skip
     # The Trainer logs every logging_steps only, but GRPOTrainer.log puts the metrics still pending into the run's
     # closing entry (the one with train_runtime): a step cap or a budget stop off the interval loses no step.
     entries, scored = dapo_run(tmp_path, tokenizer, arithmetic_dataset, max_steps, stop_at)
     assert [e["step"] for e in entries] == logged_steps
     assert "train_runtime" in entries[-1]
-    assert bench.draw_accounting(entries)["total"] == scored  # every completion drawn, the last window's included
-    assert bench.train_seconds(entries) > 0
+    assert draw_accounting(entries)["total"] == scored  # every completion drawn, the last window's included
+    assert train_seconds(entries) > 0

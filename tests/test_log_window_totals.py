@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -14,17 +13,9 @@ from trl_ada.reporting.metrics import reduce_log_window
 from trl_ada.samplers.accounting import BANDS, PromptDraws, draw_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the learning benchmarks' harness
 
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_learning_totals", ROOT / "scripts" / "benchmark_learning.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+from harness.training import draw_accounting, gate_passes, train_seconds  # noqa: E402
 
 
 def gated_run(tmp_path, tokenizer, dataset, logging_steps):
@@ -64,9 +55,7 @@ def gated_run(tmp_path, tokenizer, dataset, logging_steps):
     return entries, sum(verdicts), scored[0]
 
 
-def test_draw_totals_and_gate_passes_do_not_depend_on_the_logging_interval(
-    bench, tmp_path, tokenizer, arithmetic_dataset
-):
+def test_draw_totals_and_gate_passes_do_not_depend_on_the_logging_interval(tmp_path, tokenizer, arithmetic_dataset):
     # Every other prompt is hopeless, so the gate passes some over and the refills draw batches of unequal size.
     dataset = arithmetic_dataset.select(range(16)).map(lambda row, i: {"hopeless": i % 2 == 0}, with_indices=True)
     every_step, passes, drawn = gated_run(tmp_path, tokenizer, dataset, logging_steps=1)
@@ -74,17 +63,17 @@ def test_draw_totals_and_gate_passes_do_not_depend_on_the_logging_interval(
     assert (passes, drawn) == (passes_3, drawn_3) > (0, 0)  # the same run, logged twice as often
     assert [e["step"] for e in every_third] == [3, 6]
     # Every completion the reward scored is a draw; every verdict of the gate a pass.
-    accounting = bench.draw_accounting(every_step)
+    accounting = draw_accounting(every_step)
     assert accounting["total"] == drawn
-    assert bench.gate_passes(every_step) == passes
+    assert gate_passes(every_step) == passes
     # Logged every third step, each entry holds its window's sums: the same totals.
-    assert bench.gate_passes(every_third) == passes
-    accounting_3 = bench.draw_accounting(every_third)
+    assert gate_passes(every_third) == passes
+    accounting_3 = draw_accounting(every_third)
     assert accounting_3["total"] == drawn
     assert accounting_3 == accounting  # counts: exact sums
     assert accounting["useful"] > 0 and set(accounting["bands"]) >= {"none_right"}
     # The curve's training seconds weigh each entry's mean step time by the steps it covers.
-    seconds = bench.train_seconds(every_third)
+    seconds = train_seconds(every_third)
     assert seconds == pytest.approx(sum(e["step_time"] * 3 for e in every_third))
 
 

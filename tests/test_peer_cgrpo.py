@@ -12,6 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the learning benchmarks' harness
+
+from harness.tournament import tournament_summary, tournament_table  # noqa: E402
 
 
 def _load(name: str, path: Path):
@@ -130,7 +133,6 @@ def test_calibration_set_is_taken_out_of_the_training_set(runner):
 
 
 def test_run_json_is_read_by_the_tournament_report(runner):
-    report = _load("benchmark_learning", ROOT / "scripts" / "benchmark_learning.py")
     trainer = _fake_trainer(runner)
     trainer.calibrate()
     trainer._padded_rows = [False] * 4
@@ -142,28 +144,16 @@ def test_run_json_is_read_by_the_tournament_report(runner):
         {"step": 0, "epoch": 0.0, "heldout": 0.1, "bands": {"a": 0.1}, "samples": 0.0, "train_seconds": 0.0},
         {"step": 1, "epoch": 0.5, "heldout": 0.2, "bands": {"a": 0.2}, "samples": 12.0, "train_seconds": 1.5},
     ]
-    record = runner.run_record(
-        seed=0,
-        curve=curve,
-        ledger=ledger,
-        step_seconds=[1.5],
-        train_size=8,
-        heldout_size=4,
-        prompts_per_step=1,
-        per_epoch=2,
-        epoch_visits=[],
-        visits=[[0]],
-        run_seconds=2.0,
-        extra={},
-    )
+    run = {"curve": curve, "ledger": ledger, "step_seconds": [1.5], "visits": [[0]], "run_seconds": 2.0, "extra": {}}
+    record = runner.run_record(0, run, train_size=8, heldout_size=4, prompts_per_step=1, per_epoch=2)
     assert record["completions"] == 12 and record["calibration_completions"] == 8
     reference = {**record, "method": "dapo", "label": "DAPO n=4", "draws": {**record["draws"], "useful": 0.0}}
-    summary = report.tournament_summary([reference, record], budget=12)
+    summary = tournament_summary([reference, record], budget=12)
     row = summary["methods"]["cgrpo"]
     assert row["completions"] == 12 and row["train_seconds"] == 1.5
     assert row["useful_share"] == pytest.approx(4 / 12) and row["trained_share"] == pytest.approx(4 / 12)
     assert row["minus_reference"]["mean"] == pytest.approx(0.0)
-    assert "trl-cgrpo" in report.tournament_table(summary)
+    assert "trl-cgrpo" in tournament_table(summary)
 
 
 def test_stream_calibration_prompts_never_come_back_in_training(runner):

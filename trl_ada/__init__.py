@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -13,19 +14,16 @@ if TYPE_CHECKING:
     from .config import AdaGRPOConfig
     from .trainer import AdaGRPOTrainer
 
+# Lazy: `trl_ada.samplers` and `trl-ada simulate` must not pay for importing torch and TRL.
+_HOMES = {
+    "AdaGRPOConfig": ".config",
+    "AdaGRPOTrainer": ".trainer",
+    "AdaAsyncGRPOConfig": ".async_grpo",
+    "AdaAsyncGRPOTrainer": ".async_grpo",
+}
+
 
 def __getattr__(name: str) -> Any:
-    # Lazy: `trl_ada.samplers` and `trl-ada simulate` must not pay for importing torch and TRL.
-    if name == "AdaGRPOConfig":
-        from .config import AdaGRPOConfig
-
-        return AdaGRPOConfig
-    if name == "AdaGRPOTrainer":
-        from .trainer import AdaGRPOTrainer
-
-        return AdaGRPOTrainer
-    if name in ("AdaAsyncGRPOConfig", "AdaAsyncGRPOTrainer"):
-        from . import async_grpo
-
-        return getattr(async_grpo, name)
-    raise AttributeError(f"module 'trl_ada' has no attribute {name!r}")
+    if name not in _HOMES:
+        raise AttributeError(f"module 'trl_ada' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name], __name__), name)

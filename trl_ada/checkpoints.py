@@ -1,5 +1,5 @@
-"""Checkpoint helpers: which checkpoint a resume starts from (the same one on every process, or the same error on
-every process), whether a checkpoint can be loaded, and where the sampler's state lives in one."""
+"""Checkpoint helpers: which checkpoint a resume starts from (the same on every process), whether a checkpoint can be
+loaded, and where the sampler's state lives in one."""
 
 from __future__ import annotations
 
@@ -31,14 +31,9 @@ class CheckpointError(ValueError):
 
 
 def read_sampler_state(checkpoint: str | os.PathLike, *, require_refill: bool = True) -> dict[str, Any] | None:
-    """
-    The sampler state saved in `checkpoint`, or `None` when it has none (a checkpoint of `trl.GRPOTrainer`).
-    `require_refill=False`: the asynchronous trainer's state, which has no DAPO refill position (its stream has no
-    batches to refill).
-
-    Raises:
-        CheckpointError: naming the file, when it is not the JSON object `AdaGRPOTrainer` writes.
-    """
+    """The sampler state saved in `checkpoint`, or `None` when it has none (a checkpoint of `trl.GRPOTrainer`); raises
+    `CheckpointError`, naming the file, when it is not the JSON object `AdaGRPOTrainer` writes.
+    `require_refill=False`: the asynchronous trainer's state, which has no DAPO refill position."""
     path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
     if not os.path.exists(path):
         return None
@@ -56,13 +51,9 @@ def read_sampler_state(checkpoint: str | os.PathLike, *, require_refill: bool = 
 
 
 def checkpoint_problem(path: str | os.PathLike) -> str | None:
-    """
-    Why resuming from `path` would fail, or `None` when it looks loadable. Reads only what is cheap (no tensor
-    data): `trainer_state.json`, which the Trainer writes last, so a save cut short (SIGTERM, full disk) lacks a
-    readable one; the sampler state; the header of every safetensors file (which also checks that the file is as long
-    as the header says) and every shard an index names; the zip directory of the `torch.save` files (optimizer,
-    scheduler, RNG state). DeepSpeed and FSDP sub-folders are not inspected.
-    """
+    """Why resuming from `path` would fail, or `None` when it looks loadable. Reads only what is cheap:
+    `trainer_state.json` (written last, so a save cut short lacks it), the sampler state, every safetensors header and
+    the shards an index names, and the zip directory of the `torch.save` files (not DeepSpeed or FSDP sub-folders)."""
     path = os.fspath(path)
     if not os.path.isdir(path):
         return f"{path} does not exist" if not os.path.exists(path) else f"{path} is not a directory"
@@ -81,31 +72,22 @@ def checkpoint_problem(path: str | os.PathLike) -> str | None:
             read_sampler_state(path)
     except CheckpointError as error:
         return str(error)
+
+    def files(*patterns: str) -> list[str]:
+        return sorted(name for pattern in patterns for name in glob.glob(os.path.join(path, pattern)))
+
     # Top level: the model (or PEFT adapter) and its shards; one level down: the adapters of a multi-adapter model.
-    for weights in sorted(
-        glob.glob(os.path.join(path, "*.safetensors")) + glob.glob(os.path.join(path, "*", "*.safetensors"))
-    ):
-        problem = _safetensors_problem(weights)
-        if problem:
-            return problem
-    for index in sorted(glob.glob(os.path.join(path, "*.index.json"))):
-        problem = _index_problem(index)
-        if problem:
-            return problem
-    for archive in sorted(
-        glob.glob(os.path.join(path, "*.pt"))
-        + glob.glob(os.path.join(path, "*.pth"))
-        + glob.glob(os.path.join(path, "*.bin"))
-    ):
-        problem = _torch_archive_problem(archive)
-        if problem:
-            return problem
+    checks = [
+        (_safetensors_problem, files("*.safetensors", os.path.join("*", "*.safetensors"))),
+        (_index_problem, files("*.index.json")),
+        (_torch_archive_problem, files("*.pt", "*.pth", "*.bin")),
+    ]
+    for check, names in checks:
+        for name in names:
+            problem = check(name)
+            if problem:
+                return problem
     return None
-
-
-def is_complete_checkpoint(path: str | os.PathLike) -> bool:
-    """Whether `path` holds a whole, loadable checkpoint (see [`checkpoint_problem`])."""
-    return checkpoint_problem(path) is None
 
 
 def checkpoint_dirs(output_dir: str | os.PathLike) -> list[str]:
@@ -121,12 +103,8 @@ def checkpoint_dirs(output_dir: str | os.PathLike) -> list[str]:
 
 
 def latest_complete_checkpoint(output_dir: str | os.PathLike, *, warn: bool = False) -> str | None:
-    """
-    The newest loadable `checkpoint-N` in `output_dir`, or `None`. Unlike `transformers`' `get_last_checkpoint`, a
-    checkpoint that cannot be loaded (a save cut short, a corrupt model, optimizer or sampler state: see
-    [`checkpoint_problem`]) is skipped rather than picked and failed on; with `warn`, each one skipped is logged with
-    the reason.
-    """
+    """The newest loadable `checkpoint-N` in `output_dir`, or `None`: unlike `transformers`' `get_last_checkpoint`, one
+    that cannot be loaded ([`checkpoint_problem`]) is skipped, and with `warn` logged with the reason."""
     for path in checkpoint_dirs(output_dir):
         problem = checkpoint_problem(path)
         if problem is None:
@@ -139,10 +117,7 @@ def latest_complete_checkpoint(output_dir: str | os.PathLike, *, warn: bool = Fa
 
 
 def describe_checkpoints(output_dir: str | os.PathLike) -> str:
-    """
-    A sentence listing the checkpoints of `output_dir` for an error message, oldest first, marking those that cannot
-    be loaded.
-    """
+    """A sentence listing the checkpoints of `output_dir`, oldest first, marking those that cannot be loaded."""
     directory = os.fspath(output_dir) or "."
     if not os.path.isdir(directory):
         return f"{directory!r} does not exist."
@@ -163,19 +138,11 @@ def resolve_resume_checkpoint(
     broadcast: Callable[[list[Any]], list[Any]] = broadcast_object_list,
     gather: Callable[[list[Any]], list[Any]] = gather_object,
 ) -> str | os.PathLike | bool | None:
-    """
-    What `Trainer.train(resume_from_checkpoint=...)` gets: `True` becomes the newest loadable `checkpoint-N` of
-    `output_dir`, picked on the main process and broadcast to all (each one skipped is logged with the reason); a path
-    is returned as given once [`check_resumable`] passes on every process; `False` and `None` pass through.
-
-    Args:
-        broadcast, gather: `accelerate.utils.broadcast_object_list` and `gather_object` (the collectives every
-            process enters together), replaceable for a test without a process group.
-
-    Raises:
-        ValueError: on every process, before anything loads, when `True` finds no loadable checkpoint (listing the
-            ones there are) or the path cannot be resumed from (see [`check_resumable`]).
-    """
+    """What `Trainer.train(resume_from_checkpoint=...)` gets: `True` becomes the newest loadable `checkpoint-N` of
+    `output_dir`, picked on the main process and broadcast to all; a path is returned as given once
+    [`check_resumable`] passes on every process; `False` and `None` pass through. `broadcast` and `gather` are the
+    collectives every process enters (replaceable for a test). Raises `ValueError` on every process, before anything
+    loads, when `True` finds no loadable checkpoint or the path cannot be resumed from."""
     if resume_from_checkpoint is True:
         picked = latest_complete_checkpoint(output_dir, warn=True) if is_main_process else None
         [resume_from_checkpoint] = broadcast([picked])
@@ -197,12 +164,9 @@ def check_resumable(
     is_main_process: bool,
     gather: Callable[[list[Any]], list[Any]] = gather_object,
 ) -> None:
-    """
-    Fail on every process, before anything loads, when `checkpoint` cannot be resumed from: the main process's
-    copy decides whether it exists and loads (its message lists the checkpoints there are, next to `checkpoint` and
-    in `output_dir`); otherwise every process must see a loadable copy. `gather` is every process's collective (as
-    `accelerate.utils.gather_object`), so all of them raise together instead of one failing and the others hanging.
-    """
+    """Fail on every process together (`gather` is their collective), before anything loads, when `checkpoint`
+    cannot be resumed from: the main process's copy decides whether it exists and loads, and every process must see
+    a loadable copy."""
     problem = checkpoint_problem(checkpoint)
     listing = None
     if problem is not None and is_main_process:

@@ -25,11 +25,9 @@ logger = logging.getLogger(__name__)
 
 
 def batch_rules(settings: SamplerSettings) -> str | None:
-    """
-    What in the validated `settings` reads a whole generation batch (named for messages), or `None` where every rule
-    reads one prompt's pool (`SamplerSettings.rules_are_per_prompt`). Over a batch of one prompt such a rule does nothing:
-    `est` gives every prompt its mean budget, `normalize_weights` scales every weight back to 1.
-    """
+    """What in the validated `settings` reads a whole generation batch (named for messages), or `None` where every
+    rule reads one prompt's pool (`SamplerSettings.rules_are_per_prompt`). Over a batch of one prompt such a rule
+    does nothing: `est` gives every prompt its mean budget, `normalize_weights` scales every weight back to 1."""
     if settings.rules_are_per_prompt:
         return None
     named = []
@@ -46,10 +44,8 @@ TRAIN_ON_CHOICES = ("downsample", "pool")
 
 
 def check_train_on(train_on: str, settings: SamplerSettings) -> None:
-    """
-    Raise `ValueError`, naming the fix, where `train_on` ([`TrainOnField`]) cannot hold with the validated `settings`.
-    The one rule, for both trainers: each config checks it at construction, the asynchronous rollout loop too.
-    """
+    """Raise `ValueError`, naming the fix, where `train_on` ([`TrainOnField`]) cannot hold with the validated
+    `settings`: the one rule for both trainers (and the asynchronous rollout loop)."""
     if train_on not in TRAIN_ON_CHOICES:
         raise ValueError(f"train_on={train_on!r} is not supported. Choose one of {list(TRAIN_ON_CHOICES)}.")
     if train_on == "downsample":
@@ -94,6 +90,17 @@ def check_train_on(train_on: str, settings: SamplerSettings) -> None:
             f"trains on all of them. Remove downsample (default {default_downsample!r}), or use "
             "train_on='downsample'."
         )
+
+
+def with_defaults(cls: type, args: Any) -> tuple[Any, set[str]]:
+    """A `cls` holding every value of `args` (a config TRL has post-processed), its own fields' defaults for the rest,
+    and the names of those fields."""
+    upgraded = cls.__new__(cls)
+    upgraded.__dict__.update(args.__dict__)
+    unset = [f for f in fields(cls) if f.name not in args.__dict__]
+    for f in unset:
+        setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+    return upgraded, {f.name for f in unset}
 
 
 TRAIN_ON_HELP = (
@@ -338,25 +345,14 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
 
     @classmethod
     def from_grpo_config(cls, args: GRPOConfig, environment_owns_data: bool = False) -> AdaGRPOConfig:
-        """
-        An `AdaGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults.
-
-        Never rejects a config that `GRPOTrainer` accepts: the Ada knobs `args` leaves unset are adapted to the
-        values it did set. A `multi_objective_aggregation` other than `"sum_then_normalize"`, or a `seed` in
-        `generation_kwargs` with vLLM, or an environment that owns the data (`environment_owns_data`: an
-        `environment_factory` without a `train_dataset`), falls back to `sampler="uniform"` (plain GRPO) with a
-        warning; for
-        `seq_*`, `round_size` grows to `ceil(num_generations / max_rounds)` when the default cap
-        `round_size * max_rounds` is below `num_generations`.
-        """
+        """An `AdaGRPOConfig` holding every value of `args` (already post-processed by TRL) and the Ada defaults,
+        adapted so that it never rejects a config `GRPOTrainer` accepts: a `multi_objective_aggregation` other than
+        `"sum_then_normalize"`, a `seed` in `generation_kwargs` with vLLM, or an environment that owns the data
+        (`environment_owns_data`) falls back to `sampler="uniform"` with a warning, and `round_size` grows to
+        `ceil(num_generations / max_rounds)` where the default cap is below `num_generations`."""
         if not isinstance(args, GRPOConfig):
             raise TypeError(f"args must be an AdaGRPOConfig or a trl.GRPOConfig, got {type(args).__name__}.")
-        upgraded = cls.__new__(cls)
-        upgraded.__dict__.update(args.__dict__)
-        unset = [f for f in fields(cls) if f.name not in args.__dict__]
-        for f in unset:
-            setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
-        unset_names = {f.name for f in unset}
+        upgraded, unset_names = with_defaults(cls, args)
         if "sampler" in unset_names and upgraded.multi_objective_aggregation != "sum_then_normalize":
             logger.warning(
                 "multi_objective_aggregation=%r normalises each reward function inside the group, and a pool "

@@ -1,14 +1,12 @@
 """Prompt datasets for math RL: loading (hub or local files), checks that fail before training, TRL's prompt-only
-format, and batched sampling of completions from a model (transformers, or vLLM when installed).
-
-The sampling part serves the difficulty filter of ``trl-ada prepare-data`` (``scripts/prepare_data.py``) and the
-evaluation of ``trl-ada evaluate`` (``scripts/evaluate.py``); prompts are tokenised exactly as TRL's ``GRPOTrainer`` does (chat template with a
-generation prompt for conversational prompts, plain tokenisation for text prompts), so a pass rate measured here is the
-one training sees.
+format, and batched sampling of completions (transformers, or vLLM when installed) for ``trl-ada prepare-data`` and
+``trl-ada evaluate``, with prompts tokenised as TRL's ``GRPOTrainer`` does, so a pass rate measured here is the one
+training sees.
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import importlib.util
 import logging
@@ -32,11 +30,6 @@ _FILE_BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".cs
 _TOKENIZE_CHUNK = 1024
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def _is_saved_to_disk(path: Path) -> bool:
     return (path / "dataset_dict.json").is_file() or (
         (path / "dataset_info.json").is_file() and (path / "state.json").is_file()
@@ -56,26 +49,11 @@ def _select_split(dataset: Any, split: str, source: str) -> Any:
 def load_prompt_dataset(
     name_or_path: str | os.PathLike[str], split: str = "train", config: str | None = None, *, streaming: bool = False
 ) -> Any:
-    """Loads one split of a prompt dataset from the hub or from local files.
-
-    Args:
-        name_or_path: One of
-            - a directory written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``;
-            - a ``.parquet``, ``.jsonl``/``.json`` or ``.csv`` file (the file is the split);
-            - a directory of such files (``datasets`` infers splits from names like ``train.jsonl``,
-              ``test-00000.parquet``; otherwise every file is ``train``);
-            - a hub dataset id such as ``open-r1/OpenR1-Math-220k`` (needs network or a warm cache).
-        split: The split to return.
-        config: The dataset configuration (subset) name, for hub datasets or directories that have several.
-        streaming: Stream the rows (`datasets.IterableDataset`) instead of loading them, as ``load_dataset(...,
-            streaming=True)`` does.
-
-    Returns:
-        A `datasets.Dataset` (a `datasets.IterableDataset` when streaming).
-
-    Raises:
-        FileNotFoundError: for a path that does not exist, naming ``trl-ada prepare-data``, which makes the prepared
-            files the shipped recipes read.
+    """Loads one ``split`` (a `datasets.Dataset`, or a `datasets.IterableDataset` when ``streaming``) of a prompt
+    dataset: a directory written by ``save_to_disk``; a ``.parquet``, ``.jsonl``/``.json`` or ``.csv`` file (the file
+    is the split); a directory of such files (splits inferred from names like ``train.jsonl``); or a hub dataset id
+    (``config``: its configuration). A path that does not exist raises `FileNotFoundError` naming
+    ``trl-ada prepare-data``, which makes the prepared files the shipped recipes read.
     """
     import datasets
 
@@ -103,15 +81,14 @@ def load_prompt_dataset(
                 "saved with save_to_disk, or a hub dataset id."
             )
         logger.info("Loading %s as %s (split %r).", path, builder, split)
+        empty = f"The dataset file {source} is empty (0 rows). Point --dataset_name to a file with rows."
         if path.stat().st_size == 0:
-            raise ValueError(f"The dataset file {source} is empty (0 rows). Point --dataset_name to a file with rows.")
+            raise ValueError(empty)
         try:
             return datasets.load_dataset(builder, data_files={split: str(path)}, split=split, streaming=streaming)
         except ValueError as error:
             if "corresponds to no data" in str(error):  # `datasets`' wording for a file without rows
-                raise ValueError(
-                    f"The dataset file {source} is empty (0 rows). Point --dataset_name to a file with rows."
-                ) from error
+                raise ValueError(empty) from error
             raise
     if path.suffix.lower() in _FILE_BUILDERS or source.startswith((".", "/", "~")):
         raise FileNotFoundError(
@@ -123,11 +100,6 @@ def load_prompt_dataset(
         )
     logger.info("Loading %s (config %r, split %r) from the hub.", source, config, split)
     return datasets.load_dataset(source, name=config, split=split, streaming=streaming)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Prompt format
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def dataset_columns(dataset: Any) -> list[str]:
@@ -149,10 +121,8 @@ def is_conversational_prompt(prompt: Any) -> bool:
 def make_prompt(
     problem: str, *, system_prompt: str | None = None, instruction: str | None = None, conversational: bool = True
 ) -> Prompt:
-    """One prompt in TRL's format: ``[system?, user]`` messages, or a string (``system + "\\n" + problem``).
-
-    ``instruction`` is appended to the problem after a space, as the paper's authors do.
-    """
+    """One prompt in TRL's format: ``[system?, user]`` messages, or a string (``system + "\\n" + problem``), with
+    ``instruction`` appended to the problem after a space, as the paper's authors do."""
     text = problem if isinstance(problem, str) else str(problem)
     if instruction:
         text = f"{text} {instruction}"
@@ -160,6 +130,14 @@ def make_prompt(
         messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
         return [*messages, {"role": "user", "content": text}]
     return f"{system_prompt}\n{text}" if system_prompt else text
+
+
+def wants_chat_messages(prompt_format: str, tokenizer: Any) -> bool:
+    """Whether ``--prompt_format`` (``auto``, ``conversational`` or ``text``) builds chat messages; ``auto`` does when
+    the tokenizer has a chat template, or when there is no tokenizer."""
+    if prompt_format == "auto":
+        return tokenizer is None or bool(getattr(tokenizer, "chat_template", None))
+    return prompt_format == "conversational"
 
 
 def to_prompt_format(
@@ -173,25 +151,10 @@ def to_prompt_format(
     keep_columns: Sequence[str] | None = None,
     num_proc: int | None = None,
 ) -> Any:
-    """Maps a problem/answer dataset to TRL's prompt-only format: a ``prompt`` column and a ``solution`` column.
-
-    This is the mapping of TRL's GRPO examples (``make_conversation``: ``{"prompt": [{"role": "system", ...},
-    {"role": "user", "content": example["problem"]}]}``), with the reference answer kept in ``solution``, where
-    [`trl_ada.rewards.math_verify_reward`] (and TRL's ``accuracy_reward``) read it.
-
-    Args:
-        dataset: A `datasets.Dataset` with ``problem_column`` and ``solution_column``.
-        problem_column: Column holding the problem text.
-        solution_column: Column holding the reference answer; it is renamed to ``solution`` (replacing an existing
-            ``solution`` column, e.g. OpenR1's worked solutions when ``solution_column="answer"``).
-        system_prompt: Optional system message (a text prefix for non-conversational prompts).
-        conversational: Chat messages (for models with a chat template) or plain strings.
-        instruction: Optional text appended to every problem, e.g. [`DEFAULT_INSTRUCTION`].
-        keep_columns: Other columns to keep; ``None`` keeps all of them.
-        num_proc: Processes for `datasets.Dataset.map`.
-
-    Returns:
-        The mapped dataset.
+    """Maps a problem/answer dataset to TRL's prompt-only format, as TRL's GRPO examples do (``make_conversation``):
+    a ``prompt`` column ([`make_prompt`] of ``problem_column``) and the reference answer as ``solution``, where
+    [`trl_ada.rewards.math_verify_reward`] (and TRL's ``accuracy_reward``) read it, replacing an existing ``solution``
+    column (OpenR1's worked solutions when ``solution_column="answer"``). ``keep_columns=None`` keeps every column.
     """
     from datasets import IterableDataset
 
@@ -228,11 +191,6 @@ def to_prompt_format(
     return dataset
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Validation
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def _column_hint(missing: str, existing: Sequence[str]) -> str:
     if missing == "prompt" and "problem" in existing:
         return "build 'prompt' from 'problem' with trl_ada.data.to_prompt_format(dataset) or `trl-ada prepare-data`"
@@ -245,14 +203,8 @@ def _column_hint(missing: str, existing: Sequence[str]) -> str:
 
 
 def tokenize_prompts(tokenizer: Any, prompts: Sequence[Prompt]) -> list[list[int]]:
-    """Token ids of prompts, exactly as TRL's ``GRPOTrainer`` builds them.
-
-    Conversational prompts go through the tokenizer's chat template with a generation prompt; text prompts are
-    tokenised as they are (with the tokenizer's special tokens).
-
-    Raises:
-        ValueError: when the prompts are conversational and the tokenizer has no chat template.
-    """
+    """Token ids of prompts, exactly as TRL's ``GRPOTrainer`` builds them: the chat template with a generation prompt
+    for conversational prompts (`ValueError` when the tokenizer has none), plain tokenisation for text."""
     if not prompts:
         return []
     ids: list[list[int]] = []
@@ -277,10 +229,7 @@ def tokenize_prompts(tokenizer: Any, prompts: Sequence[Prompt]) -> list[list[int
 
 def check_prompt_column(dataset: Any) -> None:
     """GRPOTrainer reads prompts from a `prompt` column; say so at construction rather than at the first step.
-
-    Passes for `None` and for a dataset that does not declare its columns (a stream without features); `AdaGRPOTrainer`
-    calls this unless an `environment_factory` supplies the prompt.
-    """
+    Passes for `None` and for a dataset that does not declare its columns (a stream without features)."""
     columns = getattr(dataset, "column_names", None)
     if dataset is None or columns is None or "prompt" in columns:
         return
@@ -301,18 +250,9 @@ def validate_prompt_dataset(
 ) -> None:
     """Checks a prompt dataset before any training starts; raises a `ValueError` that names the fix.
 
-    Checks, in order: the required columns exist (TRL's ``prompt`` plus whatever the reward functions read, see
-    [`trl_ada.rewards.required_reward_columns`]); the dataset is not empty; and, when ``tokenizer`` and
-    ``max_prompt_length`` are given, no prompt is longer than ``max_prompt_length`` tokens (tokenised as the trainer
-    does, see [`tokenize_prompts`]).
-
-    Args:
-        dataset: A `datasets.Dataset` (or anything with ``column_names``, ``len`` and column access).
-        required_columns: Columns that must exist; ``prompt_column`` is always required.
-        tokenizer: Tokenizer for the length check.
-        max_prompt_length: Longest allowed prompt, in tokens.
-        prompt_column: Name of the prompt column.
-        length_flag: The command-line flag that sets ``max_prompt_length``, quoted in the error message.
+    Checks, in order: ``prompt_column`` and the ``required_columns`` (what the reward functions read) exist; the
+    dataset is not empty; and, when ``tokenizer`` and ``max_prompt_length`` are given, no prompt is longer than that
+    many tokens (tokenised as the trainer does). ``length_flag`` is the flag the error message names for the limit.
     """
     existing = list(dataset.column_names)
     required = [prompt_column, *[column for column in required_columns if column != prompt_column]]
@@ -347,11 +287,6 @@ def validate_prompt_dataset(
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Sampling completions
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 class CompletionGenerator(Protocol):
     """Anything that draws ``num_samples`` completions (decoded text) for each prompt."""
 
@@ -364,18 +299,9 @@ def is_vllm_available() -> bool:
 
 
 class TransformersGenerator:
-    """Batched sampling with ``model.generate`` (left padding), as TRL's non-vLLM generation path.
-
-    Args:
-        model: A causal LM.
-        tokenizer: Its tokenizer.
-        max_new_tokens: Completion budget in tokens.
-        temperature: Sampling temperature; 0 means greedy decoding.
-        top_p: Nucleus sampling threshold (1.0: off). ``top_k`` is off, as in vLLM's defaults.
-        batch_size: Rows (prompt x sample) per ``generate`` call.
-        seed: Seed set before each call, so results are reproducible.
-        progress: Show a tqdm progress bar.
-    """
+    """Batched sampling with ``model.generate`` (left padding), as TRL's non-vLLM generation path: ``temperature`` 0
+    decodes greedily, ``top_k`` is off (as in vLLM's defaults), ``batch_size`` counts (prompt, sample) rows per
+    ``generate`` call, and ``seed`` is set before each call."""
 
     def __init__(
         self,
@@ -473,16 +399,13 @@ class TransformersGenerator:
                 texts = self.tokenizer.batch_decode(output[:, width:], skip_special_tokens=True)
                 for index, text in zip(batch, texts, strict=True):
                     results[index].append(text)
-        if was_training:
-            self.model.train()
+        self.model.train(was_training)
         return results
 
 
 class VLLMGenerator:
-    """Sampling with an in-process ``vllm.LLM`` (prompts passed as token ids, tokenised as TRL does).
-
-    Not exercised by this repository's CPU tests (no vLLM there); the calls follow vLLM's documented offline API.
-    """
+    """Sampling with an in-process ``vllm.LLM`` (prompts passed as token ids, tokenised as TRL does), through vLLM's
+    documented offline API (not run by the CPU tests)."""
 
     def __init__(
         self,
@@ -491,12 +414,13 @@ class VLLMGenerator:
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        progress: bool = True,
+        # The engine's own settings (`vllm.LLM`'s).
+        max_model_len: int | None = None,
         seed: int = 0,
         dtype: str = "auto",
         gpu_memory_utilization: float = 0.9,
         tensor_parallel_size: int = 1,
-        max_model_len: int | None = None,
-        progress: bool = True,
     ) -> None:
         from transformers import AutoTokenizer
         from vllm import LLM
@@ -545,28 +469,17 @@ def load_generator(
     if use_vllm and not is_vllm_available():
         logger.warning("--use_vllm was set but vLLM is not installed; sampling with transformers instead (slower).")
         use_vllm = False
+    shared: dict[str, Any] = dict(
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, dtype=dtype, progress=progress
+    )
     if use_vllm:
         return VLLMGenerator(
             model_name_or_path,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            dtype=dtype,
             gpu_memory_utilization=gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size,
-            progress=progress,
+            **shared,
         )
-    return TransformersGenerator.from_pretrained(
-        model_name_or_path,
-        dtype=dtype,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        batch_size=batch_size,
-        seed=seed,
-        progress=progress,
-    )
+    return TransformersGenerator.from_pretrained(model_name_or_path, batch_size=batch_size, **shared)
 
 
 __all__ = [
@@ -585,6 +498,19 @@ __all__ = [
     "tokenize_prompts",
     "validate_prompt_dataset",
 ]
+
+
+def add_sampling_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """Adds the sampling flags `trl-ada prepare-data` and `trl-ada evaluate` share (read by [`generator_from_args`])."""
+    parser.add_argument("--max_new_tokens", type=int, default=4096)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top_p", type=float, default=1.0)
+    parser.add_argument("--use_vllm", action="store_true", help="Sample with vLLM when it is installed.")
+    parser.add_argument("--batch_size", type=int, default=64, help="Rows per transformers generate call.")
+    parser.add_argument("--dtype", default="auto", help="Model dtype: auto, bfloat16, float16, float32.")
+    parser.add_argument("--gpu_memory_utilization", type=float, default=0.9, help="vLLM only.")
+    parser.add_argument("--tensor_parallel_size", type=int, default=1, help="vLLM only.")
+    parser.add_argument("--seed", type=int, default=0)
 
 
 def generator_from_args(args: Any) -> Any:

@@ -1,7 +1,6 @@
-"""Where a saved pass-rate predictor comes from: the Hub download behind `pass_rate_predictor=<repo id>`.
-
-The predictor itself (`trl_ada.samplers.predictor`) is pure Python and loads only local directories; this module
-fetches a Hub repo's `pass_rate_predictor/` first, so that `AdaGRPOTrainer` can hand the sampler a local snapshot.
+"""The Hub download behind `pass_rate_predictor=<repo id>`: the predictor (`trl_ada.samplers.predictor`) loads only
+local directories, so a Hub repo's `pass_rate_predictor/` is fetched first and `AdaGRPOTrainer` hands the sampler the
+local snapshot.
 """
 
 from __future__ import annotations
@@ -14,9 +13,8 @@ from .samplers.predictor import PREDICTOR_CHOICES, PREDICTOR_DIR, PREDICTOR_FILE
 
 def resolve_pass_rate_predictor(settings: SamplerSettings) -> str | None:
     """
-    The local snapshot (`huggingface_hub.snapshot_download` of `pass_rate_predictor/`) of the Hub repo id that
-    `settings.pass_rate_predictor` names; `None` for "tracker", "learned" and a local directory, which need no
-    download. Raises `ValueError` naming the repo when it cannot be downloaded.
+    The local snapshot of `pass_rate_predictor/` of the Hub repo id `settings.pass_rate_predictor` names; `None` for
+    "tracker", "learned" and a local directory. Raises `ValueError` naming the repo when it cannot be downloaded.
     """
     source = settings.pass_rate_predictor
     if source in PREDICTOR_CHOICES or os.path.exists(source):

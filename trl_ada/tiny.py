@@ -2,21 +2,10 @@
 (``trl_ada/cli/train.py``, no model or dataset given), of the CPU benchmarks and of the tests.
 
 Nothing here downloads anything: the tokenizer and the model are built in code, and a warm-started copy that already
-half-knows the arithmetic task of [`trl_ada.tasks.arithmetic`] ships inside the package
-(``trl_ada/assets/tiny-arith/``). Both load with the plain Auto classes, so they also stand in for a hub model::
-
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trl_ada.tiny import TINY_ARITH_ASSETS
-
-    model = AutoModelForCausalLM.from_pretrained(TINY_ARITH_ASSETS)
-    tokenizer = AutoTokenizer.from_pretrained(TINY_ARITH_ASSETS)
-
-The warm start ([`build_warm_started`]) is supervised fine-tuning with TRL's ``SFTTrainer`` on clean
-prompt-completion problems, then a short phase on noisy labels (30% plausible wrong answers), so that the skill is
-there but sampling at temperature 1 is noisy and GRPO has something to sharpen. Rebuild it with
-``python scripts/build_tiny_model.py``; the shipped copy's per-phase held-out accuracies and build times, measured on a
-2-core machine, are in ``trl_ada/assets/tiny-arith/build_report.json``.
+half-knows the arithmetic task of [`trl_ada.tasks.arithmetic`] ships inside the package ([`TINY_ARITH_ASSETS`]). Both
+load with the plain Auto classes (``AutoModelForCausalLM.from_pretrained(TINY_ARITH_ASSETS)``, likewise
+``AutoTokenizer``), so they also stand in for a hub model. The warm start is [`build_warm_started`]; rebuild the
+shipped copy with ``python scripts/build_tiny_model.py`` (its held-out accuracies are in its ``build_report.json``).
 """
 
 from __future__ import annotations
@@ -27,7 +16,7 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,11 +50,6 @@ TINY_ARITH_ASSETS: Path = Path(__file__).resolve().parent / "assets" / "tiny-ari
 
 CACHE_ENV_VAR = "TRL_ADA_CACHE"
 """Environment variable that overrides the cache root (default ``~/.cache/trl_ada``)."""
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Tokenizer and model
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _byte_level_alphabet() -> dict[str, str]:
@@ -109,31 +93,19 @@ def char_level_tokenizer(
 def build_char_tokenizer() -> PreTrainedTokenizerFast:
     """Builds the character-level tokenizer: one token per character of [`CHARACTERS`], plus special tokens.
 
-    No BOS is added and no chat template is set (prompts are plain text). Decoding joins tokens without separators,
-    so ``tok.decode(tok(s).input_ids) == s`` for every string over [`CHARACTERS`] (spaces included); other
-    characters are not meant to be used (they map to ``<unk>`` here).
-
-    The vocabulary is stored in GPT-2's byte-level alphabet (the space token is ``"Ġ"``) with a ``ByteLevel``
-    pre-tokenizer and decoder. This matters once the tokenizer is saved next to a ``Qwen2ForCausalLM``:
-    transformers 5 then loads it through ``AutoTokenizer`` as ``Qwen2Tokenizer``, which keeps the vocabulary but
-    rebuilds a byte-level pipeline (and ignores the saved pre-tokenizer and decoder). With a byte-level vocabulary
-    both pipelines produce the same ids and the same text.
+    No BOS is added and no chat template is set (prompts are plain text); ``tok.decode(tok(s).input_ids) == s`` for
+    every string over [`CHARACTERS`] (other characters map to ``<unk>``). The vocabulary is in GPT-2's byte-level
+    alphabet (the space token is ``"Ġ"``) because transformers 5 loads a tokenizer saved beside a ``Qwen2ForCausalLM``
+    as ``Qwen2Tokenizer``, which rebuilds a byte-level pipeline: both pipelines then give the same ids and text.
     """
     alphabet = _byte_level_alphabet()
     tokens = [*SPECIAL_TOKENS, *(alphabet[char] for char in CHARACTERS)]
     vocab = {token: index for index, token in enumerate(tokens)}
     if len(vocab) != len(tokens):
         raise RuntimeError("Duplicate characters in the vocabulary.")
-    pad, eos, bos, unk = SPECIAL_TOKENS
+    special = dict(zip(("pad_token", "eos_token", "bos_token", "unk_token"), SPECIAL_TOKENS, strict=True))
     return char_level_tokenizer(
-        vocab,
-        character_pattern=".",
-        unknown="<unk>",
-        model_max_length=MODEL_MAX_LENGTH,
-        pad_token=pad,
-        eos_token=eos,
-        bos_token=bos,
-        unk_token=unk,
+        vocab, character_pattern=".", unknown="<unk>", model_max_length=MODEL_MAX_LENGTH, **special
     )
 
 
@@ -147,12 +119,9 @@ def build_tiny_model(
     intermediate_size: int = 256,
     seed: int = 0,
 ) -> Qwen2ForCausalLM:
-    """Builds a small randomly initialised ``Qwen2ForCausalLM`` for ``tokenizer`` (deterministic for ``seed``).
-
-    The default (hidden 128, 4 heads: head size 32) has ~0.6M parameters and is the smallest shape vLLM's CPU
-    attention accepts. ``hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1`` gives a
-    faster variant for unit tests. Embeddings are tied; pad/eos/bos ids are set in the config and generation config.
-    """
+    """Builds a small randomly initialised ``Qwen2ForCausalLM`` for ``tokenizer`` (deterministic for ``seed``; tied
+    embeddings). The default (~0.6M parameters, head size 32) is the smallest shape vLLM's CPU attention accepts;
+    ``hidden_size=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1`` is faster, for unit tests."""
     if hidden_size % num_attention_heads:
         raise ValueError(
             f"hidden_size ({hidden_size}) must be divisible by num_attention_heads ({num_attention_heads})."
@@ -162,25 +131,23 @@ def build_tiny_model(
             f"num_attention_heads ({num_attention_heads}) must be divisible by num_key_value_heads "
             f"({num_key_value_heads})."
         )
+    special_ids = {f"{token}_token_id": getattr(tokenizer, f"{token}_token_id") for token in ("pad", "eos", "bos")}
     config = Qwen2Config(
+        tie_word_embeddings=True,
+        max_position_embeddings=MODEL_MAX_LENGTH,
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads,
-        max_position_embeddings=MODEL_MAX_LENGTH,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
+        **special_ids,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    for key, token_id in special_ids.items():
+        setattr(model.generation_config, key, token_id)
     return model
 
 
@@ -203,11 +170,6 @@ def load_tiny(path: str | os.PathLike[str]) -> tuple[Any, Any]:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
     return model, tokenizer
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Warm start on the arithmetic task
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def corrupt_answer(answer: str, rng: random.Random) -> str:
@@ -246,6 +208,22 @@ def sft_step(model: Any, optimizer: Any, scheduler: Any, input_ids: Any, attenti
     return loss
 
 
+def right_padded(
+    sequences: Sequence[list[int]], labels: Sequence[list[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask, labels)`` of token sequences and their labels right-padded to the longest (labels
+    with -100), so no real token's position depends on padding."""
+    width = max(len(sequence) for sequence in sequences)
+    input_ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    padded_labels = torch.full((len(sequences), width), -100, dtype=torch.long)
+    for row, (sequence, label_row) in enumerate(zip(sequences, labels, strict=True)):
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention_mask[row, : len(sequence)] = 1
+        padded_labels[row, : len(label_row)] = torch.tensor(label_row)
+    return input_ids, attention_mask, padded_labels
+
+
 def _sft_dataset(num_problems: int, *, seed: int, noise: float) -> Any:
     """Prompt-completion SFT data on training problems; a share ``noise`` of answers replaced by wrong ones."""
     from datasets import Dataset
@@ -261,33 +239,17 @@ def _sft_dataset(num_problems: int, *, seed: int, noise: float) -> Any:
     return Dataset.from_dict({"prompt": [problem["prompt"] for problem in problems], "completion": completions})
 
 
-def _run_sft(
-    model: Any,
-    tokenizer: Any,
-    dataset: Any,
-    *,
-    max_steps: int,
-    learning_rate: float,
-    lr_scheduler_type: str,
-    warmup_steps: int,
-    batch_size: int,
-    seed: int,
-    output_dir: str,
-) -> None:
-    """Completion-only SFT with TRL's ``SFTTrainer`` (the eos token is appended to every completion)."""
+def _run_sft(model: Any, tokenizer: Any, dataset: Any, **options: Any) -> None:
+    """Completion-only SFT on CPU with TRL's ``SFTTrainer`` (the eos token is appended to every completion);
+    ``options`` are the phase's own ``SFTConfig`` arguments (``max_steps``, ``seed``, the optimizer's, ...)."""
     from trl import SFTConfig, SFTTrainer
 
     args = SFTConfig(
-        output_dir=output_dir,
-        max_steps=max_steps,
-        per_device_train_batch_size=batch_size,
-        learning_rate=learning_rate,
-        lr_scheduler_type=lr_scheduler_type,
-        warmup_steps=warmup_steps,
+        **options,
         weight_decay=0.0,
         completion_only_loss=True,
         max_length=32,
-        logging_steps=max(max_steps // 5, 1),
+        logging_steps=max(options["max_steps"] // 5, 1),
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
@@ -295,8 +257,7 @@ def _run_sft(
         bf16=False,
         fp16=False,
         dataloader_num_workers=0,
-        seed=seed,
-        data_seed=seed,
+        data_seed=options["seed"],
     )
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     trainer.train()
@@ -316,22 +277,13 @@ def build_warm_started(
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast, dict[str, Any]]:
     """Builds the warm-started arithmetic model from scratch on CPU (deterministic for ``seed``).
 
-    Phase 1: SFT on clean training problems of all levels (AdamW lr 2e-3, cosine, completion-only loss; 1200 steps
-    of 128 by default, which keeps the build near 3-4 minutes on 2 free cores).
-    Phase 2: SFT on fresh problems where a share ``noise`` of answers is a plausible wrong one ([`corrupt_answer`];
-    lr 5e-4 constant after 30 warm-up steps). After each phase the held-out accuracy at temperature 1 is logged.
-
-    Args:
-        seed: Seeds the model init, the problem streams, the trainers and the evaluation.
-        clean_steps: Optimizer steps of phase 1.
-        noisy_steps: Optimizer steps of phase 2 (0 skips it).
-        batch_size: Problems per step.
-        noise: Share of wrong answers in phase 2.
-        clean_problems: If set, only this many distinct phase-1 problems are drawn and cycled over the steps
-            (shorter data preparation, but a measurably weaker model); default: ``clean_steps * batch_size`` fresh ones.
-        eval_problems: Held-out problems for the per-phase evaluation (0 skips it).
-        eval_samples: Samples per held-out problem.
-        model_kwargs: Overrides for [`build_tiny_model`].
+    Phase 1: ``clean_steps`` steps of SFT with TRL's ``SFTTrainer`` on ``batch_size`` clean training problems each
+    (AdamW lr 2e-3, cosine, completion-only loss); with ``clean_problems`` only that many distinct problems are drawn
+    and cycled (faster, but a measurably weaker model). Phase 2 (``noisy_steps=0`` skips it): SFT on fresh problems
+    where a share ``noise`` of answers is a plausible wrong one ([`corrupt_answer`]; lr 5e-4 constant after 30
+    warm-up steps), so the skill is there but sampling at temperature 1 is noisy and GRPO has something to sharpen.
+    After each phase the held-out accuracy at temperature 1 on ``eval_problems`` problems (0 skips it),
+    ``eval_samples`` samples each, is logged. ``model_kwargs`` go to [`build_tiny_model`].
 
     Returns:
         ``(model, tokenizer, report)``; ``report`` holds the per-phase held-out accuracies and timings.
@@ -347,26 +299,19 @@ def build_warm_started(
     report: dict[str, Any] = {"seed": seed, "phases": {}}
     evaluation = held_out_problems(eval_problems, seed=seed) if eval_problems else []
 
-    phases = [("clean", clean_steps, 0.0, 2e-3, "cosine", max(clean_steps // 30, 1))]
+    # Each phase: its name, steps, share of wrong answers and optimizer schedule (SFTConfig's options).
+    clean = {"learning_rate": 2e-3, "lr_scheduler_type": "cosine", "warmup_steps": max(clean_steps // 30, 1)}
+    phases = [("clean", clean_steps, 0.0, clean)]
     if noisy_steps:
-        phases.append(("noisy", noisy_steps, noise, 5e-4, "constant_with_warmup", 30))
+        noisy = {"learning_rate": 5e-4, "lr_scheduler_type": "constant_with_warmup", "warmup_steps": 30}
+        phases.append(("noisy", noisy_steps, noise, noisy))
     with tempfile.TemporaryDirectory(prefix="trl_ada_sft_") as tmp:
-        for index, (name, steps, phase_noise, lr, schedule, warmup) in enumerate(phases):
+        for index, (name, steps, phase_noise, schedule) in enumerate(phases):
             start = time.perf_counter()
             num = clean_problems if (name == "clean" and clean_problems) else steps * batch_size
             dataset = _sft_dataset(num, seed=seed * 1000 + index, noise=phase_noise)
-            _run_sft(
-                model,
-                tokenizer,
-                dataset,
-                max_steps=steps,
-                learning_rate=lr,
-                lr_scheduler_type=schedule,
-                warmup_steps=warmup,
-                batch_size=batch_size,
-                seed=seed,
-                output_dir=os.path.join(tmp, name),
-            )
+            options = {"max_steps": steps, "per_device_train_batch_size": batch_size, "seed": seed, **schedule}
+            _run_sft(model, tokenizer, dataset, output_dir=os.path.join(tmp, name), **options)
             elapsed = time.perf_counter() - start
             phase: dict[str, Any] = {"steps": steps, "seconds": elapsed}
             if evaluation:
@@ -394,11 +339,7 @@ def default_cache_dir(version: str = TINY_ARITH_VERSION) -> Path:
 
 
 def _is_saved_model(path: Path) -> bool:
-    return (
-        (path / "config.json").is_file()
-        and (path / "model.safetensors").is_file()
-        and (path / "tokenizer.json").is_file()
-    )
+    return all((path / name).is_file() for name in ("config.json", "model.safetensors", "tokenizer.json"))
 
 
 def save_folder_atomically(
@@ -430,11 +371,8 @@ def get_warm_started_model(cache_dir: str | os.PathLike[str] | None = None, *, s
 
 
 def load_tiny_arith_model(*, cache_dir: str | os.PathLike[str] | None = None) -> tuple[Any, Any]:
-    """The warm-started arithmetic model and its tokenizer.
-
-    Loads the copy shipped in the package ([`TINY_ARITH_ASSETS`]); if it is missing, falls back to
-    [`get_warm_started_model`] (build once, then cache).
-    """
+    """The warm-started arithmetic model and its tokenizer: the copy shipped in the package ([`TINY_ARITH_ASSETS`]),
+    else [`get_warm_started_model`] (built once, then cached)."""
     if _is_saved_model(TINY_ARITH_ASSETS):
         return load_tiny(TINY_ARITH_ASSETS)
     logger.warning("Shipped tiny model not found at %s; falling back to the cache.", TINY_ARITH_ASSETS)

@@ -57,11 +57,9 @@ logger = logging.getLogger(__name__)
 
 
 def init_argument_binder(parent: type, trainer_name: str) -> Callable[..., dict[str, Any]]:
-    """
-    A function that names the arguments of a call to `parent.__init__` (`self` first), for a subclass that takes the
-    parent's arguments plus the keyword-only `pass_rate_estimator=`, and raises a TypeError that says so when they do
-    not fit. The parent's signature is read here, once, so that a test mocking `parent.__init__` still binds by it.
-    """
+    """A function that names the arguments of a call to `parent.__init__` (`self` first), raising a TypeError that says
+    the subclass takes the parent's arguments plus `pass_rate_estimator=`. The signature is read once, here, so that a
+    test mocking `parent.__init__` still binds by it."""
     signature = inspect.signature(parent.__init__)
 
     def bind(*arguments: Any, **keywords: Any) -> dict[str, Any]:
@@ -79,12 +77,8 @@ _bind_grpo_init_arguments = init_argument_binder(GRPOTrainer, "AdaGRPOTrainer")
 
 
 def zero_std_row_share(rewards: torch.Tensor, group_sizes: list[int]) -> float:
-    """
-    TRL's `frac_reward_zero_std` over the given groups (consecutive rows, `group_sizes` of them per group): the share
-    of rows whose group's rewards have a zero std, by TRL's rule (the NaN-skipping sample std `torch.isclose` to 0; a
-    group with fewer than two scored rewards has no std and does not count). Equal to TRL's value when every group has
-    `num_generations` rows.
-    """
+    """TRL's `frac_reward_zero_std` over groups of `group_sizes` consecutive rows: the share of rows whose group's
+    scored rewards have a std `torch.isclose` to 0 (a group with fewer than two does not count)."""
     if sum(group_sizes) != len(rewards):
         raise ValueError(f"{len(rewards)} rewards cannot be split into groups of {group_sizes} rows")
     zero_rows = 0
@@ -104,12 +98,8 @@ class _RoundCall:
 
 
 class _RoundGenerated(Exception):
-    """
-    Carries a round's generation out of `GRPOTrainer._generate_and_score_completions` (see `_generate_round`): raised
-    because TRL writes a batch's set-up (environment episodes and their resets, per-row tools, multimodal prompts)
-    inline in that method before it calls `_generate`, with no method of its own to call, and the rest of it
-    (scoring, log-probs, metrics) must not run for a round.
-    """
+    """Carries a round's generation out of `GRPOTrainer._generate_and_score_completions`, which sets the batch up
+    inline (no method to call) before `_generate`, and whose scoring and log-probs must not run for a round."""
 
     def __init__(self, prompts: list, output: tuple) -> None:
         super().__init__("a sampling round's generation")
@@ -118,10 +108,7 @@ class _RoundGenerated(Exception):
 
 
 class _FinishedEpisode:
-    """
-    Stands in for a kept completion's environment when TRL builds the training batch: that episode already ran, and
-    was scored, in its sampling round, and the kept row's prompt already carries its observation, so nothing is reset.
-    """
+    """A kept completion's environment when TRL builds the training batch: the episode already ran in its round."""
 
     def reset(self, **kwargs: Any) -> None:
         return None
@@ -133,23 +120,40 @@ TRL_MODEL_METHOD_DEPRECATIONS = (
 """transformers' deprecation messages for the model methods TRL itself calls while training (filtered in `train`)."""
 
 
-class AdaGRPOTrainer(GRPOTrainer):
-    """
-    Trainer for Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996)), a drop-in replacement
+class AdaModelCard:
+    """The model card of both trl-ada trainers (a base placed before TRL's trainer class)."""
+
+    def create_model_card(
+        self,
+        model_name: str | None = None,
+        dataset_name: str | None = None,
+        tags: str | list[str] | None = None,
+        license: str | None = None,
+    ) -> None:
+        """Overridden to describe the Reinforce-Ada run: TRL writes the card's metadata (base model, tags, dataset),
+        then `README.md` is rewritten from trl-ada's template, with the plots and logged metrics it shows, into
+        `output_dir` (so `push_to_hub` uploads them together). `license` is the model's Hub license id, which
+        `push_to_hub(license=...)` passes on."""
+        check_license(license)
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if self.is_world_process_zero():
+            write_trainer_card(self, model_name=model_name, license=license, **self._card_contents())
+
+    def _card_contents(self) -> dict[str, Any]:
+        """`write_trainer_card`'s `settings` and the trainer's own arguments to it."""
+        raise NotImplementedError
+
+
+class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
+    """Trainer for Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996)), a drop-in replacement
     for [`~trl.GRPOTrainer`].
 
     GRPO draws a fixed `num_generations` completions per prompt; when they all succeed or all fail the group has no
     signal. `AdaGRPOTrainer` generates in rounds, spending more completions on prompts whose pool is still unmixed,
     then downsamples every pool to exactly `num_generations` completions, so TRL's loss, log-prob, reference-model and
     importance-sampling path runs unchanged on static shapes. Advantages use the whole pool's mean reward as baseline
-    and may carry a per-prompt objective weight (see [`AdaGRPOConfig`]).
-
-    Each override wraps its parent rather than copying it and says in its docstring why TRL needs it; every private
-    touchpoint goes through `trl_ada/trl_seam.py` and is checked by `tests/test_trl_touchpoints.py`. A step samples
-    its rounds in `_generate_and_score_completions`, each round generated by TRL's own batch set-up and `_generate`,
-    then TRL builds the batch from the kept rows, which `_generate` and `_calculate_rewards` hand it from the step's
-    `PendingBatch` instead of generating and scoring again. Every process makes the same decisions from gathered
-    rewards.
+    and may carry a per-prompt objective weight (see [`AdaGRPOConfig`]). Each override wraps its parent (docs:
+    "How it works").
 
     It takes `model`, `reward_funcs`, `args`, `train_dataset` and the rest as [`~trl.GRPOTrainer`] does, in the same
     positions. A reward function may also be named by a key of `trl_ada.rewards.REWARD_FUNCS` (e.g. `"math_verify"`)
@@ -180,9 +184,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             }"""),
     }
 
-    # What the overrides are handed: the step's sampling (`_ada_pending`, while TRL builds the training batch) and a
-    # round's generation (`_ada_round`, while it runs); None otherwise. Class-level defaults, so the overrides also
-    # work on a trainer built without `__init__` (as TRL's own rollout-dispatch tests build one).
+    # What the overrides are handed while TRL builds the training batch or a round generates; None otherwise.
+    # Class-level defaults, so the overrides also work on a trainer built without `__init__`.
     _ada_pending: PendingBatch | None = None
     _ada_round: _RoundCall | None = None
 
@@ -202,8 +205,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             check_model_name(model)  # before anything loads it: a missing directory fails in one line
         train_dataset = named.get("train_dataset")
         environment_factory = named.get("environment_factory")
-        # GRPOTrainer lets an environment own the data (no train_dataset; reset() returns the prompt). Only plain GRPO
-        # can take that: see `create_accelerator_and_postprocess`.
+        # Only plain GRPO can let an environment own the data: see `create_accelerator_and_postprocess`.
         self._ada_environment_owns_data = environment_factory is not None and train_dataset is None
         self._ada_warned: set[str] = set()
         # The sampler's state at the start of the current generation block, saved by a checkpoint inside the block.
@@ -257,30 +259,20 @@ class AdaGRPOTrainer(GRPOTrainer):
         return priority_order(self, data_order, self.train_dataset if dataset is None else dataset, chooser)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
-        """
-        Overridden so that a resume never starts from a checkpoint it cannot load; otherwise it is
+        """Overridden so that a resume never starts from a checkpoint it cannot load; otherwise it is
         [`~transformers.Trainer.train`]. `resume_from_checkpoint=True` picks the newest *loadable* checkpoint in
-        `output_dir` (one whose save was interrupted, or whose model, optimizer or sampler state is corrupt, is skipped
-        with a warning saying why) and fails before any step when there is none. A checkpoint path that does not exist
-        or cannot be loaded fails before any step too, naming the file and listing the checkpoints there are. The main
-        process picks the checkpoint for all processes, and every process must see it (the Trainer saves the model on
-        the main process only, so `output_dir` must be shared by every machine); otherwise all processes fail together
-        with that message, instead of one failing and the others hanging in a collective.
-        The choice and the checks are `trl_ada.checkpoints.resolve_resume_checkpoint`'s.
-        """
+        `output_dir`, and a path that cannot be resumed from fails before any step, on every process
+        (`trl_ada.checkpoints.resolve_resume_checkpoint`)."""
         resume_from_checkpoint = resolve_resume_checkpoint(
             resume_from_checkpoint, self.args.output_dir, is_main_process=self.accelerator.is_main_process
         )
         with warnings.catch_warnings():
-            # TRL's `unwrap_model_for_generation` calls the model's `gradient_checkpointing_*` methods, which
-            # transformers 5.24 deprecates (FutureWarning): TRL's code, nothing a user of this trainer can change.
+            # TRL calls model methods transformers deprecates: nothing a user of this trainer can change.
             warnings.filterwarnings("ignore", message=TRL_MODEL_METHOD_DEPRECATIONS, category=FutureWarning)
             return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
         """Overridden as the one point where GRPOTrainer has checked its arguments and nothing is set up yet."""
-        # `Trainer.__init__` calls this first: GRPOTrainer's own errors about environment-owned data come first, exactly
-        # as from GRPOTrainer, and ours before any accelerator, reference model or vLLM exists.
         sampler = self.ada_sampler.settings.sampler
         if self._ada_environment_owns_data and sampler != "uniform":
             raise ValueError(
@@ -292,9 +284,7 @@ class AdaGRPOTrainer(GRPOTrainer):
             )
         super().create_accelerator_and_postprocess()
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Overrides of GRPOTrainer's private methods (each calls its parent)
-    # ------------------------------------------------------------------------------------------------------------
+    # -- Overrides of GRPOTrainer's private methods (each calls its parent) --------------------------------------------
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         """Overridden to sample the step's rounds first, then let TRL build the batch from the kept rows only."""
@@ -353,59 +343,27 @@ class AdaGRPOTrainer(GRPOTrainer):
             num_generations, round_call.block = round_call.block, None
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Overrides of public and checkpoint methods
-    # ------------------------------------------------------------------------------------------------------------
+    # -- Overrides of public and checkpoint methods --------------------------------------------------------------------
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """
-        Overridden because TRL averages every metric over the logging window, where trl-ada's counters and extrema
-        must be summed or reduced as they mean first (`trl_ada.reporting.metrics.reduce_log_window`): a logged
-        `ada/*_total` is the window's sum, so summing a run's log entries gives its totals at any `logging_steps`.
-        """
+        """Overridden because TRL averages every metric over the logging window, where trl-ada's counters and extrema
+        must be summed or reduced as they mean first (`trl_ada.reporting.metrics.reduce_log_window`)."""
         if self.model.training:
             reduce_log_window(train_metrics(self))
         super().log(logs, start_time)
 
-    def create_model_card(
-        self,
-        model_name: str | None = None,
-        dataset_name: str | None = None,
-        tags: str | list[str] | None = None,
-        license: str | None = None,
-    ) -> None:
-        """
-        Overridden to describe the Reinforce-Ada run: writes `README.md` from trl-ada's template (`hub_cards/`) with a
-        Reinforce-Ada section, plus the plots and the logged metrics it shows, into `output_dir` (so `push_to_hub`
-        uploads them together): see `trl_ada.reporting.card.write_trainer_card`. `license` is the model's Hub license
-        id, as transformers' `Trainer.create_model_card` takes it (`trainer.push_to_hub(license="apache-2.0")` passes
-        it on).
-        """
-        check_license(license)
-        # TRL decides the card's metadata (base model, tags, dataset); we only replace the text.
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        if not self.is_world_process_zero():
-            return
-        write_trainer_card(
-            self,
-            self.ada_sampler.settings,
-            model_name=model_name,
-            license=license,
-            rollouts=describe_rollouts(
-                tools=self.tools,
-                environment_factories=self.environment_factories,
-                rollout_func=self.rollout_func,
-                vision=is_vlm(self),
-            ),
+    def _card_contents(self) -> dict[str, Any]:
+        rollouts = describe_rollouts(
+            tools=self.tools,
+            environment_factories=self.environment_factories,
+            rollout_func=self.rollout_func,
+            vision=is_vlm(self),
         )
+        return {"settings": self.ada_sampler.settings, "rollouts": rollouts}
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """
-        Overridden to save the learned pass-rate predictor (an estimator with `save_pretrained`) with the model, in
-        `pass_rate_predictor/` of the model directory, written first so that a push of the model directory uploads
-        it too; `pass_rate_predictor=<that directory or Hub id>` warm-starts another run. Otherwise it is
-        [`~transformers.Trainer.save_model`].
-        """
+        """Overridden to save the learned pass-rate predictor with the model, in `pass_rate_predictor/` of the model
+        directory (first, so that a push uploads it too); otherwise it is [`~transformers.Trainer.save_model`]."""
         sampler = self.ada_sampler
         # The sampler's own predictor, else the one `baseline="predicted"` reads.
         save = getattr(sampler.estimator, "save_pretrained", None) or getattr(
@@ -421,14 +379,11 @@ class AdaGRPOTrainer(GRPOTrainer):
         if self.ada_sampler.replay is not None:
             # Each process holds the completions it generated: each writes its own, as TRL's RNG states.
             save_replay_rows(self.ada_replay_rows, output_dir, self.accelerator.process_index)
-        # The sampler's generator, trackers and refill position are training state, like TRL's RNG. Written here, inside
-        # the checkpoint and before `trainer_state.json` and the hub push (`_save_checkpoint` pushes at its end).
         if not self.args.should_save:
             return
         state = self._sampler_training_state()
         if self._blocks_span_steps and micro_step(self) % self._generate_every != 0:
-            # Inside a generation block: TRL regenerates the whole block on resume, so save the state from before the
-            # block; the resumed run then draws that batch again instead of counting it twice.
+            # TRL regenerates the whole block on resume: save the state from before it, so nothing is counted twice.
             state = self._ada_state_before_block or state
             self._warn_once(
                 "checkpoint_in_block",
@@ -447,8 +402,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None:
             return
-        # Every process must make the same decisions: the main process reads the state and sends it to all (or the
-        # reason it cannot, so that every process fails rather than the others waiting in the broadcast).
+        # The main process reads the state and sends it (or why it cannot) to all: every process decides the same.
         state = error = None
         if self.accelerator.is_main_process:
             try:
@@ -469,9 +423,7 @@ class AdaGRPOTrainer(GRPOTrainer):
         if self.ada_sampler.replay is not None:
             self._load_replay_rows(checkpoint)
 
-    # ------------------------------------------------------------------------------------------------------------
-    # Sampling
-    # ------------------------------------------------------------------------------------------------------------
+    # -- Sampling ------------------------------------------------------------------------------------------------------
 
     @property
     def _generate_every(self) -> int:
@@ -492,9 +444,8 @@ class AdaGRPOTrainer(GRPOTrainer):
                 f"{REPLAY_ROWS_NAME.format(rank='<rank>')} there (each process writes its own). Resume from another "
                 "checkpoint (resume_from_checkpoint=True takes the newest loadable one), on the same number of processes."
             )
-        # A checkpoint inside a generation block saves the sampler's index from before the block, and the completions
-        # as they were: keep what both hold (the same on every process).
-        # A success held by a process this run does not have (it resumes on fewer) cannot be routed: it is forgotten.
+        # Keep what both the index (from before a generation block) and the completions hold; a success held by a
+        # process this run does not have (it resumes on fewer) cannot be routed and is forgotten.
         index = self.ada_sampler.replay.stored
         world = self.accelerator.num_processes
         for key in [key for key in index if key not in rows or rows[key].holder >= world]:
@@ -511,10 +462,8 @@ class AdaGRPOTrainer(GRPOTrainer):
             logger.warning(message, *args)
 
     def _sample(self, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """
-        Run the generation schedule (and DAPO refills) for this generation batch (`trl_ada.schedules.driver`); set the
-        kept rows' [`~trl_ada.schedules.driver.PendingBatch`] as `_ada_pending`; return this process's kept dataset rows.
-        """
+        """Sample this generation batch (`trl_ada.schedules.driver.sample_step`, which sets `_ada_pending`); return
+        this process's kept dataset rows."""
         # The weights do not change between a step's rounds: push them to vLLM (or gather ZeRO-3's) once per step.
         with one_weight_sync_per_step(self), one_parameter_gather_per_step(self):
             return sample_step(self, inputs)
@@ -525,22 +474,15 @@ class AdaGRPOTrainer(GRPOTrainer):
         return refill_walk(self)
 
     def _log_selection(self, selection: Selection) -> None:
-        """
-        Called once per sampled generation batch (first batch and refills) with its selection: logs its `ada/*`
-        metrics and warns once about rewards the threshold cannot see or no function scored. Subclasses override it
-        to watch every batch's selection.
-        """
+        """Log one sampled generation batch's selection (`ada/*`, once-only warnings); subclasses override it to watch
+        every batch's selection."""
         log_selection(self, selection)
 
     def _correct_frac_reward_zero_std(self, rewards_per_func: torch.Tensor, group_sizes: list[int]) -> None:
-        """
-        Replace the `frac_reward_zero_std` TRL just logged by the value over the update's true groups when they are
-        not TRL's chunks of `num_generations` rows (knapsack's budgets, `est_train_on="all"`): TRL reshapes the rows by
-        `num_generations`, which then mixes prompts. With `scale_rewards="batch"` TRL's value reads the whole batch's
-        std, which no grouping changes, so it stands.
-        """
-        n = self.num_generations
-        if not group_sizes or all(size == n for size in group_sizes):
+        """Replace the `frac_reward_zero_std` TRL just logged by the value over the update's true groups when they are
+        not TRL's chunks of `num_generations` rows (TRL's reshape then mixes prompts); with `scale_rewards="batch"`
+        TRL's value reads the whole batch's std, which no grouping changes."""
+        if not group_sizes or all(size == self.num_generations for size in group_sizes):
             return
         if self.args.scale_rewards == "batch":
             return
@@ -548,15 +490,10 @@ class AdaGRPOTrainer(GRPOTrainer):
         train_metrics(self)["frac_reward_zero_std"][-1] = zero_std_row_share(rewards, group_sizes)
 
     def _generate_round(self, inputs: list[dict[str, Any]], block: int | None = None) -> tuple[list, dict[str, Any]]:
-        """
-        Generate one completion per row of `inputs` the way GRPOTrainer does for a generation batch: its
-        `_generate_and_score_completions` first sets the batch up (one environment episode per row, reset with the row
-        and its observation appended to the prompt; per-row tool dicts; image columns turned into multimodal messages)
-        and then calls `_generate`, where the round stops it (nothing of its scoring and log-prob pass runs). Returns
-        the prompts as generated and `_generate`'s output fields; `self.environments` keeps the round's episodes for
-        environment-owned rewards. `block` is the rows per prompt vLLM server mode dedupes by (see
-        `_generate_single_turn`).
-        """
+        """Generate one completion per row of `inputs` the way GRPOTrainer does for a generation batch: TRL's
+        `_generate_and_score_completions` sets the batch up (environments, tools, images) and is stopped at its
+        `_generate` call. Returns the prompts as generated and `_generate`'s output fields; `block` is the rows per
+        prompt vLLM server mode dedupes by (see `_generate_single_turn`)."""
         self._ada_round = _RoundCall(block)
         try:
             super()._generate_and_score_completions(inputs)
@@ -571,11 +508,8 @@ class AdaGRPOTrainer(GRPOTrainer):
 
     @contextlib.contextmanager
     def _finished_episodes(self, num_rows: int) -> Iterator[None]:
-        """
-        While TRL builds the training batch from the kept rows, hand its environment set-up stand-ins: the kept
-        episodes ran and were scored in their rounds, and resetting real instances again would cost a reset per row
-        and could change a stochastic environment's observation.
-        """
+        """While TRL builds the training batch from the kept rows, hand its environment set-up stand-ins: the kept
+        episodes ran in their rounds, and resetting them again could change a stochastic environment's observation."""
         pool = environment_pool(self)
         if pool is None:
             yield

@@ -1,15 +1,7 @@
-"""
-The one place where trl-ada touches TRL's private API.
-
-`AdaGRPOTrainer` overrides a few private `GRPOTrainer` methods and reads a few private attributes. Private names move
-between TRL releases, so every such touchpoint goes through this module, which refuses an unsupported TRL at import
-with a message that says what to do (set `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` to try anyway, with a warning).
-
-What the synchronous trainer relies on, touchpoint by touchpoint, is `TOUCHPOINTS` in `tests/test_trl_touchpoints.py`,
-each row checked against the installed TRL by a test named after it (rows checked against TRL 1.14.2, 1.15.0 and
-1.16.0). The asynchronous trainer's are `ASYNC_TOUCHPOINTS` in `tests/test_trl_async_touchpoints.py`, checked the same
-way.
-"""
+"""The one place where trl-ada touches TRL's private API, which moves between releases: it refuses an unsupported
+TRL at import, saying what to do (`TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` tries anyway, with a warning). Each touchpoint
+is a row of `TOUCHPOINTS` in `tests/test_trl_touchpoints.py` (the asynchronous trainer's:
+`tests/test_trl_async_touchpoints.py`), checked against the installed TRL."""
 
 from __future__ import annotations
 
@@ -68,10 +60,7 @@ def refuse_unsupported(message: str) -> None:
 
 
 def check_trl_version(version: str | None = None) -> None:
-    """
-    Raise `ImportError` when the installed TRL (or `version`) is outside [`SUPPORTED_TRL`], unless the environment
-    variable `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` asks to try anyway (then warn).
-    """
+    """Refuse (`refuse_unsupported`) an installed TRL (or `version`) outside [`SUPPORTED_TRL`]."""
     version = version or trl.__version__
     if Version(version) in SUPPORTED_TRL:
         return
@@ -108,11 +97,8 @@ def split_generate_output(output: tuple) -> dict[str, Any]:
 
 
 def make_generate_output(**fields: Any) -> tuple:
-    """
-    A `GRPOTrainer._generate` return tuple from fields named as in [`GENERATE_OUTPUT_FIELDS`]; missing ones get TRL's
-    values for a text-only, tool-free generation (`tool_mask`/`images`/`logprobs` None, `extra_fields` {},
-    `tool_images` []).
-    """
+    """A `GRPOTrainer._generate` return tuple from fields named as in [`GENERATE_OUTPUT_FIELDS`]; missing ones get
+    TRL's values for a text-only, tool-free generation."""
     unknown = set(fields) - set(GENERATE_OUTPUT_FIELDS)
     if unknown:
         raise TypeError(f"not fields of GRPOTrainer._generate's output: {sorted(unknown)}")
@@ -143,10 +129,7 @@ def add_pending_extra_logs(trainer: Any, column: str, values: list) -> None:
 
 
 def environment_pool(trainer: Any) -> dict[Any, list] | None:
-    """
-    The reusable environment instances per environment name (`None` for a single factory) when the trainer was given
-    an `environment_factory`, else None.
-    """
+    """The reusable environment instances per environment name, when the trainer was given an `environment_factory`."""
     return trainer._environment_pool if getattr(trainer, "environment_factories", None) is not None else None
 
 
@@ -165,20 +148,14 @@ def micro_step(trainer: Any) -> int:
 
 
 def is_truncated(trainer: Any, completion_ids: list[int]) -> bool:
-    """
-    TRL's truncation test, which `_generate_and_score_completions` writes inline (`ids[-1] not in eos_and_pad`, for
-    `mask_truncated_completions` and `completions/clipped_ratio`): a completion that does not end with EOS or padding
-    hit `max_completion_length`. The one copy in trl-ada; checked against TRL 1.14, 1.15 and 1.16.
-    """
+    """TRL's truncation test, which `_generate_and_score_completions` writes inline: a completion that does not end
+    with EOS or padding hit `max_completion_length`. The one copy in trl-ada."""
     return bool(completion_ids) and completion_ids[-1] not in (*trainer.eos_token_ids, trainer._tokenizer.pad_token_id)
 
 
 def summed_rewards(trainer: Any, rewards_per_func: Any) -> Any:
-    """
-    TRL's `sum_then_normalize` aggregation, which `_generate_and_score_completions` writes inline: the weighted sum over
-    reward functions (`reward_weights`, NaN skipped), NaN where every function returned None (unscorable). The one copy
-    in trl-ada; checked against TRL 1.14, 1.15 and 1.16.
-    """
+    """TRL's `sum_then_normalize` aggregation, which `_generate_and_score_completions` writes inline: the weighted
+    sum over reward functions (NaN skipped), NaN where every function returned None. The one copy in trl-ada."""
     import torch
 
     weights = trainer.reward_weights.to(rewards_per_func.device).unsqueeze(0)
@@ -198,10 +175,7 @@ def set_last_loaded_step(trainer: Any, step: int) -> None:
 
 
 def server_sampling_params(generation: Any) -> dict[str, Any]:
-    """
-    The sampling parameters `VLLMGeneration.generate` passes to `VLLMClient.generate` in server mode, from the same
-    attributes; every replayed request checks that TRL's own call sent exactly these (`replayed_completions`).
-    """
+    """The sampling parameters `VLLMGeneration.generate` passes to `VLLMClient.generate` in server mode."""
     return {
         "repetition_penalty": generation.repetition_penalty,
         "temperature": generation.temperature,
@@ -245,13 +219,10 @@ def replayed_completions(
     choices: list[dict],
     mismatches: list[BaseException] | None = None,
 ):
-    """
-    Inside the block, the client's next `/v1/completions` request (TRL's `VLLMGeneration.generate` in server mode,
-    called by `_generate`) is answered with `choices` (one per row, already generated by the server) instead of being
-    sent. The request must ask for exactly `prompt_ids` with `n=1` and `payload`'s sampling parameters, or it raises:
-    the replayed completions must be what TRL would have asked the server for. With `mismatches`, the error is
-    appended there instead and `choices` are answered anyway, so the other processes' completions broadcast completes.
-    """
+    """Inside the block, the client's next `/v1/completions` request (TRL's server-mode generation) is answered with
+    `choices` (already generated) instead of being sent. The request must ask for exactly `prompt_ids` with `n=1`
+    and `payload`'s sampling parameters, or it raises; with `mismatches`, the error is appended there instead and
+    `choices` are answered anyway, so the other processes' completions broadcast completes."""
     original = client._post
     expected = {key: value for key, value in payload.items() if key != "prompt"}
 
@@ -281,10 +252,7 @@ def replayed_completions(
 
 
 def colocated_sleep_mode_vllm(trainer: Any) -> Any | None:
-    """
-    The trainer's `VLLMGeneration` when it runs vLLM inside this process (`vllm_mode="colocate"`) with sleep mode on;
-    `None` otherwise (server mode, sleep mode off, transformers generation, a trainer built without `__init__`).
-    """
+    """The trainer's `VLLMGeneration` when it runs vLLM in this process (`vllm_mode="colocate"`) with sleep mode on."""
     if not getattr(trainer, "use_vllm", False) or getattr(trainer, "vllm_mode", None) != "colocate":
         return None
     generation = trainer.vllm_generation
@@ -297,10 +265,7 @@ def vllm_engine(generation: Any) -> Any:
 
 
 def set_vllm_sleep_mode(generation: Any, enabled: bool) -> None:
-    """
-    Switch `VLLMGeneration`'s sleep handling on or off: while off, `generate` neither re-syncs sleeping weights, nor
-    wakes the KV cache, nor puts the engine to sleep, and `sync_weights` does not wake the weights.
-    """
+    """Switch `VLLMGeneration`'s sleep handling (waking, re-syncing and putting the engine to sleep) on or off."""
     generation.enable_sleep_mode = enabled
 
 
@@ -322,51 +287,36 @@ def _torch_chunked_logprob(original: Any) -> type:
     import torch
     import torch.nn.functional as F
 
+    def torch_logprob(
+        hidden, weight, bias, targets, temperature, _chunk_size, softcap=None, scale=1.0, outputs=_LOGPROB_OUTPUTS
+    ):
+        device = hidden.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+        logits = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)).float()
+        logits = logits * scale
+        if softcap is not None:
+            logits = softcap * torch.tanh(logits / softcap)
+        logits = logits / temperature
+        log_norm = torch.logsumexp(logits, dim=-1)
+        logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
+        entropy = log_sum_sq = mean_logits = is_top1 = None
+        if "entropy" in outputs:
+            entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        with torch.no_grad():
+            if "log_sum_sq_probs" in outputs:
+                log_sum_sq = torch.logsumexp(2 * (logits - log_norm.unsqueeze(-1)), dim=-1)
+            if "mean_logits" in outputs:
+                mean_logits = logits.mean(-1)
+            if "is_top1" in outputs:
+                is_top1 = logits.argmax(-1) == targets
+        return logprobs, entropy, log_sum_sq, mean_logits, is_top1
+
     class TorchChunkedLogProb:
         @staticmethod
-        def apply(
-            hidden,
-            weight,
-            bias,
-            targets,
-            temperature,
-            chunk_size,
-            final_logit_softcapping=None,
-            logit_scale=1.0,
-            outputs=_LOGPROB_OUTPUTS,
-        ):
+        def apply(hidden, *arguments):
             if original is not None and hidden.device.type in ("cuda", "xpu"):
-                return original.apply(
-                    hidden,
-                    weight,
-                    bias,
-                    targets,
-                    temperature,
-                    chunk_size,
-                    final_logit_softcapping,
-                    logit_scale,
-                    outputs,
-                )
-            device = hidden.device.type
-            dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-            logits = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)).float()
-            logits = logits * logit_scale
-            if final_logit_softcapping is not None:
-                logits = final_logit_softcapping * torch.tanh(logits / final_logit_softcapping)
-            logits = logits / temperature
-            log_norm = torch.logsumexp(logits, dim=-1)
-            logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
-            entropy = log_sum_sq = mean_logits = is_top1 = None
-            if "entropy" in outputs:
-                entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-            with torch.no_grad():
-                if "log_sum_sq_probs" in outputs:
-                    log_sum_sq = torch.logsumexp(2 * (logits - log_norm.unsqueeze(-1)), dim=-1)
-                if "mean_logits" in outputs:
-                    mean_logits = logits.mean(-1)
-                if "is_top1" in outputs:
-                    is_top1 = logits.argmax(-1) == targets
-            return logprobs, entropy, log_sum_sq, mean_logits, is_top1
+                return original.apply(hidden, *arguments)
+            return torch_logprob(hidden, *arguments)
 
     return TorchChunkedLogProb
 
@@ -395,10 +345,8 @@ from trl.models import unwrap_model_for_generation  # noqa: E402
 
 
 def unwrap_for_generation(trainer: Any, gather_deepspeed3_params: bool = True) -> Any:
-    """
-    TRL's `unwrap_model_for_generation` context for the trainer's model, with the arguments `_generate_single_turn`
-    passes (1.16 added `gradient_checkpointing_kwargs`; 1.14 and 1.15 do not take it).
-    """
+    """TRL's `unwrap_model_for_generation` context for the trainer's model, with the arguments `_generate_single_turn`
+    passes (1.16 added `gradient_checkpointing_kwargs`)."""
     kwargs = {}
     if "gradient_checkpointing_kwargs" in inspect.signature(unwrap_model_for_generation).parameters:
         kwargs["gradient_checkpointing_kwargs"] = trainer.args.gradient_checkpointing_kwargs
@@ -462,9 +410,8 @@ __all__ = [
 WEIGHT_SYNC_CALLS = ("pause", "send_weights", "resume", "load_lora_adapter", "unload_lora_adapter")
 """What the main process calls on the server (TRL's `vllm_client` or `weight_transfer`) during `_sync_weight`."""
 WEIGHT_SYNC_CALLS_IN_CALLER_THREAD = ("send_weights",)
-"""Of `WEIGHT_SYNC_CALLS`, those that must run in the trainer's thread: `send_weights` consumes an iterator whose
-items may be collectives (FSDP's `full_tensor`) and moves tensors to the current CUDA device (per thread); TRL bounds
-its HTTP side by `weight_sync_timeout`."""
+"""Of `WEIGHT_SYNC_CALLS`, those that must run in the trainer's thread (`send_weights` consumes an iterator whose items
+may be collectives and moves tensors to the thread's CUDA device)."""
 
 DISPATCHED_BATCH_INFO_ITEMS = 2
 """How many objects accelerate's `DataLoaderDispatcher._fetch_batches` broadcasts from the main process per batch (the
@@ -495,19 +442,18 @@ class _RaisedWhenReceived:
         return _raise_received, (type(self.error), self.error.args, dict(vars(self.error)))
 
 
-def fail_the_processes_waiting_for_a_batch(error: BaseException) -> None:
-    """
-    On the main process, while it fetches a batch from TRL's rollout queue: make every other process raise `error`
-    (its type, arguments and attributes; not its traceback or cause, which stay on the main process) where it waits
-    for that batch. They wait in the dispatcher's broadcast of the batch's structure; this sends them, in its place,
-    an object whose unpickling raises. Raising on the main process alone would leave them waiting until the process
-    group's timeout (30 min) or until torchrun kills them, without saying why. The main process raises `error` itself
-    after this returns.
-    """
+def _raise_where_waiting(error: BaseException, items: int, filler: Any) -> None:
+    """Send, in a broadcast of `items` objects from the main process, the one whose unpickling raises `error`."""
     from accelerate.utils import broadcast_object_list
 
-    items = [_RaisedWhenReceived(error)] + [True] * (DISPATCHED_BATCH_INFO_ITEMS - 1)
-    broadcast_object_list(items, from_process=0)
+    broadcast_object_list([_RaisedWhenReceived(error)] + [filler] * (items - 1), from_process=0)
+
+
+def fail_the_processes_waiting_for_a_batch(error: BaseException) -> None:
+    """On the main process, while it fetches a batch from TRL's rollout queue: make every other process raise
+    `error` (its type, arguments and attributes) where it waits for that batch, in the dispatcher's broadcast of the
+    batch's structure. The main process raises `error` itself after this."""
+    _raise_where_waiting(error, DISPATCHED_BATCH_INFO_ITEMS, True)
 
 
 SERVER_COMPLETIONS_BROADCAST_ITEMS = 1
@@ -516,16 +462,9 @@ SERVER_COMPLETIONS_BROADCAST_ITEMS = 1
 
 
 def fail_the_processes_waiting_for_completions(error: BaseException) -> None:
-    """
-    On the main process, when a request of TRL's `VLLMGeneration.generate` (server mode) failed: make every other
-    process raise `error` (its type, arguments and attributes) where it waits for that request's completions, TRL's
-    broadcast of them, by sending in their place an object whose unpickling raises. The main process raises `error`
-    itself after this returns.
-    """
-    from accelerate.utils import broadcast_object_list
-
-    items = [_RaisedWhenReceived(error)] + [None] * (SERVER_COMPLETIONS_BROADCAST_ITEMS - 1)
-    broadcast_object_list(items, from_process=0)
+    """On the main process, when a request of TRL's server-mode `VLLMGeneration.generate` failed: make every other
+    process raise `error` where it waits for that request's completions."""
+    _raise_where_waiting(error, SERVER_COMPLETIONS_BROADCAST_ITEMS, None)
 
 
 ASYNC_PINNED_SOURCES: dict[str, dict[str, str]] = {
@@ -559,11 +498,8 @@ def source_digest(module_source: str, qualname: str) -> str | None:
 
 
 def check_async_pins(module_source: str | None = None, version: str | None = None) -> None:
-    """
-    Raise `ImportError` when a pinned method of TRL's rollout worker differs from every release it was checked
-    against (`TRL_ADA_ALLOW_UNSUPPORTED_TRL=1`: warn instead). `module_source` and `version` default to the installed
-    `async_rollout_worker.py` and TRL.
-    """
+    """Refuse (`refuse_unsupported`) a TRL whose pinned rollout-worker methods differ from every release checked;
+    `module_source` and `version` default to the installed `async_rollout_worker.py` and TRL."""
     if module_source is None:
         from trl.experimental.async_grpo import async_rollout_worker
 
@@ -594,10 +530,8 @@ def async_rollout_classes() -> tuple[type, type]:
 
 
 def take_waiting_groups(loop: Any) -> list[Any]:
-    """
-    Every closed group already waiting on the loop's score queue, taken off it (so one reward call scores them all).
-    The end-of-loop sentinel (`None`) stays on the queue for TRL's score loop.
-    """
+    """Every closed group already waiting on the loop's score queue, taken off it (so one reward call scores them all).
+    The end-of-loop sentinel (`None`) stays on the queue for TRL's score loop."""
     groups, queue = [], loop._groups_to_score
     while not queue.empty():
         group = queue.get_nowait()
@@ -609,10 +543,8 @@ def take_waiting_groups(loop: Any) -> list[Any]:
 
 
 def merge_rollout_groups(groups: list[Any]) -> Any:
-    """
-    One `RolloutGroup` holding the conversations of `groups` in order (per-conversation lists concatenated,
-    `reward_kwargs` column by column; the scalar fields of the first group), for one batched `_score_group` call.
-    """
+    """One `RolloutGroup` holding the conversations of `groups` in order (per-conversation lists concatenated,
+    `reward_kwargs` column by column; the scalar fields of the first group), for one batched `_score_group` call."""
     import dataclasses
 
     if len(groups) == 1:
@@ -630,10 +562,8 @@ def merge_rollout_groups(groups: list[Any]) -> Any:
 
 
 def samples_per_conversation(groups: list[Any], samples: list[Any]) -> list[tuple[float, list[Any]]]:
-    """
-    Split `_score_group`'s samples (of `groups` merged, in order) by conversation: `(reward, its samples)` each. A
-    conversation yields one sample per training sequence; one without any sequence has no reward to read (NaN).
-    """
+    """Split `_score_group`'s samples (of `groups` merged, in order) by conversation: `(reward, its samples)` each. A
+    conversation yields one sample per training sequence; one without any sequence has no reward to read (NaN)."""
     sizes = [len(sequences) for group in groups for sequences in group.completions_sequences]
     if sum(sizes) != len(samples):
         raise RuntimeError(f"TRL's _score_group returned {len(samples)} samples for {sum(sizes)} training sequences")
@@ -647,10 +577,8 @@ def samples_per_conversation(groups: list[Any], samples: list[Any]) -> list[tupl
 
 @contextlib.contextmanager
 def async_rollout_worker_class(worker_factory: Any):
-    """
-    While open, `AsyncGRPOTrainer.__init__` builds its rollout worker (on rank 0, when none is injected) with
-    `worker_factory(**TRL's worker arguments)` instead of TRL's `AsyncRolloutWorker`.
-    """
+    """While open, `AsyncGRPOTrainer.__init__` builds its rollout worker (on rank 0, when none is injected) with
+    `worker_factory(**TRL's worker arguments)` instead of TRL's `AsyncRolloutWorker`."""
     from trl.experimental.async_grpo import async_grpo_trainer
 
     original = async_grpo_trainer.AsyncRolloutWorker
@@ -663,10 +591,8 @@ def async_rollout_worker_class(worker_factory: Any):
 
 @contextlib.contextmanager
 def rows_trained_for_the_position(trainer: Any, rows: set[int]):
-    """
-    While open, `AsyncGRPOTrainer._save_checkpoint` reads the resume position as if `rows` (TRL's row ids) had been
-    trained too: `trainer._trained_groups` is their union, and the very set (the collator's) is back afterwards.
-    """
+    """While open, `AsyncGRPOTrainer._save_checkpoint` reads the resume position as if `rows` (TRL's row ids) had been
+    trained too: `trainer._trained_groups` is their union, and the very set (the collator's) is back afterwards."""
     trained = trainer._trained_groups
     if rows - trained:
         trainer._trained_groups = trained | rows
@@ -677,12 +603,9 @@ def rows_trained_for_the_position(trainer: Any, rows: set[int]):
 
 
 def install_peak_flops_fallback() -> bool:
-    """
-    Let `AsyncGRPOTrainer.__init__` run off CUDA: TRL 1.15 and 1.16 call `get_peak_flops_per_device`, which calls
-    `torch.cuda.get_device_name` unconditionally (a CPU-only torch raises). Off CUDA the wrapper returns `None`, the
-    value TRL itself uses for an unknown peak (its MFU metrics are then off; throughput and timings are still logged).
-    Idempotent; returns whether the trainer module has the function (TRL 1.14 does not).
-    """
+    """Let `AsyncGRPOTrainer.__init__` run off CUDA: TRL 1.15 and 1.16 call `get_peak_flops_per_device`, which asks
+    CUDA for the device's name; off CUDA the wrapper returns `None`, TRL's value for an unknown peak. Idempotent;
+    returns whether the trainer module has the function (TRL 1.14 does not)."""
     from trl.experimental.async_grpo import async_grpo_trainer
 
     original = getattr(async_grpo_trainer, "get_peak_flops_per_device", None)

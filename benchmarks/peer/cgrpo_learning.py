@@ -17,9 +17,9 @@ prompts per step, `--heldout_size` held-out problems at one sample each), writin
         --steps 300 --eval_every 25 --heldout_size 600 --learning_rate 1e-4 --completions_budget 78891 \\
         --seeds 0 1 2 3 4
 
-What is shared with `benchmark_learning.py`'s finite mode (its functions are imported, not copied): the shipped tiny
-model (`task_parts`), the JSON-lines sets (`load_rows`), the prompts per step, the learning rate and every other
-config field of `make_config` that `GRPOConfig` has, the held-out evaluation (`heldout_pass_rates`, same seed, same
+What is shared with `benchmark_learning.py`'s finite mode (the same functions of `benchmarks/harness/`, not copies):
+the shipped tiny model (`task_parts`), the JSON-lines sets (`load_rows`), the prompts per step, the learning rate and
+every other training argument (`training_args`), the held-out evaluation (`heldout_pass_rates`, same seed, same
 samples per prompt), the step cap (`budget_steps`) and the evaluation points and stop (`EvaluationPlan`: each eighth
 of the budget). Each run is written as `OUT/runs/cgrpo-seed{seed}.json` with the keys of `run_finite`'s JSON, so
 `tournament_summary` reads it; `--report_with DIR` builds the tournament table of these runs together with the runs
@@ -49,7 +49,6 @@ Calibration rollouts count towards the budget and appear in the draw accounting 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import logging
 import math
@@ -59,10 +58,28 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trl_ada.samplers.accounting import BANDS, PromptDraws, draw_metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the shared harness, benchmarks/harness
+
+from harness.arithmetic import (
+    PROMPTS_PER_STEP,
+    epoch_visits,
+    heldout_by_band,
+    heldout_pass_rates,
+    indexed_dataset,
+    load_rows,
+    steps_per_epoch,
+    task_parts,
+    testbed_settings,
+)
+from harness.runs import reusable, run_path
+from harness.tournament import tournament_summary, tournament_table
+from harness.training import EvaluationPlan, budget_steps, evaluation_callback, train_seconds, training_args
 
 logger = logging.getLogger("cgrpo_learning")
 
@@ -72,27 +89,29 @@ PEER_PACKAGE = "trl-cgrpo==0.2.0"
 DEFAULT_BUDGET_GRID = (2, 4, 8, 16, 32)
 DEFAULT_CALIBRATION_SIZE = 50
 DEFAULT_RECALIBRATE_EVERY = 50
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_benchmark_learning() -> Any:
-    """`scripts/benchmark_learning.py` as a module (it is a script, not part of the package; its top level imports
-    only the standard library)."""
-    name = "benchmark_learning"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "scripts" / "benchmark_learning.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+@dataclass(frozen=True)
+class Training:
+    """What every C-GRPO run of an invocation shares: its step cap (before a budget raises it), evaluation, learning
+    rate and completions budget, and C-GRPO's own settings."""
+
+    steps: int
+    eval_every: int
+    learning_rate: float
+    completions_budget: int | None
+    calibration_size: int
+    budget_grid: tuple[int, ...]
+    recalibrate_every: int
+
+    def step_cap(self, prompts_per_step: int) -> int:
+        """The run's step cap at `prompts_per_step` (`budget_steps`: enough to reach the budget)."""
+        return budget_steps(self.completions_budget, self.steps, prompts_per_step)
 
 
 class CompletionLedger:
-    """
-    Completions generated per optimizer step (training draws and calibration rollouts alike) and, per step, what
-    became of each prompt's draws, as `trl_ada.samplers.accounting.PromptDraws`.
-    """
+    """Completions generated per optimizer step (training draws and calibration rollouts alike) and, per step, what
+    became of each prompt's draws, as `trl_ada.samplers.accounting.PromptDraws`."""
 
     def __init__(self) -> None:
         self.generated: list[int] = []
@@ -121,7 +140,7 @@ class CompletionLedger:
         return sum(self.generated[:step])
 
     def draws(self, steps: int | None = None) -> dict[str, Any]:
-        """The draw accounting of the first `steps` steps (all by default) in `benchmark_learning.draw_accounting`'s
+        """The draw accounting of the first `steps` steps (all by default) in `harness.training.draw_accounting`'s
         shape: drawn, useful and trained totals, and drawn and useful per band."""
         prompts = [p for step in self.prompts[:steps] for p in step]
         counters = draw_metrics(prompts)
@@ -138,11 +157,9 @@ class CompletionLedger:
 
 
 def group_draws(rewards: Sequence[float], group_size: int) -> list[PromptDraws]:
-    """
-    One `PromptDraws` per prompt group of a C-GRPO generation batch: `rewards` holds `group_size` consecutive rows per
-    prompt, NaN for the padded rows (never drawn). A group carries a signal when its drawn rows are not all equal, and
-    then every drawn row is trained on.
-    """
+    """One `PromptDraws` per prompt group of a C-GRPO generation batch: `rewards` holds `group_size` consecutive rows
+    per prompt, NaN for the padded rows (never drawn). A group carries a signal when its drawn rows are not all equal,
+    and then every drawn row is trained on."""
     if len(rewards) % group_size:
         raise ValueError(f"{len(rewards)} rewards are not whole groups of {group_size}.")
     prompts = []
@@ -156,18 +173,14 @@ def group_draws(rewards: Sequence[float], group_size: int) -> list[PromptDraws]:
 
 def calibration_draws(answers: Sequence[str], gold: str) -> PromptDraws:
     """A calibration prompt's rollouts: drawn, never trained on (its pass rate: extracted answers equal to `gold`)."""
-    right = sum(answer == gold for answer in answers)
-    return PromptDraws(
-        pass_rate=right / len(answers) if answers else math.nan, draws=len(answers), useful=False, trained=0
-    )
+    pass_rate = sum(answer == gold for answer in answers) / len(answers) if answers else math.nan
+    return PromptDraws(pass_rate=pass_rate, draws=len(answers), useful=False, trained=0)
 
 
 class CompletionCounting:
-    """
-    Mixin over `trl_cgrpo.CGRPOTrainer` (put it first in the bases) that records in `completion_ledger` every
+    """Mixin over `trl_cgrpo.CGRPOTrainer` (put it first in the bases) that records in `completion_ledger` every
     completion the trainer generates (`_base_generate`: training increments and calibration rollouts) and what became
-    of each prompt's draws (`_calculate_rewards` for training groups, `_outcomes` during `calibrate`).
-    """
+    of each prompt's draws (`_calculate_rewards` for training groups, `_outcomes` during `calibrate`)."""
 
     completion_ledger: CompletionLedger
     _calibration_prompts: list[PromptDraws] | None = None
@@ -215,21 +228,11 @@ def split_calibration(rows: Sequence[dict], size: int, seed: int) -> tuple[list[
 
 
 def run_record(
-    *,
-    seed: int,
-    curve: list[dict],
-    ledger: CompletionLedger,
-    step_seconds: Sequence[float],
-    train_size: int,
-    heldout_size: int,
-    prompts_per_step: int,
-    per_epoch: int,
-    epoch_visits: list[dict],
-    visits: list[list[int]],
-    run_seconds: float,
-    extra: dict[str, Any],
+    seed: int, run: dict[str, Any], *, train_size: int, heldout_size: int, prompts_per_step: int, per_epoch: int
 ) -> dict[str, Any]:
-    """One run's JSON, with the keys `benchmark_learning.run_finite` writes (and C-GRPO's own under `cgrpo`)."""
+    """A finite run's JSON from `train_cgrpo`'s result `run`, with the keys `benchmark_learning.run_finite` writes
+    (and C-GRPO's own under `cgrpo`)."""
+    ledger, step_seconds = run["ledger"], run["step_seconds"]
     return {
         "method": METHOD,
         "label": LABEL,
@@ -238,27 +241,25 @@ def run_record(
         "heldout_size": heldout_size,
         "prompts_per_step": prompts_per_step,
         "steps_per_epoch": per_epoch,
-        "start_heldout": curve[0]["heldout"],
-        "curve": curve,
+        "start_heldout": run["curve"][0]["heldout"],
+        "curve": run["curve"],
         "median_step_seconds": statistics.median(step_seconds) if step_seconds else math.nan,
         "step_seconds": list(step_seconds),
-        "run_seconds": run_seconds,
-        "epoch_visits": epoch_visits,
-        "visits": visits,
+        "run_seconds": run["run_seconds"],
+        "epoch_visits": epoch_visits(run["visits"], per_epoch),
+        "visits": run["visits"],
         "completions_per_step": list(ledger.generated),
         "calibration_completions": sum(ledger.calibration),
         "completions": sum(ledger.generated),
         "draws": ledger.draws(),
         "gate_passed_over": None,
-        "cgrpo": extra,
+        "cgrpo": run["extra"],
     }
 
 
 def split_stream_calibration(rows: Sequence[dict], size: int) -> tuple[list[dict], list[dict]]:
-    """
-    A problem stream without its first `size` distinct prompts, and those prompts (the calibration set). The stream
-    draws with replacement, so every later row with a calibration prompt is dropped too: C-GRPO never trains on one.
-    """
+    """A problem stream without its first `size` distinct prompts, and those prompts (the calibration set). The stream
+    draws with replacement, so every later row with a calibration prompt is dropped too: C-GRPO never trains on one."""
     calibration: dict[str, dict] = {}
     for row in rows:
         if len(calibration) == size:
@@ -271,49 +272,37 @@ def split_stream_calibration(rows: Sequence[dict], size: int) -> tuple[list[dict
 
 
 def train_cgrpo(
-    *,
     seed: int,
-    steps: int,
-    eval_every: int,
-    lr: float,
+    training: Training,
     out: Path,
     rows: list[dict],
     calibration_rows: list[dict],
     prompts_per_step: int,
-    completions_budget: int | None,
-    budget_grid: Sequence[int],
-    recalibrate_every: int,
     evaluate: Callable[[Any, Any], dict[str, Any]],
 ) -> dict[str, Any]:
-    """
-    One C-GRPO run of at most `steps` optimizer steps on `rows` (dicts with prompt and answer), stopped at the
-    completions budget; `evaluate(model, tokenizer)` gives a curve point's held-out fields. Returns the curve (held-out,
-    completions and training seconds per point), the completion ledger, the visits and C-GRPO's own logs.
-    """
+    """One C-GRPO run on `rows` (dicts with prompt and answer), calibrated on `calibration_rows`, stopped at its step
+    cap or the completions budget; `evaluate(model, tokenizer)` gives a curve point's held-out fields. Returns the
+    curve (held-out, completions and training seconds per point), the completion ledger, the visits and C-GRPO's own
+    logs."""
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl_cgrpo import CGRPOConfig, CGRPOTrainer
 
     from trl_ada.tasks.arithmetic import extract_answer
 
-    bl = load_benchmark_learning()
     torch.set_num_threads(1)
-    load_model, task_reward, max_completion_length = bl.task_parts("arithmetic")
+    load_model, task_reward, max_completion_length = task_parts("arithmetic")
     model, tokenizer = load_model()
-    plan = bl.EvaluationPlan(steps, eval_every, completions_budget)
-    # make_config's fields, less AdaGRPOConfig's own (the sampler's); the group width is C-GRPO's largest budget.
-    width = max(budget_grid)
-    config = CGRPOConfig(
-        **bl.training_args(
-            str(out / f"{METHOD}-seed{seed}"), seed, steps, lr, prompts_per_step * width, max_completion_length
-        ),
-        budget_grid=list(budget_grid),
-        recalibrate_every=recalibrate_every,
+    steps = training.step_cap(prompts_per_step)
+    plan = EvaluationPlan(steps, training.eval_every, training.completions_budget)
+    rows_per_step = prompts_per_step * max(training.budget_grid)  # the group width is C-GRPO's largest budget
+    arguments = training_args(
+        str(out / f"{METHOD}-seed{seed}"), seed, steps, training.learning_rate, rows_per_step, max_completion_length
     )
-    keys = ["prompt", "answer", *(key for key in ("level", "band") if all(key in row for row in rows))]
-    columns = {key: [row[key] for row in rows] for key in keys}
-    dataset = Dataset.from_dict({**columns, "row_index": list(range(len(rows)))})
+    config = CGRPOConfig(
+        **arguments, budget_grid=list(training.budget_grid), recalibrate_every=training.recalibrate_every
+    )
+    dataset = indexed_dataset(rows)
     calibration = Dataset.from_dict({key: [row[key] for row in calibration_rows] for key in ("prompt", "answer")})
     ledger = CompletionLedger()
     visits: list[set[int]] = []
@@ -331,21 +320,10 @@ def train_cgrpo(
         completion_ledger = ledger
 
     def point(step: int, trainer_model: Any) -> dict:
-        return {
-            "step": step,
-            **evaluate(trainer_model, tokenizer),
-            "samples": float(ledger.completions_before(step)),
-            "train_seconds": 0.0,
-        }
+        samples = float(ledger.completions_before(step))
+        return {"step": step, **evaluate(trainer_model, tokenizer), "samples": samples, "train_seconds": 0.0}
 
     curve: list[dict] = []
-
-    class HeldOut(TrainerCallback):
-        def on_step_end(self, args, state, control, model=None, **kwargs):
-            done = ledger.completions_before(state.global_step)
-            if plan.evaluate_now(state.global_step, done):
-                curve.append(point(state.global_step, model))
-            control.should_training_stop |= plan.stop_now(done)
 
     trainer = CountingCGRPOTrainer(
         model,
@@ -353,7 +331,7 @@ def train_cgrpo(
         args=config,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[HeldOut()],
+        callbacks=[evaluation_callback(plan, ledger.completions_before, point, curve)],
         calibration_dataset=calibration,
         answer_extractor=extract_answer,
     )
@@ -363,18 +341,18 @@ def train_cgrpo(
     run_seconds = time.perf_counter() - started
     entries = [e for e in trainer.state.log_history if "step_time" in e]
     for entry in [start, *curve]:
-        entry["train_seconds"] = bl.train_seconds([e for e in entries if e["step"] <= entry["step"]])
+        entry["train_seconds"] = train_seconds([e for e in entries if e["step"] <= entry["step"]])
     logged = trainer.state.log_history
     extra = {
         "calibration_size": len(calibration_rows),
-        "budget_grid": list(budget_grid),
-        "recalibrate_every": recalibrate_every,
+        "budget_grid": list(training.budget_grid),
+        "recalibrate_every": training.recalibrate_every,
         "mean_k": [e["cgrpo/mean_k"] for e in logged if "cgrpo/mean_k" in e],
         "delta": [e["cgrpo/delta"] for e in logged if "cgrpo/delta" in e],
         "calibration_solve_rate": [
             e["cgrpo/calibration_solve_rate"] for e in logged if "cgrpo/calibration_solve_rate" in e
         ],
-        "qhat": {k: [e[f"cgrpo/qhat_{k}"] for e in logged if f"cgrpo/qhat_{k}" in e] for k in budget_grid},
+        "qhat": {k: [e[f"cgrpo/qhat_{k}"] for e in logged if f"cgrpo/qhat_{k}" in e] for k in training.budget_grid},
         "calibration_steps": [step for step, count in enumerate(ledger.calibration) if count],
     }
     return {
@@ -390,89 +368,47 @@ def train_cgrpo(
 
 def run_cgrpo(
     seed: int,
-    steps: int,
-    eval_every: int,
-    lr: float,
+    training: Training,
     out: Path,
     *,
     train_data: Path,
     heldout_data: Path,
     eval_samples: int,
     prompts_per_step: int,
-    completions_budget: int | None,
-    calibration_size: int,
-    budget_grid: Sequence[int],
-    recalibrate_every: int,
 ) -> dict[str, Any]:
     """One C-GRPO run over a finite prompt set (`benchmark_learning.run_finite`'s testbed); returns its JSON record."""
-    bl = load_benchmark_learning()
-    heldout_rows = bl.load_rows(heldout_data)
-    heldout = [{"prompt": row["prompt"], "answer": row["answer"], "level": row["band"]} for row in heldout_rows]
-    rows, calibration_rows = split_calibration(bl.load_rows(train_data), calibration_size, seed)
-    per_epoch = bl.steps_per_epoch(len(rows), prompts_per_step)
-    steps = bl.budget_steps(completions_budget, steps, prompts_per_step)
+    heldout = heldout_by_band(load_rows(heldout_data))
+    rows, calibration_rows = split_calibration(load_rows(train_data), training.calibration_size, seed)
+    per_epoch = steps_per_epoch(len(rows), prompts_per_step)
 
     def evaluate(trainer_model: Any, tokenizer: Any) -> dict[str, Any]:
-        result = bl.heldout_pass_rates(
+        result = heldout_pass_rates(
             "arithmetic", trainer_model, tokenizer, heldout, num_samples=eval_samples, seed=seed
         )
         return {"epoch": 0.0, "heldout": result["overall"], "bands": dict(result["per_level"])}  # epoch set below
 
-    run = train_cgrpo(
-        seed=seed,
-        steps=steps,
-        eval_every=eval_every,
-        lr=lr,
-        out=out,
-        rows=rows,
-        calibration_rows=calibration_rows,
-        prompts_per_step=prompts_per_step,
-        completions_budget=completions_budget,
-        budget_grid=budget_grid,
-        recalibrate_every=recalibrate_every,
-        evaluate=evaluate,
-    )
+    run = train_cgrpo(seed, training, out, rows, calibration_rows, prompts_per_step, evaluate)
     for entry in run["curve"]:
         entry["epoch"] = entry["step"] / per_epoch
     return run_record(
-        seed=seed,
-        curve=run["curve"],
-        ledger=run["ledger"],
-        step_seconds=run["step_seconds"],
+        seed,
+        run,
         train_size=len(rows),
         heldout_size=len(heldout),
         prompts_per_step=prompts_per_step,
         per_epoch=per_epoch,
-        epoch_visits=bl.epoch_visits(run["visits"], per_epoch),
-        visits=run["visits"],
-        run_seconds=run["run_seconds"],
-        extra=run["extra"],
     )
 
 
-def run_stream(
-    seed: int,
-    steps: int,
-    eval_every: int,
-    heldout_size: int,
-    lr: float,
-    out: Path,
-    *,
-    completions_budget: int | None,
-    calibration_size: int,
-    budget_grid: Sequence[int],
-    recalibrate_every: int,
-) -> dict[str, Any]:
+def run_stream(seed: int, training: Training, out: Path, *, heldout_size: int) -> dict[str, Any]:
     """One C-GRPO run on the problem stream (`benchmark_learning.run_one`'s testbed: its stream, held-out problems,
     evaluation and prompts per step); returns its JSON record in `run_one`'s shape."""
     from trl_ada.tasks.arithmetic import accuracy_by_level, held_out_problems, make_problems
 
-    bl = load_benchmark_learning()
-    prompts_per_step = bl.PROMPTS_PER_STEP
     heldout = held_out_problems(heldout_size, seed=1234)
-    steps = bl.budget_steps(completions_budget, steps, prompts_per_step)
-    stream = make_problems(max(steps * prompts_per_step * 2, 4000), seed=seed)
-    rows, calibration_rows = split_stream_calibration(stream, calibration_size)
+    steps = training.step_cap(PROMPTS_PER_STEP)
+    stream = make_problems(max(steps * PROMPTS_PER_STEP * 2, 4000), seed=seed)
+    rows, calibration_rows = split_stream_calibration(stream, training.calibration_size)
 
     def evaluate(trainer_model: Any, tokenizer: Any) -> dict[str, Any]:
         result = accuracy_by_level(
@@ -480,20 +416,7 @@ def run_stream(
         )
         return {"heldout": result["overall"]}
 
-    run = train_cgrpo(
-        seed=seed,
-        steps=steps,
-        eval_every=eval_every,
-        lr=lr,
-        out=out,
-        rows=rows,
-        calibration_rows=calibration_rows,
-        prompts_per_step=prompts_per_step,
-        completions_budget=completions_budget,
-        budget_grid=budget_grid,
-        recalibrate_every=recalibrate_every,
-        evaluate=evaluate,
-    )
+    run = train_cgrpo(seed, training, out, rows, calibration_rows, PROMPTS_PER_STEP, evaluate)
     ledger = run["ledger"]
     return {
         "method": METHOD,
@@ -516,18 +439,7 @@ def run_stream(
 def run_settings(args: argparse.Namespace, steps: int) -> dict[str, Any]:
     """What a run depends on: the settings `benchmark_learning.py` records for the same testbed (finite or stream),
     plus the peer's own under `peer`."""
-    settings: dict[str, Any] = {"steps": steps, "eval_every": args.eval_every, "learning_rate": args.learning_rate}
-    if args.completions_budget is not None:
-        settings["completions_budget"] = args.completions_budget
-    if args.train_data is None:
-        settings["heldout_size"] = args.heldout_size
-    else:
-        settings |= {
-            "train_data": str(args.train_data),
-            "heldout_data": str(args.heldout_data),
-            "prompts_per_step": args.prompts_per_step,
-            "eval_samples": args.eval_samples,
-        }
+    settings = testbed_settings(args, steps, args.prompts_per_step, args.eval_samples)
     settings["peer"] = {
         "package": PEER_PACKAGE,
         "budget_grid": list(args.budget_grid),
@@ -543,9 +455,8 @@ def shared_settings(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def report(out: Path, runs: list[dict], reference_runs: Path, settings: dict[str, Any]) -> str:
-    """The tournament table (`benchmark_learning.tournament_summary`) of these runs and the runs in `reference_runs`
-    made with the same shared settings; written to `OUT/tournament.md` and `OUT/tournament.json`."""
-    bl = load_benchmark_learning()
+    """The tournament table (`harness.tournament`) of these runs and the runs in `reference_runs` made with the same
+    shared settings; written to `OUT/tournament.md` and `OUT/tournament.json`."""
     others = []
     for path in sorted(reference_runs.glob("*.json")):
         run = json.loads(path.read_text())
@@ -553,9 +464,9 @@ def report(out: Path, runs: list[dict], reference_runs: Path, settings: dict[str
             others.append(run)
     if not others:
         logger.warning("No run in %s has this testbed's settings: the table holds C-GRPO alone.", reference_runs)
-    summary = bl.tournament_summary([*others, *runs], settings["completions_budget"])
+    summary = tournament_summary([*others, *runs], settings["completions_budget"])
     (out / "tournament.json").write_text(json.dumps(summary, indent=1))
-    table = bl.tournament_table(summary)
+    table = tournament_table(summary)
     (out / "tournament.md").write_text(table)
     return table
 
@@ -596,23 +507,27 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--train_data and --heldout_data go together (finite mode); give neither for the stream.")
     if args.train_data is None and args.epochs is not None:
         parser.error("--epochs needs --train_data; the stream runs --steps.")
-    bl = load_benchmark_learning()
     steps = args.steps
     if args.train_data is not None:
-        rows = bl.load_rows(args.train_data)
+        rows = load_rows(args.train_data)
         if args.epochs is not None:
             # As benchmark_learning.py counts them: epochs of the whole training set, before the calibration split.
-            steps = args.epochs * bl.steps_per_epoch(len(rows), args.prompts_per_step)
+            steps = args.epochs * steps_per_epoch(len(rows), args.prompts_per_step)
         split_calibration(rows, args.calibration_size, 0)  # bad sizes fail here, before any model is loaded
     elif args.calibration_size < 1:
         parser.error(f"--calibration_size {args.calibration_size}: give at least 1.")
     settings = run_settings(args, steps)
+    training = Training(
+        steps=steps, eval_every=args.eval_every, learning_rate=args.learning_rate,
+        completions_budget=args.completions_budget, calibration_size=args.calibration_size,
+        budget_grid=tuple(args.budget_grid), recalibrate_every=args.recalibrate_every,
+    )  # fmt: skip
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     runs = []
     for seed in args.seeds:
-        path = runs_dir / f"{METHOD}-seed{seed}.json"
-        if (args.reuse_runs or args.report_only) and bl.reusable(path, settings):
+        path = run_path(runs_dir, METHOD, seed)
+        if (args.reuse_runs or args.report_only) and reusable(path, settings):
             runs.append(json.loads(path.read_text()))
             continue
         if args.report_only:
@@ -620,47 +535,18 @@ def main(argv: list[str] | None = None) -> int:
         started = time.time()
         with tempfile.TemporaryDirectory() as scratch:
             if args.train_data is None:
-                result = run_stream(
-                    seed,
-                    steps,
-                    args.eval_every,
-                    args.heldout_size,
-                    args.learning_rate,
-                    Path(scratch),
-                    completions_budget=args.completions_budget,
-                    calibration_size=args.calibration_size,
-                    budget_grid=args.budget_grid,
-                    recalibrate_every=args.recalibrate_every,
-                )
+                result = run_stream(seed, training, Path(scratch), heldout_size=args.heldout_size)
             else:
                 result = run_cgrpo(
-                    seed,
-                    steps,
-                    args.eval_every,
-                    args.learning_rate,
-                    Path(scratch),
-                    train_data=args.train_data,
-                    heldout_data=args.heldout_data,
-                    eval_samples=args.eval_samples,
-                    prompts_per_step=args.prompts_per_step,
-                    completions_budget=args.completions_budget,
-                    calibration_size=args.calibration_size,
-                    budget_grid=args.budget_grid,
-                    recalibrate_every=args.recalibrate_every,
-                )
+                    seed, training, Path(scratch), train_data=args.train_data, heldout_data=args.heldout_data,
+                    eval_samples=args.eval_samples, prompts_per_step=args.prompts_per_step,
+                )  # fmt: skip
         result["settings"] = settings
         path.write_text(json.dumps(result))
         runs.append(result)
-        last = result["curve"][-1]
-        logger.info(
-            "seed %d: held-out %.3f at %d completions (%d calibration), %d steps, %.0f s",
-            seed,
-            last["heldout"],
-            last["samples"],
-            result["calibration_completions"],
-            last["step"],
-            time.time() - started,
-        )
+        last, calibration = result["curve"][-1], result["calibration_completions"]
+        message = "seed %d: held-out %.3f at %d completions (%d calibration), %d steps, %.0f s"
+        logger.info(message, seed, last["heldout"], last["samples"], calibration, last["step"], time.time() - started)
     if args.report_with is not None and runs:
         print(report(args.out, runs, args.report_with, settings))
     return 0

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
 
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
-from ..config import TrainOnField, batch_rules, check_train_on
+from ..config import TrainOnField, batch_rules, check_train_on, with_defaults
 from ..samplers import PromptPriority, SamplerFields, SamplerSettings, sampler_class
 from ..samplers.dapo import RefillGate
 from ..samplers.settings import REMEMBERED_BASELINES, ReadIf, check_knobs_read, knob
@@ -16,20 +16,14 @@ logger = logging.getLogger(__name__)
 
 
 def gates_refills(settings: SamplerSettings) -> bool:
-    """
-    Whether the sampler of the validated `settings` refills DAPO's batch through a gate (`sampler="dapo_gated"`, or a
-    plug-in with a `refill_passes_over` method, [`RefillGate`]): the worker then passes over the prompts of the stream
-    that the gate rejects on a refill visit (`trl_ada.async_grpo.rollout.StreamGate`).
-    """
+    """Whether the sampler of the validated `settings` refills DAPO's batch through a gate ([`RefillGate`]), which
+    the worker's stream then passes through (`trl_ada.async_grpo.rollout.StreamGate`)."""
     return settings.refills and issubclass(settings.sampler_class, RefillGate)
 
 
 def worker_batch_rules(settings: SamplerSettings) -> str | None:
-    """
-    What in the validated `settings` reads a whole generation batch of the worker (named for messages), or `None`:
-    the synchronous trainer's `batch_rules`, and a refill gate, whose measured share of mixed groups is a generation
-    batch's (`GatedRefillSampler.end_step`), as in the synchronous trainer.
-    """
+    """What in the validated `settings` reads a whole generation batch of the worker (named for messages), or `None`:
+    the synchronous trainer's `batch_rules`, and a refill gate (it measures the mixed share per generation batch)."""
     rules = batch_rules(settings)
     if not gates_refills(settings):
         return rules
@@ -38,18 +32,13 @@ def worker_batch_rules(settings: SamplerSettings) -> str | None:
 
 
 MIN_PROMPTS_PER_GENERATION_BATCH = 8
-"""The fewest prompts a generation batch holds by default where a rule reads the whole batch
-(`AdaAsyncGRPOConfig.prompts_per_generation_batch=None`): TRL's defaults (8 samples per optimizer step, 8 per prompt)
-would otherwise make a batch of one prompt, over which those rules do nothing."""
+"""The fewest prompts a generation batch holds by default where a rule reads the whole batch: TRL's defaults (8 samples
+per optimizer step, 8 per prompt) would otherwise make a batch of one prompt, over which those rules do nothing."""
 
 
 def check_prompts_per_generation_batch(prompts: int, settings: SamplerSettings) -> None:
-    """
-    Raise `ValueError`, naming the fix, where generation batches of `prompts` prompts cannot serve the validated
-    `settings`: fewer than one, or one where a rule reads the whole batch (over one prompt `est` gives every prompt its
-    mean budget and `normalize_weights` scales every weight back to 1). The one rule: the config checks its knob with
-    it, the rollout loop's `AsyncSampling` its batch size.
-    """
+    """Raise `ValueError`, naming the fix, where generation batches of `prompts` prompts cannot serve the validated
+    `settings`: fewer than one, or one where a rule reads the whole batch."""
     if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 1:
         raise ValueError(f"prompts_per_generation_batch must be a positive integer or None, got {prompts!r}.")
     rules = worker_batch_rules(settings)
@@ -65,11 +54,9 @@ def check_prompts_per_generation_batch(prompts: int, settings: SamplerSettings) 
 def resolve_prompts_per_generation_batch(
     requested: int | None, settings: SamplerSettings, samples_per_step: int
 ) -> int:
-    """
-    The prompts of one generation batch (`AdaAsyncGRPOConfig.prompts_per_generation_batch`): 1 where every rule reads
-    one prompt's pool; else `requested`, by default one optimizer step's prompts (`samples_per_step //
-    num_generations`) and at least `MIN_PROMPTS_PER_GENERATION_BATCH`.
-    """
+    """The prompts of one generation batch (`AdaAsyncGRPOConfig.prompts_per_generation_batch`): 1 where every rule
+    reads one prompt's pool; else `requested`, by default one optimizer step's prompts (`samples_per_step //
+    num_generations`) and at least `MIN_PROMPTS_PER_GENERATION_BATCH`."""
     if worker_batch_rules(settings) is None:
         return 1
     if requested is not None:
@@ -95,34 +82,13 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
     in TRL's asynchronous trainer, where a rollout worker keeps generating while the trainer trains.
 
     Inherits every parameter of [`~trl.experimental.async_grpo.AsyncGRPOConfig`]. `num_generations` keeps TRL's
-    meaning: the size `n` of a prompt's update group. The sampler knobs below are those of [`AdaGRPOConfig`], with the
-    same meanings; what differs in the asynchronous worker:
-
-    - `seq_pos`/`seq_balance` draw each prompt's rounds as blocks, round-free (each draw its own request, the exit rule
-      and the cap checked when a block is back, the pool in submission order), as `generation_schedule="continuous"`
-      does in the synchronous trainer; `est` sends each prompt's budget at once.
-    - A prompt's kept samples are queued as soon as its pool is done. Only where a rule reads the whole generation
-      batch (`est`'s mean budget, `normalize_weights` with a weighting `objective`) do the prompts wait for one
-      another, in generation batches of `prompts_per_generation_batch` prompts (below).
-    - `knapsack` splits each generation batch's budget over its prompts, as `est` does.
-    - `dapo` drops groups without a signal and keeps drawing further prompts. `dapo_max_refills` bounds the drawing
-      as in the synchronous trainer: once `(dapo_max_refills + 1)` generation batches' worth of prompts in a row have
-      not filled one batch with prompts that carry a signal (a reward that is constant everywhere), the worker fails
-      naming the cause. With `normalize_weights` and a weighting `objective`, kept prompts wait until a generation
-      batch's worth (`prompts_per_generation_batch`) has a signal, and their weights are normalised over them. There
-      is no partial batch to keep, so `dapo_on_exhausted` must keep its default.
-    - `dapo_gated` draws the prompt stream as `dapo` does, with the refill's gate: a prompt's first row in an epoch
-      (`len(train_dataset)` prompts kept with a signal, TRL's count of an epoch) is the loader's and is always made;
-      when the stream meets it again within the epoch (a refill, since drops made the epoch need more draws) the
-      prompt is passed over if the gate predicts it unmixed. Its gate measures the mixed share over generation
-      batches of `prompts_per_generation_batch` prompts.
-    - Rewards are scaled as TRL's asynchronous trainer scales them (by the group's std: `scale_rewards="group"`).
-    - `sampler="uniform"` with `objective="linear"` is exactly `AsyncGRPOTrainer` (its loop, groups and advantages;
-      its worker with the fixes of `RobustAsyncRolloutWorker`). Where the advantages are not TRL's (a weighting
-      `objective` with any sampler, `est`'s residual weight, a pool that outgrows its update group), the worker
-      computes them with the synchronous trainer's code, as `AdaGRPOTrainer` does: no knob is accepted and ignored.
-    - `train_on="pool"` (below) trains on every draw of a pool instead of its update group, as in `AdaGRPOConfig`;
-      TRL's packing needs no static shapes, so no draw is left out.
+    meaning: the size `n` of a prompt's update group. The sampler knobs are those of [`AdaGRPOConfig`], with the same
+    meanings. In the asynchronous worker every draw is its own request (`seq_pos`/`seq_balance` draw round-free, as
+    `generation_schedule="continuous"` does), a prompt's kept samples are queued as soon as its pool is done (only
+    rules that read the whole batch make prompts wait, in batches of `prompts_per_generation_batch`), rewards are
+    scaled by the group's std, `dapo` keeps drawing further prompts in place of the groups it drops (so
+    `dapo_on_exhausted` must keep its default), and `sampler="uniform"` with `objective="linear"` is exactly
+    `AsyncGRPOTrainer`. The docs page "Asynchronous training" says what happens per sampler.
 
     Parameters:
         > Parameters of adaptive sampling: those of [`AdaGRPOConfig`], with the same names, defaults and meanings
@@ -164,11 +130,7 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
                 f"args must be an AdaAsyncGRPOConfig or a trl.experimental.async_grpo.AsyncGRPOConfig, got "
                 f"{type(args).__name__}."
             )
-        upgraded = cls.__new__(cls)
-        upgraded.__dict__.update(args.__dict__)
-        for f in fields(cls):
-            if f.name not in args.__dict__:
-                setattr(upgraded, f.name, f.default_factory() if f.default_factory is not MISSING else f.default)
+        upgraded, _ = with_defaults(cls, args)
         upgraded._validate_adaptive_sampling()
         logger.info("Got an AsyncGRPOConfig; using the Reinforce-Ada defaults (sampler=%r).", upgraded.sampler)
         return upgraded

@@ -1,49 +1,12 @@
-"""
-Reinforce-Ada inside TRL's asynchronous rollout worker (`trl.experimental.async_grpo`).
+"""Reinforce-Ada inside TRL's asynchronous rollout worker (`trl.experimental.async_grpo`); docs/async.md says what
+happens per sampler, to policy versions and to the resume position.
 
-TRL's worker keeps up to `max_inflight_tasks` one-completion requests open on a vLLM server; its generate loop takes
-each request from a work iterator (`_repeat_iterator`: every row `num_generations` times under one group id), closes a
-group once `num_generations` of its completions are back, and hands it to the score loop, whose `_score_group` scores
-it (TRL's reward aggregation) and turns it into training samples. [`AdaRolloutLoop`] rides on that loop through two
-seams and copies no TRL body:
-
-- Pools (`seq_pos`, `seq_balance`, `est`, any sampler whose pool can outgrow its update group, or whose advantages
-  are not TRL's: a weighting `objective`, `AsyncSampling.pooled`). The loop is built with `num_generations=1`,
-  so every draw is a TRL group of its own, closed and queued for scoring as soon as it is back. The work iterator
-  opens generation batches of `prompts_per_batch` rows, each a streaming step of the sampler
-  (`trl_ada.samplers.continuous.begin_streaming`: the round-free `ContinuousStep` for an exit rule, one request per
-  prompt otherwise), and yields the draws the steps ask for, the next blocks of open prompts before any
-  new prompt. `_score_group` takes every draw that is back (the queue's waiting groups too: one batched reward call),
-  scores them with TRL's own `_score_group`, and completes them in their step by draw index, so a pool is its draws in
-  SUBMISSION order whatever order they return in. A prompt's next block is submitted only once its current block is
-  complete and the exit rule has spoken, so nothing is drawn past an exit and nothing is cancelled. When every prompt
-  of a batch is done, `Selection` (the synchronous trainer's code: downsampling, pool baseline, weights) gives the
-  kept draws and their advantages; the samples carry those advantages, their own draw's policy version, and one
-  group id per prompt. With `train_on="pool"` the kept draws are every draw of the pool, in submission order, with
-  the advantage the update group's rule gives it times the share of its outcome's draws that the group took, so the
-  prompt weighs what its update group would (`PromptResult.draw_shares`, the synchronous trainer's rule). Where
-  DAPO drops groups and the weights are normalised (`AsyncSampling.normalises_over_the_update`), the kept prompts
-  wait until `prompts_per_batch` of them are kept, an update's worth, and their weights are normalised together, as
-  the synchronous refill does, rather than over each generation batch's kept prompts.
-- Groups (`dapo`, or any sampler whose pool is its update group and every weight 1, with DAPO filtering): TRL's
-  own groups and advantages; a group without a signal (constant rewards) is dropped, and the loop goes on drawing
-  further prompts.
-- A gated refill (`dapo_gated`, [`gates_refills`]) runs as a pool of its update group, so that its sampler sees
-  every batch (`end_step`: the prompts' history and the measured mixed share, saved with the checkpoints), and the
-  work iterator takes its rows through a [`StreamGate`]: a prompt's first row in an epoch is the loader's visit and is
-  drawn; a later row of it within the epoch is a refill visit, passed over when the gate rejects it.
-
-Policy versions. A pool can span weight syncs: every draw keeps the version it was generated with (TRL stamps a group
-with the version at its first request), and its sample carries it. The pool's statistics (exit rule, baseline, p̂) use
-every draw of the pool. Every sample of a prompt also carries the oldest version among them (`GROUP_VERSION_KEY`):
-the trainer keeps or drops a prompt's samples whole by it (`AdaAsyncGRPOTrainer`, "staleness"), rather than TRL's
-sample by sample. `ada/async/pool_version_span_max` logs how many versions a pool spans.
-
-Resume position and sampler state. TRL's checkpoint resumes the row stream at the smallest row id no trained sample
-carried; a row the worker finished without a sample (a DAPO drop, a prompt given no draws) would hold it there for the
-rest of the run. Nothing is written periodically: when the trainer saves, it asks the worker through a
-[`SamplerStateChannel`], and the worker answers on its event loop with one [`WorkerState`]: the sampler's state, the
-rows its estimator has counted, and the rows it finished without a sample since the previous answer.
+[`AdaRolloutLoop`] rides on TRL's `_AsyncRolloutLoop` through two seams, its work iterator (`_repeat_iterator`) and
+`_score_group`, and copies no TRL body. Where the sampler pools (`AsyncSampling.pooled`) the loop is built with
+`num_generations=1`, so every draw is a TRL group of its own; each generation batch is a streaming step of the sampler
+(`trl_ada.samplers.continuous.begin_streaming`) whose draws are completed by draw index, so a pool is its draws in
+submission order, and the batch's `Selection` (the synchronous trainer's code) gives the kept draws and their
+advantages. Otherwise the loop trains on TRL's own groups and advantages, and DAPO drops a group without a signal.
 """
 
 from __future__ import annotations
@@ -76,9 +39,8 @@ from .config import check_prompts_per_generation_batch, check_train_on, gates_re
 logger = logging.getLogger(__name__)
 
 GROUP_VERSION_KEY = "ada/async/group_version_oldest"
-"""Key set in the `metrics` of each sample the loop queues (TRL's samples have slots, no room for a field): the oldest
-policy version among its prompt's samples, by which the trainer keeps or drops them whole, and takes the key out
-(`trl_ada.async_grpo.trainer.StaleGroups`)."""
+"""Key set in the `metrics` of each queued sample (TRL's samples have slots): the oldest policy version among its
+prompt's samples, by which `trl_ada.async_grpo.trainer.StaleGroups` keeps or drops them whole."""
 
 HEALTH_POLL_S = 1.0
 """While a request waits, how often the loop checks whether the server still answers (`_check_server_answers`)."""
@@ -101,35 +63,31 @@ class AsyncSampling:
     settings: SamplerSettings
     """The validated sampler settings (`AdaAsyncGRPOConfig.sampler_settings()`)."""
     prompts_per_batch: int
-    """Prompts per generation batch: 1 where every rule is per prompt (`SamplerSettings.rules_are_per_prompt`), else
-    `AdaAsyncGRPOConfig.prompts_per_generation_batch` (`resolve_prompts_per_generation_batch`); never 1 where a rule
-    reads the whole batch (`check_prompts_per_generation_batch`)."""
+    """Prompts per generation batch (`resolve_prompts_per_generation_batch`)."""
     predictor_source: str | None = None
-    """A local directory holding a saved pass-rate predictor to warm-start from (`pass_rate_predictor=<path>`)."""
+    """A local directory holding a saved pass-rate predictor to warm-start from."""
     estimator: Any = None
-    """A pass-rate estimator object (`pass_rate_estimator=`); it is pickled into the worker process."""
+    """A pass-rate estimator object (`pass_rate_estimator=`)."""
     initial_state: dict[str, Any] | None = None
-    """A sampler state to start from (`Sampler.state_dict()`, from a checkpoint when resuming)."""
+    """A sampler state to start from (from a checkpoint when resuming)."""
     server_timeout: float | None = None
-    """Seconds the vLLM server's requests may keep failing (none answered since) before the worker gives up with
-    [`~trl_ada.generation.faults.VLLMServerUnresponsive`] (`vllm_server_timeout`); `None`: TRL's own retries only (30 x 3
-    attempts of up to `request_timeout` each, with up to 16 s of backoff: hours for a server that stopped answering)."""
+    """Seconds the server's requests may keep failing before the worker raises `VLLMServerUnresponsive`
+    (`vllm_server_timeout`); `None`: TRL's own retries only."""
     train_on: str = "downsample"
-    """What a prompt trains on (`AdaAsyncGRPOConfig.train_on`): its update group (`"downsample"`), or every draw of its
-    pool (`"pool"`)."""
+    """What a prompt trains on (`AdaAsyncGRPOConfig.train_on`)."""
 
     def __post_init__(self) -> None:
         check_train_on(self.train_on, self.settings)
         check_prompts_per_generation_batch(self.prompts_per_batch, self.settings)
 
+    def new_sampler(self) -> Sampler:
+        """A fresh sampler of these settings, estimator and predictor (`initial_state` not loaded)."""
+        return build_sampler(self.settings, self.estimator, self.predictor_source, train_on=self.train_on)
+
     @property
     def trl_advantages(self) -> bool:
-        """
-        Whether TRL's own groups and advantages are exactly what the sampler would train on, as the synchronous
-        trainer's `Selection.is_plain_grpo` decides per batch: the pool cannot outgrow its update group, every rule
-        reads one prompt's pool, and every weight is 1 (the base objective weight under `objective="linear"`, not
-        clipped below 1). Otherwise the loop computes the advantages with the synchronous trainer's code (`pooled`).
-        """
+        """Whether TRL's own groups and advantages are what the sampler would train on (`Selection.is_plain_grpo`):
+        the pool cannot outgrow its update group, every rule is per prompt and every weight is 1."""
         settings = self.settings
         return (
             settings.max_pool_size <= settings.num_generations
@@ -141,44 +99,25 @@ class AsyncSampling:
 
     @property
     def pooled(self) -> bool:
-        """
-        Whether every draw is scored on its own and the sampler's `Selection` gives the advantages: a prompt's pool
-        can outgrow its update group, the advantages are not TRL's (`trl_advantages`: a weighting `objective`, est's
-        residual weight, a rule over the batch), or the sampler gates DAPO's refill (`gates_refills`: its gate learns
-        from every batch the sampler finishes). Otherwise the loop trains on TRL's groups and advantages.
-        """
+        """Whether every draw is scored on its own and `Selection` gives the advantages: where they are not TRL's
+        (`trl_advantages`), or the sampler gates DAPO's refill (its gate learns from every finished batch)."""
         return not self.trl_advantages or gates_refills(self.settings)
 
     @property
     def normalises_over_the_update(self) -> bool:
-        """
-        Whether DAPO's refill holds the prompts it keeps until it has `prompts_per_batch` of them (an update's worth,
-        as the synchronous refill fills one) and normalises their weights together (`finish_update`), rather than
-        over each generation batch's kept prompts alone: where it drops groups (`refills`) and the weights are
-        normalised and can differ (a weighting `objective`, or a sampler's own `weight`).
-        """
+        """Whether DAPO's kept prompts wait for an update's worth (`prompts_per_batch`) and have their weights
+        normalised together (`finish_update`): where it drops groups and the normalised weights can differ."""
         settings = self.settings
         weights_differ = settings.objective != "linear" or settings.sampler_class.weight is not Sampler.weight
         return settings.refills and settings.normalize_weights and weights_differ
 
 
 class StreamGate:
-    """
-    `dapo_gated`'s refill gate on the worker's one prompt stream. The synchronous trainer draws every prompt the loader
-    yields (one visit per epoch, which refreshes the prompt's history) and gates only the extra prompts that refill a
-    batch after drops. Here the stream is the dataset walk, in TRL's order, and a dropped group just advances it, so:
-
-    - an epoch is `dataset_size` prompts kept with a signal (`count_kept`): TRL's own count of an epoch (prompt-groups
-      trained), and the synchronous trainer's (`dataset_size / B` steps of `B` groups each);
-    - a prompt's first row in an epoch is the loader's visit: always drawn;
-    - a later row of it in the same epoch exists only because drops made the epoch need more rows than the dataset
-      holds: a refill visit, passed over when the sampler's `refill_passes_over` says so.
-
-    So every prompt keeps at least one visit per epoch, and only refill visits are gated. A whole walk of the dataset
-    passed over (the gate rejects every prompt already visited) opens a new epoch rather than walk for ever. The
-    epoch's bookkeeping is not saved: after a resume every prompt's next row is drawn (a visit is never lost), and
-    the rows passed over are saved as such (`WorkerState.passed_over`), so a resume counts their new draws.
-    """
+    """`dapo_gated`'s refill gate on the worker's one prompt stream (the dataset walk, in TRL's order). An epoch is
+    `dataset_size` prompts kept with a signal (`count_kept`, TRL's count of an epoch); a prompt's first row in an
+    epoch is the loader's visit and is always drawn, and a later row of it in the same epoch (a refill visit) is
+    passed over when the sampler's `refill_passes_over` says so. A whole walk of the dataset passed over opens a new
+    epoch rather than walk for ever. The epoch is not saved: after a resume every prompt's next row is drawn."""
 
     def __init__(self, sampler: Sampler, dataset_size: int) -> None:
         if dataset_size < 1:
@@ -186,14 +125,10 @@ class StreamGate:
         self.sampler = sampler
         self.dataset_size = dataset_size
         self.epoch = 0
-        self.kept = 0
-        """Prompts kept with a signal in the current epoch."""
-        self.visited: set[str] = set()
-        """Keys of the prompts drawn in the current epoch."""
-        self.passed_in_a_row = 0
-        """Rows passed over since the last one drawn (a whole walk of them opens a new epoch)."""
-        self.passed_over_total = 0
-        """Rows passed over since the worker started."""
+        self.kept = 0  # prompts kept with a signal in the current epoch
+        self.visited: set[str] = set()  # keys of the prompts drawn in the current epoch
+        self.passed_in_a_row = 0  # rows passed over since the last one drawn
+        self.passed_over_total = 0  # since the worker started
         self._passed_over_reported = 0
 
     def passes_over(self, key: Hashable) -> bool:
@@ -238,32 +173,25 @@ class WorkerState:
     sampler: dict[str, Any]
     """`Sampler.state_dict()`."""
     counted_below: int
-    """Every row id (TRL's, relative to the run's `dataset_start_index`) below it has been counted by the sampler (its
-    batch finished: the tracker or learned predictor saw its draws)."""
+    """Every row id (TRL's, from the run's `dataset_start_index`) below it has been counted by the sampler."""
     counted_above: list[int] = field(default_factory=list)
     """The rows counted at or above `counted_below` (rows finish out of order while others are open)."""
     dropped: list[int] = field(default_factory=list)
     """The rows finished without a sample since the previous answer (the trainer keeps them for the resume position)."""
     passed_over: list[int] = field(default_factory=list)
-    """The rows a refill gate passed over ([`StreamGate`]): settled in `counted_below` and `counted_above`, though the
-    sampler counted no draw of them, so a resume that draws them again counts their draws."""
+    """The rows a refill gate passed over ([`StreamGate`]): settled, though the sampler counted no draw of them."""
 
     def counted_from(self, first: int) -> list[int]:
         """The rows counted whose id is `first` or more: what a resume at `first` would draw and count again."""
         settled = [*range(first, self.counted_below), *(row for row in self.counted_above if row >= first)]
-        if not self.passed_over:
-            return settled
         passed_over = set(self.passed_over)
         return [row for row in settled if row not in passed_over]
 
 
 class SamplerStateChannel:
-    """
-    How the trainer asks the rollout worker for a [`WorkerState`]: two queues of a `multiprocessing` context (they
-    reach a spawned worker as its loop's `ada_state_channel` argument, or a worker in a thread as they are). The
-    worker's watcher thread hands each request to its event loop, which answers with the state pickled there, so the
-    answer is one consistent moment of the loop and costs the loop nothing between saves.
-    """
+    """How the trainer asks the rollout worker for a [`WorkerState`]: two queues of a `multiprocessing` context,
+    passed as its loop's `ada_state_channel`. The worker's event loop answers each request with the state pickled
+    there, so the answer is one consistent moment of the loop and costs it nothing between saves."""
 
     def __init__(self, context: Any = None) -> None:
         context = context or multiprocessing.get_context("spawn")
@@ -279,11 +207,8 @@ class SamplerStateChannel:
         return self.__dict__
 
     def ask(self, timeout: float, check: Callable[[], None] | None = None) -> WorkerState:
-        """
-        The worker's answer to a new request (an answer to an earlier, abandoned request is skipped). `check` is
-        called every half second while waiting (the worker's health check: a dead worker raises there); after
-        `timeout` seconds without an answer, `TimeoutError`.
-        """
+        """The worker's answer to a new request (answers to abandoned ones are skipped), calling `check` (its health
+        check) every half second while waiting; after `timeout` seconds without an answer, `TimeoutError`."""
         self._asked += 1
         self.requests.put(self._asked)
         deadline = time.monotonic() + timeout
@@ -333,9 +258,10 @@ class _Batch:
     step: Any  # ContinuousStep | SingleRequestStep
     rows: list[dict[str, Any]]
     row_ids: list[int]  # TRL's group id of each row (its position in the row stream): the id its samples carry
-    samples: dict[tuple[int, int], list[Any]]  # (prompt, draw) -> its RolloutSamples (a conversation may fork)
-    versions: dict[int, list[int]]  # prompt -> the policy version of each of its draws
     opened_at: float
+    # (prompt, draw) -> its RolloutSamples (a conversation may fork)
+    samples: dict[tuple[int, int], list[Any]] = field(default_factory=dict)
+    versions: dict[int, list[int]] = field(default_factory=dict)  # prompt -> the policy version of each of its draws
 
 
 @dataclass
@@ -349,10 +275,7 @@ class _KeptPrompt:
 
 
 class AdaRolloutLoop(_AsyncRolloutLoop):
-    """
-    TRL's `_AsyncRolloutLoop` drawing Reinforce-Ada pools (see the module docstring). Takes TRL's keyword arguments
-    plus `ada_sampling` ([`AsyncSampling`]); lives in the worker process, like TRL's loop.
-    """
+    """TRL's `_AsyncRolloutLoop` drawing Reinforce-Ada pools (see the module docstring), in the worker process."""
 
     def __init__(
         self,
@@ -362,19 +285,15 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         ada_rows_already_counted: Sequence[int] = (),
         **kwargs: Any,
     ) -> None:
-        """`ada_state_channel`: how the trainer asks for the sampler's state ([`SamplerStateChannel`]).
-        `ada_rows_already_counted`: on a resume, the rows (this run's ids) that the checkpoint's sampler state already
-        counted though they were not trained; their next draws train, but the estimator does not count them again."""
+        """TRL's keyword arguments plus `ada_sampling`; `ada_state_channel` answers the trainer's requests for the
+        sampler's state; `ada_rows_already_counted` (a resume's): rows whose next draws the estimator does not count."""
         self.ada_sampling = ada_sampling
         self._state_channel = ada_state_channel
         self._rows_already_counted = set(ada_rows_already_counted)
-        settings = ada_sampling.settings
         if ada_sampling.pooled:
             kwargs["num_generations"] = 1  # every draw is a TRL group of its own (see the module docstring)
         super().__init__(**kwargs)
-        self.sampler = build_sampler(
-            settings, ada_sampling.estimator, ada_sampling.predictor_source, train_on=ada_sampling.train_on
-        )
+        self.sampler = ada_sampling.new_sampler()
         if ada_sampling.initial_state is not None:
             self.sampler.load_state_dict(ada_sampling.initial_state)
         self._batches: dict[int, _Batch] = {}
@@ -385,8 +304,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._next_group_id = 0
         self._next_batch = 0
         self._rows: Iterator[tuple[int, dict[str, Any]]] | None = None
-        # Rows finished without a sample (`_drop_row`) since the trainer last asked (`_answer_state_request`).
-        self._dropped: set[int] = set()
+        self._dropped: set[int] = set()  # rows finished without a sample since the trainer last asked
         # Rows whose draws the sampler counted (`WorkerState.counted_below`, `counted_above`).
         self._counted_below = 0
         self._counted_above: set[int] = set()
@@ -396,12 +314,10 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         # DAPO's bound (`_count_dapo_prompt`): prompts judged since the last batch's worth of prompts with a signal.
         self._dapo_prompts_judged = 0
         self._dapo_prompts_with_signal = 0
-        # `dapo_gated`: the rows of the stream its refill gate passes over (`_next_row`).
-        self._gate = StreamGate(self.sampler, len(self.dataset)) if gates_refills(settings) else None
-        # The rows it passed over, which the sampler counted nothing of (`WorkerState.passed_over`).
+        # `dapo_gated`'s refill gate over the stream (`_next_row`), and the rows it passed over.
+        self._gate = StreamGate(self.sampler, len(self.dataset)) if gates_refills(ada_sampling.settings) else None
         self._passed_over_rows: set[int] = set()
-        # DAPO's kept prompts waiting for an update's worth (`AsyncSampling.normalises_over_the_update`).
-        self._kept_for_the_update: list[_KeptPrompt] = []
+        self._kept_for_the_update: list[_KeptPrompt] = []  # `AsyncSampling.normalises_over_the_update`
 
     # -- the work iterator ------------------------------------------------------------------------------------------
 
@@ -434,14 +350,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         rows = [row for _, row in items]
         batch_id, self._next_batch = self._next_batch, self._next_batch + 1
         step = begin_streaming(self.sampler, len(rows), prompt_keys(rows))
-        self._batches[batch_id] = _Batch(
-            step=step,
-            rows=rows,
-            row_ids=[row_id for row_id, _ in items],
-            samples={},
-            versions={},
-            opened_at=time.monotonic(),
-        )
+        row_ids = [row_id for row_id, _ in items]
+        self._batches[batch_id] = _Batch(step=step, rows=rows, row_ids=row_ids, opened_at=time.monotonic())
         if self._queue_draws(batch_id, self._fresh):
             return True
         self._finish_batches({batch_id})  # every prompt skipped: its statistics still count
@@ -511,20 +421,18 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             for prompt, result in enumerate(selection.prompts):
                 if self.ada_sampling.settings.refills:
                     self._count_dapo_prompt(result.has_signal)
+                samples = {}
                 if dapo.drops(self.ada_sampling.settings, result.has_signal):
                     dropped += 1
+                else:
+                    versions = batch.versions.get(prompt, [])
+                    spans.append(max(versions) - min(versions) if versions else 0)
+                    samples = {draw: batch.samples.get((prompt, draw), []) for draw in result.kept}
+                if not any(samples.values()):  # dropped, no draw (all skipped), or none with a training sequence
                     taken[prompt] = False
                     self._drop_row(batch.row_ids[prompt])
                     continue
-                versions = batch.versions.get(prompt, [])
-                spans.append(max(versions) - min(versions) if versions else 0)
-                pool = selection.pools[prompt]
-                samples = {draw: batch.samples.get((prompt, draw), []) for draw in result.kept}
-                if not any(samples.values()):  # no draw (all skipped), or none with a training sequence
-                    taken[prompt] = False
-                    self._drop_row(batch.row_ids[prompt])
-                    continue
-                kept_prompt = _KeptPrompt(result, pool, batch.row_ids[prompt], samples)
+                kept_prompt = _KeptPrompt(result, selection.pools[prompt], batch.row_ids[prompt], samples)
                 if self.ada_sampling.normalises_over_the_update:
                     self._kept_for_the_update.append(kept_prompt)
                 else:
@@ -534,13 +442,11 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self._gate is not None:
                 self._gate.count_kept(len(selection.prompts) - dropped)
-                # The rows the stream passed over since the last batch: an increment, so a `total`, which TRL's log
-                # window sums (a per-batch count under a plain name would be averaged over the window's batches).
+                # An increment, so a `total`, which TRL's log window sums.
                 metrics["gate/passed_over_total"] = float(self._gate.take_passed_over())
                 metrics["gate/stream_epoch"] = float(self._gate.epoch)
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
-            # Where the draws went (`draws/*`), as rates over the log window, every sampler (a dropped group just
-            # advances the stream, so each batch accounts for itself); they replace the step's per-batch shares.
+            # Where the draws went (`draws/*`), as rates over the log window, in place of the step's per-batch shares.
             pushed: dict[str, float | tuple[float, float]] = {
                 f"ada/{name}": value
                 for name, value in metrics.items()
@@ -552,11 +458,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         return kept
 
     def _finish_updates(self) -> list[Any]:
-        """
-        The samples of each update's worth (`prompts_per_batch`) of DAPO's kept prompts held so far, their weights
-        normalised together (`finish_update`, as the synchronous refill does over the prompts an update takes from
-        several generation batches); the prompts short of a whole update wait for the next generation batch.
-        """
+        """The samples of each whole update's worth of DAPO's held prompts, their weights normalised together."""
         unit = self.ada_sampling.prompts_per_batch
         samples = []
         while len(self._kept_for_the_update) >= unit:
@@ -584,16 +486,14 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         return samples
 
     def _count_rows(self, row_ids: Sequence[int]) -> None:
-        """Record that the sampler counted `row_ids`, compactly: rows finish nearly in order, so the rows above the
-        first not yet counted are few (those of batches still open)."""
+        """Record that the sampler counted `row_ids` (compactly: rows finish nearly in order)."""
         self._counted_above.update(row_ids)
         while self._counted_below in self._counted_above:
             self._counted_above.remove(self._counted_below)
             self._counted_below += 1
 
     def _drop_row(self, row_id: int) -> None:
-        """Record that row `row_id` (TRL's row id) is done without a sample: no sample will ever carry its id, so TRL's
-        resume position (the smallest row id not trained) would stop at it for the rest of the run."""
+        """Record that row `row_id` is done without a sample, which TRL's resume position would otherwise stop at."""
         self._dropped.add(row_id)
 
     def worker_state(self) -> WorkerState:
@@ -669,12 +569,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         return samples
 
     def _count_dapo_prompt(self, has_signal: bool) -> None:
-        """
-        DAPO's bound, the synchronous trainer's `dapo_max_refills`: a generation batch is `prompts_per_batch` prompts,
-        and once `dapo_max_refills + 1` batches' worth of prompts in a row have not given one batch's worth with a
-        signal, the worker fails with [`~trl_ada.samplers.dapo.BatchExhaustedError`] naming the cause (the trainer
-        raises it on every process) rather than draw and drop for ever while the trainer waits.
-        """
+        """DAPO's bound (`dapo_max_refills`): once `dapo_max_refills + 1` batches' worth of prompts in a row have
+        not given one batch's worth with a signal, raise `BatchExhaustedError` rather than draw and drop for ever."""
         settings = self.ada_sampling.settings
         batch = self.ada_sampling.prompts_per_batch
         self._dapo_prompts_judged += 1
@@ -699,10 +595,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     # -- a server that stopped answering ------------------------------------------------------------------------
 
     async def _retry(self, coro_factory: Any, *, label: str, max_attempts: int = 1) -> Any:
-        # TRL's retries (every vLLM request: 30 attempts of `_post`, itself 3 attempts of up to `request_timeout`)
-        # keep a worker whose server died or froze retrying for hours while its heartbeat stays fresh, so the trainer
-        # waits as long. Once requests have kept failing for `server_timeout` seconds with none answered since, the
-        # failure is raised as `VLLMServerUnresponsive`, which TRL does not retry: the worker fails, the trainer stops.
+        # TRL's retries keep a worker whose server died retrying for hours; once requests have failed for
+        # `server_timeout` seconds with none answered since, `VLLMServerUnresponsive` (not retried) ends the worker.
         timeout = self.ada_sampling.server_timeout
         if timeout is None:
             return await super()._retry(coro_factory, label=label, max_attempts=max_attempts)
@@ -711,8 +605,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         async def attempt() -> Any:
             request = asyncio.ensure_future(coro_factory())
             try:
-                # A request to a server that accepts and never answers (a stuck or stopped process) does not fail
-                # before `request_timeout` (TRL's default: 600 s): watch `/health` meanwhile.
+                # A server that accepts and never answers fails only after `request_timeout`: watch `/health`.
                 while not (await asyncio.wait({request}, timeout=HEALTH_POLL_S))[0]:
                     await self._check_server_answers(label, timeout)
                 result = request.result()
@@ -738,9 +631,8 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         return await super()._retry(attempt, label=label, max_attempts=max_attempts)
 
     async def _check_server_answers(self, label: str, timeout: float) -> None:
-        """Raise `VLLMServerUnresponsive` once no request has been answered for `timeout` seconds and the server's
-        `/health` does not answer either (asked at most once per `HEALTH_POLL_S`, whichever request is waiting). A
-        server that is up but slow (a long generation, a first compile) answers `/health` and is left alone."""
+        """Raise `VLLMServerUnresponsive` once no request has been answered for `timeout` seconds and `/health` (asked
+        at most once per `HEALTH_POLL_S`) does not answer either; a slow server that answers it is left alone."""
         import aiohttp
 
         now = time.monotonic()
@@ -772,20 +664,15 @@ def _set_within(event: Any, timeout: float) -> bool:
 
 
 class RobustAsyncRolloutWorker(AsyncRolloutWorker):
-    """
-    TRL's `AsyncRolloutWorker` (the spawned worker process) running TRL's own `_AsyncRolloutLoop` (`sampler="uniform"`:
-    TRL's groups, rewards and advantages), with a child that died found at the next health check and a `stop()` that
-    cannot hang on it.
-    """
+    """TRL's `AsyncRolloutWorker` and loop, with a dead child found at the next health check and a `stop()` that
+    cannot hang on it."""
 
     def check_health(self, stale_after_s: float) -> None:
         """TRL's check, and a child process that is gone (killed, or exited without reporting) fails it at once
         rather than once its heartbeat is `stale_after_s` old."""
         if self._failed_event.is_set():
-            # TRL's child puts its error on a multiprocessing queue before it sets the event, but the queue sends
-            # through a feeder thread: the event can be seen first, and TRL's check then chains no error, so the
-            # failure could not be explained (a lost server read as an unexplained worker failure). Give the error
-            # time to arrive.
+            # The child's error travels through a queue's feeder thread and can arrive after the event: wait for it,
+            # or TRL's check would chain no error.
             arrival_deadline = time.monotonic() + FAILURE_REPORT_ARRIVAL_S
             while self._exception_info_queue.empty() and time.monotonic() < arrival_deadline:
                 time.sleep(0.05)
@@ -798,10 +685,8 @@ class RobustAsyncRolloutWorker(AsyncRolloutWorker):
         raise RuntimeError(f"Rollout worker child (pid {process.pid}) {how} without reporting an error.")
 
     def stop(self) -> None:
-        # TRL's stop() sets the stop event, and a multiprocessing Event's set() waits until every process waiting on
-        # it (the child's stop watcher) has woken: a child that died (crashed, was killed) never does, so stop() would
-        # hang for ever, in the `finally` of every training run whose worker failed. A child that is gone, or cannot
-        # be told to stop, is reaped here instead (killed first if it is somehow still running).
+        # TRL's stop() sets a multiprocessing Event, whose set() waits for every process waiting on it: a dead child
+        # never wakes, so stop() would hang. A child that is gone, or cannot be told to stop, is reaped here instead.
         process = self._process
         if process is not None and process._popen is not None:
             if self._failed_event.is_set():

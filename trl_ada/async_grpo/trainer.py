@@ -29,10 +29,10 @@ from ..generation.faults import (
     vllm_server_message,
 )
 from ..predictor_hub import resolve_pass_rate_predictor
-from ..reporting.card import ASYNC_TRAINER_NAME, check_license, write_trainer_card
+from ..reporting.card import ASYNC_TRAINER_NAME
 from ..samplers import PassRateEstimator, build_sampler
 from ..samplers.predictor import PREDICTOR_DIR
-from ..trainer import AdaGRPOTrainer, init_argument_binder
+from ..trainer import AdaGRPOTrainer, AdaModelCard, init_argument_binder
 from .config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
 from .rollout import (
     GROUP_VERSION_KEY,
@@ -49,33 +49,22 @@ logger = logging.getLogger(__name__)
 _bind_async_init_arguments = init_argument_binder(AsyncGRPOTrainer, "AdaAsyncGRPOTrainer")
 
 RAISED_ON_EVERY_PROCESS = "raised_on_every_process"
-"""Set (True) on an error that every process raises at the same point: a lost server in `_sync_weight`, or a failed
-rollout worker found while the trainer waits for samples (`_check_worker_health_while_training`)."""
-
+"""Set (True) on an error that every process raises at the same point (`_sync_weight`, a failed rollout worker)."""
 
 ROWS_COUNTED_AHEAD = "rows_counted_ahead"
-"""Key of a checkpoint's sampler state (`ada_sampler_state.json`): the rows (absolute row ids of the stream) that the
-saved state counted at or past the checkpoint's resume position, which a resume draws again without counting again."""
+"""Key of a checkpoint's sampler state: the rows (absolute ids) the state counted at or past the resume position."""
 
 STOP_STATE_TIMEOUT_S = 30.0
 """How long stopping the worker waits for its last sampler state (for a `save_model` after training)."""
 
 
 def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstimator | None = None) -> AsyncSampling:
-    """
-    What the rollout worker needs of `args`: the validated sampler settings and the prompts of a generation batch
-    (`AdaAsyncGRPOConfig.prompts_per_generation_batch`, resolved against one optimizer step's samples,
-    `per_device_train_batch_size * gradient_accumulation_steps * world_size`). The sampler is built here once, so a bad
-    estimator or predictor fails before any compute.
-    """
+    """What the rollout worker needs of `args` (settings, prompts per generation batch); the sampler is built here
+    once, so a bad estimator or predictor fails before any compute."""
     settings = args.sampler_settings()
     predictor_source = resolve_pass_rate_predictor(settings)
-    # Raises what the worker would, here and now.
     build_sampler(settings, pass_rate_estimator, predictor_source, train_on=args.train_on)
     samples_per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
-    # Where no rule reads the batch, each prompt is a batch of its own and its samples are queued as soon as its pool
-    # is done, rather than when the batch's slowest prompt is (they would age meanwhile: BENCHMARKS.md, "Asynchronous
-    # training"); otherwise a batch holds the prompts those rules compare, never just one.
     prompts_per_batch = resolve_prompts_per_generation_batch(
         args.prompts_per_generation_batch, settings, samples_per_step
     )
@@ -90,12 +79,8 @@ def async_sampling(args: AdaAsyncGRPOConfig, pass_rate_estimator: PassRateEstima
 
 
 def pool_step_ceiling(max_steps: int, sampling: AsyncSampling) -> int:
-    """
-    TRL's safety ceiling on `max_steps` (set when `max_steps` is not: `num_train_epochs` passes over the prompts at
-    `num_generations` samples each, times the rows a conversation may fork into) for what a prompt trains on here: with
-    `train_on="pool"` up to its whole pool, `max_pool_size` draws, so the ceiling grows by `max_pool_size /
-    num_generations` and cannot end training before TRL's epoch count does.
-    """
+    """TRL's safety ceiling on `max_steps` (set when `max_steps` is not), which assumes `num_generations` samples per
+    prompt: with `train_on="pool"` a prompt trains on up to `max_pool_size`, so it grows by that ratio."""
     settings = sampling.settings
     if sampling.train_on != "pool":
         return max_steps
@@ -139,12 +124,8 @@ class RolloutWorkerError(RuntimeError):
 
 
 def worker_failure(trainer: Any, error: BaseException) -> RuntimeError:
-    """
-    What the trainer raises when its rollout worker's health check fails with `error`. A lost vLLM server (the worker
-    gave up on it with `VLLMServerUnresponsive`) is a [`~trl_ada.generation.faults.VLLMServerError`] worded as the synchronous
-    trainer's; anything else is a [`RolloutWorkerError`] quoting what the worker reported. Both name the training step,
-    the server and the checkpoint to resume from.
-    """
+    """What the trainer raises when its rollout worker's health check fails with `error`: a `VLLMServerError` for a
+    lost server (worded as the synchronous trainer's), else a [`RolloutWorkerError`] quoting the worker."""
     cause = error.__cause__  # TRL chains the child's exception as `RuntimeError("<type>: <message>\n<traceback>")`
     reported = str(cause).split("\nTraceback (most recent call last):", 1)[0] if cause else str(error)
     reported = reported.strip().rstrip(".")
@@ -159,13 +140,9 @@ def worker_failure(trainer: Any, error: BaseException) -> RuntimeError:
 
 
 def allow_cpu() -> None:
-    """
-    What TRL's asynchronous trainer needs to build and train without CUDA, for a script that builds TRL's own
-    `AsyncGRPOTrainer` in this process (`AdaAsyncGRPOTrainer` needs no call), for the rest of the process: its tree
-    attention is a GPU-only Hub kernel (TRL 1.16; the plain-torch equivalent with the same semantics takes its place
-    when the kernel is not available, `use_cpu_tree_attention_if_no_kernel`), and `__init__` asks CUDA for the
-    device's peak FLOPs (`trl_seam.install_peak_flops_fallback`).
-    """
+    """Let a script build and train TRL's own `AsyncGRPOTrainer` without CUDA, for the rest of the process: the
+    plain-torch tree attention where TRL's GPU kernel is not available, and no CUDA query for the peak FLOPs
+    (`AdaAsyncGRPOTrainer` needs no call)."""
     import torch
 
     if trl_seam.has_tree_packing():
@@ -177,11 +154,8 @@ def allow_cpu() -> None:
 
 
 def register_cpu_tree_attention_if_no_kernel() -> None:
-    """
-    Register the plain-torch tree attention as `"tree_fa3"` in transformers' `AttentionInterface` (which the model
-    looks up at every forward) where TRL's GPU kernel is not available (TRL 1.16), after `AsyncGRPOTrainer.__init__`
-    registered TRL's own; TRL's module is left as it is.
-    """
+    """Register the plain-torch tree attention as `"tree_fa3"` where TRL's GPU kernel is not available (TRL 1.16),
+    after `AsyncGRPOTrainer.__init__` registered TRL's own; TRL's module is left as it is."""
     if trl_seam.has_tree_packing():
         from .tree_attention import kernel_available, register_cpu_tree_attention
 
@@ -191,12 +165,8 @@ def register_cpu_tree_attention_if_no_kernel() -> None:
 
 @contextlib.contextmanager
 def peak_flops_unknown_off_cuda() -> Iterator[None]:
-    """
-    While open, TRL's `get_peak_flops_per_device` (TRL 1.15 and 1.16 call it once, in `AsyncGRPOTrainer.__init__`)
-    answers `None`, TRL's value for an unknown peak (MFU is then not logged), for a device other than CUDA, where it
-    would ask CUDA for the device's name and a CPU-only torch raises; TRL takes no argument for the peak, so the
-    function its module calls is swapped for the duration and restored after.
-    """
+    """While open and off CUDA, TRL's `get_peak_flops_per_device` (called in `AsyncGRPOTrainer.__init__`, TRL 1.15 and
+    1.16) answers `None`, TRL's value for an unknown peak, where it would ask CUDA for the device's name and raise."""
     import torch
     from trl.experimental.async_grpo import async_grpo_trainer
 
@@ -204,13 +174,7 @@ def peak_flops_unknown_off_cuda() -> Iterator[None]:
     if original is None or torch.cuda.is_available():
         yield
         return
-
-    def peak_flops_per_device(accelerator: Any, dtype: str) -> float | None:
-        if getattr(accelerator.device, "type", str(accelerator.device)) != "cuda":
-            return None
-        return original(accelerator, dtype)
-
-    async_grpo_trainer.get_peak_flops_per_device = peak_flops_per_device
+    trl_seam.install_peak_flops_fallback()
     try:
         yield
     finally:
@@ -218,17 +182,11 @@ def peak_flops_unknown_off_cuda() -> Iterator[None]:
 
 
 class StaleGroups:
-    """
-    The rollout queue as the trainer reads it (TRL's `RolloutQueueDataset.queue`), with staleness decided per prompt.
-    TRL drops stale samples one by one, so a prompt's kept group could lose its older members (under `seq_pos` the
-    early draws are the negatives) while the others trained, and a prompt whose samples all went stale was neither
-    trained nor done for the resume position. Here the first sample of a prompt (its samples are queued together, under
-    one `group_id`) decides for all of them by the oldest version among them (`GROUP_VERSION_KEY`; TRL's own groups
-    carry one version): more than `max_staleness` behind, every one is dropped (counted in TRL's
-    `sample/dropped_stale_total`) and `on_stale_row(group_id)` records the row as done; otherwise every one is passed
-    on, its version raised to at most `max_staleness` behind the current one, so that TRL's check after this one keeps
-    the group whole across a weight sync between its samples (`sample/staleness_max` then reports `max_staleness`).
-    """
+    """The rollout queue as the trainer reads it (TRL's `RolloutQueueDataset.queue`), with staleness decided per
+    prompt rather than per sample: a prompt's first sample decides for all of them by their oldest version
+    (`GROUP_VERSION_KEY`). More than `max_staleness` behind, every one is dropped (TRL's
+    `sample/dropped_stale_total`) and `on_stale_row(group_id)` records the row as done; otherwise every one is
+    passed on, its version raised to at most `max_staleness` behind, so that TRL's own check keeps the group whole."""
 
     def __init__(self, dataset: Any, on_stale_row: Any) -> None:
         self._dataset = dataset
@@ -257,8 +215,7 @@ class StaleGroups:
 
 
 class _WorkerStateAtTrainEnd(TrainerCallback):
-    """Notes when TRL has started the rollout worker (its callback runs first), and keeps the worker's last sampler
-    state when training ends, before TRL stops it."""
+    """Notes when TRL has started the rollout worker, and keeps its last sampler state when training ends."""
 
     def __init__(self, trainer: AdaAsyncGRPOTrainer) -> None:
         self.trainer = trainer
@@ -270,19 +227,15 @@ class _WorkerStateAtTrainEnd(TrainerCallback):
         self.trainer._keep_the_last_worker_state()
 
 
-class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
-    """
-    Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996)) in TRL's asynchronous GRPO trainer.
+class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
+    """Reinforce-Ada ([arXiv 2510.04996](https://huggingface.co/papers/2510.04996)) in TRL's asynchronous GRPO trainer.
 
     Takes every `AsyncGRPOTrainer` argument in the same positions (plus a keyword-only `pass_rate_estimator`); `args`
     may be an [`AdaAsyncGRPOConfig`] or TRL's `AsyncGRPOConfig` (then the Reinforce-Ada defaults apply). The trainer
-    itself is TRL's: what changes is the rollout worker's loop ([`~trl_ada.async_grpo.rollout.AdaRolloutLoop`]),
-    which keeps a prompt's pool open until its exit rule holds, computes the pool baseline and weights with the
-    synchronous trainer's code, and queues the kept samples with those advantages. `sampler="uniform"` runs TRL's own
-    loop unchanged (its groups and advantages), in a worker that finds a dead child and stops it without hanging
-    ([`~trl_ada.async_grpo.rollout.RobustAsyncRolloutWorker`]). An injected `rollout_worker` is used as given (TRL's
-    contract); to pool with one, build its loop as `AdaRolloutLoop(ada_sampling=async_sampling(args), **TRL's loop
-    arguments)`.
+    is TRL's; the rollout worker's loop ([`~trl_ada.async_grpo.rollout.AdaRolloutLoop`]) draws the pools and queues
+    the kept samples with the synchronous trainer's advantages, and `sampler="uniform"` runs TRL's own loop. An
+    injected `rollout_worker` is used as given; to pool with one, build its loop as
+    `AdaRolloutLoop(ada_sampling=async_sampling(args), **TRL's loop arguments)`.
     """
 
     _tag_names = ["trl", "async-grpo", "reinforce-ada"]
@@ -290,11 +243,9 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     _paper = AdaGRPOTrainer._paper
 
     rollout_worker_class: type = AdaAsyncRolloutWorker
-    """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected. TRL's
-    `rollout_worker=` takes a built worker, but TRL computes its worker's arguments (the loaded model's id, the LoRA
-    probe's answer, the eos token ids, the inferred `max_inflight_tasks`) inside `__init__`, so TRL's module builds
-    this class during that call only (`trl_seam.async_rollout_worker_class`, restored after) rather than the trainer
-    copying TRL's call."""
+    """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected: TRL
+    computes its worker's arguments inside `__init__`, so its module builds this class during that call only
+    (`trl_seam.async_rollout_worker_class`) rather than the trainer copying TRL's call."""
     uniform_worker_class: type = RobustAsyncRolloutWorker
     """The worker built (with TRL's arguments: TRL's loop) for `sampler="uniform"` when none is injected."""
 
@@ -307,6 +258,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         pass_rate_estimator: PassRateEstimator | None = None,
         **kwargs: Any,
     ) -> None:
+        """Overridden to build the sampler and choose the rollout worker before TRL builds and starts one."""
         named = _bind_async_init_arguments(self, model, reward_funcs, args, *positional, **kwargs)
         if args is None:
             args = AdaAsyncGRPOConfig(f"{model.split('/')[-1]}-AdaAsync")
@@ -324,11 +276,10 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         # TRL's own loop only where its advantages are the sampler's (a weighting objective needs the Ada loop).
         uniform = args.sampler == "uniform" and self.ada_sampling.trl_advantages
         worker_class = self.uniform_worker_class if uniform else self.rollout_worker_class
-        if named.get("rollout_worker") is None:
+        if named.get("rollout_worker") is None and spawns_a_child(worker_class):
             # What TRL's worker pickles only at train start (after the model loaded), checked before anything loads.
-            if spawns_a_child(worker_class):
-                to_pickle = {key: named.get(key) for key in ("reward_funcs", "tools", "environment_factory")}
-                check_picklable(**to_pickle, **({} if uniform else {"ada_sampling": self.ada_sampling}))
+            to_pickle = {key: named.get(key) for key in ("reward_funcs", "tools", "environment_factory")}
+            check_picklable(**to_pickle, **({} if uniform else {"ada_sampling": self.ada_sampling}))
         with contextlib.ExitStack() as scope:
             scope.enter_context(peak_flops_unknown_off_cuda())
             if named.get("rollout_worker") is None:
@@ -343,12 +294,8 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             self.args.max_steps = pool_step_ceiling(self.args.max_steps, self.ada_sampling)
 
     def _check_worker_health(self, stale_after_s: float) -> None:
-        """
-        The rollout worker's `check_health`, except that an error it reported once is raised again at every later
-        check: TRL's check hands the child's error over once (it takes it off a queue), so a later check (a save's, the
-        one when training ends, the training loop's after a save saw the failure first) would raise a bare "child has
-        failed" after waiting for a report that will not come.
-        """
+        """The rollout worker's `check_health`, except that an error it reported once is raised again at every later
+        check (TRL's hands the child's error over once, so a later check would raise a bare "child has failed")."""
         if self._worker_error is not None:
             raise self._worker_error
         try:
@@ -358,13 +305,9 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             raise
 
     def _check_worker_health_while_training(self, stale_after_s: float) -> None:
-        """
-        The health check TRL's rollout queue makes each time it has waited for a sample (its `check_health_fn`): a
-        failure is raised as `worker_failure` words it (TRL's error, which names neither what failed, nor the server,
-        nor where to resume from, chained), on every process: it is raised while the main process fetches a batch,
-        which the other processes wait to receive, and they get the same error there
-        (`fail_the_processes_waiting_for_a_batch`), not a hang until torchrun kills them.
-        """
+        """The health check TRL's rollout queue makes each time it has waited for a sample (`check_health_fn`): a
+        failure is raised as `worker_failure` words it, on every process (the others wait for the batch being
+        fetched, and `fail_the_processes_waiting_for_a_batch` raises it there)."""
         try:
             self._check_worker_health(stale_after_s)
         except Exception as error:
@@ -379,6 +322,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             raise failure from error
 
     def get_train_dataloader(self) -> Any:
+        """Overridden to watch TRL's rollout queue: the worker's health at every wait, and rows gone stale."""
         dataloader = super().get_train_dataloader()
         # Only a dispatched batch has the other processes waiting in the broadcast that a worker failure answers.
         self._batches_dispatched = trl_seam.batches_are_dispatched(dataloader)
@@ -390,12 +334,9 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         return dataloader
 
     # -- the sampler's state: asked of the worker at a save ------------------------------------------------------------
-    # The sampler lives in the rollout worker (its own process), which writes nothing between saves. At a save the
-    # trainer asks it (`SamplerStateChannel`) and it answers with one moment of its event loop (`WorkerState`): the
-    # sampler's state, the rows its estimator has counted, and the rows it finished without a sample since it last
-    # answered. That state runs ahead of training (generation does, by design): the rows it counted at or past the
-    # checkpoint's resume position are saved with it (`ROWS_COUNTED_AHEAD`), and a resume draws and trains them again
-    # without counting them again in the tracker or the learned predictor.
+    # The sampler lives in the rollout worker, which answers at each save with a `WorkerState`; the rows it counted at
+    # or past the checkpoint's resume position are saved with it (`ROWS_COUNTED_AHEAD`), so a resume does not count
+    # them twice (docs/async.md, "Sampler state and resume").
 
     def _give_state_channel(self, worker: Any) -> None:
         """Give a worker running the Ada loop the channel it answers on (a keyword argument of its loop)."""
@@ -405,8 +346,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         worker._loop_kwargs["ada_state_channel"] = self._state_channel
 
     def _keep_the_last_worker_state(self) -> None:
-        """When training ends, before TRL stops the worker: its state, for a `save_model` after training (the
-        learned predictor in `pass_rate_predictor/`), when the worker is gone."""
+        """When training ends, before TRL stops the worker: its state, for a `save_model` after training."""
         if self._state_channel is None or not self._worker_running:
             return
         try:  # a worker that failed or died raises at once in its health check
@@ -423,8 +363,8 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         self._worker_running = False
 
     def _ask_worker_state(self) -> WorkerState:
-        """The running worker's [`WorkerState`] (main process); a worker that failed or does not answer raises as a
-        failed worker does while the trainer waits for samples (`worker_failure`)."""
+        """The running worker's [`WorkerState`] (main process); a worker that failed or does not answer raises
+        `worker_failure`'s error."""
         stale_after_s = float(self.args.heartbeat_stale_after_s)
 
         def check() -> None:
@@ -450,18 +390,11 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         return None if self._last_worker_state is None else self._last_worker_state.sampler
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
-        """
-        TRL's `save_model`, plus the learned pass-rate predictor in `pass_rate_predictor/` of the model directory, as
-        [`AdaGRPOTrainer.save_model`] writes it (first, so that a push uploads it too): built from the worker's sampler
-        state, asked of the worker at the save (or its last state, once training has ended).
-        `pass_rate_predictor=<that directory or Hub id>` warm-starts another run.
-        """
+        """TRL's `save_model`, plus the learned pass-rate predictor as [`AdaGRPOTrainer.save_model`] writes it, from
+        the worker's sampler state asked at the save (or its last state, once training has ended)."""
         state = self._sampler_state_to_save() if self.args.should_save else None
         if state is not None:
-            sampling = self.ada_sampling
-            sampler = build_sampler(
-                sampling.settings, sampling.estimator, sampling.predictor_source, train_on=sampling.train_on
-            )
+            sampler = self.ada_sampling.new_sampler()
             sampler.load_state_dict(state)
             save = getattr(sampler.estimator, "save_pretrained", None)
             if save is not None:
@@ -469,6 +402,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         super().save_model(output_dir, _internal_call)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        """Overridden to write the worker's sampler state into the checkpoint TRL is saving."""
         super()._save_optimizer_and_scheduler(output_dir)
         state = self._state_of_this_save
         if state is None or not self.accelerator.is_main_process:
@@ -477,6 +411,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             json.dump({**state, "trainer": type(self).__name__}, f)
 
     def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        """Overridden to hand the checkpoint's sampler state to the worker's loop before TRL starts the worker."""
         super()._load_optimizer_and_scheduler(checkpoint)
         # Called before `on_train_begin` starts the worker, and after TRL set `dataset_start_index` to the checkpoint's
         # resume position: the worker's loop is built from `_loop_kwargs` with this state.
@@ -497,18 +432,13 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         worker._loop_kwargs["ada_rows_already_counted"] = ahead
 
     # -- the resume position -----------------------------------------------------------------------------------------
-    # TRL's `_save_checkpoint` writes `rollout_state.json` with the smallest row id not in `_trained_groups` (the row
-    # ids of the samples trained). A row the worker finished without a sample (a DAPO drop) is never in it, so the
-    # position would stop at the run's first dropped row and a resume would draw and train everything after it again.
-    # The worker hands those rows over (its `WorkerState` answer at a save); TRL's save sees them as done for the position
-    # only. `_trained_groups` itself is unchanged, so TRL's epoch count (`num_train_epochs` counts prompt-groups
-    # trained: a dropped prompt is not one, and the worker draws on past the dataset's end) and
-    # `batch/groups_per_step` are TRL's. A resume sets TRL's epoch offset to the position, so there the rows dropped
-    # before the checkpoint count as passed. The worker hands the rows over in its answer at each save (rows dropped
-    # after it answered wait for the next save, which only leaves the position lower: every row it names is done), and
-    # `StaleGroups` adds the rows whose samples were all dropped as stale.
+    # TRL's `_save_checkpoint` resumes at the smallest row id not in `_trained_groups`, where a row finished without a
+    # sample (a DAPO drop, a prompt gone stale) would hold it for the rest of the run. The worker hands those rows
+    # over at each save and `StaleGroups` adds the stale ones; TRL's save sees them as done for the position only, so
+    # `_trained_groups` and TRL's epoch count are TRL's.
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
+        """Overridden so that a failure raised on every process leaves no process before the others."""
         # Row ids restart at 0 from each run's `dataset_start_index`: rows dropped by a previous run name other rows.
         self._dropped_row_ids = set()
         self._weight_syncs = 0  # in this run (`_sync_weight`)
@@ -517,10 +447,8 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         except Exception as error:
             if not getattr(error, RAISED_ON_EVERY_PROCESS, False):
                 raise
-            # Every process raises it (`_sync_weight`, `_check_worker_health_while_training`), and the main process
-            # stops its rollout worker first (TRL's `finally`, seconds on a frozen server). No process leaves before
-            # the others: torchrun kills the rest once one exits, which cut the main process's error off before it was
-            # printed.
+            # Every process raises it, the main process after stopping its worker: none leaves before the others, as
+            # torchrun kills the rest once one exits, cutting the main process's error off before it is printed.
             if self.accelerator.num_processes > 1:
                 self.accelerator.wait_for_everyone()
             raise
@@ -528,13 +456,11 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             self._worker_running = False  # TRL has stopped it: a `save_model` now writes the last state it answered
 
     # -- a server lost during a weight sync ----------------------------------------------------------------------
-    # Only the main process talks to the server during TRL's sync (pause, the transfer or the adapter's load, resume),
-    # with timeouts of up to 1800 s, between barriers that the other processes wait at: a frozen server held the run
-    # for as long. Here each of those calls gives up once the server's /health has failed for `vllm_server_timeout`,
-    # the main process goes on through the sync's barriers without the server, and then every process raises the same
-    # `VLLMServerError` (the main process's failure, broadcast).
+    # Each server call of TRL's sync gives up once `/health` has failed for `vllm_server_timeout`; the main process
+    # goes on through the sync's barriers, and then every process raises the same `VLLMServerError` (broadcast).
 
     def _sync_weight(self) -> None:
+        """Overridden so that a server lost during the sync fails every process with the same message."""
         servers = (getattr(self, "vllm_client", None), getattr(self, "weight_transfer", None))
         health_url = f"{self.args.vllm_server_base_url.rstrip('/')}/health"
         timeout = float(self.args.vllm_server_timeout)
@@ -560,6 +486,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
     # -- the model card (and the resume position) --------------------------------------------------------------------
 
     def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """Overridden to save the card and the worker's state, and to resume past the rows the worker dropped."""
         # As GRPOTrainer does: the card (with its plots and metrics) is saved along with every checkpoint.
         self.create_model_card(model_name=Path(self.args.output_dir).name)
         answer = None
@@ -567,8 +494,7 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
             try:
                 answer = self._ask_worker_state()
             except (RolloutWorkerError, VLLMServerError) as error:
-                # The checkpoint is still worth writing (the next wait for samples raises the worker's failure): with
-                # the state the worker last handed over, which is behind (a resume counts nothing twice), if any.
+                # Still worth writing (the next wait for samples raises the failure), with the worker's last state.
                 logger.warning("Saving without the worker's current sampler state: %s", error)
                 answer = self._last_worker_state
         if answer is not None:
@@ -586,19 +512,5 @@ class AdaAsyncGRPOTrainer(AsyncGRPOTrainer):
         finally:
             self._state_of_this_save = None
 
-    def create_model_card(
-        self,
-        model_name: str | None = None,
-        dataset_name: str | None = None,
-        tags: str | list[str] | None = None,
-        license: str | None = None,
-    ) -> None:
-        """`README.md` from trl-ada's template, naming this trainer, with the sampler's settings, plots and metrics;
-        `license` is the model's Hub license id (`push_to_hub(license=...)` passes it on)."""
-        check_license(license)
-        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
-        if not self.is_world_process_zero():
-            return
-        write_trainer_card(
-            self, self.ada_sampling.settings, model_name=model_name, trainer_name=ASYNC_TRAINER_NAME, license=license
-        )
+    def _card_contents(self) -> dict[str, Any]:
+        return {"settings": self.ada_sampling.settings, "trainer_name": ASYNC_TRAINER_NAME}

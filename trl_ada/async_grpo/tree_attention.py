@@ -1,10 +1,6 @@
-"""
-Plain-torch tree attention for TRL's `AsyncGRPOTrainer`, for CPU and any device without the flash-attention kernel.
-
-`trl.experimental.async_grpo` forwards a DP rank's samples folded into a prefix trie (`packing.TreeRow.pack`) and
-builds its model with `attn_implementation="tree_fa3"`, whose attention (`packing.tree_attention`) calls the Hub
-kernel `kernels-community/flash-attn3` (`flash_attn_varlen_func`). That kernel only runs on a GPU, so on a CPU the
-trainer cannot forward at all. [`tree_attention_torch`] is a drop-in replacement with the kernel's semantics:
+"""Plain-torch tree attention for TRL's `AsyncGRPOTrainer` (TRL 1.16), whose `attn_implementation="tree_fa3"` forwards
+samples folded into a prefix trie through the GPU-only Hub kernel `kernels-community/flash-attn3`.
+[`tree_attention_torch`] is a drop-in replacement with the kernel's semantics:
 
 - Segment `s` holds the queries `cu_seqlens_q[s]:cu_seqlens_q[s + 1]` of the packed row and attends to the K/V rows
   `tree_kv_index[cu_seqlens_k[s]:cu_seqlens_k[s + 1]]`: the packed positions of its root-to-segment path.
@@ -19,10 +15,7 @@ trainer cannot forward at all. [`tree_attention_torch`] is a drop-in replacement
   returned, like the kernel path.
 
 The scores and the value product are computed in the query's dtype and the softmax in float32, as transformers' eager
-attention does (the kernel accumulates in float32 throughout, so half-precision results agree to rounding only).
-
-Use [`use_cpu_tree_attention_if_no_kernel`] to install it; it survives the `register_tree_attention()` call that
-`AsyncGRPOTrainer.__init__` makes.
+attention does (half-precision results agree with the kernel to rounding only).
 """
 
 from __future__ import annotations
@@ -66,22 +59,16 @@ def tree_attention_torch(
     softcap: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """
-    Tree attention over one packed row, with the semantics of `packing.tree_attention` (see the module docstring).
+    """Tree attention over one packed row, with the semantics of `packing.tree_attention` (see the module docstring).
 
     Args:
-        module: The attention module (unused; part of transformers' attention-function signature).
         query: `(1, q_heads, N, head_dim)`, as transformers passes it.
         key, value: `(1, kv_heads, N, head_dim)`, `q_heads` a multiple of `kv_heads`.
-        attention_mask: Ignored (`None` for `"tree_fa3"`); the tree structure is the mask.
         tree_kv_index: `(K,)` packed position of every K/V row gathered, the segments' paths end to end.
         tree_cu_seqlens_q, tree_cu_seqlens_k: `(S + 1,)` segment boundaries in the row and path boundaries in
             `tree_kv_index`.
-        tree_max_seqlen_q, tree_max_seqlen_k: Longest segment and longest path (unused; the kernel's launch sizes).
-        scaling: Softmax scale, `1 / sqrt(head_dim)` when `None`.
-        sliding_window: Keys a query sees at most (itself included), or `None`/`0` for no window.
-        softcap: Logit soft-cap, or `None`/`0` for none.
-        **kwargs: Ignored (`dropout`, `position_ids`, ...), as the kernel path ignores them.
+        scaling, sliding_window, softcap: as above (`None`/`0`: none).
+        module, attention_mask, tree_max_seqlen_q, tree_max_seqlen_k, **kwargs: Ignored, as the kernel path does.
 
     Returns:
         `(output, None)`, `output` of shape `(1, N, q_heads, head_dim)` in the query's dtype.
@@ -124,25 +111,16 @@ def tree_attention_torch(
 
 
 def register_cpu_tree_attention() -> None:
-    """
-    Register [`tree_attention_torch`] as `"tree_fa3"` in transformers' `AttentionInterface`, and the `None` mask
-    function in `AttentionMaskInterface`, exactly as `packing.register_tree_attention` does for the kernel version.
-
-    A later `packing.register_tree_attention()` (e.g. the one in `AsyncGRPOTrainer.__init__`) overrides this; use
-    [`use_cpu_tree_attention_if_no_kernel`] to make the CPU version stick.
-    """
+    """Register [`tree_attention_torch`] as `"tree_fa3"` (and the `None` mask function), as
+    `packing.register_tree_attention` does for the kernel version, which a later call of it overrides."""
     AttentionInterface.register(TREE_ATTENTION, tree_attention_torch)
     AttentionMaskInterface.register(TREE_ATTENTION, lambda **kwargs: None)
 
 
 @cache
 def kernel_available() -> bool:
-    """
-    Whether TRL's flash-attention kernel can run here: CUDA (or ROCm) is present, the `kernels` package is installed,
-    and the kernel loads. Without a GPU this returns `False` before touching the Hub; with one, loading the kernel is
-    what the trainer's first forward would do anyway (it is cached). The answer is cached; call
-    `kernel_available.cache_clear()` to ask again.
-    """
+    """Whether TRL's flash-attention kernel can run here: CUDA (or ROCm), the `kernels` package, and the kernel loads
+    (without a GPU, `False` before touching the Hub). Cached: `kernel_available.cache_clear()` asks again."""
     if not torch.cuda.is_available():
         return False
     if importlib.util.find_spec("kernels") is None:
@@ -155,17 +133,9 @@ def kernel_available() -> bool:
 
 
 def use_cpu_tree_attention_if_no_kernel(force: bool = False) -> bool:
-    """
-    Make `"tree_fa3"` the plain-torch [`tree_attention_torch`] when the kernel is unavailable (or when `force`).
-
-    Besides registering it, this rebinds `packing.tree_attention`, the global that `packing.register_tree_attention`
-    reads when called, so the `register_tree_attention()` in `AsyncGRPOTrainer.__init__` (and any later one)
-    registers the CPU version too. transformers looks the function up at every forward, so calling this before or
-    after building the trainer both work. Idempotent.
-
-    Returns:
-        `bool`: whether the CPU version is now installed.
-    """
+    """Make `"tree_fa3"` the plain-torch [`tree_attention_torch`] when the kernel is unavailable (or when `force`), for
+    good: it also rebinds `packing.tree_attention`, which `packing.register_tree_attention` reads, so the call in
+    `AsyncGRPOTrainer.__init__` registers it too. Idempotent; returns whether the CPU version is now installed."""
     if not force and kernel_available():
         return False
     packing.tree_attention = tree_attention_torch

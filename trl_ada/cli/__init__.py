@@ -1,11 +1,7 @@
 """
-The `trl-ada` command line. `trl-ada simulate` plans a sampling budget with no model and no GPU; `trl-ada train` runs
-the main job (`trl_ada.cli.train`, the code of `scripts/train_ada.py`); `trl-ada prepare-data` and `trl-ada evaluate`
-are `scripts/prepare_data.py` and `scripts/evaluate.py` (`trl_ada.cli.prepare_data`, `trl_ada.cli.evaluate`), with the
-same flags. `python -m trl_ada.cli` is `trl-ada`.
-
-Import-light: only `trl-ada train`, `prepare-data` and `evaluate` import torch, transformers or TRL. `trl-ada train
---help` answers from a cached copy of its text when the installation has not changed since it was built.
+The `trl-ada` command line (`python -m trl_ada.cli`): `simulate` plans a sampling budget with no model and no GPU;
+`train`, `prepare-data` and `evaluate` are `trl_ada.cli.train`, `.prepare_data` and `.evaluate` (also run by
+`scripts/`), the only ones that import torch, transformers or TRL. `trl-ada train --help` is answered from a cache.
 """
 
 from __future__ import annotations
@@ -82,36 +78,25 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
         "simulate",
         help="Run a sampler against Bernoulli pass rates and print one JSON object per pass rate.",
         description=(
-            "Run a sampler against Bernoulli pass rates (reward 1 with probability p, else 0), with no model. "
-            "Prints one JSON object per pass rate: pass_rate, mean_samples (completions drawn per prompt), "
-            "mean_rounds (rounds a prompt took part in), mixed_share (share of prompts whose kept group holds "
-            "both outcomes), max_samples and trials. All pass rates form one population (est shares its budget "
-            "across it); --steps repeats the batch over the same prompts and reports the last one, so est's tracker "
-            "and --round-policy tracked learn the pass rates. Every sampler knob of AdaGRPOConfig is a flag here, "
-            "with the same default and meaning (--num-generations is TRL's num_generations; --seed also seeds the "
-            "simulated rewards). "
-            f"With --pass-rates-from FILE (the {PASS_RATE_COLUMN!r} column of a .jsonl or .parquet that trl-ada "
-            "prepare-data writes) it plans on your own prompts instead: for each --sampler named (default: every "
-            "registered one; a knob applies to those that read it), a table of completions per prompt and the share "
-            "of prompts whose update group has both outcomes (mixed share), each prompt simulated at its own pass "
-            "rate, and the budget needed to match GRPO n=16's mixed share on the same prompts and draws: the "
-            "smallest value of the sampler's budget knob (max_rounds for seq_pos/seq_balance, num_generations "
-            "otherwise; the other knobs as given) whose mixed share reaches it, with the completions per prompt it "
-            f"draws, or 'not reached' within {MAX_MATCH_COMPLETIONS} completions per prompt. est and knapsack "
-            "allocate from tracked pass rates: give them --steps 3 so they have seen each prompt."
+            "Run a sampler against Bernoulli pass rates (reward 1 with probability p, else 0), with no model, and "
+            "print one JSON object per pass rate: mean_samples (completions drawn per prompt), mean_rounds, "
+            "mixed_share (share of prompts whose kept group holds both outcomes), max_samples and trials. Every "
+            "sampler knob of AdaGRPOConfig is a flag here, with the same default and meaning (--seed also seeds the "
+            "simulated rewards). With --pass-rates-from FILE it plans on your own prompts instead: per --sampler, "
+            "completions per prompt, mixed share and the budget that matches GRPO "
+            f"n={REFERENCE_GENERATIONS}'s mixed share (within {MAX_MATCH_COMPLETIONS} completions per prompt). "
+            "docs/simulate.md explains the output."
         ),
     )
     parser.add_argument(
         "--pass-rates",
         type=float,
         nargs="+",
-        default=None,
         help=f"Pass rates to simulate. Default: {' '.join(map(str, DEFAULT_PASS_RATES))}.",
     )
     parser.add_argument(
         "--pass-rates-from",
         type=Path,
-        default=None,
         metavar="FILE",
         help=f"Plan on your own prompts: a .jsonl or .parquet with a {PASS_RATE_COLUMN!r} column in [0, 1] (what "
         "trl-ada prepare-data writes). Prints a table per --sampler (several may be named); see above.",
@@ -119,7 +104,6 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--trials",
         type=int,
-        default=None,
         help=f"Prompts simulated per pass rate (default {DEFAULT_TRIALS}). With --pass-rates-from: prompts simulated "
         f"per setting (default {DEFAULT_PLAN_TRIALS}): each prompt of the file ceil(trials / prompts) times, or a "
         "file of more prompts at trials evenly spaced quantiles of its pass rates.",
@@ -174,7 +158,7 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
             help=help_text,
             **several,
         )
-    knobs.add_argument("--est-decay", type=float, default=None, help="Deprecated: use --pass-rate-decay.")
+    knobs.add_argument("--est-decay", type=float, help="Deprecated: use --pass-rate-decay.")
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
@@ -196,19 +180,20 @@ def _run_simulate(args: argparse.Namespace) -> int:
         )
     values = {declared.name: getattr(args, declared.name) for declared in fields(SamplerSettings)}
     values["sampler"] = SETTINGS_DEFAULTS["sampler"] if args.sampler is None else args.sampler[0]
-    settings = SamplerSettings(**values)
     results = simulate(
-        settings,
+        SamplerSettings(**values),
         DEFAULT_PASS_RATES if args.pass_rates is None else args.pass_rates,
         trials=DEFAULT_TRIALS if args.trials is None else args.trials,
-        seed=args.seed,
-        steps=args.steps,
-        schedule=args.generation_schedule,
-        arrival=args.arrival,
+        **_schedule_options(args),
     )
     for result in results:
         print(json.dumps(result.to_dict()))
     return 0
+
+
+def _schedule_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The options `simulate` and `plan` both take from the command line."""
+    return {"seed": args.seed, "steps": args.steps, "schedule": args.generation_schedule, "arrival": args.arrival}
 
 
 def _plan_settings(args: argparse.Namespace) -> list[SamplerSettings]:
@@ -251,15 +236,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     trials = DEFAULT_PLAN_TRIALS if args.trials is None else args.trials
     settings_list = _plan_settings(args)
     pass_rates = read_pass_rates(args.pass_rates_from)  # every input error before any compute
-    plans = plan(
-        settings_list,
-        pass_rates,
-        trials=trials,
-        seed=args.seed,
-        steps=args.steps,
-        schedule=args.generation_schedule,
-        arrival=args.arrival,
-    )
+    plans = plan(settings_list, pass_rates, trials=trials, **_schedule_options(args))
     if args.json:
         sys.stdout.write("".join(json.dumps(row.to_dict()) + "\n" for row in plans))
     else:
@@ -278,9 +255,8 @@ def _plan_table(plans: Sequence[SamplerPlan], path: Path, seed: int) -> str:
     header = ("sampler", "completions/prompt", "mixed share", "completions/mixed prompt", "to match GRPO n=16")
     rows = [header]
     for row in plans:
-        if row.budget_value is None:
-            budget = row.budget_note
-        else:
+        budget = row.budget_note
+        if row.budget_value is not None:
             budget = (
                 f"{row.budget_knob}={row.budget_value} ({row.budget_completions_per_prompt:.2f} completions/prompt)"
             )
@@ -293,46 +269,25 @@ def _plan_table(plans: Sequence[SamplerPlan], path: Path, seed: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _add_train(subparsers: argparse._SubParsersAction) -> None:
-    # Listed for `trl-ada --help` only: `main` hands `trl-ada train ...` to TRL's parser in `trl_ada.cli.train` before
-    # argparse sees it, so every GRPOConfig/AdaGRPOConfig flag and `--config` work (`trl-ada train --help` lists them).
-    subparsers.add_parser(
-        "train",
-        add_help=False,
-        help="Train with Reinforce-Ada (the main job; same flags and YAML recipes as scripts/train_ada.py). "
-        "`--config` takes a file or a shipped recipe name (qwen2.5-math-1.5b/seq_balance). With no model and no "
-        "dataset: the embedded tiny arithmetic run on CPU. Several processes: accelerate launch -m trl_ada.train.",
-    )
-
-
-def _add_data_commands(subparsers: argparse._SubParsersAction) -> None:
-    # Listed for `trl-ada --help` only: `main` hands them to their own parsers (`trl-ada prepare-data --help`).
-    subparsers.add_parser(
-        "prepare-data",
-        add_help=False,
-        help="Prepare an OpenR1-Math-style training set as the paper does (deduplicate, drop unverifiable "
-        "references, difficulty band from base-model samples); what the shipped recipes read. Same flags as "
-        "scripts/prepare_data.py.",
-    )
-    subparsers.add_parser(
-        "evaluate",
-        add_help=False,
-        help="Evaluate a checkpoint: Ave@k and pass@k on math datasets, scored by a verifier. Same flags as "
-        "scripts/evaluate.py.",
-    )
+HANDED_OFF_COMMANDS = {
+    "train": "Train with Reinforce-Ada (the main job; same flags and YAML recipes as scripts/train_ada.py). "
+    "`--config` takes a file or a shipped recipe name (qwen2.5-math-1.5b/seq_balance). With no model and no "
+    "dataset: the embedded tiny arithmetic run on CPU. Several processes: accelerate launch -m trl_ada.train.",
+    "prepare-data": "Prepare an OpenR1-Math-style training set as the paper does (deduplicate, drop unverifiable "
+    "references, difficulty band from base-model samples); what the shipped recipes read. Same flags as "
+    "scripts/prepare_data.py.",
+    "evaluate": "Evaluate a checkpoint: Ave@k and pass@k on math datasets, scored by a verifier. Same flags as "
+    "scripts/evaluate.py.",
+}
+"""The commands `main` hands to their own parsers before argparse runs, with their line in `trl-ada --help`."""
 
 
 TRAIN_PROG = "trl-ada train"
 
 
 def train_help_cache() -> tuple[Path, str]:
-    """Where `trl-ada train --help`'s text is cached, and the key of the installation it was built for.
-
-    Building it imports transformers' `TrainingArguments` (with torch and peft: most of the ~20 s the help took), so
-    it is built once and kept under `$XDG_CACHE_HOME/trl-ada/` (default `~/.cache`), one file per installation of
-    trl-ada. The key covers what the text depends on: Python, the versions of trl-ada, TRL and transformers, every
-    source file of trl-ada (an editable install changes without a version bump) and the terminal's width.
-    """
+    """Where `trl-ada train --help`'s text is cached (under `$XDG_CACHE_HOME/trl-ada/`, one file per installation),
+    and the key of what it depends on: Python, trl-ada, TRL, transformers, trl-ada's sources and the terminal width."""
     package = Path(__file__).resolve().parents[1]  # trl_ada/, not only trl_ada/cli/
     sources = []
     for path in sorted(package.rglob("*.py")):
@@ -388,8 +343,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="trl-ada", description="Reinforce-Ada adaptive sampling for TRL.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_simulate(subparsers)
-    _add_train(subparsers)
-    _add_data_commands(subparsers)
+    for command, help_text in HANDED_OFF_COMMANDS.items():
+        subparsers.add_parser(command, add_help=False, help=help_text)
     args = parser.parse_args(argv)
     try:
         return _run_simulate(args)

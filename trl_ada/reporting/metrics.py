@@ -1,8 +1,5 @@
-"""Evaluation and data-selection maths as pure functions: pass@k, Ave@k, pass-rate bands and histograms; and how a
-logging window reduces each metric trl-ada logs ([`LOG_WINDOW_REDUCTIONS`]).
-
-No torch, no TRL: everything here is plain Python and exact where it can be (bands compare fractions, not floats).
-"""
+"""Evaluation and data-selection maths as pure functions (plain Python, bands compared as exact fractions): pass@k,
+Ave@k, pass-rate bands and histograms; and how a logging window reduces each metric trl-ada logs."""
 
 from __future__ import annotations
 
@@ -29,11 +26,8 @@ def count_correct(rewards: Iterable[float | None], threshold: float = POSITIVE_T
 
 
 def pass_at_k(num_samples: int, num_correct: int, k: int) -> float:
-    """Unbiased estimator of pass@k from ``num_samples`` samples of which ``num_correct`` are correct.
-
-    ``1 - C(n - c, k) / C(n, k)`` (Chen et al., 2021): the probability that at least one of ``k`` samples drawn
-    without replacement from the ``n`` is correct. Computed as a product to stay exact-ish for large ``n``.
-    """
+    """Unbiased estimator of pass@k from ``num_samples`` samples of which ``num_correct`` are correct:
+    ``1 - C(n - c, k) / C(n, k)`` (Chen et al., 2021), computed as a product to stay exact-ish for large ``n``."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
     if not 0 <= num_correct <= num_samples:
@@ -66,10 +60,8 @@ def mean_pass_at_k(correct_counts: Sequence[int], num_samples: int | Sequence[in
 
 
 def average_at_k(correct_counts: Sequence[int], num_samples: int | Sequence[int]) -> float:
-    """Ave@k: accuracy averaged over the ``k`` samples of each problem, then over problems (the paper's Ave@32).
-
-    Equal to ``mean_pass_at_k(..., k=1)`` (the unbiased pass@1 of one problem is ``c / n``). ``nan`` for no problem.
-    """
+    """Ave@k: accuracy averaged over the ``k`` samples of each problem, then over problems (the paper's Ave@32), equal
+    to ``mean_pass_at_k(..., k=1)``; ``nan`` for no problem."""
     if not correct_counts:
         return float("nan")
     samples = _per_problem_samples(correct_counts, num_samples)
@@ -111,16 +103,9 @@ def _exact(value: float | int | str | Fraction) -> Fraction:
 
 @dataclass(frozen=True)
 class PassRateBand:
-    """An interval of pass rates, e.g. the paper's ``(0, 0.375]`` (keep prompts with 1..6 of 16 samples correct).
-
-    Bounds are kept as exact fractions, so ``c / n`` is compared without float rounding.
-
-    Attributes:
-        low: Lower bound, in [0, 1].
-        high: Upper bound, in [0, 1], at least ``low``.
-        include_low: Whether ``low`` itself is inside the band.
-        include_high: Whether ``high`` itself is inside the band.
-    """
+    """An interval of pass rates, e.g. the paper's ``(0, 0.375]`` (keep prompts with 1..6 of 16 samples correct):
+    ``0 <= low <= high <= 1``, kept as exact fractions so ``c / n`` is compared without float rounding, and
+    ``include_low``/``include_high`` saying whether each end is inside the band."""
 
     low: Fraction
     high: Fraction
@@ -170,12 +155,9 @@ class PassRateBand:
         return "below" if rate <= self.low else "above"
 
     def __str__(self) -> str:
-        def show(value: Fraction) -> str:
-            return f"{float(value):.6g}"
-
         opening = "[" if self.include_low else "("
         closing = "]" if self.include_high else ")"
-        return f"{opening}{show(self.low)}, {show(self.high)}{closing}"
+        return f"{opening}{float(self.low):.6g}, {float(self.high):.6g}{closing}"
 
 
 LOG_WINDOW_REDUCTIONS: dict[str, str] = {
@@ -193,15 +175,9 @@ LOG_WINDOW_REDUCTIONS: dict[str, str] = {
     **dict.fromkeys(draw_counters(), "sum"),
 }
 """
-The metrics trl-ada logs (names without the `ada/` prefix) that a logging window reduces by something other than the
-mean: extrema (`max`, `min`) and counters whose logged values are increments (`sum`). Every other metric is a per-batch
-value, averaged. The name carries the reduction, because TRL's asynchronous trainer picks it from the words of a
-name's last segment (`trl.experimental.async_grpo.async_grpo_trainer._reduce_metric`: a word `total` sums, `max` and
-`min` take the extremum, anything else is averaged), so an averaged metric must have none of those words in its last
-segment (`est/budget_at_cap_share`, not `est/at_max_share`). `tests/test_sampler_hardening.py` checks every name trl-ada
-logs against TRL's rule and this table. TRL's synchronous `GRPOTrainer` averages every metric over the window (its own
-`completions/max_length` included); `AdaGRPOTrainer` first reduces trl-ada's own metrics by this table
-([`reduce_log_window`]), so a logged `*_total` is the window's sum at any `logging_steps`.
+The metrics trl-ada logs (names without `ada/`) that a logging window reduces by something other than the mean:
+extrema and counters of increments. The name's last segment carries the reduction (`total`, `max`, `min`), as TRL's
+asynchronous trainer reads it; `AdaGRPOTrainer` applies this table ([`reduce_log_window`]) itself.
 """
 
 _REDUCERS = {"sum": math.fsum, "max": max, "min": min}
@@ -214,12 +190,9 @@ def log_window_reduction(name: str) -> str:
 
 
 def reduce_log_window(window: MutableMapping[str, list[float]]) -> None:
-    """
-    Collapse, in place, the values a logging window holds for each trl-ada metric (`ada/*`) that
-    [`log_window_reduction`] does not average into the one value it reduces to (NaN values skipped, as TRL skips them),
-    so a trainer that averages every window (TRL's synchronous `GRPOTrainer.log`) logs the sum, maximum or minimum.
-    Averaged metrics, and TRL's own, are left alone.
-    """
+    """Collapse, in place, the values a logging window holds for each trl-ada metric (`ada/*`) that
+    [`log_window_reduction`] does not average into the one value it reduces to (NaN values skipped, as TRL does), so
+    a trainer that averages every window logs the sum, maximum or minimum. Other metrics are left alone."""
     for name, values in window.items():
         reduction = log_window_reduction(name) if name.startswith("ada/") else "mean"
         valid = [value for value in values if not math.isnan(value)]

@@ -1,20 +1,15 @@
-"""
-Training plots from a Trainer's `log_history`: reward, samples drawn per prompt, zero-variance share, the pass-rate
-estimates' scores and their reliability diagram.
-"""
+"""Training plots and metrics files from a Trainer's `log_history`: reward, samples drawn per prompt, zero-variance
+share, the pass-rate estimates' scores and their reliability diagram."""
 
 from __future__ import annotations
 
 import csv
 import json
-import logging
 import math
 import numbers
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 PLOTS_DIR = "plots"
 
@@ -68,21 +63,17 @@ PLOT_CAPTIONS: dict[str, str] = {
 
 
 def calibration_table(entries: Sequence[dict[str, Any]]) -> list[tuple[int, float, float, float]]:
-    """
-    The reliability diagram of a run: `(bin, mean prediction, observed pass rate, draws)` for every bin of the
-    `ada/pass_rate_predictor/bin_K/*` metrics with a draw, summed over `entries` (each logged value is a step's count,
-    or the mean over a logging window's steps, so the ratios are exact when every window has as many steps).
-    """
+    """The reliability diagram of a run: `(bin, mean prediction, observed pass rate, draws)` for every bin of the
+    `ada/pass_rate_predictor/bin_K/*` metrics with a draw, summed over `entries`."""
     table = []
     bins = 0
     while any(_BIN_KEY.format(bins, "draws") in entry for entry in entries):
         bins += 1
     for b in range(bins):
-        sums = []
-        for name in ("draws", "positives", "predicted"):
-            values = (logged_number(entry, _BIN_KEY.format(b, name)) for entry in entries)
-            sums.append(math.fsum(v for v in values if v is not None))
-        draws, positives, predicted = sums
+        draws, positives, predicted = (
+            math.fsum(v for entry in entries if (v := logged_number(entry, _BIN_KEY.format(b, name))) is not None)
+            for name in ("draws", "positives", "predicted")
+        )
         if draws > 0:
             table.append((b, predicted / draws, positives / draws, draws))
     return table
@@ -92,7 +83,6 @@ def _write_calibration_plot(plt: Any, entries: Sequence[dict[str, Any]], plots_d
     table = calibration_table(entries)
     if not table:
         return None
-    plots_dir.mkdir(parents=True, exist_ok=True)
     fig, (ax, counts) = plt.subplots(
         2, 1, figsize=(5, 5.4), dpi=100, sharex=True, gridspec_kw={"height_ratios": (3, 1)}
     )
@@ -103,14 +93,19 @@ def _write_calibration_plot(plt: Any, entries: Sequence[dict[str, Any]], plots_d
     ax.set_ylim(0, 1)
     ax.set_title(CALIBRATION_TITLE, fontsize=9)
     ax.set_ylabel("observed pass rate of the draws")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
     counts.bar(predicted, draws, width=0.04)
     counts.set_xlabel("predicted pass rate (mean of the bin)")
     counts.set_ylabel("draws")
     counts.grid(alpha=0.3)
+    return _save(plt, fig, ax, plots_dir / f"{CALIBRATION_STEM}.png")
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: Path) -> Path:
+    """Gives `ax` the plots' grid and legend, then writes `fig` to `path` (making its folder) and closes it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
     fig.tight_layout()
-    path = plots_dir / f"{CALIBRATION_STEM}.png"
     fig.savefig(path)
     plt.close(fig)
     return path
@@ -122,11 +117,8 @@ def training_entries(log_history: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 
 def logged_number(entry: dict[str, Any], key: str) -> float | None:
-    """The number logged under `key` in one `log_history` entry, or `None` when there is none to show.
-
-    A metric can be missing, `None` or NaN (e.g. at a step where every reward abstained), or infinite; every reader
-    of `log_history` (plots, card, run summary) skips these the same way rather than crash or average them in.
-    """
+    """The number logged under `key` in one `log_history` entry, or `None` when it is missing, `None`, NaN (a step
+    where every reward abstained) or infinite: every reader of `log_history` skips these the same way."""
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
         return None
@@ -135,12 +127,13 @@ def logged_number(entry: dict[str, Any], key: str) -> float | None:
 
 def logged_series(entries: Sequence[dict[str, Any]], key: str) -> list[tuple[int, float]]:
     """`(step, value)` of every entry that logged a number under `key` (see [`logged_number`])."""
-    points = []
-    for entry in entries:
-        value = logged_number(entry, key)
-        if value is not None:
-            points.append((entry["step"], value))
-    return points
+    return [(entry["step"], value) for entry in entries if (value := logged_number(entry, key)) is not None]
+
+
+def logged_mean(entries: Sequence[dict[str, Any]], key: str) -> float | None:
+    """The mean of [`logged_series`]'s values, or `None` when there is none."""
+    values = [value for _, value in logged_series(entries, key)]
+    return math.fsum(values) / len(values) if values else None
 
 
 def write_metrics(log_history: Sequence[dict[str, Any]], output_dir: str | Path) -> list[Path]:
@@ -170,14 +163,9 @@ def write_training_plots(log_history: Sequence[dict[str, Any]], output_dir: str 
     plots_dir = Path(output_dir) / PLOTS_DIR
     written = []
     for stem, title, ylabel, series in PLOT_SPECS:
-        lines = []
-        for key, label in series:
-            points = logged_series(entries, key)
-            if points:
-                lines.append((label, points))
+        lines = [(label, points) for key, label in series if (points := logged_series(entries, key))]
         if not lines:
             continue
-        plots_dir.mkdir(parents=True, exist_ok=True)
         fig, ax = plt.subplots(figsize=(6, 3.6), dpi=100)
         for label, points in lines:
             steps, values = zip(*points, strict=True)
@@ -185,13 +173,7 @@ def write_training_plots(log_history: Sequence[dict[str, Any]], output_dir: str 
         ax.set_title(title)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = plots_dir / f"{stem}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append((title, path))
+        written.append((title, _save(plt, fig, ax, plots_dir / f"{stem}.png")))
     calibration = _write_calibration_plot(plt, entries, plots_dir)
     if calibration is not None:
         written.append((CALIBRATION_TITLE, calibration))

@@ -1,19 +1,10 @@
 """Reward functions: math (Math-Verify), exact match, code execution in a sandbox, and their registry by name.
 
 Every function follows TRL's reward-function protocol: ``func(completions, **dataset_columns) -> list[float | None]``.
-Where each part lives:
-
-- [`trl_ada.rewards.text`]: completions as text (``completion_text``, ``as_messages``, ``accept_text_completions``);
-- [`trl_ada.rewards.math`]: ``math_verify_reward`` (the paper's Math-Verify verifier) and its reference handling;
-- [`trl_ada.rewards.code`]: ``CodeExecutionReward`` / ``code_execution_reward``, run in
-- [`trl_ada.rewards.sandbox`]: the bubblewrap ``Sandbox``;
-- [`trl_ada.rewards.registry`]: ``REWARD_FUNCS`` (``--reward_funcs math_verify``), ``get_reward_funcs``,
-  ``resolve_reward_funcs``, ``score_completions``.
-
-This package re-exports the names `trl_ada.rewards` (formerly one module) always had, so ``from trl_ada.rewards import
-math_verify_reward`` and dotted paths such as ``--reward_funcs trl_ada.rewards.math_verify_reward`` keep working. The
-names load on first use: importing `trl_ada.rewards.sandbox` or `trl_ada.rewards.code` alone does not import TRL or
-torch (the registry lists TRL's reward functions, so it imports TRL).
+The parts: [`trl_ada.rewards.text`] (completions as text), [`trl_ada.rewards.math`], [`trl_ada.rewards.code`] (run in
+[`trl_ada.rewards.sandbox`]) and [`trl_ada.rewards.registry`] (``REWARD_FUNCS``, ``--reward_funcs math_verify``). This
+package re-exports their public names (``from trl_ada.rewards import math_verify_reward``), loaded on first use, so
+importing `trl_ada.rewards.sandbox` or `trl_ada.rewards.code` alone does not import TRL or torch.
 """
 
 from __future__ import annotations

@@ -2,84 +2,11 @@
 
 ``code_execution_reward`` (``--reward_funcs code_execution``) is the default instance of [`CodeExecutionReward`];
 build your own for other limits, all-or-nothing scoring, concurrency or column names. Pure Python and the standard
-library; the sandbox is [`trl_ada.rewards.sandbox.Sandbox`] (bubblewrap).
-
-**The program** is the completion's last fenced code block tagged Python (```` ```python ````, ```` ```py ````), else
-its last fenced block of any tag, else the whole completion. A last fence left open (a truncated completion) runs to
-the end of the text. Completions may be strings or lists of chat messages (the last message's content is read).
-
-**The tests**, read from the dataset columns the reward names (a row with neither gets ``None``: not applicable):
-
-- ``verification_info`` (open-r1's verifiable-coding format): ``{"language": "python", "test_cases": [{"type":
-  "stdin_stdout", "input": ..., "output": ...}, ...]}``, a dict or its JSON string (an input or output that is not a
-  string is its ``str``: ``0`` is ``"0"``; ``None`` is empty). Each case is one sandboxed run of the program as
-  ``__main__`` that sees only its own input; the case passes when the run ends normally in time and its standard
-  output equals the expected output after each line is right-stripped and leading/trailing blank lines are dropped.
-  Another language or no ``stdin_stdout`` case gives ``None``. Two rules bound what a case and a row cost the
-  trainer, whatever the program prints or how long it idles:
-
-  - *Output*: each stream of a case (stdout, stderr) may carry at most ``CASE_OUTPUT_FACTOR`` (4) times the expected
-    output's UTF-8 bytes plus ``CASE_OUTPUT_SLACK_BYTES`` (64 KiB), and never more than ``SandboxLimits.output_bytes``
-    ([`case_output_bytes`]); a program writing more is stopped and fails the case (``output_limit``): a million blank
-    lines before a one-line answer fail, a few thousand pass. The bytes are capped before anything is decoded, and the
-    run and its comparison (linear in the output) are one job of the reward's executor, off the event loop; only the
-    verdict is kept.
-  - *Time*: a row's cases share ``row_wall_time_s`` sandbox seconds (default ``ROW_WALL_FACTOR`` (3) times
-    ``SandboxLimits.wall_time_s``). A case runs with the smaller of its wall and what the row has left, and is charged
-    the seconds it used; a case that finds nothing left is not run and fails (``timeout``). So a program that prints
-    the answer and then sleeps to just under the wall passes about three cases of a row, not all of them, and a row
-    costs at most about three walls of sandbox time however many cases it has. Honest programs use a fraction of
-    the budget (a trivial case takes tens of milliseconds); raise it for rows with many slow cases.
-- ``tests`` (MBPP / HumanEval style): Python test code (a string, or a list of statements such as MBPP's
-  ``test_list``), with an optional ``entry_point`` column: when the test code defines ``def check(candidate)``
-  (HumanEval), its body runs with ``candidate`` bound to the entry point (the column, else the name in a top-level
-  ``check(name)`` call; with neither, the row cannot be run against a program and scores ``None``). The program is
-  loaded as a module named ``solution`` (so its ``if __name__ == "__main__":`` block does not run; a ``sys.exit()``
-  while loading ends the loading, not the tests). The tests run in a namespace of their own: the names they use but
-  neither define nor find among Python's builtins (the function under test, and the entry point) are imported from
-  the program, and their builtins are a copy taken before the program ran, so a program's own ``set``, ``abs`` or
-  ``sorted`` (in its globals or in ``builtins``) does not change what the tests compute. A test is a top-level
-  statement (or one of ``check``'s) that contains an ``assert`` and uses the program's names, directly or through
-  names bound from them (``result = candidate(x)``); asserts that do not (``assert True, "..."``) and the other
-  statements (imports, helpers) run in order as set-up. Test code with no such assert scores ``None``. The run must
-  end normally (exit status 0) within the limits: one that does not (e.g. passes, then spins in an ``atexit``
-  handler until the wall limit) fails every test, as a stdin/stdout case does.
-
-**The reward** is the fraction of tests passed, or 1/0 with ``all_or_nothing=True``. A program that cannot run scores
-0. Each completion gets one outcome: ``passed``, or the reason of its first failing test, one of ``wrong_answer``,
-``runtime_error``, ``syntax_error``, ``timeout``, ``memory``, ``output_limit``; ``sandbox_error`` when the sandbox
-failed to start, so the program did not run (on some case): that row scores ``None`` (unscorable: the samplers count
-it neither positive nor negative), with a warning; rows the reward does not apply to count as ``not_applicable``
-(``None`` too). The counts of the last call are in ``reward.last_outcomes`` (each completion's outcome, in order, in
-``reward.last_row_outcomes``) and their running totals in ``reward.outcomes`` (``collections.Counter``); under TRL's
-trainers each outcome's share of the batch is also logged as the metric ``code_execution/<outcome>`` through the
-``log_metric`` hook TRL passes.
-
-**Why a program cannot mark its own tests passed.** The verdict is decided outside the sandbox, from data the
-program cannot forge without solving the task:
-
-- stdin/stdout: the expected output never enters the sandbox; each case's run sees only its own input, so printing
-  another case's expected output, reading the test file or a harness is impossible (there is none inside), and
-  exiting with status 0 is no pass.
-- assert tests of the form ``assert <expression> == <expected>`` (or ``<expected> == <expression>``), where
-  ``<expected>`` is a literal or ``set``/``frozenset``/``tuple``/``list``/``sorted``/``dict`` of one (MBPP's
-  ``set(...) == set((4, 5))``), the form of MBPP's and nearly all of HumanEval's tests: the expected value is
-  computed in the trainer and never enters the sandbox. The harness inside evaluates only ``<expression>`` and
-  reports its value, converted to plain Python data of the exact built-in types (numbers, strings, bytes, ``None``,
-  lists, tuples, dicts, sets; numpy values through ``tolist()``), as a ``repr`` on a pipe; the trainer rejects a
-  report much longer than the expected value's ``repr`` (a wrong answer, not parsed), reads the rest back with
-  ``ast.literal_eval`` in the reward's executor (off the event loop) and compares it to the expected value with
-  ``==`` on plain data. So an early ``sys.exit(0)``/``os._exit(0)`` (no value reported: the test fails), patched
-  ``assert``, ``AssertionError`` or builtins, an object whose ``__eq__`` always returns ``True``, or writing to the
-  pipe (without the expected value there is nothing right to write; a test reported twice fails) gain nothing.
-- any other assert (``assert math.isclose(f(x), 0.5)``, ``assert abs(f(x) - y) < 1e-6``, asserts inside loops,
-  ``assert f(x) == y`` with a non-literal ``y``) must run inside the program's interpreter, and its pass/fail is
-  reported from there. The separate namespace and the copied builtins stop a program's rebinding of names, but not a
-  program that manipulates that interpreter: one that patches a module the tests import (``math.isclose = lambda
-  *a: True``), reaches the tests' namespace through the caller's frame (``sys._getframe(1).f_globals``), ``gc`` or
-  ``ctypes``, or writes a "passed" record to the pipe itself, can pass such tests. Prefer the ``== <expected>`` form
-  in training data when rewards are at stake; ``CodeExecutionReward.count_checks`` tells how many tests of a row are
-  of each kind (``value``: decided outside; ``assert``: decided inside, subvertible; ``ignored``: no test).
+library; the sandbox is [`trl_ada.rewards.sandbox.Sandbox`] (bubblewrap). docs/code-rl.md says which program runs
+(the completion's last ```` ```python ```` block), how the tests are read (open-r1's ``verification_info``: one run
+per stdin/stdout case; MBPP/HumanEval assert ``tests``: one harness run per completion), what a row may cost, the
+outcomes, and why a program cannot mark its own tests passed: the verdict is decided outside the sandbox, and for
+``assert f(x) == <literal>`` tests only ``f(x)`` runs inside, its value compared outside as plain data.
 """
 
 from __future__ import annotations
@@ -129,10 +56,6 @@ _SANDBOX_STATUS_OUTCOME: dict[str, Outcome] = {
 }
 _SYNTAX_ERRORS = ("SyntaxError", "IndentationError", "TabError")
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Programs
-# ---------------------------------------------------------------------------------------------------------------------
-
 _FENCE = re.compile(r"```([^\n`]*)\n(.*?)(?:```|\Z)", re.DOTALL)
 _PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
 
@@ -147,11 +70,6 @@ def extract_program(completion: Any) -> str:
     return python_blocks[-1] if python_blocks else blocks[-1][1]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Tests
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class StdioCase:
     """One stdin/stdout test case."""
@@ -162,14 +80,11 @@ class StdioCase:
 
 @dataclass(frozen=True)
 class AssertPlan:
-    """Assert-style tests split into what runs in the sandbox and what stays outside.
-
-    ``steps`` go into the sandbox, in order, as ``(kind, src)``: ``import`` (bind the program's name ``src`` in the
-    tests' namespace), ``setup`` (run; its failure is no test's), ``value`` (a test: evaluate ``src`` and report its
-    value) or ``assert`` (a test: run the statement ``src`` and report whether it raised). ``expected`` pairs each
-    value step's index with its expected value, which never leaves the trainer. ``ignored`` counts the asserts that
-    do not exercise the program (run as set-up, counted as no test).
-    """
+    """Assert-style tests split into what runs in the sandbox and what stays outside: ``steps`` go into the sandbox,
+    in order, as ``(kind, src)``: ``import`` (bind the program's name ``src`` in the tests' namespace), ``setup`` (run;
+    its failure is no test's), ``value`` (a test: evaluate ``src``, report its value) or ``assert`` (a test: run
+    ``src``, report whether it raised). ``expected`` pairs each value step's index with its expected value, which never
+    leaves the trainer; ``ignored`` counts the asserts that do not exercise the program (run as set-up)."""
 
     steps: tuple[tuple[str, str], ...]
     expected: tuple[tuple[int, Any], ...]
@@ -199,12 +114,10 @@ def normalize_output(text: str) -> list[str]:
     return lines[start:end]
 
 
-# A stdin/stdout case's output cap: a few times its expected output (trailing spaces, ``\r\n``) plus a fixed slack,
-# so judging a case costs the trainer little whatever the program prints.
 CASE_OUTPUT_FACTOR = 4
-"""Each stream of a stdin/stdout case may carry this many times the expected output's bytes, plus
-``CASE_OUTPUT_SLACK_BYTES`` (at most ``SandboxLimits.output_bytes``); a program writing more fails the case
-(``output_limit``)."""
+"""Each stream of a stdin/stdout case may carry this many times the expected output's bytes (room for trailing spaces
+and ``\\r\\n``), plus ``CASE_OUTPUT_SLACK_BYTES`` (at most ``SandboxLimits.output_bytes``); a program writing more
+fails the case (``output_limit``), so judging a case costs the trainer little whatever the program prints."""
 CASE_OUTPUT_SLACK_BYTES = 64 << 10
 """The fixed part of a stdin/stdout case's output cap (see ``CASE_OUTPUT_FACTOR``)."""
 ROW_WALL_FACTOR = 3
@@ -225,11 +138,10 @@ def parse_verification_info(info: Any) -> list[StdioCase] | None:
     """
     if info is None:
         return None
-    if isinstance(info, str):
-        try:
-            info = json.loads(info)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"verification_info is not valid JSON ({error}); expected a dict or its JSON.") from None
+    try:
+        info = json.loads(info) if isinstance(info, str) else info
+    except json.JSONDecodeError as error:
+        raise ValueError(f"verification_info is not valid JSON ({error}); expected a dict or its JSON.") from None
     if not isinstance(info, dict):
         raise ValueError(f"verification_info must be a dict or its JSON string, got {type(info).__name__}.")
     language = str(info.get("language") or "python").lower()
@@ -321,13 +233,11 @@ def _bound_names(node: ast.AST) -> set[str]:
 def build_assert_plan(tests: str, entry_point: str | None = None) -> AssertPlan | None:
     """Splits assert-style test code into sandbox steps and expected values (see [`AssertPlan`]).
 
-    The names the tests use but neither define nor find among Python's builtins (and ``entry_point``) are the
-    program's: they are imported from it into the tests' own namespace. A test is a top-level statement (or a
-    statement of ``check``'s body) that contains an ``assert`` and uses one of those names, directly or through a name
-    bound from them (``result = candidate(x)``); other asserts (``assert True, "..."``) run as set-up and count for
-    nothing. Returns ``None`` when no test is left, or when the code defines ``check(candidate)`` but names no entry
-    point (no column value, no top-level ``check(name)`` call): such a row cannot be run against the program. Raises
-    ``ValueError`` when the code does not parse (a data problem: fix or drop the row).
+    The names the tests use but neither define nor find among Python's builtins (and ``entry_point``) are imported
+    from the program. A test is a top-level statement (or one of ``check``'s) that contains an ``assert`` and uses one
+    of those names, directly or through a name bound from them; other statements run as set-up. Returns ``None`` when
+    no test is left, or when the code defines ``check(candidate)`` but names no entry point. Raises ``ValueError``
+    when the code does not parse (a data problem: fix or drop the row).
     """
     try:
         module = ast.parse(tests)
@@ -412,6 +322,10 @@ def _emit(record):
     _write(_fd, (_dumps(record) + "\n").encode())
 
 
+_EXACT = ((int, int.__int__), (float, float.__float__), (complex, complex.__complex__), (str, str.__str__),
+          (bytes, bytes.__bytes__))
+
+
 def _plain(value, depth=0):
     # Exact built-in types only, so the `repr` sent out is Python's own (a subclass's `__repr__` never runs).
     if depth > 100:
@@ -419,16 +333,9 @@ def _plain(value, depth=0):
     kind = type(value)
     if value is None or kind in (bool, int, float, complex, str, bytes):
         return value
-    if isinstance(value, int):
-        return int.__int__(value)
-    if isinstance(value, float):
-        return float.__float__(value)
-    if isinstance(value, complex):
-        return complex.__complex__(value)
-    if isinstance(value, str):
-        return str.__str__(value)
-    if isinstance(value, bytes):
-        return bytes.__bytes__(value)
+    for base, exact in _EXACT:
+        if isinstance(value, base):
+            return exact(value)
     if isinstance(value, numbers.Integral):
         return _plain(int(value), depth + 1)
     if isinstance(value, numbers.Real):
@@ -488,12 +395,9 @@ _CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def available_cpus() -> int:
-    """The CPUs this process may actually use: its affinity mask (``taskset``, ``docker --cpuset-cpus``), capped by
-    the cgroup v2 CPU quota (``cpu.max``, ``docker --cpus``) of its cgroup and each parent, rounded up; at least 1.
-
-    ``os.cpu_count()`` counts the machine's CPUs whatever the process may use (``os.process_cpu_count`` needs Python
-    3.13 and still ignores quotas). cgroup v1 quotas are not read.
-    """
+    """The CPUs this process may actually use (unlike ``os.cpu_count()``): its affinity mask (``taskset``, ``docker
+    --cpuset-cpus``), capped by the cgroup v2 CPU quota (``cpu.max``, ``docker --cpus``) of its cgroup and each
+    parent, rounded up; at least 1. cgroup v1 quotas are not read."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -534,35 +438,28 @@ def _cgroup_cpu_quota() -> float | None:
         directory = os.path.dirname(directory)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The reward
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 class CodeExecutionReward:
-    """TRL reward function that runs programs against tests in a sandbox (see the module docstring).
+    """TRL reward function that runs programs against tests in a sandbox (the rules: docs/code-rl.md).
 
-    An async callable: TRL's trainers await it (``GRPOTrainer`` runs async reward functions on its event loop, the
-    async trainer's rollout worker in its own), so the sandboxes of a batch run in parallel, at most ``concurrency``
-    at a time. Outside a trainer call [`score`]. Instances pickle (TRL's async trainer spawns a worker process).
+    An async callable: TRL's trainers await it, so the sandboxes of a batch run in parallel, at most ``concurrency``
+    at a time; outside a trainer call [`score`]. Instances pickle (TRL's async trainer spawns a worker process).
 
     Args:
         limits: Limits of each sandboxed run (one per stdin/stdout case; one per completion for assert tests). A
-            stdin/stdout case may get a shorter wall and a smaller output cap (see the module docstring).
+            stdin/stdout case may get a shorter wall and a smaller output cap (see ``row_wall_time_s`` and
+            [`case_output_bytes`]).
         all_or_nothing: Reward 1 only when every test passes, else 0 (default: the fraction passed).
         concurrency: Sandboxes running at once (default: [`available_cpus`], the CPUs this process may use).
         verification_info_column: Column of open-r1 ``verification_info`` values.
         tests_column: Column of assert-style test code.
         entry_point_column: Column naming the function HumanEval's ``check(candidate)`` receives.
         max_test_cases: Run at most this many stdin/stdout cases per row (the first ones); default all.
-        row_wall_time_s: Sandbox seconds a stdin/stdout row's cases share (each case's wall is at most what is left;
-            a case that finds nothing left is not run and fails as ``timeout``); default ``ROW_WALL_FACTOR`` (3) times
-            ``limits.wall_time_s``, so a row costs at most a few walls however many cases it has. Raise it for rows
-            with many cases of slow but honest programs.
-        isolation: ``"bwrap"`` or ``"none"`` (NOT a security boundary), passed to [`Sandbox`].
-        python: Interpreter programs run with, passed to [`Sandbox`].
-        filesystem: ``"private"`` (a copy in memory of the interpreter's files) or ``"host"`` (the host's ``/usr``
-            read-only), passed to [`Sandbox`].
+        row_wall_time_s: Sandbox seconds a stdin/stdout row's cases share (a case that finds nothing left fails as
+            ``timeout``); default ``ROW_WALL_FACTOR`` (3) times ``limits.wall_time_s``. Raise it for rows with many
+            cases of slow but honest programs.
+        isolation: Passed to [`Sandbox`]: ``"bwrap"``, or ``"none"`` (NOT a security boundary).
+        python: Passed to [`Sandbox`]: the interpreter programs run with.
+        filesystem: Passed to [`Sandbox`]: ``"private"`` (a copy in memory of the interpreter's files) or ``"host"``.
         check_sandbox: Build (and so check) the sandbox now, raising the install command if bubblewrap is missing;
             ``False`` defers that to the first call (the default instance, so importing it never fails).
         name: The name TRL logs the reward under.
@@ -635,9 +532,8 @@ class CodeExecutionReward:
         if check_sandbox:
             self.sandbox  # noqa: B018 - builds and checks the sandbox
 
-    # -- pickling: the executor and the lock are rebuilt in the new process ---------------------------------------
-
     def __getstate__(self) -> dict[str, Any]:
+        # The executor and the lock are rebuilt in the unpickling process.
         state = self.__dict__.copy()
         state["_executor"] = None
         state["_lock"] = None
@@ -669,8 +565,6 @@ class CodeExecutionReward:
             f"isolation={self.isolation!r}, row_wall_time_s={self.row_wall_time_s}, limits={self.limits!r})"
         )
 
-    # -- running -------------------------------------------------------------------------------------------------
-
     async def _score_stdio(self, program: str, cases: list[StdioCase]) -> tuple[float | None, Outcome]:
         if self.max_test_cases is not None:
             cases = cases[: self.max_test_cases]
@@ -684,8 +578,7 @@ class CodeExecutionReward:
                 return "timeout"
             used_s = wall_s
             try:
-                # Run and judge in one executor job: only the verdict comes back, and the output is compared off
-                # the event loop.
+                # One executor job runs and judges the case: the output is compared off the event loop.
                 outcome, used_s = await loop.run_in_executor(pool, _judge_stdio_case, sandbox, program, case, wall_s)
             finally:
                 await budget.settle(wall_s, used_s)
@@ -741,7 +634,7 @@ class CodeExecutionReward:
         return None, "not_applicable"
 
     async def __call__(self, completions: list[Any], **kwargs: Any) -> list[float | None]:
-        """Rewards of a batch: one per completion, ``None`` for rows without tests (see the module docstring).
+        """Rewards of a batch: one per completion, ``None`` for rows without tests or whose sandbox did not start.
 
         Args:
             completions: One completion per row (string, or list of messages).
@@ -785,10 +678,9 @@ class CodeExecutionReward:
         return asyncio.run(self(completions, **kwargs))
 
     def count_checks(self, tests: str | Sequence[str], entry_point: str | None = None) -> dict[str, int]:
-        """How a row's asserts are checked: ``value``, decided outside the sandbox (the program cannot pass them
-        without computing the expected value); ``assert``, decided inside the program's interpreter (a program that
-        patches a module the test imports, or reaches the harness through frames, ``gc`` or ``ctypes``, can pass
-        them); ``ignored``, asserts that do not exercise the program (``assert True``), counted as no test."""
+        """How a row's asserts are checked: ``value``, decided outside the sandbox; ``assert``, decided inside the
+        program's interpreter (subvertible: docs/code-rl.md); ``ignored``, asserts that do not exercise the program
+        (``assert True``), counted as no test."""
         if not isinstance(tests, str):
             tests = "\n".join(tests)
         plan = build_assert_plan(tests, entry_point)

@@ -1,15 +1,5 @@
-"""Reward functions for math RL (the paper's Math-Verify verifier) and a registry of reward functions by name.
-
-Every function here follows TRL's reward-function protocol: ``func(completions, **dataset_columns) -> list[float |
-None]``. ``completions`` are strings for plain-text datasets or lists of chat messages (``[{"role": "assistant",
-"content": ...}]``) for conversational ones; ``None`` marks a row the function does not apply to (TRL then ignores
-it).
-
-[`math_verify_reward`] reuses TRL's own [`trl.rewards.accuracy_reward`] (Math-Verify parsing and verification of a
-``\\boxed{}`` answer, or of another LaTeX answer after an anchor such as "final answer is") and adds what a training
-run on OpenR1-style data needs, following the paper's authors where TRL differs: only the last ``\\boxed{}`` of a
-completion counts, references written as bare answers (``"1, 2"``, ``"x^2+1"``) are wrapped in ``\\boxed{}``,
-plain-string completions are accepted, and an unparsable reference is reported once.
+"""The math reward, [`math_verify_reward`]: TRL's Math-Verify [`trl.rewards.accuracy_reward`] with the answer and
+reference handling of the paper's authors (only the last ``\\boxed{}`` counts, bare references are boxed).
 """
 
 from __future__ import annotations
@@ -27,17 +17,9 @@ _warned_unparsable_reference = False
 _warn_lock = threading.Lock()
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Answers
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def last_boxed(text: str) -> str | None:
-    """The last complete ``\\boxed{...}`` of ``text`` (braces balanced), or ``None`` if there is none.
-
-    Math-Verify alone reads ``"\\boxed{7} and \\boxed{12}"`` as the set ``{7, 12}``; the paper's authors score only
-    the last boxed answer, and so does [`math_verify_reward`]. An unclosed box (a truncated completion) is skipped.
-    """
+    """The last complete ``\\boxed{...}`` of ``text`` (braces balanced; an unclosed box is skipped), or ``None``: the
+    paper's authors score only the last boxed answer, where Math-Verify alone reads several as a set."""
     start = text.rfind("\\boxed")
     while start != -1:
         brace = start + len("\\boxed")
@@ -63,11 +45,6 @@ def answer_span(completion: Any) -> str:
     return last_boxed(text) or text
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# References
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def _timeouts() -> tuple[int | None, int | None]:
     # math-verify times out with signal.alarm, which only works in the main thread (as in TRL's accuracy_reward).
     if threading.current_thread() is threading.main_thread():
@@ -91,13 +68,10 @@ def _parses_to_expression(text: str) -> bool:
 
 @functools.lru_cache(maxsize=65536)
 def normalize_reference(reference: str) -> str | None:
-    """The reference answer in a form Math-Verify parses, or ``None`` if it cannot be parsed.
-
-    A reference that already carries LaTeX delimiters (``\\boxed{...}``, ``$...$``) is parsed as it is. A bare answer
-    (``"12"``, ``"\\frac{1}{2}"``, ``"1, 2"``) is wrapped in ``\\boxed{}`` first, as the paper's authors do: parsed
-    raw, ``"1, 2"`` would read as ``2``. If that fails the raw text is tried (a worked solution ending in a boxed
-    answer also works). Results are cached: a reference repeats once per completion of its prompt.
-    """
+    """The reference answer in a form Math-Verify parses, or ``None`` if it cannot be parsed (cached: a reference
+    repeats once per completion of its prompt). One with LaTeX delimiters (``\\boxed{...}``, ``$...$``) is parsed as
+    it is; a bare answer (``"12"``, ``"1, 2"``) is wrapped in ``\\boxed{}`` first, as the paper's authors do (parsed
+    raw, ``"1, 2"`` would read as ``2``), else tried raw (a worked solution ending in a boxed answer also works)."""
     if not isinstance(reference, str):
         return None
     text = reference.strip()
@@ -136,43 +110,26 @@ def reference_as_completion(reference: str) -> str:
 
 
 def reference_verifies(reference: Any) -> bool:
-    """Whether a reference answer is usable for training: Math-Verify parses it and it verifies against itself.
-
-    "Verifies against itself" means that a completion stating the reference as its boxed answer gets reward 1 from
-    [`math_verify_reward`], i.e. the exact path training uses.
-    """
+    """Whether a reference answer is usable for training: Math-Verify parses it, and a completion stating it as its
+    boxed answer gets reward 1 from [`math_verify_reward`] (the exact path training uses)."""
     if not isinstance(reference, str) or normalize_reference(reference) is None:
         return False
     return math_verify_reward([reference_as_completion(reference)], [reference]) == [1.0]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Reward functions
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def math_verify_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> list[float | None]:
     r"""TRL reward function: 1.0 when Math-Verify judges the completion's final answer equal to the reference.
 
-    The verification itself is TRL's [`trl.rewards.accuracy_reward`] (LaTeX extraction with ``\boxed{}`` tried
-    first; an answer needs an anchor such as ``\boxed{}``, ``$...$`` or "final answer is"). On top of it:
-
-    - ``completions`` may be strings or lists of chat messages;
-    - only the last complete ``\boxed{}`` of a completion is verified (see [`last_boxed`]), as the paper's authors
-      do; Math-Verify alone would read several boxes as a set;
-    - a bare reference (``"12"``, ``"1, 2"``, ``"x^2+1"``) is wrapped in ``\boxed{}`` before parsing (see
-      [`normalize_reference`]), as the paper's authors do;
-    - a completion with no parsable answer scores 0.0;
-    - a reference Math-Verify cannot parse gives ``None`` (TRL: not applicable) and a warning, logged once.
-
-    Args:
-        completions: One completion per row (string, or list of messages).
-        solution: The reference answer of each row (the dataset's ``solution`` column, which TRL passes by name).
-        **kwargs: Other dataset columns and trainer hooks; ``log_extra`` (given by TRL's trainers) is forwarded so the
-            parsed answers show up in the completions table.
+    The verification itself is TRL's [`trl.rewards.accuracy_reward`] (an answer needs an anchor such as ``\boxed{}``,
+    ``$...$`` or "final answer is"). On top of it, as the paper's authors do: only the last complete ``\boxed{}`` of a
+    completion is verified ([`last_boxed`]; Math-Verify alone would read several boxes as a set), and a bare reference
+    (``"12"``, ``"1, 2"``, ``"x^2+1"``) is wrapped in ``\boxed{}`` before parsing ([`normalize_reference`]).
+    ``completions`` may be strings or lists of chat messages; ``solution`` is the dataset's column of references;
+    ``log_extra`` (TRL's hook) is forwarded so the parsed answers show up in the completions table.
 
     Returns:
-        One reward per completion: 1.0, 0.0, or ``None``.
+        One reward per completion: 1.0, 0.0 (also for no parsable answer), or ``None`` where Math-Verify cannot parse
+        the reference (TRL: not applicable; a warning is logged once).
     """
     from trl.rewards import accuracy_reward
 

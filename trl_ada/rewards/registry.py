@@ -1,10 +1,9 @@
 """The registry of reward functions by name, and how trainers and jobs resolve and call them.
 
-[`REWARD_FUNCS`] maps the names a config or the command line uses (``reward_funcs: [math_verify]``) to functions:
-trl-ada's own (``math_verify``, ``exact_match``, ``code_execution``) and TRL's argument-free ones. A dotted import path
-(``my_package.rewards.my_reward``) names any other function. [`resolve_reward_funcs`] is what `AdaGRPOTrainer` calls on
-its ``reward_funcs``; [`score_completions`] calls a reward function the way TRL's trainer does (evaluation, data
-preparation).
+[`REWARD_FUNCS`] maps the names a config or the command line uses (``reward_funcs: [math_verify]``) to trl-ada's
+own functions and TRL's argument-free ones; a dotted import path (``my_package.rewards.my_reward``) names any other.
+[`resolve_reward_funcs`] is what `AdaGRPOTrainer` calls on its ``reward_funcs``; [`score_completions`] calls a reward
+function the way TRL's trainer does (evaluation, data preparation).
 """
 
 from __future__ import annotations
@@ -28,12 +27,8 @@ _TRAINER_PARAMS = frozenset(
 
 
 def _trl_reward_funcs() -> dict[str, RewardFunc]:
-    """TRL's argument-free reward functions, wrapped to also accept plain-string completions.
-
-    TRL's factories (``get_cosine_scaled_reward``, ``get_soft_overlong_punishment``,
-    ``get_repetition_penalty_reward``) need arguments, so they are not listed: pass a dotted import path to a
-    function you build with them instead.
-    """
+    """TRL's argument-free reward functions, wrapped to also accept plain-string completions (TRL's factories, such
+    as ``get_cosine_scaled_reward``, need arguments: name a function built with them by its dotted import path)."""
     try:
         from trl.rewards import accuracy_reward, reasoning_accuracy_reward, think_format_reward
     except ImportError:  # pragma: no cover - every supported TRL has them.
@@ -123,15 +118,9 @@ def score_completions(
     *,
     chunk_size: int = 4096,
 ) -> list[list[float | None]]:
-    """Scores several completions per prompt with one reward function, called the way TRL's trainer calls it.
-
-    Args:
-        reward_func: A TRL reward function.
-        prompts: One prompt per problem (string or messages). Completions of conversational prompts are passed as
-            messages, as TRL does.
-        completions: ``completions[i]`` holds the completions (text) of prompt ``i``.
-        columns: Dataset columns, one value per prompt, passed as keyword arguments (repeated per completion).
-        chunk_size: Rows per reward-function call.
+    """Scores several completions per prompt with one reward function, called the way TRL's trainer calls it:
+    ``completions[i]`` holds the completions (text) of ``prompts[i]`` (passed as messages where that prompt is
+    conversational), ``columns`` the dataset's values per prompt, and ``chunk_size`` rows go to each call.
 
     Returns:
         ``rewards[i][j]``: the reward of completion ``j`` of prompt ``i`` (``None`` where the function abstains).

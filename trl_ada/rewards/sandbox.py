@@ -6,78 +6,13 @@ Pure Python and the standard library; Linux only. The interface is small::
     result = sandbox.run(program="print(input()[::-1])", stdin="abc")
     result.status, result.stdout  # ("ok", "cba\\n")
 
-What a sandboxed program gets (``isolation="bwrap"``, the default), and why:
-
-- **Filesystem: a private copy, read-only, in memory.** ``filesystem="private"`` (the default) binds no directory of
-  the host's disks: a program sees a copy, made once per process on a ``tmpfs`` (``/dev/shm``), of the interpreter,
-  its standard library (without ``site-packages``/``dist-packages`` and the ``test`` package), the shared libraries
-  they load, the dynamic linker's cache and a few tools (``sh``, ``env``, ``echo``, ``cat``, ``true``, ``false``,
-  ``sleep``), each at its host path (``trl_ada.rewards.sandbox_root``). A run's lookups of names that do not exist
-  and the files it reads would otherwise leave negative directory-cache entries and page cache in the host's
-  filesystems, kernel memory that outlives the call and that a later run could time to learn what an earlier one
-  did; on a ``tmpfs`` the kernel keeps no negative entry and every file is always in memory, so a run leaves
-  nothing there. ``filesystem="host"`` binds the host's ``/usr`` (with the merged-``/usr`` links ``/bin``, ``/lib``,
-  ``/lib64``, ``/sbin``), the dynamic linker's files of ``/etc`` and the interpreter's own prefix (when it lives
-  outside ``/usr``) read-only instead, for programs that need other tools or the base interpreter's installed
-  packages; runs can then time each other's lookups. Either way the root is empty but for these and is itself
-  remounted read-only: no ``/root``, ``/home``, ``/work``, ``/run``, ``/var``, no host ``/tmp``, so no Hub token
-  (``~/.cache/huggingface/token``, ``$HF_HOME``), no ``~/.ssh``, no checkout. An allow-list was chosen over binding
-  ``/`` and masking the known-sensitive places because a mask list is only as good as one's knowledge of where a
-  machine keeps secrets (``/etc`` alone holds cloud and package-manager credentials on some images).
-- **The only writable place** is a fresh ``tmpfs`` at ``/tmp`` of ``SandboxLimits.scratch_bytes``, which is also the
-  working directory; ``files`` are copied into it. It is RAM, bounded by its size, and gone with the call. ``/dev``
-  holds only ``null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty`` and is read-only (``/dev/shm`` too, so
-  ``multiprocessing``'s semaphores are unavailable).
-- **Namespaces**: new user, PID, network (no interface but a down loopback: no network at all, not even to the
-  host's own ports), IPC, UTS and cgroup namespaces; further user namespaces are disabled inside (``--disable-userns``)
-  and the program runs in a new session (no ``TIOCSTI`` into the trainer's terminal). The program sees only its own
-  processes in ``/proc``; the trainer's PIDs do not exist there, so it can neither signal nor ``ptrace`` nor read the
-  ``environ`` of any process outside. bubblewrap, the sandbox's init, reads its options from a memfd (``--args``), so
-  ``/proc/1/cmdline`` holds only the command it runs; bubblewrap is started in the run's memory cgroup (where there
-  is one), which is so the root of the sandbox's cgroup namespace: ``/proc/self/cgroup`` reads ``/`` for every
-  hierarchy, with neither the trainer's PID nor a count of its runs nor a host path.
-- **System calls refused** (a seccomp filter, EPERM; x86_64 and aarch64): System V shared memory, semaphores and
-  message queues and ``memfd_create``, whose memory no process maps, so ``RLIMIT_AS`` would not count it; and the
-  kernel keyring (``add_key``, ``request_key``, ``keyctl``), since every child inherits the trainer's session keyring
-  (a PAM login, ``keyctl session``) and could read, revoke or add to it; POSIX message queues (``mq_*``) and
-  ``inotify_init``, whose budgets the kernel keeps per user, and file locks (``flock`` and ``fcntl``'s record-lock
-  commands), which two sandboxes could take and test on the read-only files both see: each is a channel between
-  concurrent runs. Calls of a second ABI (32-bit, x32) are refused too. Other system calls are not filtered.
-- **A clean environment**: bubblewrap itself is started with an empty environment and ``--clearenv``, and the program
-  gets only ``PATH``, ``HOME=/tmp``, ``LANG``, ``PYTHONDONTWRITEBYTECODE``, one-thread settings for BLAS/OpenMP
-  (``OMP_NUM_THREADS=1``, ...) and, when a channel is asked for, ``SANDBOX_CHANNEL_FD``. ``HF_TOKEN`` and every
-  other variable of the trainer are absent, also from ``/proc/1/environ``.
-- **An unprivileged user of its own**: when the trainer runs as root, each run's bubblewrap is started as a host uid
-  that no other run on the machine holds at the time, from ``run_as_uid`` (``SANDBOX_UIDS``, 4,096 uids, by
-  default). This is what makes ``RLIMIT_NPROC`` bite: the kernel does not enforce it for uid 0. The kernel keeps some
-  budgets per user (pipe pages, descriptors in flight over unix sockets, message-queue bytes, inotify instances):
-  with one uid for all, a run holding them could signal a concurrent run, or shrink its pipes. A trainer that is not
-  root runs every sandbox as itself: those budgets are then shared (the filter still refuses message queues,
-  inotify and locks).
-- **Resource limits** (``SandboxLimits``), set with util-linux ``prlimit`` inside the sandbox: CPU seconds
-  (``RLIMIT_CPU``), address space (``RLIMIT_AS``), file size (``RLIMIT_FSIZE``), processes and threads
-  (``RLIMIT_NPROC``), open files, no core dumps; plus a wall-clock timeout and a cap on each output stream enforced by
-  the caller, who kills the sandbox when either is exceeded.
-- **Nothing outlives the call**: the program's processes live in the sandbox's PID namespace, whose init is
-  bubblewrap; when the program's main process exits, or when the caller kills bubblewrap on a timeout
-  (``--die-with-parent`` takes the init with it), the kernel kills every process left in the namespace, daemons
-  (``setsid``, double fork) included. When the trainer is PID 1 (a container's entry point) the orphaned init is
-  reparented to it, and ``run`` reaps it (by its pidfd: no other child's exit status is taken).
-- **The sandbox's total memory**, where this process may create a cgroup in the cgroup v1 memory hierarchy (root on
-  a cgroup v1 or hybrid machine; ``Sandbox.memory_cgroup`` says where): each run gets its own memory cgroup capped at
-  ``memory_bytes + scratch_bytes``, in which bubblewrap is started (a shell moves itself in through the cgroup's
-  ``tasks`` file, then execs bubblewrap; if it cannot, nothing runs). Every process of the sandbox, its tmpfs and
-  the kernel memory it causes (inodes, pipe and socket buffers) are charged to it; past the cap the kernel's OOM
-  killer kills inside the sandbox (status ``memory``). The run's files on the private filesystem are not charged
-  to it: their pages belong to the copy, charged once to the process that made it.
-  Elsewhere (cgroup v2, a container without a writable ``/sys/fs/cgroup``, a non-root trainer) there is no such
-  total: the kernel memory of the scratch tmpfs's inodes is unbounded (empty files cost no ``scratch_bytes``, and
-  bubblewrap cannot set the tmpfs's ``nr_inodes``), freed with the call.
-
-``isolation="none"`` runs the program in a plain subprocess (clean environment, the same resource limits, a
-temporary working directory). It is **not a security boundary**: the program can read and write everything the
-trainer's user can, reach the network, and leave processes behind. It exists for machines without user namespaces
-and for measuring the sandbox's overhead, and it logs a warning when constructed.
+Under ``isolation="bwrap"`` (the default) a run sees a private read-only filesystem (``trl_ada.rewards.sandbox_root``;
+``filesystem="host"`` binds the host's ``/usr`` instead), a fresh ``tmpfs`` at ``/tmp`` as its only writable place,
+no network, its own namespaces, a seccomp filter, a clean environment, a uid of its own when the trainer is root,
+``prlimit`` limits and, where one can be made, a memory cgroup; nothing it starts outlives the call. docs/code-rl.md
+("The sandbox: what is and is not contained") says what each of these closes, and why. ``isolation="none"`` runs the
+program in a plain subprocess with the same limits: it is **not a security boundary** (it exists for machines without
+user namespaces and for measuring the sandbox's overhead) and it logs a warning when constructed.
 """
 
 from __future__ import annotations
@@ -125,15 +60,10 @@ _SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS")
 _READ_CHUNK = 65536
 
-# System calls a sandboxed program gets EPERM for (a seccomp filter bubblewrap installs before exec'ing the program):
-# - System V IPC and memfds hold memory that no process maps, so RLIMIT_AS does not count it and (for SysV) it
-#   outlives the process that made it until the IPC namespace is freed;
-# - the kernel keyring calls would reach the trainer's session keyring, which every child inherits;
-# - POSIX message queues and inotify instances are counted against per-user budgets that concurrent sandboxes would
-#   share (a covert channel), and file locks (``flock``, and the ``fcntl`` lock commands of ``_DENIED_FCNTL_COMMANDS``)
-#   on the read-only files every sandbox sees would let one sandbox signal another.
-# Numbers per architecture: (AUDIT_ARCH_* of seccomp_data.arch, {name: number}, first number of a second ABI that
-# shares the arch value (x86_64's x32), whose calls are all refused).
+# System calls a sandboxed program gets EPERM for: System V IPC and memfds hold memory no process maps (RLIMIT_AS
+# does not count it); the keyring calls reach the trainer's session keyring; message queues, inotify and file locks
+# (``flock``, ``_DENIED_FCNTL_COMMANDS``) are channels between concurrent sandboxes. Per architecture:
+# (AUDIT_ARCH_* of seccomp_data.arch, {name: number}, first number of a second ABI sharing that arch value (x32)).
 _DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
     "x86_64": (
         0xC000003E,
@@ -174,11 +104,9 @@ class SandboxLimits:
             ``timeout``). Rounded up to whole seconds.
         memory_bytes: Address space of each process (``RLIMIT_AS``); Python raises ``MemoryError`` past it
             (status ``memory``). Python itself needs ~30 MB; threads reserve their stacks from it. With a memory
-            cgroup (see ``Sandbox.memory_cgroup``) the whole sandbox, every process, its tmpfs and the kernel memory
-            it causes, is also capped at ``memory_bytes + scratch_bytes`` (576 MiB with the defaults). Without one
-            the limit is per process: a sandbox's worst case is ``memory_bytes * max_processes + scratch_bytes``
-            (4.06 GiB with the defaults) plus the kernel memory of its tmpfs's inodes; a machine's is that times the
-            sandboxes running at once; size both to the machine.
+            cgroup (``Sandbox.memory_cgroup``) the whole sandbox is also capped at ``memory_bytes + scratch_bytes``;
+            without one a sandbox's worst case is ``memory_bytes * max_processes + scratch_bytes``: size it, times the
+            sandboxes running at once, to the machine.
         file_size_bytes: Largest file a process may write (``RLIMIT_FSIZE``).
         scratch_bytes: Size of the writable ``tmpfs`` at ``/tmp`` (RAM), files given to ``run`` included.
         max_processes: Processes and threads of the sandbox's user inside its namespace (``RLIMIT_NPROC``), the
@@ -199,15 +127,8 @@ class SandboxLimits:
     output_bytes: int = 1 << 20
 
     def __post_init__(self) -> None:
-        positive = {
-            "wall_time_s": self.wall_time_s,
-            "cpu_time_s": self.cpu_time_s,
-            "memory_bytes": self.memory_bytes,
-            "file_size_bytes": self.file_size_bytes,
-            "scratch_bytes": self.scratch_bytes,
-            "output_bytes": self.output_bytes,
-        }
-        for name, value in positive.items():
+        for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "file_size_bytes", "scratch_bytes", "output_bytes"):
+            value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}.")
         if self.memory_bytes < 64 << 20:
@@ -229,9 +150,8 @@ class SandboxResult:
     Attributes:
         status: ``ok`` (exit status 0), ``error`` (another exit status, or killed by a signal other than the limits'),
             ``timeout`` (wall clock or CPU limit), ``memory`` (``MemoryError``), ``output_limit`` (an output stream or
-            a file over its limit), ``sandbox_error`` (bubblewrap could not set the sandbox up; the program did not
-            run: bubblewrap recorded no exit status for it on its ``--json-status-fd``, which the program cannot
-            reach).
+            a file over its limit), ``sandbox_error`` (bubblewrap could not set the sandbox up, so the program did not
+            run: bubblewrap's status pipe, out of the program's reach, recorded no exit status).
         returncode: The program's exit status (``128 + signal`` when a signal killed it, as bubblewrap reports it);
             ``None`` when the caller killed the sandbox.
         stdout, stderr: The program's output, decoded as UTF-8 (invalid bytes replaced), at most
@@ -297,35 +217,30 @@ def _check_prefix(prefix: str) -> None:
 
 
 class Sandbox:
-    """Runs programs under bubblewrap with the limits of a [`SandboxLimits`]. See the module docstring for what the
-    sandbox isolates and how.
+    """Runs programs under bubblewrap with the limits of a [`SandboxLimits`] (what it isolates: docs/code-rl.md).
 
     Construction checks the set-up once (bubblewrap and ``prlimit`` present, a trivial sandbox starts) and raises with
-    the fix when it does not, so a misconfigured machine fails before any training compute. Instances are cheap,
-    picklable and safe to use from several threads at once.
+    the fix, so a misconfigured machine fails before any training compute. Instances are cheap, picklable and
+    thread-safe.
 
     Args:
         limits: Resource limits of each run.
-        isolation: ``"bwrap"`` (default) or ``"none"``: a plain subprocess, **not a security boundary** (see the module
-            docstring); a warning is logged.
+        isolation: ``"bwrap"`` (default) or ``"none"``: a plain subprocess, **not a security boundary**; a warning
+            is logged.
         python: Interpreter for ``run(program=...)``. Default: this process's interpreter when the sandbox user can
-            read it, else ``/usr/bin/python3``. A virtualenv's own site-packages are never visible (its base
-            interpreter runs).
-        filesystem: ``"private"`` (default): programs see a read-only copy, made once per process on a ``tmpfs``, of
-            the interpreter, its standard library and the libraries they load (``python``'s installed packages are
-            not in it); a run leaves nothing in a filesystem that later runs see. ``"host"``: the host's ``/usr`` and
-            the interpreter's prefix, read-only, with every tool and installed package of the base interpreter, but
-            a later run can time an earlier one's file lookups. See the module docstring.
+            read it, else ``/usr/bin/python3``. A virtualenv's own site-packages are never visible.
+        filesystem: ``"private"`` (default): a read-only copy in memory of the interpreter, its standard library and
+            the libraries they load (not ``python``'s installed packages). ``"host"``: the host's ``/usr`` and the
+            interpreter's prefix, read-only (every tool and installed package), but runs can time each other's lookups.
         run_as_uid: When this process is root, the unprivileged uids (each also the gid) bubblewrap runs as: a
-            ``range``, from which each run takes a uid that no other run on the machine holds at the time (default
-            [`SANDBOX_UIDS`]), or one ``int`` for every run (then concurrent runs share the kernel's per-user budgets,
-            a covert channel between them). Ignored when not root (the sandbox then runs as the current user, who is
-            not exempt from process limits).
+            ``range``, from which each run takes one no other run on the machine holds (default [`SANDBOX_UIDS`]), or
+            one ``int`` for every run (concurrent runs then share the kernel's per-user budgets, a covert channel).
+            Ignored when not root (the sandbox then runs as the current user).
 
     Attributes:
-        memory_cgroup: The cgroup v1 memory directory under which each run gets its own capped cgroup, found at
-            construction (this process's own memory cgroup, when it may create cgroups there); ``None`` when there is
-            none, and then the sandbox's memory is bounded per process only (see ``SandboxLimits.memory_bytes``).
+        memory_cgroup: The cgroup v1 memory directory under which each run gets its own capped cgroup (this
+            process's own, when it may create cgroups there); ``None`` when there is none: memory is then bounded
+            per process only (see ``SandboxLimits.memory_bytes``).
     """
 
     def __init__(
@@ -349,10 +264,9 @@ class Sandbox:
         self._as_root = os.geteuid() == 0
         if run_as_uid is None:
             run_as_uid = SANDBOX_UIDS
-        if isinstance(run_as_uid, bool) or not isinstance(run_as_uid, (int, range)):
-            raise ValueError(f"run_as_uid must be a uid or a non-empty range of uids, got {run_as_uid!r}.")
-        uids = run_as_uid if isinstance(run_as_uid, range) else range(run_as_uid, run_as_uid + 1)
-        if not uids or uids.start < 0:
+        single = isinstance(run_as_uid, int) and not isinstance(run_as_uid, bool)
+        uids = range(run_as_uid, run_as_uid + 1) if single else run_as_uid
+        if not isinstance(uids, range) or not uids or uids.start < 0:
             raise ValueError(f"run_as_uid must be a uid or a non-empty range of uids, got {run_as_uid!r}.")
         if uids.stop > (1 << 32) - 1 or uids.step != 1:
             raise ValueError(f"run_as_uid must hold consecutive uids below 2**32 - 1, got {run_as_uid!r}.")
@@ -401,10 +315,6 @@ class Sandbox:
                 )
         self._check_works()
 
-    # -----------------------------------------------------------------------------------------------------------------
-    # Set-up
-    # -----------------------------------------------------------------------------------------------------------------
-
     def _drops_privileges(self) -> bool:
         return self._as_root and self.isolation == "bwrap"
 
@@ -444,10 +354,6 @@ class Sandbox:
                 f"{(result.stderr or result.detail).strip()[:500]}.{hint}"
             )
 
-    # -----------------------------------------------------------------------------------------------------------------
-    # Commands
-    # -----------------------------------------------------------------------------------------------------------------
-
     def _limit_args(self) -> list[str]:
         limits = self.limits
         cpu = max(1, math.ceil(limits.cpu_time_s))
@@ -476,19 +382,8 @@ class Sandbox:
         status_fd: int,
         seccomp_fd: int | None,
     ) -> list[str]:
-        args = [
-            "--unshare-all",
-            "--unshare-user",
-            "--disable-userns",
-            "--die-with-parent",
-            "--new-session",
-            "--uid",
-            "1000",
-            "--gid",
-            "1000",
-            "--hostname",
-            "sandbox",
-        ]
+        args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
+        args += ["--uid", "1000", "--gid", "1000", "--hostname", "sandbox"]
         args += self._root_args or self._host_binds()
         args += ["--dev", "/dev", "--proc", "/proc", "--size", str(self.limits.scratch_bytes), "--tmpfs", SCRATCH_DIR]
         for name, fd in files.items():
@@ -533,10 +428,6 @@ class Sandbox:
             args += ["--ro-bind", prefix, prefix]
         return args
 
-    # -----------------------------------------------------------------------------------------------------------------
-    # Running
-    # -----------------------------------------------------------------------------------------------------------------
-
     def python_argv(self, script: str = PROGRAM_FILE, *args: str) -> list[str]:
         """The command that runs ``script`` (relative to the working directory) with the sandbox's interpreter:
         isolated mode (``-I``: no environment variables, no user site-packages, no script directory on the path)."""
@@ -560,9 +451,8 @@ class Sandbox:
             program: Python source, written to ``main.py`` in the working directory.
             stdin: The program's standard input (then end of file).
             files: More files for the working directory, ``{name: content}`` (plain names, no ``/``).
-            channel: Give the program an extra pipe, write end at the fd number in ``$SANDBOX_CHANNEL_FD``; what is
-                written to it comes back as ``SandboxResult.channel``. The program can write to it too: a verdict the
-                caller derives from it is only as trustworthy as the data it carries (see ``trl_ada.rewards.code``).
+            channel: Give the program an extra pipe, write end at the fd number in ``$SANDBOX_CHANNEL_FD``, read back
+                as ``SandboxResult.channel``; the program can write to it too, so trust only data it cannot forge.
 
         Raises:
             ValueError: on a bad argument (no command, a file name with a path separator), before anything runs.
@@ -636,12 +526,7 @@ class Sandbox:
                 except OSError as error:
                     return SandboxResult("sandbox_error", None, detail=f"could not create a memory cgroup: {error}")
                 command = cgroup.entering(self._shell, command)
-            pass_fds = [
-                *file_fds.values(),
-                *write_ends,
-                options_fd,
-                *([seccomp_fd] if seccomp_fd is not None else []),
-            ]
+            pass_fds = [*file_fds.values(), *write_ends, options_fd, *([seccomp_fd] if seccomp_fd is not None else [])]
             return self._communicate(
                 command + argv,
                 stdin,
@@ -709,9 +594,8 @@ class Sandbox:
     ) -> SandboxResult:
         """Starts ``command``, feeds ``stdin``, collects stdout, stderr and the channel (``read_fd``) within the limits,
         and kills the sandbox on a limit. ``write_ends`` (the sandbox's ends of our pipes) are closed once it has
-        started, and removed from ``open_fds``, the set of descriptors the caller closes afterwards. ``status_fd``:
-        the read end of bubblewrap's ``--json-status-fd``; ``cgroup``: the run's memory cgroup, in which ``command``
-        starts (asked after a limit kill)."""
+        started, and removed from ``open_fds`` (what the caller closes). ``status_fd``: the read end of bubblewrap's
+        ``--json-status-fd``; ``cgroup``: the run's memory cgroup (asked after a limit kill)."""
         limits = self.limits
         start = time.monotonic()
         deadline = start + limits.wall_time_s
@@ -736,15 +620,11 @@ class Sandbox:
         out_fd, err_fd = process.stdout.fileno(), process.stderr.fileno()
         buffers: dict[int, bytearray] = {}
         selector = selectors.DefaultSelector()
-        streams = {"stdout": process.stdout, "stderr": process.stderr}
-        for name, stream in streams.items():
-            os.set_blocking(stream.fileno(), False)
-            selector.register(stream.fileno(), selectors.EVENT_READ, name)
-            buffers[stream.fileno()] = bytearray()
-        if read_fd is not None:
-            os.set_blocking(read_fd, False)
-            selector.register(read_fd, selectors.EVENT_READ, "channel")
-            buffers[read_fd] = bytearray()
+        readers = {"stdout": out_fd, "stderr": err_fd, **({"channel": read_fd} if read_fd is not None else {})}
+        for name, fd in readers.items():
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ, name)
+            buffers[fd] = bytearray()
         stdin_fd = process.stdin.fileno()
         os.set_blocking(stdin_fd, False)
         pending_stdin = memoryview(stdin)
@@ -856,14 +736,9 @@ class Sandbox:
         return "error", f"exit status {code}"
 
     def _kill(self, process: subprocess.Popen[bytes], status: _BwrapStatus) -> None:
-        """Kills the sandbox and returns once every process in it is gone.
-
-        Under bubblewrap the sandbox's init (its host PID comes from ``--json-status-fd``) is killed: the kernel then
-        kills every process of the PID namespace and makes the init reapable only once they are all dead, and
-        bubblewrap, which waits for it, exits after that. Killing bubblewrap instead would return while the namespace
-        is still being torn down. Without isolation the program's process group is killed (a ``setsid`` child escapes
-        it).
-        """
+        """Kills the sandbox and returns once every process in it is gone: under bubblewrap its init, not bubblewrap
+        (which would return mid-teardown: the kernel kills the whole PID namespace, and the init becomes reapable only
+        once it is empty), else the program's process group (a ``setsid`` child escapes it)."""
         if self.isolation == "none":
             try:
                 os.killpg(process.pid, signal.SIGKILL)
@@ -902,10 +777,9 @@ class Sandbox:
 
 
 class _BwrapStatus:
-    """What bubblewrap writes to its ``--json-status-fd``: one JSON object a line, ``{"child-pid": N, ...}`` once the
-    sandbox's init exists, ``{"exit-code": N}`` once the program has run (none when bubblewrap failed to set the
-    sandbox up). Holds a pidfd of that init, opened while bubblewrap, its parent, still keeps it from being reaped, so
-    the signal and the wait below reach that process and no other that got its PID later."""
+    """What bubblewrap writes to its ``--json-status-fd``: ``{"child-pid": N, ...}`` once the sandbox's init exists,
+    ``{"exit-code": N}`` once the program has run (none when the set-up failed). Holds a pidfd of that init, opened
+    while bubblewrap still keeps it from being reaped, so the signal and the wait reach that process and no other."""
 
     def __init__(self, fd: int | None) -> None:
         self.fd = fd
@@ -957,15 +831,9 @@ class _BwrapStatus:
         return True
 
     def wait_for_init(self, timeout_s: float = 10.0) -> None:
-        """Returns once the sandbox's init has exited, which the kernel lets happen only after every other process of
-        its PID namespace is gone, and reaps it if it became this process's child.
-
-        bubblewrap's monitor can exit before the init it forked is reaped; the init is then reparented to the nearest
-        child subreaper, else to PID 1 of this PID namespace. When that is this process (a container whose entry
-        point is the trainer) nobody else reaps it: a zombie per run. The wait names the init's pidfd, so no other
-        child's exit status (``subprocess``'s, ``asyncio``'s) is taken; when the init is not this process's child,
-        its own parent reaps it.
-        """
+        """Returns once the sandbox's init has exited (so every process of its PID namespace is gone), and reaps it
+        if it was reparented to this process (a trainer that is PID 1): else a zombie per run. The wait names the
+        init's pidfd, so no other child's exit status (``subprocess``'s, ``asyncio``'s) is taken."""
         if self.pidfd is None:
             return
         if not _wait_readable(self.pidfd, time.monotonic() + timeout_s):  # a pidfd is readable once it has exited
@@ -985,11 +853,9 @@ class _BwrapStatus:
 
 
 class _UidLease:
-    """A host uid held by one run: the kernel keeps some budgets per user (POSIX message-queue bytes, inotify
-    instances, pipe pages, descriptors in flight over unix sockets), so two sandboxes running as one uid could signal
-    each other through them. The hold is a bound abstract unix socket named after the uid, which the kernel releases
-    when this process closes it or dies, so trainer processes on one machine (one network namespace) never hand out
-    the same uid at once."""
+    """A host uid held by one run, so no two sandboxes share the kernel's per-user budgets. The hold is a bound
+    abstract unix socket named after the uid, released when this process closes it or dies, so trainer processes on
+    one machine (one network namespace) never hand out the same uid at once."""
 
     def __init__(self, uid: int, holder: socket.socket) -> None:
         self.uid, self._holder = uid, holder
@@ -1044,10 +910,8 @@ def _memory_cgroup_parent() -> str | None:
 
 
 class _MemoryCgroup:
-    """The memory cgroup (v1) of one run: every process of the sandbox and the kernel memory they cause (tmpfs inodes,
-    pipe and socket buffers) are charged to it, and it is capped, so the sandbox's total is bounded, not only each
-    process's address space. bubblewrap is started in it (see ``entering``), so everything the program does is
-    charged to it, and the sandbox's cgroup namespace has it as its root: ``/proc/self/cgroup`` reads ``/``."""
+    """The capped memory cgroup (v1) of one run: every process of the sandbox and the kernel memory they cause are
+    charged to it. bubblewrap is started in it (``entering``), so it is the root of the sandbox's cgroup namespace."""
 
     def __init__(self, parent: str, limit_bytes: int) -> None:
         for path in list(_cgroups_to_remove):  # earlier runs' leftovers, empty by now
@@ -1078,10 +942,9 @@ class _MemoryCgroup:
         os.chown(os.path.join(self.path, "tasks"), uid, uid)
 
     def entering(self, shell: str, command: list[str]) -> list[str]:
-        """``command`` started in the cgroup: a shell writes ``0`` (itself) to ``tasks``, then execs it (so the
-        shell's command line is gone before the sandbox exists), and fails with the kernel's message if it cannot.
-        A process that moves only its own thread skips the kernel's global lock on every thread group, which a move
-        by PID takes, waiting for an RCU grace period each time."""
+        """``command`` started in the cgroup: a shell writes ``0`` (itself) to ``tasks``, then execs it, and fails with
+        the kernel's message if it cannot. Moving only itself skips the kernel's global lock that a move by PID takes
+        (an RCU grace period each time)."""
         return [shell, "-c", 'echo 0 >"$0" && exec "$@"', os.path.join(self.path, "tasks"), *command]
 
     def oom_killed(self) -> bool:
@@ -1094,9 +957,8 @@ class _MemoryCgroup:
         return counters.get("oom_kill", "0").strip() != "0"
 
     def remove(self) -> None:
-        """Removes the cgroup once the sandbox's processes are gone. It is not emptied first (``memory.force_empty``):
-        that would evict pages the next runs need, which they would then page in and out again at their cap instead of
-        being stopped by the OOM killer; with the private filesystem a run leaves nothing charged to keep."""
+        """Removes the cgroup once the sandbox's processes are gone, without ``memory.force_empty`` (it would evict
+        pages the next runs need: docs/code-rl.md)."""
         deadline = time.monotonic() + 1
         while True:
             try:

@@ -1,18 +1,9 @@
 """The private filesystem of sandboxed programs: a read-only copy, in memory, of the files an interpreter runs from.
 
-A program that looks up a name that does not exist in a directory of the host's disk leaves a negative entry in the
-kernel's directory cache, and a file it reads stays in the page cache; both outlive the run, hold kernel memory, and a
-later run can time a lookup or a read to learn what an earlier one did. On a ``tmpfs`` neither happens: the kernel
-keeps no negative entry there (a failed lookup's entry is freed as soon as it is dropped) and every file is always in
-memory. So the sandbox binds no directory of the host's disks: it binds a copy, made once per process on a ``tmpfs``
-(``/dev/shm`` by default), of what the interpreter needs (its executable, its standard library without the ``test``
-package and without ``site-packages``/``dist-packages``, the shared libraries these load, the dynamic linker's cache)
-and of a few tools (``sh``, ``prlimit`` the sandbox itself runs, ``env``, ``echo``, ``cat``, ``true``, ``false``,
-``sleep``). Each file keeps its host path, and the symbolic links on the way to it are copied as links, so the
-interpreter finds its prefix as on the host. The copy is removed when the process exits; a copy whose process died
-without removing it is removed by the next process that makes one.
-
-Pure standard library; Linux only. ``ldd`` (glibc's ``libc-bin``) lists the shared libraries.
+Made once per process on a ``tmpfs`` (``/dev/shm`` by default), where a run's failed lookups and reads leave nothing
+in the kernel's caches for a later run to time (docs/code-rl.md): the interpreter, its standard library (no installed
+packages, no ``test`` package), the shared libraries these load (``ldd`` lists them), the dynamic linker's cache and
+[`ROOT_TOOLS`], each file at its host path. Removed when the process exits, or by the next process that makes one.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Completions as text: the helpers every reward reads completions through.
-
-TRL passes a reward function strings for plain-text datasets and lists of chat messages (``[{"role": "assistant",
-"content": ...}]``) for conversational ones. [`completion_text`] reads either; [`as_messages`] and
-[`accept_text_completions`] go the other way, for TRL's reward functions that read only messages. Both the math rewards
-([`trl_ada.rewards.math`]) and the code reward ([`trl_ada.rewards.code`]) import this module, and it imports neither.
+"""Completions as text: TRL passes a reward function strings for plain-text datasets and lists of chat messages
+(``[{"role": "assistant", "content": ...}]``) for conversational ones. [`completion_text`] reads either;
+[`as_messages`] and [`accept_text_completions`] go the other way, for TRL's reward functions that read only messages.
 """
 
 from __future__ import annotations
@@ -16,11 +13,8 @@ RewardFunc = Callable[..., list[float | None]]
 
 
 def completion_text(completion: Any) -> str:
-    """The text of one completion: TRL passes a string, or a list of messages for conversational data.
-
-    For a list of messages the content of the last message is returned (the final answer comes last in multi-turn
-    completions). ``None`` and malformed values give ``""`` rather than raising.
-    """
+    """The text of one completion: the string TRL passes, or the content of the last of its messages (the final
+    answer comes last in multi-turn completions); ``None`` and malformed values give ``""`` rather than raising."""
     if completion is None:
         return ""
     if isinstance(completion, str):

@@ -1,10 +1,7 @@
 """
-The intra-op thread count torch uses when a trainer runs on CPU, unless the user chose one.
-
-torch starts with one thread per physical core of the machine, whatever share of it the process may use (a cgroup
-quota, an affinity mask) and however busy the other cores are. For a small model every operation is too short to be
-worth splitting: generation spends its time in thread hand-offs, and a busy core stalls every operation until its
-thread is scheduled. `benchmarks/cpu_threads.py` measures both effects against torch's own count.
+The intra-op thread count torch uses when a trainer runs on CPU, unless the user chose one: torch starts with one
+thread per physical core, whatever share of the machine the process may use, and a small model's operations are too
+short to be worth splitting (`benchmarks/cpu_threads.py` compares against torch's own count).
 """
 
 from __future__ import annotations
@@ -30,12 +27,8 @@ _applied: int | None = None
 
 
 def user_set_threads() -> bool:
-    """Whether the user chose torch's thread count: through [`THREAD_ENV_VARS`], or with `torch.set_num_threads`.
-
-    A call is seen when the count differs from [`THREADS_AT_IMPORT`] (a call after importing trl-ada) or from torch's
-    own default, which its inter-op pool keeps (`torch.set_num_threads` does not change that one), so a count set
-    before trl-ada was imported is kept too, unless it is exactly torch's default.
-    """
+    """Whether the user chose torch's thread count: through [`THREAD_ENV_VARS`], or with `torch.set_num_threads`,
+    seen as a count that differs from [`THREADS_AT_IMPORT`] or from torch's default (which its inter-op pool keeps)."""
     if any(os.environ.get(name, "").strip() for name in THREAD_ENV_VARS):
         return True
     current = torch.get_num_threads()

@@ -1,9 +1,6 @@
 """
-The check of a model's name before anything loads it: a local directory, or a well-formed Hub id.
-
-transformers tries a name that is not a directory on the Hub, and a local path that does not exist then ends, after
-several chained tracebacks, in huggingface_hub's complaint about the form of a repo id. This says what is wrong in one
-line. A well-formed id (`org/name`) is let through without asking the Hub: whether it exists is the Hub's answer.
+The check of a model's name before anything loads it: a local directory, or a well-formed Hub id (not looked up),
+so a missing local path is one line instead of huggingface_hub's chained tracebacks about a repo id's form.
 """
 
 from __future__ import annotations
@@ -32,6 +29,5 @@ def model_name_error(name: str, what: str = "model") -> str | None:
 
 def check_model_name(name: str, what: str = "model") -> None:
     """Raise `ValueError` with [`model_name_error`]'s one line when `name` can name no model."""
-    error = model_name_error(name, what)
-    if error is not None:
+    if (error := model_name_error(name, what)) is not None:
         raise ValueError(error)

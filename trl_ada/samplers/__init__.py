@@ -1,11 +1,5 @@
-"""
-Sampling strategies for Reinforce-Ada. Pure Python: this package imports neither torch nor TRL.
-
-Every sampler is a plug-in: `@register_sampler("name")` on a [`Sampler`] subclass makes `sampler="name"` selectable in
-`AdaGRPOConfig`, on the command line, in `trl-ada simulate` and on the model card. The built-in ones register
-themselves the same way, as their modules are imported: uniform (`uniform`), seq_pos and seq_balance (`sequential`),
-dapo (`dapo`), est (`est`), dapo_gated (`gated`), knapsack (`knapsack`), spo (`spo`).
-"""
+"""Sampling strategies for Reinforce-Ada, each a plug-in that `@register_sampler("name")` registers as its module is
+imported. Pure Python: this package imports neither torch nor TRL."""
 
 # isort: off
 # Registration order is `sampler_names()`'s order (the paper's samplers first): uniform, seq_pos, seq_balance, then the rest.

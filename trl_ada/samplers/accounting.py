@@ -1,19 +1,8 @@
 """
-Where a step's completions go: per pass-rate band of the prompt, how many were drawn and what share of them served
-an update group with a signal ("useful draws"). Pure Python: no torch, no TRL.
-
-A prompt's band is its pool's measured pass rate `p̂` (positives over scored, unmasked draws), the one number every
-sampler has after drawing, tracker or not:
-
-- `none_right`: `p̂ = 0`, every draw wrong (the prompt was hopeless at this budget);
-- `low`: `0 < p̂ <= 1/4`; `mid`: `1/4 < p̂ < 3/4`; `high`: `3/4 <= p̂ < 1`;
-- `all_right`: `p̂ = 1`, every draw right;
-- `unscored`: no draw had a reward.
-
-A prompt's draws are *useful* when the prompt is in the update and its group carries a signal
-([`PromptResult.has_signal`]): the pool's draws then set its baseline and the kept ones move the policy. They are
-*trained* when they are themselves in that group. DAPO's dropped groups, and a sequential sampler's pool that hit
-the cap with one outcome, count as drawn and not useful: that is the waste this accounting exists to find.
+Where a step's completions go: per band of the pool's measured pass rate `p̂` ([`band_of`]), how many were drawn and
+how many were *useful* (the prompt is in the update and its group carries a signal) or *trained* (in that group
+themselves). DAPO's dropped groups, and a pool that hit the cap with one outcome, are drawn and not useful: the waste
+this accounting exists to find. Pure Python: no torch, no TRL.
 """
 
 from __future__ import annotations
@@ -27,7 +16,8 @@ BANDS = ("none_right", "low", "mid", "high", "all_right", "unscored")
 
 
 def band_of(pass_rate: float) -> str:
-    """The band of a pool's measured pass rate (NaN: `unscored`)."""
+    """The band of a pool's measured pass rate: `none_right` (0), `low` (up to 1/4), `mid`, `high` (from 3/4),
+    `all_right` (1), or `unscored` (NaN)."""
     if math.isnan(pass_rate):
         return "unscored"
     if pass_rate <= 0.0:
@@ -54,17 +44,9 @@ class PromptDraws:
 
 
 def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
-    """
-    The `draws/*` metrics of one update, over every prompt drawn for it (first batch and refills):
-
-    - `draws/drawn`: completions drawn (not `total`: TRL reads that word in a name as a sum over the log window);
-      `draws/useful_share`, `draws/trained_share`: the shares of them that were useful and trained (see the module
-      docstring);
-    - per band `B` with at least one draw: `draws/B/share`, the share of the update's draws spent on prompts of that
-      band, and `draws/B/useful_share`, the share of that band's draws that were useful;
-    - the same counts as counters ([`draw_counters`]), which a logging window sums: a run's totals are the sums of its
-      logged counters at any `logging_steps`, where the shares above are averaged over the window's updates.
-    """
+    """The `draws/*` metrics of one update, over every prompt drawn for it (first batch and refills): `draws/drawn`
+    (not `total`: TRL sums such names over the log window), `draws/useful_share` and `draws/trained_share`; per band
+    `B` drawn, `draws/B/share` and `draws/B/useful_share`; and the counters of [`draw_counters`]."""
     drawn, useful, trained = _tally(prompts)
     total = sum(drawn.values())
     counters = _counters(drawn, useful, trained)
@@ -83,13 +65,9 @@ def draw_metrics(prompts: Iterable[PromptDraws]) -> dict[str, float]:
 
 
 def draw_rates(prompts: Iterable[PromptDraws]) -> dict[str, tuple[float, float] | float]:
-    """
-    The shares of [`draw_metrics`] as `(numerator, denominator)` pairs, for a producer that reports many small
-    batches: TRL's asynchronous trainer reduces a pair over its log window as `sum(numerators) / sum(denominators)`,
-    so every draw of the window weighs the same (a mean of per-batch shares would not). Every band is present in
-    every report, so each band's share of the window has the window's whole draw count below it. `draws/drawn` is
-    the mean number of draws per report. The counters ([`draw_counters`]) are plain numbers, which that trainer sums.
-    """
+    """The shares of [`draw_metrics`] as `(numerator, denominator)` pairs, which TRL's asynchronous trainer reduces
+    over its log window as `sum(numerators) / sum(denominators)`, so every draw weighs the same. Every band is in every
+    report; `draws/drawn` is the mean draws per report; the counters ([`draw_counters`]) are plain numbers."""
     drawn, useful, trained = _tally(prompts)
     total = float(sum(drawn.values()))
     rates: dict[str, tuple[float, float] | float] = {
@@ -104,12 +82,9 @@ def draw_rates(prompts: Iterable[PromptDraws]) -> dict[str, tuple[float, float] 
 
 
 def draw_counters() -> tuple[str, ...]:
-    """
-    The names of the counters [`draw_metrics`] and [`draw_rates`] report, every band included whether drawn or not:
-    `draws/drawn_total`, `draws/useful_total`, `draws/trained_total`, and per band `B` `draws/B/drawn_total` and
-    `draws/B/useful_total`. The word `total` makes a logging window sum them
-    (`trl_ada.reporting.metrics.LOG_WINDOW_REDUCTIONS`, and TRL's asynchronous trainer by the name).
-    """
+    """The counters [`draw_metrics`] and [`draw_rates`] report, every band included: `draws/drawn_total`,
+    `draws/useful_total`, `draws/trained_total`, and per band `draws/B/drawn_total` and `draws/B/useful_total`. The
+    word `total` makes a logging window sum them."""
     per_band = tuple(f"draws/{band}/{count}_total" for band in BANDS for count in ("drawn", "useful"))
     return ("draws/drawn_total", "draws/useful_total", "draws/trained_total", *per_band)
 

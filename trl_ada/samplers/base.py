@@ -1,21 +1,7 @@
 """
-Sampler strategies: which prompts need how many more completions, and which completions form the update group.
-
-The trainer drives one [`SamplingStep`] per generation batch:
-
-```python
-step = sampler.begin(num_prompts)
-while requests := step.requests():          # [(prompt_index, count), ...], ascending prompt index
-    rewards = generate_and_score(requests)  # one reward per completion, laid out request by request
-    step.observe(requests, rewards)
-selection = step.finish()                   # kept indices, baseline, scale, weight and advantages per prompt
-```
-
-Sequential samplers also run round-free, for engines that batch continuously and can abort requests:
-`sampler.begin_continuous(num_prompts, keys)` returns a [`ContinuousStep`] (see `trl_ada.samplers.continuous`) whose
-pools, and hence whose selection, are those of rounds with the same settings.
-
-Pure Python: no torch and no TRL, so every rule can be checked with Bernoulli rewards (see `trl-ada simulate`).
+The `Sampler` contract and the [`SamplingStep`] the trainer drives once per generation batch (`begin`, `requests` and
+`observe` until no request is left, then `finish`: docs/custom-sampler.md shows the loop). Pure Python: no torch and no
+TRL, so every rule can be checked with Bernoulli rewards (see `trl-ada simulate`).
 """
 
 from __future__ import annotations
@@ -52,39 +38,23 @@ class PromptResult:
     advantages: tuple[float, ...]
     """One advantage per kept completion."""
     has_signal: bool
-    """
-    Whether the prompt carries a gradient: the rewards its baseline is computed from (the whole pool with
-    `baseline="pool"`, the kept group with `"group"`) are not constant (std above `zero_variance_tolerance`). Without
-    a signal every advantage is zero. The one definition read by weight normalisation and DAPO's batch filling.
-    """
+    """Whether the rewards the baseline is computed from (the pool, or the kept group under `baseline="group"`) vary
+    beyond `zero_variance_tolerance`; without a signal every advantage is zero."""
     unnormalised_weight: float
     """The sampler's weight before `normalize_weights` (clipped): what [`finish_update`] rescales over the update."""
     draw_shares: tuple[float, ...] = ()
-    """
-    Per kept completion, the factor of its advantage; empty when every factor is 1 (the kept group is the sampler's).
-    With `train_on="pool"` the whole pool is kept, and each draw's factor is the share of its outcome's draws that the
-    sampler's group took ([`rules.outcome_shares`]): the pool's gradient is then the expectation of the group's over
-    the draws the downsampling could have taken, so the prompt weighs what its group would (its objective weight, SPEC
-    "One training step", step 5) and its rare outcome keeps the push the group gave it.
-    """
-
+    """Per kept completion, the factor of its advantage (empty: every factor is 1). With `train_on="pool"` every draw
+    is kept, scaled by the share of its outcome's draws the sampler's group took ([`rules.outcome_shares`])."""
     replayed: tuple[int, float] | None = None
-    """
-    With `replay="successes"`, for a prompt whose draws all came back wrong: the age (in generation batches) and the
-    reward of its stored correct completion, which took the place of its last kept draw. Its index in `kept` is the
-    pool's length (it is no draw of this pool).
-    """
+    """With `replay="successes"`, for a prompt whose draws all came back wrong: `(age in batches, reward)` of the
+    stored success that replaced its last kept draw (its index in `kept` is the pool's length)."""
 
     def kept_rewards(self, pool: Sequence[float]) -> list[float]:
         """The rewards of the kept completions, in `kept`'s order, the replayed success's included."""
         return [pool[i] if i < len(pool) else self.replayed[1] for i in self.kept]
 
     def advantage_of(self, reward: float) -> float:
-        """
-        The advantage this prompt's rule gives a completion of its pool with `reward`: `w * (r - b)` with its baseline,
-        scale and weight ([`rules.advantage`]), exactly zero without a signal. `advantages` holds it for the kept
-        completions, each times its `draw_shares` factor.
-        """
+        """`w * (r - b)` for a completion with `reward` ([`rules.advantage`]); exactly zero without a signal."""
         return rules.advantage(reward, self.baseline, self.scale, self.weight) if self.has_signal else 0.0
 
 
@@ -100,8 +70,7 @@ class Selection:
     group_size: int
     metrics: dict[str, float] = field(default_factory=dict)
     kept_constant: tuple[bool, ...] = ()
-    """Per prompt: whether its kept group's rewards are constant (std at most `zero_variance_tolerance`, or fewer than
-    two scorable). What `zero_variance_share/kept` averages over the update's groups."""
+    """Per prompt: whether its kept group's rewards are constant (what `zero_variance_share/kept` averages)."""
     replay_stored: tuple[int | None, ...] = ()
     """With `replay="successes"`, per prompt: the draw of its pool stored as its latest success (None: none)."""
 
@@ -128,11 +97,9 @@ class SamplingStep:
         self.rounds_per_prompt: list[int] = [0] * num_prompts
         # (positives, negatives) per pool, kept up to date so exit rules never rescan a pool.
         self.outcomes: list[tuple[int, int]] = [(0, 0)] * num_prompts
-        # Completions per pool with a reward (not NaN: some reward function returned a value).
-        self.scorable: list[int] = [0] * num_prompts
-        # Pool indices of completions the loss will mask (see `observe`).
-        self.masked: list[set[int]] = [set() for _ in range(num_prompts)]
-        # Filled by stateful samplers (est): stable prompt keys, prior pass-rate estimates, per-prompt budgets.
+        self.scorable: list[int] = [0] * num_prompts  # completions with a reward (not NaN)
+        self.masked: list[set[int]] = [set() for _ in range(num_prompts)]  # pool indices the loss will mask
+        # Filled by stateful samplers: stable prompt keys, prior pass-rate estimates, per-prompt budgets.
         self.keys: list[Hashable] | None = None
         self.estimates: list[float] | None = None
         self.budgets: list[int] | None = None
@@ -147,13 +114,15 @@ class SamplingStep:
     def num_prompts(self) -> int:
         return len(self.pools)
 
+    def draw_counts(self) -> tuple[list[int], list[int]]:
+        """Per prompt, its scored draws and its positives: what a pass-rate estimator's `update` reads."""
+        return [p + q for p, q in self.outcomes], [p for p, _ in self.outcomes]
+
     def requests(self) -> list[tuple[int, int]]:
         """`(prompt_index, count)` pairs for the next round, ascending by prompt; empty when sampling is over."""
         if self._pending is not None:
             raise RuntimeError("observe() the previous round's rewards before asking for the next round")
-        if self.rounds >= self.sampler.options.max_rounds:
-            return []
-        sizes = self._next_sizes or [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
+        sizes = self._round_sizes() if self._next_sizes is None else self._next_sizes
         requests = [(index, count) for index, count in enumerate(sizes) if count > 0]
         self._pending = requests or None
         return requests
@@ -161,13 +130,9 @@ class SamplingStep:
     def observe(
         self, requests: Sequence[tuple[int, int]], rewards: Sequence[float], masked: Sequence[bool] | None = None
     ) -> None:
-        """
-        Add one round's rewards, laid out as `requests` asked (prompt by prompt, `count` each).
-
-        `masked` flags completions the loss will drop (truncated ones under TRL's `mask_truncated_completions`): their
-        rewards still enter the pool's mean and std (they are draws of the policy), but they count as neither positive
-        nor negative for the exit rule and `p̂`, and are kept only when nothing else fills the update group.
-        """
+        """Add one round's rewards, laid out as `requests` asked (prompt by prompt, `count` each). `masked` flags
+        completions the loss will drop (truncated ones): their rewards enter the pool's mean and std, but they count as
+        neither positive nor negative, and are kept only when nothing else fills the update group."""
         if self._pending is None or list(requests) != self._pending:
             raise RuntimeError("observe() must receive exactly the requests of the last requests() call")
         expected = sum(count for _, count in requests)
@@ -185,18 +150,16 @@ class SamplingStep:
         self._pending = None
         self.rounds += 1
         # The next round's sizes, computed once: they also give the count of prompts still active.
-        self._next_sizes = (
-            [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
-            if self.rounds < self.sampler.options.max_rounds
-            else [0] * self.num_prompts
-        )
+        self._next_sizes = self._round_sizes()
         self.active_after_round.append(sum(1 for count in self._next_sizes if count > 0))
 
+    def _round_sizes(self) -> list[int]:
+        if self.rounds >= self.sampler.options.max_rounds:
+            return [0] * self.num_prompts
+        return [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
+
     def add(self, index: int, rewards: Sequence[float], masked: Sequence[bool] | None = None) -> None:
-        """
-        Append completions to prompt `index`'s pool, in draw order, and update its outcome counts. The one place a pool
-        grows: the rounds path (`observe`) and the round-free path (`ContinuousStep`) both go through it.
-        """
+        """Append completions to prompt `index`'s pool, in draw order, and update its outcome counts."""
         new = [float(r) for r in rewards]
         if masked is not None:
             start = len(self.pools[index])
@@ -226,25 +189,21 @@ class SamplingStep:
             ]
             kept = [list(range(len(pool))) for pool in self.pools]
         replayed = self._replayed(kept)
-        # A replayed success counts as a draw of its prompt's group, and of its pool, for the baseline and the
-        # advantages only: never for the pass rate, the draw counts or any memory of the prompt's draws.
+        # A replayed success enters the baseline and the advantages only: never the pass rate or a memory of draws.
         pools = [pool + [success[1]] if success else pool for pool, success in zip(self.pools, replayed, strict=True)]
         kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(pools, kept, strict=True)]
 
         pool_stats = [rules.mean_and_std(pool) for pool in self.pools]
         # The baseline and the std come from the same set of rewards: the whole pool, or the kept group.
-        by_group = settings.baseline == "group"
-        baseline_rewards = kept_rewards if by_group else pools
+        baseline_rewards = kept_rewards if settings.baseline == "group" else pools
         stats = [rules.mean_and_std(r) for r in baseline_rewards]
-        # A prompt has a signal exactly when the rewards of its baseline vary: with a pool baseline a constant kept
-        # group still moves the policy (its rewards differ from the pool mean), while a constant pool never does.
+        # A signal is a varying baseline: with a pool baseline a constant kept group has one, a constant pool none.
         tolerance = settings.zero_variance_tolerance
         has_signal = [not rules.has_zero_variance(rewards, tolerance) for rewards in baseline_rewards]
         remembered = self._remembered_pass_rates()
         for index, pass_rate in enumerate(remembered):
             if pass_rate is not None:
-                # SPO's baseline: the history's pass rate, read before this step's draws are added, so a group that
-                # came back unmixed on a prompt whose history says otherwise still carries a signal.
+                # SPO's baseline, read before this step's draws: an unmixed group can still carry a signal.
                 stats[index] = (pass_rate, stats[index][1])
                 has_signal[index] = any(
                     abs(reward - pass_rate) > tolerance for reward in kept_rewards[index] if rules.is_scorable(reward)
@@ -267,9 +226,7 @@ class SamplingStep:
         metrics = self._metrics(results, kept_constant, pool_stats)
         if self.sampler.baseline_history is not None:
             metrics["baseline/tracked_share"] = sum(p is not None for p in remembered) / self.num_prompts
-            self.sampler.baseline_history.update(
-                self.keys, [p + q for p, q in self.outcomes], [p for p, _ in self.outcomes]
-            )
+            self.sampler.baseline_history.update(self.keys, *self.draw_counts())
         stored = self._store_successes()
         selection = Selection(
             prompts=tuple(results),
@@ -286,10 +243,7 @@ class SamplingStep:
         return selection
 
     def _replayed(self, kept: list[list[int]]) -> list[tuple[int, float] | None]:
-        """
-        Under `replay="successes"`, each prompt whose scorable draws all came back wrong and that has a stored success
-        gets it in place of its last kept draw (`kept` is changed in place): its `(age, reward)`, else None.
-        """
+        """Put each all-wrong prompt's stored success in place of its last kept draw: its `(age, reward)`."""
         replay = self.sampler.replay
         if replay is None:
             return [None] * self.num_prompts
@@ -323,11 +277,7 @@ class SamplingStep:
         return tuple(stored)
 
     def _remembered_pass_rates(self) -> list[float | None]:
-        """
-        Each prompt's remembered pass rate, read before this step's draws are added: under `baseline="tracked"` the
-        counts of its earlier steps (None on a first visit, which falls back to the pool), under `"predicted"` the
-        learned predictor's estimate (first visits included). All None for the other baselines.
-        """
+        """Each prompt's remembered pass rate before this step's draws (None: none, or a first "tracked" visit)."""
         history = self.sampler.baseline_history
         if history is None:
             return [None] * self.num_prompts
@@ -364,12 +314,8 @@ class SamplingStep:
             "pool_reward/mean": _nanmean([mean for mean, _ in pool_stats]),
         }
         if not settings.refills:
-            # The kept groups' rewards, as TRL's frac_reward_zero_std describes them: these groups are the update's.
-            # With DAPO refills the update is chosen across batches, and `BatchFiller.metrics` reports this share for
-            # the groups it keeps. With a pool baseline a constant kept group can still have a signal
-            # (PromptResult.has_signal), so this is not the share of prompts without one.
+            # These groups are the update's; with DAPO refills `BatchFiller.metrics` reports both over the update.
             metrics["zero_variance_share/kept"] = sum(kept_constant) / len(kept_constant)
-            # Where the draws went (`draws/*`); with refills `BatchFiller.metrics` accounts over the update's batches.
             metrics.update(draw_metrics(selection_draws(results, self.pools)))
         metrics["unscorable_share"] = sum(count == 0 for count in self.scorable) / len(self.scorable)
         for round_index, active in enumerate(self.active_after_round, start=1):
@@ -380,14 +326,9 @@ class SamplingStep:
 def finish_update(
     prompts: Sequence[PromptResult], kept_rewards: Sequence[Sequence[float]], settings: SamplerSettings
 ) -> tuple[PromptResult, ...]:
-    """
-    `prompts`, the prompts one update trains, with the rules that read the whole update applied once over them: under
-    `scale_rewards="batch"` the scale is the std of every kept reward (`kept_rewards`, one list per prompt), as TRL
-    takes it over its training batch; under `normalize_advantages` the std of the centred rewards of the prompts with a
-    signal; under `normalize_weights` the unnormalised weights are rescaled to mean 1 over
-    the prompts with a signal; then each prompt's advantages. [`SamplingStep.finish`] applies it to its generation
-    batch, DAPO's refill ([`BatchFiller.update_results`]) to the prompts it takes from several.
-    """
+    """`prompts`, one update's, with the rules that read the whole update applied once over them
+    (`scale_rewards="batch"`, `normalize_advantages`, `normalize_weights`, over the prompts with a signal), then each
+    prompt's advantages. `kept_rewards`: one list per prompt."""
     if settings.scale_rewards == "batch":
         batch_std = rules.mean_and_std([r for rewards in kept_rewards for r in rewards])[1]
         scales = [batch_std] * len(prompts)
@@ -413,8 +354,7 @@ def finish_update(
             weights = [w / mean_weight for w in weights]
     results = []
     for prompt, rewards, scale, weight in zip(prompts, kept_rewards, scales, weights, strict=True):
-        # Exactly zero without a signal (not float noise below the tolerance): DAPO pads batches with such groups,
-        # which must add no gradient.
+        # Exactly zero without a signal: DAPO pads batches with such groups, which must add no gradient.
         result = replace(prompt, scale=scale, weight=weight)
         advantages = tuple(result.advantage_of(r) for r in rewards)
         if result.draw_shares:
@@ -426,14 +366,10 @@ def finish_update(
 def fit_trained_rows(
     results: Sequence[PromptResult], multiple: int, group_size: int
 ) -> tuple[tuple[PromptResult, ...], int]:
-    """
-    `results` with the fewest kept completions left out that make their total a multiple of `multiple`, and how many
-    were left out: what `train_on="pool"` needs where the rows must split evenly (TRL's synchronous batch: into groups
-    of `group_size`, processes and `steps_per_generation`). Each is taken from the largest kept group at the time (the
-    earlier prompt on a tie), and within it the completion whose advantage is smallest in magnitude (the later draw on
-    a tie): the one the loss reads least. No group falls below `group_size` where the groups hold at least that many
-    and `multiple` divides `len(results) * group_size`.
-    """
+    """`results` with the fewest kept completions left out that make their total a multiple of `multiple`
+    (`train_on="pool"` where TRL's rows must split evenly), and how many. Each comes from the largest group (earlier
+    prompt on a tie), the completion whose advantage is smallest in magnitude (later draw on a tie); no group falls
+    below `group_size`."""
     total = sum(len(result.kept) for result in results)
     surplus = total % multiple
     kept = [
@@ -481,50 +417,37 @@ def _nanmean(values: Sequence[float]) -> float:
     return sum(finite) / len(finite) if finite else math.nan
 
 
-def estimate_metrics(step: SamplingStep, estimates: Sequence[float]) -> dict[str, float]:
-    """
-    How the pass-rate estimates made at the step's start fared against its draws, as `pass_rate_predictor/*`
-    metrics: the per-draw log-loss and Brier score ([`calibration`]) and the reliability bins ([`calibration_bins`]).
-    """
-    totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
+def learn_pass_rates(
+    estimator: PassRateEstimator, step: SamplingStep, selection: Selection, estimates: Sequence[float]
+) -> None:
+    """Log how `estimates`, made at the step's start, fared against its draws (`pass_rate_predictor/*`), then update
+    `estimator` with them and log its own `last_metrics`."""
+    totals, positives = step.draw_counts()
     scores = {**calibration(estimates, totals, positives), **calibration_bins(estimates, totals, positives)}
-    return {f"pass_rate_predictor/{name}": value for name, value in scores.items()}
+    selection.metrics.update({f"pass_rate_predictor/{name}": value for name, value in scores.items()})
+    estimator.update(step.keys, totals, positives)
+    for name, value in getattr(estimator, "last_metrics", {}).items():
+        selection.metrics[f"pass_rate_predictor/{name}"] = value
 
 
 def skip_metrics(
-    step: SamplingStep,
-    estimates: Sequence[float],
-    would_draw: Mapping[int, float],
-    mixed_without_skip: Mapping[int, float],
+    step: SamplingStep, estimates: Sequence[float], outlooks: Mapping[int, tuple[float, float]]
 ) -> dict[str, float]:
-    """
-    What `skip_unmixed_above` saved and cost in one generation batch (`skip/*`; empty when the skip is off).
-
-    `would_draw` and `mixed_without_skip`: for each skipped prompt, the draws it would have had without the skip and
-    the chance its pool would then have come back mixed, under its estimate (`est`: its budget without the skip, so
-    the draws are exact; `seq_*`: the expectation of the round policy's draws, [`SequentialSampler.outlook`]).
-
-    - `skip/share`: the share of the batch's prompts skipped;
-    - `skip/draws_saved`: draws the skipped prompts would have had without the skip, minus the draws they had (`est`
-      spends them on the other prompts: its step's total is fixed);
-    - with at least one prompt skipped: `skip/predicted_unmixed`, their mean predicted chance of an unmixed group of
-      `num_generations` (what the threshold was applied to); `skip/mixed_share`, the share of them whose draws came
-      back mixed (both outcomes): measured, the prompts the prediction was wrong about, which train on their few
-      draws without adaptive sampling; `skip/expected_signal_lost`, the mean over them of the chance of a mixed pool
-      without the skip minus that with their draws, under their estimates.
-    """
+    """What `skip_unmixed_above` saved and cost in one generation batch (`skip/*`; empty when the skip is off).
+    `outlooks`: per skipped prompt, the draws it would have had without the skip and the chance its pool would then
+    have come back mixed (`seq_*`: [`SequentialSampler.outlook`])."""
     if step.skipped is None:
         return {}
     chosen = [index for index, skipped in enumerate(step.skipped) if skipped]
     drawn = {index: len(step.pools[index]) for index in chosen}
     metrics = {
         "skip/share": len(chosen) / step.num_prompts,
-        "skip/draws_saved": math.fsum(would_draw[index] - drawn[index] for index in chosen),
+        "skip/draws_saved": math.fsum(outlooks[index][0] - drawn[index] for index in chosen),
     }
     if chosen:
         n = step.settings.num_generations
         mixed = [positives > 0 and negatives > 0 for positives, negatives in (step.outcomes[i] for i in chosen)]
-        lost = [mixed_without_skip[i] - (1.0 - rules.unmixed_chance(estimates[i], drawn[i])) for i in chosen]
+        lost = [outlooks[i][1] - (1.0 - rules.unmixed_chance(estimates[i], drawn[i])) for i in chosen]
         metrics.update(
             {
                 "skip/predicted_unmixed": math.fsum(rules.unmixed_chance(estimates[i], n) for i in chosen)
@@ -537,16 +460,10 @@ def skip_metrics(
 
 
 class Sampler:
-    """
-    Base strategy, and the whole contract of a sampler plug-in ([`register_sampler`]): how many more completions a
-    prompt needs (`request_size`), which of them enter the update (`keep`), with what weight (`weight`), what it learns
-    at the end of a step (`end_step`) and its state (`state_dict`); its knobs are its `Options` dataclass. Baselines,
-    reward scaling, advantages and metrics are shared rules (`trl_ada.samplers.rules`).
-
-    The sampler owns the random generator used for downsampling. Every process builds it from the same seed and
-    feeds it the same (gathered) rewards, so all processes make the same choices. A sampler that reads a pass-rate
-    estimator keeps it as `self.estimator`.
-    """
+    """The whole contract of a sampler plug-in ([`register_sampler`]): how many more completions a prompt needs
+    (`request_size`), which enter the update (`keep`), with what weight (`weight`), what it learns after a step
+    (`end_step`), its state (`state_dict`) and its knobs (`Options`). Every process seeds the downsampling generator
+    alike and feeds it the same rewards. A sampler that reads a pass-rate estimator keeps it as `self.estimator`."""
 
     name: ClassVar[str]
     """Set by [`register_sampler`]."""
@@ -563,13 +480,10 @@ class Sampler:
                 "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
             )
         self.estimator = estimator
-        # The index of the stored successes `replay="successes"` puts in the place of an all-wrong group's last draw.
         self.replay = SuccessReplay(self.settings.replay_buffer_size) if self.settings.replay == "successes" else None
-        # What a prompt trains on, the trainer config's `train_on` (set by `build_sampler`): the group `keep` chooses,
-        # or every draw of its pool ("pool", each advantage scaled by `PromptResult.draw_shares`).
+        # The trainer config's `train_on` (set by `build_sampler`): the group `keep` chooses, or the whole pool.
         self.train_on = "downsample"
-        # A remembered baseline's memory of every prompt's draws, updated once per generation batch by `finish`; the
-        # sampler's own estimator, if any, is updated by the sampler and stays separate.
+        # A remembered baseline's memory, updated by `finish`; separate from the sampler's own estimator.
         self.baseline_history: PassRateEstimator | None = None
         if self.settings.baseline == "tracked":
             self.baseline_history = DecayedBetaTracker(
@@ -630,20 +544,14 @@ class Sampler:
 
 
 def draw_memories(sampler: Sampler) -> tuple[PassRateEstimator, ...]:
-    """
-    What remembers each prompt's draws from step to step, each with `update(keys, totals, positives)`: every pass-rate
-    estimator the sampler holds (its `estimator` and any history of its own). A resumed asynchronous worker draws
-    again the rows its checkpoint's state already counted, and leaves those rows out of every one of these.
-    """
+    """Every pass-rate estimator the sampler holds (its `estimator` and any history of its own): what a resumed
+    asynchronous worker leaves its already counted rows out of."""
     return tuple(value for value in vars(sampler).values() if isinstance(value, PassRateEstimator))
 
 
 def describe(settings: SamplerSettings) -> str:
-    """
-    What the sampler of `settings` did, in a few Markdown sentences (its `Options.describe`, the model card's). A
-    plug-in whose `Options` says nothing, or only what a trl-ada sampler's `Options` it inherits says (it may draw
-    differently), is named by its class.
-    """
+    """What the sampler of `settings` did, in a few Markdown sentences (the model card's `Options.describe`). A plug-in
+    whose `Options` says nothing of its own (it may inherit a trl-ada sampler's) is named by its class."""
     cls = settings.sampler_class
     owner = next(klass for klass in cls.Options.__mro__ if "describe" in vars(klass))
     text = settings.options.describe(settings)
@@ -705,14 +613,10 @@ def build_sampler(
     predictor_source: str | None = None,
     train_on: str = "downsample",
 ) -> Sampler:
-    """
-    The sampler that `settings.sampler` names (any registered one). `estimator`: a pass-rate estimator object for the
-    samplers that read one (`est`, the predictive and tracked round policies of `seq_*`), in place of the one
-    `settings.pass_rate_predictor` names. Its state must be JSON-serialisable (it is saved in every checkpoint):
-    checked here, before any compute. `predictor_source`: a local directory holding the saved predictor that
-    `settings.pass_rate_predictor` names (the snapshot of a Hub id). `train_on`: the trainer's `train_on`, which its
-    config checked (`trl_ada.config.check_train_on`).
-    """
+    """The sampler that `settings.sampler` names (any registered one). `estimator`: a pass-rate estimator object, in
+    place of the one `settings.pass_rate_predictor` names; its state must be JSON-serialisable (checked here, before
+    any compute). `predictor_source`: a local directory holding that saved predictor (the snapshot of a Hub id).
+    `train_on`: the trainer config's `train_on`, already checked."""
     settings = settings.validated()
     if estimator is not None:
         if not settings.sampler_reads("pass_rate_predictor"):

@@ -1,36 +1,8 @@
 """
-Round-free sampling for the sequential samplers (`seq_pos`, `seq_balance`): no prompt waits for another.
-
-In rounds, every round waits for its slowest completion, over every prompt. An engine that batches continuously
-(vLLM) serves a different schedule, driven by [`ContinuousStep`]:
-
-```python
-step = sampler.begin_continuous(num_prompts, keys)
-submit(step.to_submit())                            # (prompt, draw) pairs
-while not step.done:
-    prompt, draw, reward, truncated = next_result()  # in whatever order the engine finishes them
-    step.complete(prompt, draw, reward, truncated)
-    submit(step.to_submit())
-selection = step.finish()                           # the same Selection code path as in rounds
-```
-
-The same estimator as rounds. Each prompt runs its own rounds ("blocks"), without waiting for the other prompts:
-block `j` of a prompt is exactly the request its round `j + 1` makes in rounds (`SequentialSampler.block_request`:
-the round policy on its pool so far, the whole room under the cap in the last round), and the exit rule and the cap
-are evaluated only when a block is complete, where rounds evaluate them. So with `round_size=M` a prompt's pool is the
-rounds-of-M pool on the same draw sequence, for every round policy; exits after every draw are `round_size=1`, in
-both schedules.
-
-Unbiased pools. Completions that finish first are shorter, and length correlates with correctness. A prompt's pool is
-its draws in SUBMISSION order (pool index `k` is draw `k`), never in arrival order: a block enters the pool, in
-draw order, once all of its draws are back, and which draws form a block never depends on when they arrive.
-
-In flight. A prompt keeps exactly its current block outstanding: the draws up to its next exit check. Every draw
-submitted therefore enters the pool (none is ever aborted or thrown away), and a prompt that exits has nothing left
-in flight. Any draw that is back may be scored at once, in any order.
-
-This module is the pure rule; its driver on AdaGRPOTrainer (the vLLM server draws, the scoring batches, the
-collectives) is `trl_ada/schedules/continuous.py`. Pure Python: no torch and no TRL.
+Round-free sampling for the sequential samplers, for engines that batch continuously (docs/samplers.md,
+`generation_schedule`). Each prompt runs its rounds as blocks without waiting for the others, and the exit rule is
+checked when a block is complete, so its pool is the rounds pool on the same draws, in submission order (never arrival
+order: shorter completions finish first, and length correlates with correctness). Pure Python: no torch and no TRL.
 """
 
 from __future__ import annotations
@@ -43,29 +15,21 @@ from .base import Sampler, SamplingStep, Selection
 
 @dataclass
 class ScheduleStats:
-    """
-    What one generation batch cost under its schedule, rounds or continuous (the one record of both; it lives here,
-    pure, because [`ContinuousStep`] counts its draws into it). The pools' own metrics are `Selection.metrics`.
-    """
+    """What one generation batch cost under its schedule, rounds or continuous (the pools' metrics are elsewhere)."""
 
     submitted: int = 0
     """Draws submitted (rounds: rows requested); each is submitted once."""
     admitted: int = 0
     """Draws that entered a pool (continuous: once their block was complete; rounds: every row of a round)."""
     round_seconds: list[float] = field(default_factory=list)
-    """Rounds: the wall time of each round (a round waits for its slowest completion). Empty on the continuous
-    schedule, which has no rounds."""
+    """Rounds: the wall time of each round (empty on the continuous schedule)."""
     scoring_batches: int = 0
     """Continuous: the scoring batches (every draw back since the previous one) the batch was scored in."""
     seconds: float = 0.0
     """Wall time of the whole batch: continuous, from the first draw submitted to the last one scored."""
 
     def metrics(self) -> dict[str, float]:
-        """
-        The schedule's own metrics, each defined here (the trainer logs them with the prefix `ada/`). Rounds (a rounds
-        batch runs at least one round): `round_time/mean|max|total`, seconds per round. Continuous:
-        `continuous/scoring_batches`, `continuous/draws_per_scoring_batch` and `continuous/seconds`.
-        """
+        """The schedule's metrics: rounds `round_time/mean|max|total` (seconds per round), or `continuous/*`."""
         if self.round_seconds:
             return {
                 "round_time/mean": sum(self.round_seconds) / len(self.round_seconds),
@@ -93,13 +57,9 @@ class _Prompt:
 
 
 class ContinuousStep:
-    """
-    Round-free sampling of one generation batch for a sequential sampler (see the module docstring for the rules).
-
-    Each prompt draws its rounds' requests as blocks, without a barrier across prompts; the exit rule and the cap are
-    checked when a block is complete, so the pools (hence p̂, baselines, weights and the downsampling) are exactly
-    those of rounds with the same settings on the same draws. Pool index `k` is draw `k`.
-    """
+    """Round-free sampling of one generation batch for a sequential sampler (the module docstring gives the rules): the
+    pools, hence the selection, are those of rounds with the same settings on the same draws. Pool index `k` is draw
+    `k`."""
 
     def __init__(self, sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> None:
         if not sampler.settings.has_exit_rule:
@@ -113,8 +73,7 @@ class ContinuousStep:
         self.prompts = [_Prompt(sampler.block_request(self.step, index, 0)) for index in range(num_prompts)]
         self.stats = ScheduleStats()
         self._finished = False
-        # Only a completed block opens a new one, so only prompts whose block completed since the last `to_submit`
-        # can need draws: no call rescans a batch of thousands of prompts.
+        # Only a completed block opens a new one, so `to_submit` never rescans a batch of thousands of prompts.
         self._to_top_up: set[int] = {index for index, state in enumerate(self.prompts) if not state.done}
         self._open = len(self._to_top_up)
         self._in_flight = 0
@@ -137,11 +96,9 @@ class ContinuousStep:
         return pairs
 
     def complete(self, prompt: int, draw: int, reward: float, masked: bool = False) -> None:
-        """
-        A submitted draw came back with this reward (`masked`: truncated, as `SamplingStep.observe`'s `masked`). When it
-        completes its prompt's block, the block enters the pool in draw order and the exit rule and the cap decide
-        whether another block begins. Completing a draw that is not in flight raises.
-        """
+        """A submitted draw came back (`masked`: as `SamplingStep.observe`'s). When it completes its prompt's block,
+        the block enters the pool in draw order and the exit rule decides whether another begins. A draw not in flight
+        raises."""
         self._check_open()
         state = self._state(prompt)
         pool_size = len(self.step.pools[prompt])
@@ -184,11 +141,7 @@ class ContinuousStep:
         return self._in_flight
 
     def finish(self) -> Selection:
-        """
-        Exactly `SamplingStep.finish` on the admitted pools (pool index k == draw k): downsampling, baselines, weights
-        and the tracker update (`end_step`) are those of rounds, and so are the round statistics (a prompt's rounds
-        are its blocks).
-        """
+        """`SamplingStep.finish` on the admitted pools, a prompt's blocks counted as its rounds."""
         self._check_open()
         if not self.done:
             raise RuntimeError(f"{self.in_flight} draws are still in flight; finish() once `done` is true")
@@ -212,12 +165,9 @@ class ContinuousStep:
 
 
 class SingleRequestStep:
-    """
-    [`ContinuousStep`]'s interface for a sampler without an exit rule (`est`, or any sampler that makes one request
-    per prompt): every prompt's request goes out at once, draws come back in any order, and once all are back the
-    pools are those one round of `SamplingStep` builds from them (pool index `k` is draw `k`), then finished by its
-    own code. Lets an asynchronous worker stream any sampler's draws without knowing which kind it runs.
-    """
+    """[`ContinuousStep`]'s interface for a sampler without an exit rule (one request per prompt): every request goes
+    out at once, draws come back in any order, and once all are back they are one round of `SamplingStep` (pool index
+    `k` is draw `k`). Lets an asynchronous worker stream any sampler's draws."""
 
     def __init__(self, sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> None:
         self.sampler = sampler
@@ -273,10 +223,7 @@ class SingleRequestStep:
 def begin_streaming(
     sampler: Sampler, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None
 ) -> ContinuousStep | SingleRequestStep:
-    """
-    One generation batch of `sampler` whose draws stream through an engine one request each: a [`ContinuousStep`]
-    for a sampler with an exit rule (its blocks are its rounds), a [`SingleRequestStep`] for one without.
-    """
+    """One streamed generation batch: a [`ContinuousStep`] with an exit rule, else a [`SingleRequestStep`]."""
     if sampler.settings.has_exit_rule:
         return ContinuousStep(sampler, num_prompts, prompt_keys)
     return SingleRequestStep(sampler, num_prompts, prompt_keys)

@@ -8,21 +8,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import rules
-from .base import _BASELINES, SamplingStep, Selection, _trained_on_phrase, estimate_metrics, skip_metrics
+from .base import _BASELINES, SamplingStep, Selection, _trained_on_phrase, skip_metrics
 from .budgeted import BudgetedSampler
-from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
-from .tracker import PassRateEstimator
 
 
 @dataclass(kw_only=True)
 class EstOptions(SamplerOptions):
-    """
-    What `est` reads: its pass-rate estimates and budgets (`est_*`), and `downsample` under
-    `est_train_on="downsample"`. `__post_init__` fills `est_min_samples`, `est_max_samples` and `est_mean_samples`
-    and checks they can be met together.
-    """
+    """What `est` reads; `__post_init__` fills `est_min_samples`, `est_max_samples` and `est_mean_samples` and checks
+    they can be met together."""
 
     splits_batch_budget = True  # the budgets share the batch's mean (`est_mean_samples`)
     unread_hints = {
@@ -69,8 +64,7 @@ class EstOptions(SamplerOptions):
                 )
             mean = n
         elif mean is None:
-            # Downsampling needs a budget above n to choose from; the paper's Est drew 8 per prompt on average
-            # where its Seq runs trained on groups of 4.
+            # Downsampling needs a budget above n to choose from (the paper's Est drew twice its Seq group size).
             mean = 2 * n
         if not low <= mean <= high:  # also rejects NaN and infinity
             raise ValueError(
@@ -99,22 +93,11 @@ class EstOptions(SamplerOptions):
 
 @register_sampler("est")
 class EstSampler(BudgetedSampler):
-    """
-    Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to `[est_min_samples,
-    est_max_samples]` and summing exactly to the paper's `N_total = round(B * est_mean_samples)`, all drawn in one
-    round; advantage `(r - r̄_x) * w_x` with the residual weight `w_x = (p̂_x + eps)^-(1-s)` from the step's own pool.
-    With `est_train_on="all"` every completion is trained on (group sizes vary; `est_mean_samples` is `n`, so the
-    total stays TRL's `B * n`); with `"downsample"` more is drawn (`2n` per prompt on average by default) and each pool
-    is cut to `n` like `seq_*`.
-    """
+    """Reinforce-Ada-Est: budgets `N_x ∝ p̂_x^-s` (s = `est_sample_power`) clipped to
+    `[est_min_samples, est_max_samples]` and summing exactly to `round(B * est_mean_samples)`, all drawn in one round;
+    advantage `(r - r̄_x) * w_x` with the residual weight `w_x = (p̂_x + eps)^-(1-s)` from the step's own pool."""
 
     Options = EstOptions
-
-    def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
-        super().__init__(settings)
-        settings = self.settings
-        # `pass_rate_predictor` names the default: "tracker" (decayed Beta counts) or a learned predictor.
-        self.estimator: PassRateEstimator = estimator or build_pass_rate_estimator(settings)
 
     def plan_budgets(self, step: SamplingStep) -> None:
         settings = self.settings
@@ -137,24 +120,15 @@ class EstSampler(BudgetedSampler):
         return rules.residual_weight(pass_rate, settings.est_sample_power, settings.est_epsilon, settings.max_weight)
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
-        counts = step.outcomes
-        totals, positives = [p + n for p, n in counts], [p for p, _ in counts]
-        # The estimates the budgets came from, against the step's draws: how well the estimator predicts.
-        selection.metrics.update(estimate_metrics(step, step.estimates))
+        super().end_step(step, selection)
         if step.skipped is not None:
             without = step.budgets_without_skip
-            chosen = [index for index, skipped in enumerate(step.skipped) if skipped]
-            selection.metrics.update(
-                skip_metrics(
-                    step,
-                    step.estimates,
-                    {i: float(without[i]) for i in chosen},
-                    {i: 1.0 - rules.unmixed_chance(step.estimates[i], without[i]) for i in chosen},
-                )
-            )
-        self.estimator.update(step.keys, totals, positives)
-        for name, value in getattr(self.estimator, "last_metrics", {}).items():
-            selection.metrics[f"pass_rate_predictor/{name}"] = value
+            outlooks = {
+                i: (float(without[i]), 1.0 - rules.unmixed_chance(step.estimates[i], without[i]))
+                for i, skipped in enumerate(step.skipped)
+                if skipped
+            }
+            selection.metrics.update(skip_metrics(step, step.estimates, outlooks))
         settings = self.settings
         budgets = step.budgets
         estimates = sorted(step.estimates)
@@ -169,13 +143,6 @@ class EstSampler(BudgetedSampler):
                 "est/tracked_prompts": float(_tracked_prompts(self.estimator)),
             }
         )
-
-    def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "estimator": self.estimator.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.estimator.load_state_dict(state["estimator"])
 
 
 def _tracked_prompts(estimator: Any) -> int:

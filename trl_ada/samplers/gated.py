@@ -1,20 +1,8 @@
 """
-DAPO with a gated refill (`sampler="dapo_gated"`): DAPO's drop-and-refill, where the refill passes over prompts that
-the draws so far say will come back unmixed. Pure Python: no torch, no TRL.
-
-Why (from the draw accounting, `draws/*`): on a finite, hard-skewed prompt set DAPO spends most of its
-completions on groups it then drops, mostly prompts whose draws all came back wrong, and many of them come back
-wrong again at every visit. Drawing more on such a prompt (what Seq-balance does, up to its cap) costs more per
-signal than a fresh prompt, so the cheapest signal is to spend the refill on prompts whose history says they are
-mixed. The loader's own batch is drawn as DAPO draws it: every prompt keeps one visit per epoch, which refreshes its
-history, so a prompt the policy has learned to solve sometimes comes back into the refills.
-
-The rule, per refill candidate that has been drawn before: its chance of a mixed group of `num_generations` draws,
-`1 - E[p^n] - E[(1-p)^n]` under the Beta posterior of its pass rate, is compared with the share of groups that came
-back mixed over the recent batches (both measured). The prompt is passed over when its chance is below
-`min_mixed_chance_ratio` times that share. The posterior's prior is centred on the measured mean pass rate of all
-draws so far, with the weight of `prior_draws` draws: on a set where most prompts are hard, one all-wrong visit is
-then real evidence, as it should be. A prompt never drawn is always drawn.
+DAPO with a gated refill (`sampler="dapo_gated"`): DAPO's drop-and-refill, where the refill passes over a prompt drawn
+before when its chance of a mixed group, `1 - E[p^n] - E[(1-p)^n]` under the Beta posterior of its pass rate, is below
+`min_mixed_chance_ratio` times the measured share of mixed groups (docs/samplers.md gives the rule and why). The
+loader's own batch is drawn as DAPO draws it, so every prompt keeps one visit per epoch. Pure Python: no torch, no TRL.
 """
 
 from __future__ import annotations
@@ -32,28 +20,24 @@ from .tracker import DecayedBetaTracker
 
 PRIORS = ("mean", "fitted")
 FITTED_WEIGHT_BOUNDS = (0.1, 1000.0)
-"""`"fitted"`: the prior's weight `alpha + beta` is kept in these bounds (a spread at its maximum, or none, has no finite
-moment fit)."""
+"""`"fitted"`: the prior's weight `alpha + beta` is kept in these bounds (a spread at its maximum, or none, has no
+finite moment fit)."""
 MIXED_SHARE_DECAY = 0.9
 """Weight of the past in the running mixed share: about the last ten batches count."""
 
 
 @dataclass(kw_only=True)
 class GatedRefillOptions(DapoOptions):
-    """The knobs of `sampler="dapo_gated"` ([`GatedRefillSampler`]): DAPO's, the discount of its draw history
-    (`pass_rate_decay`) and its own, given as `sampler_kwargs`."""
+    """The knobs of `sampler="dapo_gated"`: DAPO's, `pass_rate_decay` and its own `sampler_kwargs`."""
 
     pass_rate_decay: float
 
     min_mixed_chance_ratio: float = 0.5
-    """A refill prompt is passed over when its predicted chance of a mixed group is below this fraction of the measured
-    mixed share of recent groups. 0 passes over nothing (plain DAPO); 1 keeps only prompts at least as promising as the
-    average one."""
+    """A refill prompt is passed over when its chance of a mixed group is below this fraction of the measured mixed
+    share of recent groups: 0 passes over nothing (plain DAPO), 1 keeps only prompts at least as promising as average."""
     prior: str = "mean"
-    """The prior of a prompt's pass rate: `"mean"`, centred on the measured mean pass rate of all draws, with the weight
-    of `prior_draws` draws; `"fitted"`, a Beta fitted to the measured spread of the prompts' pass rates (moments, the
-    binomial noise of each prompt's draws removed), which on a set of mostly unsolved and some solved prompts judges
-    both ends from fewer visits."""
+    """The prior of a prompt's pass rate: `"mean"`, centred on the measured mean pass rate with the weight of
+    `prior_draws` draws; `"fitted"`, a Beta fitted by moments to the measured spread of the prompts' pass rates."""
     prior_draws: float = 2.0
     """Weight, in draws, of the `"mean"` prior."""
 
@@ -76,12 +60,10 @@ class GatedRefillOptions(DapoOptions):
 
 
 def fitted_prior(counts: Iterable[tuple[float, float]]) -> tuple[float, float]:
-    """
-    A Beta prior `(alpha, beta)` fitted by moments to prompts' `(draws, positives)` counts: mean `m = sum K / sum N`;
-    the variance of the true pass rates is that of the measured rates `K / N` with their binomial noise removed
-    (`E[(K/N - m)^2] = Var(p) + (m (1 - m) - Var(p)) E[1/N]`); then `alpha + beta = m (1 - m) / Var(p) - 1`, kept in
-    `FITTED_WEIGHT_BOUNDS`.
-    """
+    """A Beta prior `(alpha, beta)` fitted by moments to prompts' `(draws, positives)` counts: mean
+    `m = sum K / sum N`; the variance of the true pass rates is that of the measured rates `K / N` with their binomial
+    noise removed (`E[(K/N - m)^2] = Var(p) + (m (1 - m) - Var(p)) E[1/N]`); then
+    `alpha + beta = m (1 - m) / Var(p) - 1`, kept in `FITTED_WEIGHT_BOUNDS`."""
     counts = [(total, positives) for total, positives in counts if total > 0]
     if not counts:
         raise ValueError("fitted_prior needs at least one prompt with draws")
@@ -108,12 +90,9 @@ def mixed_chance(alpha: float, beta: float, draws: int) -> float:
 
 
 class DrawHistory(DecayedBetaTracker):
-    """
-    Every drawn prompt's decayed counts (the tracker's, no prior: the gate applies its own at query time), plus the
-    undecayed totals of every draw, whose mean pass rate is the prior's mean. One `update` counts both, so whatever
-    leaves a prompt's draws out of the counts (a resumed asynchronous worker, `Sampler.draw_memories`) leaves them out
-    of the totals too.
-    """
+    """Every drawn prompt's decayed counts (no prior: the gate applies its own), plus the undecayed totals of every
+    draw, whose mean pass rate is the prior's mean; one `update` counts both, so `draw_memories` covers the totals
+    too."""
 
     def __init__(self, decay: float) -> None:
         super().__init__(decay, 0.0, 0.0)
@@ -128,17 +107,13 @@ class DrawHistory(DecayedBetaTracker):
 
 @register_sampler("dapo_gated")
 class GatedRefillSampler(DapoSampler):
-    """
-    DAPO whose refill passes over prompts predicted to come back unmixed (the module docstring gives the rule and why).
-    Draws, drops and refills as `sampler="dapo"`; only the choice of refill prompts differs. Its state (every drawn
-    prompt's decayed counts, `pass_rate_decay`, and the running measurements) is saved with the checkpoint.
-    """
+    """DAPO whose refill passes over prompts predicted to come back unmixed (see the module docstring); it draws, drops
+    and refills as `sampler="dapo"`. Its draw history and running measurements are saved with the checkpoint."""
 
     Options = GatedRefillOptions
 
     def __init__(self, settings: SamplerSettings, estimator: Any = None) -> None:
         super().__init__(settings, estimator)
-        # Counts only: the prior is applied at query time, from the measured mean pass rate.
         self.history = DrawHistory(settings.pass_rate_decay)
         self.mixed_share = math.nan
         self._fitted: tuple[float, float] | None = None  # `prior="fitted"`: refitted after every batch
@@ -148,18 +123,18 @@ class GatedRefillSampler(DapoSampler):
         """Draws counted so far, over every prompt."""
         return self.history.draws
 
-    @property
-    def positives_seen(self) -> int:
-        """Positive draws counted so far, over every prompt."""
-        return self.history.positives
-
     def predicted_mixed_chance(self, key: Hashable) -> float | None:
         """The prompt's chance of a mixed group of `num_generations`; `None` for a prompt never drawn."""
         total, positives = self.history.counts.get(str(key), (0.0, 0.0))
         if total == 0.0 or self.draws_seen == 0:
             return None
         alpha, beta = self.prior_parameters()
-        return mixed_chance(positives + alpha, total - positives + beta, self.num_generations)
+        return mixed_chance(positives + alpha, total - positives + beta, self.settings.num_generations)
+
+    @property
+    def positives_seen(self) -> int:
+        """Positive draws counted so far, over every prompt."""
+        return self.history.positives
 
     def prior_parameters(self) -> tuple[float, float]:
         """The Beta prior of a prompt's pass rate, from the measurements so far (`prior`)."""
@@ -173,29 +148,20 @@ class GatedRefillSampler(DapoSampler):
             self._fitted = (weight * mean, weight * (1.0 - mean))
         return self._fitted
 
-    @property
-    def num_generations(self) -> int:
-        return self.settings.num_generations
-
     def refill_passes_over(self, key: Hashable) -> bool:
         chance = self.predicted_mixed_chance(key)
         if chance is None or math.isnan(self.mixed_share):
             return False
-        # Counted by the walk that asks (DAPO's refill, the asynchronous stream), which logs it once per update or
-        # log window; a count here would reach the log per batch, averaged.
+        # Counted by the walk that asks, which logs it once per update or log window.
         return chance < self.options.min_mixed_chance_ratio * self.mixed_share
 
     def begin(self, num_prompts: int, prompt_keys: Any = None) -> SamplingStep:
         if prompt_keys is None or len(prompt_keys) != num_prompts:
             raise ValueError("sampler='dapo_gated' needs one stable key per prompt to remember its draws")
-        step = super().begin(num_prompts, prompt_keys)
-        step.keys = list(prompt_keys)
-        return step
+        return super().begin(num_prompts, prompt_keys)
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
-        totals = [p + q for p, q in step.outcomes]
-        positives = [p for p, _ in step.outcomes]
-        self.history.update(step.keys, totals, positives)
+        self.history.update(step.keys, *step.draw_counts())
         self._fitted = None
         share = sum(result.has_signal for result in selection.prompts) / len(selection.prompts)
         self.mixed_share = (
@@ -203,12 +169,8 @@ class GatedRefillSampler(DapoSampler):
             if math.isnan(self.mixed_share)
             else (MIXED_SHARE_DECAY * self.mixed_share + (1.0 - MIXED_SHARE_DECAY) * share)
         )
-        selection.metrics.update(
-            {
-                "gate/mixed_share": self.mixed_share,
-                "gate/remembered_prompts": float(len(self.history.counts)),
-            }
-        )
+        selection.metrics["gate/mixed_share"] = self.mixed_share
+        selection.metrics["gate/remembered_prompts"] = float(len(self.history.counts))
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -1,17 +1,9 @@
 """
-Knapsack-RL (Li et al., "Knapsack RL: Unlocking Exploration of LLMs via Optimizing Budget Allocation", arXiv
-2509.25849): each step's fixed budget of completions is split over its prompts by a knapsack on their pass rates.
-
-[`allocate`] is the allocation, a pure function; [`KnapsackSampler`] (`sampler="knapsack"`) draws it in one round per
-step from the pass rates of the estimator `est` reads (`pass_rate_predictor`). Pure Python and numpy: no torch, no TRL.
-
-The value of giving a prompt of pass rate `p` a total of `k` draws is the paper's
-`v(p, k) = (1 - p^k - (1 - p)^k) * p * (1 - p)^2`: the chance the `k` draws hold both outcomes (a non-zero gradient)
-times the information a mixed group of that prompt carries. For fixed `p` it is concave in `k`: its gain from one more
-draw, `v(p, k + 1) - v(p, k) = (p^k (1 - p) + p (1 - p)^k) * p * (1 - p)^2`, does not grow with `k` (both `p^k` and
-`(1 - p)^k` shrink). A separable concave objective under one sum constraint and box constraints is maximised exactly
-by taking the largest marginal gains first, so [`allocate`] takes the `R` largest gains of all prompts at once (one
-numpy partition) instead of a dynamic program over the budget.
+Knapsack-RL (Li et al., arXiv 2509.25849): each step's fixed budget of completions is split over its prompts by a
+knapsack on their pass rates. [`allocate`] is the allocation, a pure function; [`KnapsackSampler`] draws it. The value
+of `k` draws for a prompt of pass rate `p` is `v(p, k) = (1 - p^k - (1 - p)^k) * p * (1 - p)^2`. Its gain
+from one more draw, `(p^k (1 - p) + p (1 - p)^k) * p * (1 - p)^2`, does not grow with `k`, so taking the largest
+marginal gains of all prompts first maximises the sum exactly (no dynamic program over the budget).
 """
 
 from __future__ import annotations
@@ -23,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import SamplingStep, Selection, _trained_on_phrase, estimate_metrics
+from .base import SamplingStep, Selection, _trained_on_phrase
 from .budgeted import BudgetedSampler
-from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
 from .tracker import PassRateEstimator
@@ -48,20 +39,11 @@ def allocate(
     solved_draws: int = 2,
     unsolved_draws: int = 2,
 ) -> list[int]:
-    """
-    Knapsack-RL's allocation of `budget` completions over prompts, one per entry of `pass_rates` (each in [0, 1]).
-
-    - A prompt at `p = 1` (solved) gets `solved_draws`, one at `p = 0` (unsolved) `unsolved_draws`; every other
-      (mixed) prompt at least `min_draws`, and no prompt more than `max_draws`.
-    - The rest of the budget goes to the mixed prompts so as to maximise `sum(value(p, k))` exactly (see the module
-      docstring: the value is concave in `k`, so the largest marginal gains first is optimal). Equal gains go to the
-      lower prompt index first, so equal pass rates get an even split (sizes differ by at most one).
-    - What the mixed prompts cannot take (all at `max_draws`) goes to the unsolved prompts, evenly, up to `max_draws`;
-      then, only if that is not enough either, to the solved ones.
-
-    The result sums to `budget`. `ValueError` naming the fix when the floors exceed `budget` or `budget` exceeds
-    `len(pass_rates) * max_draws`.
-    """
+    """Knapsack-RL's allocation of `budget` completions over prompts, one per entry of `pass_rates` (each in [0, 1]): a
+    solved prompt (`p = 1`) gets `solved_draws`, an unsolved one `unsolved_draws`, the others between `min_draws` and
+    `max_draws` so as to maximise `sum(value(p, k))` exactly (equal gains to the lower index first). What the mixed
+    prompts cannot take goes evenly to the unsolved prompts, then the solved ones. `ValueError` naming the fix when the
+    floors exceed `budget` or `budget` exceeds `len(pass_rates) * max_draws`."""
     rates = np.asarray(pass_rates, dtype=float)
     if rates.ndim != 1 or rates.size == 0:
         raise ValueError("allocate needs a non-empty list of pass rates, one per prompt.")
@@ -124,18 +106,14 @@ def allocate(
 
 
 def _largest_gains(rates: np.ndarray, count: int, min_draws: int, room: int) -> np.ndarray:
-    """
-    How many of the `count` largest marginal gains (draws `min_draws + 1` to `min_draws + room`) fall to each prompt.
-    Equal gains are taken in (prompt, draw) order, so a prompt's share is a prefix of its gains and equal pass rates
-    split evenly. Only the first `width` gains of each prompt are computed, doubling `width` while a prompt takes all
-    of its: a prompt that does not has its next gain unchosen, and every later one is no larger (exact).
-    """
+    """How many of the `count` largest marginal gains (draws `min_draws + 1` to `min_draws + room`) fall to each
+    prompt, equal gains taken in (prompt, draw) order. Only the first `width` gains of each prompt are computed,
+    doubling `width` while a prompt takes all of its (a later gain is never larger, so this is exact)."""
     width = min(room, count, 2 * -(-count // rates.size) + 8)
     while True:
         p = rates[:, None]
         draws = min_draws + np.arange(width)[None, :]
-        # The gain of the (k+1)-th draw, computed directly (not as a difference of values, which could lose its order
-        # to cancellation): non-increasing along each row.
+        # Computed directly, not as a difference of values, whose cancellation could break each row's decreasing order.
         flat = ((p**draws * (1.0 - p) + p * (1.0 - p) ** draws) * (p * (1.0 - p) ** 2)).ravel()
         if count < flat.size:
             # Every gain above the count-th largest, then those equal to it in flat order (prompt, then draw).
@@ -155,11 +133,8 @@ TRAIN_ON = ("all", "downsample")
 
 @dataclass(kw_only=True)
 class KnapsackOptions(SamplerOptions):
-    """
-    The knobs of `sampler="knapsack"` ([`KnapsackSampler`], after Knapsack-RL, Li et al., arXiv 2509.25849): its own,
-    given as `sampler_kwargs` (e.g. `sampler_kwargs={"max_draws": 16}`), and the config knobs it reads. `__post_init__`
-    fills `max_draws` and `draws_per_prompt` and checks them together.
-    """
+    """The knobs of `sampler="knapsack"`: its own, given as `sampler_kwargs` (e.g. `{"max_draws": 16}`), and the config
+    knobs it reads. `__post_init__` fills `max_draws` and `draws_per_prompt` and checks them together."""
 
     splits_batch_budget = True  # the step's budget is split across the batch
 
@@ -172,12 +147,10 @@ class KnapsackOptions(SamplerOptions):
     unsolved_draws: int = 2
     """Completions of a prompt whose draws at its last visit were all wrong; it also takes what mixed prompts cannot."""
     draws_per_prompt: int | None = None
-    """The step's budget per prompt: `B * draws_per_prompt` completions for `B` prompts; a first visit gets exactly this
-    many. `None`: `num_generations` with `train_on="all"` (the only value it allows: TRL's batch holds
-    `B * num_generations` rows), `2 * num_generations` with `"downsample"`."""
+    """The step's budget per prompt (a first visit gets exactly this many). `None`: `num_generations` with
+    `train_on="all"` (the only value it allows), `2 * num_generations` with `"downsample"`."""
     train_on: str = "all"
-    """`"all"`: train on every completion drawn (group sizes vary, as `est_train_on="all"`); `"downsample"`: cut each
-    pool to `num_generations` (the `downsample` knob) as `seq_*` and `est_train_on="downsample"` do."""
+    """`"all"`: train on every completion drawn (group sizes vary); `"downsample"`: cut each pool to `num_generations`."""
     objective: str
     downsample: str = read_when("train_on", "downsample")
     pass_rate_decay: float
@@ -208,11 +181,7 @@ class KnapsackOptions(SamplerOptions):
                 f"prompt, so draws_per_prompt must be {n}; got {mean}. Remove draws_per_prompt from sampler_kwargs, "
                 "or use train_on='downsample' to draw more than is trained on."
             )
-        floors = {
-            "min_draws": self.min_draws,
-            "solved_draws": self.solved_draws,
-            "unsolved_draws": self.unsolved_draws,
-        }
+        floors = {name: getattr(self, name) for name in ("min_draws", "solved_draws", "unsolved_draws")}
         if self.train_on == "downsample":
             short = {name: floor for name, floor in floors.items() if floor < n}
             if short:
@@ -247,21 +216,14 @@ class KnapsackOptions(SamplerOptions):
 
 @register_sampler("knapsack")
 class KnapsackSampler(BudgetedSampler):
-    """
-    Knapsack-RL (Li et al., arXiv 2509.25849): each step spends exactly `B * draws_per_prompt` completions
-    (`B * num_generations` by default), split over the `B` prompts by [`allocate`], all drawn in one round. A prompt on
-    its first visit gets `draws_per_prompt`; one whose draws at its last visit were all right or all wrong gets
-    `solved_draws` / `unsolved_draws`; the others share the rest by the paper's knapsack on their pass rate `p̂` from
-    the estimator `est` reads (`pass_rate_predictor`: the decayed Beta tracker or the learned predictor), between
-    `min_draws` and `max_draws`; what they cannot take goes to the unsolved prompts. Trains on every completion drawn
-    (`train_on="all"`) or on pools downsampled to `num_generations`.
-    """
+    """Knapsack-RL: each step spends exactly `B * draws_per_prompt` completions, split over the `B` prompts by
+    [`allocate`] in one round. A first visit gets `draws_per_prompt`, a prompt all right or all wrong at its last visit
+    `solved_draws` / `unsolved_draws`; the others share the rest by their pass rate from the estimator `est` reads."""
 
     Options = KnapsackOptions
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
-        super().__init__(settings)
-        self.estimator: PassRateEstimator = estimator or build_pass_rate_estimator(self.settings)
+        super().__init__(settings, estimator)
         # Each prompt's share of positives at its last visit (among its scored draws): the paper's p = 0 / p = 1 test.
         self.last_pass_rate: dict[str, float] = {}
 
@@ -293,15 +255,11 @@ class KnapsackSampler(BudgetedSampler):
         return self.options.train_on == "all"
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
-        totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
-        selection.metrics.update(estimate_metrics(step, step.estimates))
+        super().end_step(step, selection)
         classes = [self.last_pass_rate.get(str(key)) for key in step.keys]
-        for key, total, hits in zip(step.keys, totals, positives, strict=True):
+        for key, total, hits in zip(step.keys, *step.draw_counts(), strict=True):
             if total:  # a visit with no scored draw says nothing about the prompt
                 self.last_pass_rate[str(key)] = hits / total
-        self.estimator.update(step.keys, totals, positives)
-        for name, number in getattr(self.estimator, "last_metrics", {}).items():
-            selection.metrics[f"pass_rate_predictor/{name}"] = number
         plan, count = self.options, step.num_prompts
         mixed = [i for i, last in enumerate(classes) if last is not None and last not in (0.0, 1.0)]
         selection.metrics.update(
@@ -319,13 +277,8 @@ class KnapsackSampler(BudgetedSampler):
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {
-            **super().state_dict(),
-            "estimator": self.estimator.state_dict(),
-            "last_pass_rate": dict(self.last_pass_rate),
-        }
+        return {**super().state_dict(), "last_pass_rate": dict(self.last_pass_rate)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.estimator.load_state_dict(state["estimator"])
         self.last_pass_rate = {str(key): float(rate) for key, rate in state["last_pass_rate"].items()}

@@ -1,18 +1,7 @@
 """
-A learned pass-rate predictor (the paper's value network `V_φ(x)`, Section 3.1), pure Python.
-
-[`LearnedPassRatePredictor`] is an online logistic regression on hashed character n-grams of the prompt text. It
-predicts a prompt's pass rate on its first visit, from prompts that look like it, and learns from every scored draw
-(a prompt's `k` positives out of `n` draws are `n` Bernoulli labels). When a prompt comes back, its prediction `m` is
-the mean of a Beta prior of strength `s = pass_rate_prior_alpha + pass_rate_prior_beta` that the prompt's decayed
-counts update, as [`DecayedBetaTracker`] does with a fixed prior mean:
-
-    p̂ = (K + s·m) / (N + s)
-
-What it reads: the prompt's text (`PromptKey.text`, which the trainer fills from the `prompt` column: the string, or
-the role and content of each chat message; images are not read), or the key itself when a key carries no text. Every
-process computes the same predictions from the same gathered outcomes: features come from a stable hash (CRC-32, not
-Python's salted `hash()`), and the updates run in the order of the keys, in plain Python floats.
+[`LearnedPassRatePredictor`], the paper's value network `V_φ(x)` (Section 3.1), in pure Python. Every process computes
+the same predictions from the same gathered outcomes: features come from a stable hash (CRC-32, not Python's salted
+`hash()`), and the updates run in the order of the keys, in plain Python floats.
 """
 
 from __future__ import annotations
@@ -46,10 +35,8 @@ _FEATURE_CACHE_SIZE = 8192
 
 
 class PromptKey(str):
-    """
-    A stable prompt id (compares and hashes as the id string) that also carries the prompt's text, for estimators
-    that predict from it. `str(key)` is the plain id, so trackers and checkpoints never store the text.
-    """
+    """A stable prompt id (compares and hashes as the id string) that carries the prompt's text as `text`; `str(key)`
+    is the plain id, so trackers and checkpoints never store the text."""
 
     text: str
 
@@ -63,10 +50,8 @@ class PromptKey(str):
 
 
 def prompt_text(prompt: Any) -> str:
-    """
-    The text a predictor reads from a `prompt` column value: the string itself, or for a conversation each message's
-    role and text content, one message a line (image parts are skipped).
-    """
+    """The text a predictor reads from a `prompt` column value: the string itself, or for a conversation each message's
+    role and text content, one message a line (image parts are skipped)."""
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, Sequence):
@@ -92,11 +77,8 @@ def key_text(key: Hashable) -> str:
 
 
 def calibration(estimates: Sequence[float], totals: Sequence[int], positives: Sequence[int]) -> dict[str, float]:
-    """
-    How well pass-rate estimates made before a step predicted its draws: the mean per-draw log-loss
-    `-(k log p + (n-k) log(1-p)) / Σn` and Brier score `(k (1-p)² + (n-k) p²) / Σn` over every scored draw. Empty
-    when no draw was scored.
-    """
+    """How well estimates made before a step predicted its draws: the mean per-draw log-loss and Brier score (`{}`:
+    no draw scored)."""
     draws = sum(totals)
     if draws == 0:
         return {}
@@ -115,12 +97,10 @@ def calibration_bins(
     estimates: Sequence[float], totals: Sequence[int], positives: Sequence[int], bins: int = CALIBRATION_BINS
 ) -> dict[str, float]:
     """
-    The reliability diagram's counts for one step, per equal-width bin `K` of the estimate `p` (`bin_K` holds
-    `K/bins <= p < (K+1)/bins`, the last bin includes 1): `bin_K/draws`, the scored draws of the prompts in it;
-    `bin_K/positives`, the positives among them; `bin_K/predicted`, the sum of `p` over those draws. Every bin is
-    reported (zeros included), so sums of logged values over any steps give each bin's mean prediction
-    (`predicted / draws`) against its observed pass rate (`positives / draws`); ratios of window means stay exact
-    too. Empty when no draw was scored.
+    The reliability diagram's counts for one step, per equal-width bin `K` of the estimate `p` (the last includes 1):
+    `bin_K/draws` (scored draws), `bin_K/positives` and `bin_K/predicted` (the sum of `p` over those draws). Every bin
+    is reported, zeros included, so sums over any steps give each bin's `predicted / draws` against
+    `positives / draws`. Empty when no draw was scored.
     """
     if sum(totals) == 0:
         return {}
@@ -141,22 +121,12 @@ def calibration_bins(
 
 
 class LearnedPassRatePredictor:
-    """
-    Online logistic regression on hashed character n-grams of the prompt text, trained by Adagrad on every scored
-    draw, combined with per-prompt decayed counts (see the module docstring). Implements
+    """Online logistic regression on hashed character n-grams of the prompt text, trained by Adagrad on every scored
+    draw (`k` positives of `n` draws are `n` Bernoulli labels). A prompt's prediction `m` is the mean of a Beta prior
+    of strength `s = prior_alpha + prior_beta` that its decayed counts update: `p̂ = (K + s·m) / (N + s)`. Implements
     [`~trl_ada.samplers.PassRateEstimator`] plus `beta_parameters` (prior and counts: `round_policy="tracked"`) and
-    `prior_parameters` (the prediction alone: `round_policy="predictive"`).
-
-    Args:
-        decay: `λ` of the decayed counts, as `pass_rate_decay`.
-        prior_alpha, prior_beta: their sum is the prior strength `s`; `α / (α + β)` is the prediction before any
-            training (the initial bias).
-        learning_rate: Adagrad's step size.
-        num_features: size of the hashed weight vector. Weights are stored sparsely (only features seen cost memory
-            and checkpoint space: at most `num_features` x 3 numbers, about 15 MB of JSON at the default 2^18).
-        ngram_range: character n-gram lengths read, inclusive (the text is framed by start and end markers).
-        track_counts: keep per-prompt decayed counts (`False`: every estimate is the prediction alone).
-    """
+    `prior_parameters` (the prediction alone: `round_policy="predictive"`). `α / (α + β)` is the prediction before any
+    training; `num_features` is the size of the hashed (sparse) weight vector; `track_counts=False` keeps no counts."""
 
     def __init__(
         self,
@@ -188,8 +158,6 @@ class LearnedPassRatePredictor:
         self.updates = 0
         self.last_metrics: dict[str, float] = {}
         self._features: dict[str, list[tuple[int, float]]] = {}
-
-    # -- features and predictions ---------------------------------------------------------------------------------
 
     def features(self, text: str) -> list[tuple[int, float]]:
         """Hashed n-gram features of `text` as `(index, value)` pairs in first-seen order, scaled to unit L2 norm."""
@@ -241,15 +209,10 @@ class LearnedPassRatePredictor:
     def estimate(self, keys: Sequence[Hashable]) -> list[float]:
         return [alpha / (alpha + beta) for alpha, beta in self.beta_parameters(keys)]
 
-    # -- training ---------------------------------------------------------------------------------------------------
-
     def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None:
-        """
-        One Adagrad step per prompt, in the order of `keys`, on the binomial log-likelihood of its `positives` out of
-        `totals` scored draws (a prompt without a scored draw is skipped), then the decayed counts. `last_metrics`
-        holds the calibration of the predictions made before this update (`model_log_loss`, `model_brier`) and the
-        share of prompts never seen before (`first_visit_share`, with counts).
-        """
+        """One Adagrad step per prompt, in the order of `keys`, on the binomial log-likelihood of its `positives` of
+        `totals` scored draws, then the decayed counts. `last_metrics`: the calibration of the predictions made before
+        it (`model_log_loss`, `model_brier`) and, with counts, the share of first visits (`first_visit_share`)."""
         keys = list(keys)
         first_visits = (
             sum(str(key) not in self.counts.counts for key in keys) / len(keys) if self.counts and keys else None
@@ -278,8 +241,6 @@ class LearnedPassRatePredictor:
         self.updates += 1
         self.last_metrics = metrics
 
-    # -- state ------------------------------------------------------------------------------------------------------
-
     def model_state(self) -> dict[str, Any]:
         """The model alone (hashing settings, weights, Adagrad state): what [`save_pretrained`] writes. JSON-safe."""
         indices = sorted(self.weights)
@@ -298,7 +259,7 @@ class LearnedPassRatePredictor:
         }
 
     def load_model_state(self, state: dict[str, Any], *, keep_learning_rate: bool = False) -> None:
-        """Load what [`model_state`] returned (`keep_learning_rate`: keep this object's step size, for a warm start)."""
+        """Load what [`model_state`] returned (`keep_learning_rate`: keep this object's step size)."""
         if state.get("format") != _FORMAT or state.get("version") != _VERSION:
             raise ValueError(
                 f"not a learned pass-rate predictor of this version (format {state.get('format')!r}, version "
@@ -323,11 +284,7 @@ class LearnedPassRatePredictor:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """
-        Resume from what [`state_dict`] returned. The learning rate stays this object's (the run's
-        `pass_rate_predictor_learning_rate`): a resumed run may change it, as it may change its optimizer's, and the
-        checkpoint's must not silently win. The Adagrad accumulators do not depend on it.
-        """
+        """Resume from what [`state_dict`] returned, keeping this object's learning rate (the run's)."""
         saved = float(state["model"].get("learning_rate", self.learning_rate))
         if saved != self.learning_rate:
             logger.info(
@@ -350,11 +307,8 @@ class LearnedPassRatePredictor:
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike[str], **kwargs: Any) -> LearnedPassRatePredictor:
-        """
-        A predictor warm-started from a saved one: `directory` is a saved model directory (with a
-        `pass_rate_predictor/` sub-folder) or that sub-folder. The weights, Adagrad state and hashing settings are
-        loaded; `kwargs` (decay, prior, learning rate, `track_counts`) are this run's; per-prompt counts start empty.
-        """
+        """A predictor warm-started from a saved model directory (or its `pass_rate_predictor/` sub-folder): its
+        weights, Adagrad state and hashing settings, with this run's `kwargs` and empty per-prompt counts."""
         path = find_predictor_file(directory)
         if path is None:
             raise ValueError(
@@ -381,13 +335,9 @@ def find_predictor_file(directory: str | os.PathLike[str]) -> str | None:
 
 
 def build_pass_rate_estimator(settings: Any, source: str | None = None) -> PassRateEstimator:
-    """
-    The estimator `settings.pass_rate_predictor` names: `"tracker"` a [`DecayedBetaTracker`], `"learned"` a fresh
+    """The estimator `settings.pass_rate_predictor` names: `"tracker"` a [`DecayedBetaTracker`], `"learned"` a fresh
     [`LearnedPassRatePredictor`], a local directory a predictor warm-started from it. `source`: the local directory to
-    load instead (the snapshot of a Hub id, see `trl_ada.predictor_hub.resolve_pass_rate_predictor`). Under
-    `round_policy="predictive"` the learned predictor keeps no per-prompt counts (that policy has no memory of
-    prompts).
-    """
+    load instead (the snapshot of a Hub id)."""
     choice = settings.pass_rate_predictor
     decay, alpha, beta = settings.pass_rate_decay, settings.pass_rate_prior_alpha, settings.pass_rate_prior_beta
     if choice == "tracker":

@@ -1,18 +1,6 @@
 """
-The sampler registry: one decorator adds a sampler, selectable by name everywhere (config, command line, `trl-ada
-simulate`, the model card).
-
-```python
-from trl_ada.samplers import Sampler, register_sampler
-
-
-@register_sampler("my_sampler")
-class MySampler(Sampler):
-    def request_size(self, step, index):
-        return self.settings.num_generations if step.rounds == 0 else 0
-```
-
-A leaf module (it imports no other sampler module), so `settings` and `base` can look samplers up. Pure Python.
+The sampler registry: `@register_sampler("name")` makes a sampler selectable by name everywhere. A leaf module (it
+imports no other sampler module), so `settings` and `base` can look samplers up. Pure Python.
 """
 
 from __future__ import annotations
@@ -31,12 +19,9 @@ _IMPORTED: dict[str, type] = {}
 
 
 def register_sampler(name: str):
-    """
-    Class decorator: register a [`Sampler`] subclass under `name` (sets its `name`). It is then selectable as
-    `sampler=name` in `AdaGRPOConfig`, `--sampler name` on the command line and in `trl-ada simulate`, and its knobs
-    appear on the model card. Registering another class under a taken name raises; re-registering the same class
-    replaces it (see `_same_definition`).
-    """
+    """Class decorator: register a [`Sampler`] subclass under `name` (sets its `name`), selectable as `sampler=name` in
+    `AdaGRPOConfig`, on the command line and in `trl-ada simulate`. Registering another class under a taken name
+    raises; re-registering the same class replaces it (see `_same_definition`)."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"a sampler name must be a Python identifier (it is a config value), got {name!r}")
 
@@ -59,21 +44,17 @@ def register_sampler(name: str):
 
 
 def _is_sampler_class(cls: Any) -> bool:
-    """Whether `cls` subclasses `trl_ada.samplers.Sampler`, told by its bases' names: this module imports no sampler
-    module, so that `base` and `settings` can import it."""
+    """Whether `cls` subclasses `trl_ada.samplers.Sampler`, told by its bases' names (this module imports no other)."""
     return isinstance(cls, type) and any(
         klass.__module__ == "trl_ada.samplers.base" and klass.__qualname__ == "Sampler" for klass in cls.__mro__
     )
 
 
 def _same_definition(registered: type, candidate: type) -> bool:
-    """
-    Whether `candidate` is `registered` defined again: the same qualified name, in the same module or the same source
-    file. Not identity, because running a definition again makes a new class object for the same code
-    (`importlib.reload`, a notebook cell run twice, a script run as `__main__` that is also imported by its import path
-    `my_script:MySampler`), and that must keep working; not the qualified name alone, because a class of another
-    module that happens to be named like a built-in one (`EstSampler`) would silently replace it.
-    """
+    """Whether `candidate` is `registered` defined again: the same qualified name, in the same module or source file.
+    Not identity, since a reload, a notebook cell run twice or a script also imported by its path makes a new class
+    object for the same code; not the name alone, or another module's `EstSampler` would silently replace the built-in
+    one."""
     if registered is candidate:
         return True
     if registered.__qualname__ != candidate.__qualname__:
@@ -102,14 +83,10 @@ ENTRY_POINT_GROUP = "trl_ada.samplers"
 
 
 def sampler_class(name: str) -> type:
-    """
-    The class registered under `name`. A name not registered yet is looked up, in this order, among the entry points
-    of group `trl_ada.samplers` (an installed package's plug-in, imported on first use) and as an import path
-    (`"my_package.samplers:KnapsackSampler"` or `"my_package.samplers.KnapsackSampler"`: importing it registers it;
-    a module not installed is imported from the working directory, as `trl grpo` imports `--reward_funcs`), so a
-    plug-in is also selectable in a fresh process (`--sampler my_package.samplers:KnapsackSampler`). `ValueError`
-    naming the registered ones otherwise.
-    """
+    """The class registered under `name`. A name not registered yet is looked up among the entry points of group
+    `trl_ada.samplers`, then as an import path (`"my_package.samplers:KnapsackSampler"`, from the working directory if
+    not installed), so a plug-in is selectable in a fresh process. `ValueError` naming the registered ones
+    otherwise."""
     if isinstance(name, str) and name not in SAMPLERS and name not in _IMPORTED:
         _load_plugin(name)
     try:
@@ -151,13 +128,9 @@ def _load_plugin(name: str) -> None:
 
 
 def _import_module_or_from_working_directory(module_name: str) -> Any:
-    """
-    Import `module_name`; if its top-level package is not found, import it from the working directory, as `trl grpo`
-    imports a dotted `--reward_funcs` path (it puts the working directory first on `sys.path`). A console script
-    (`trl-ada train`, `trl-ada simulate`) does not have the working directory on `sys.path`, `python -m` does, so
-    `--sampler my_module:MySampler` next to the user's `my_reward.py` resolves the same either way. The working
-    directory stays on `sys.path` only when the import found the module there (a spawned worker inherits it).
-    """
+    """Import `module_name`, from the working directory if its top-level package is not found, as `trl grpo` imports
+    `--reward_funcs` (a console script does not have the working directory on `sys.path`; `python -m` does). The
+    working directory stays on `sys.path` only when the module was found there (a spawned worker inherits it)."""
     from importlib import import_module
 
     try:

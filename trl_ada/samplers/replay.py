@@ -18,11 +18,8 @@ class StoredSuccess:
 
 
 class SuccessReplay:
-    """
-    The latest correct completion of at most `capacity` prompts, by prompt key, the least recently stored forgotten
-    first. Every process keeps the same index (it is fed the same gathered rewards); the trainer keeps the completions,
-    each on the process that generated it.
-    """
+    """The latest correct completion of at most `capacity` prompts, by key, the least recently stored forgotten first.
+    Every process keeps the same index; the trainer keeps the completions, each on the process that generated it."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity

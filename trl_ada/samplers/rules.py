@@ -1,9 +1,6 @@
 """
-The rules of Reinforce-Ada, each in one place: what counts as positive, pool statistics, downsampling, the objective's
-weight and the advantage. Pure Python (no torch, no TRL) so they can be tested with Bernoulli rewards in microseconds.
-
-Rewards are floats; `NaN` marks an unscorable completion (every reward function returned `None`). Unscorable
-completions are neither positive nor negative, never enter a mean or a std, and get a zero advantage.
+The rules of Reinforce-Ada, each in one place, in pure Python. `NaN` marks an unscorable reward (every reward function
+returned `None`): neither positive nor negative, never in a mean or a std, and a zero advantage.
 """
 
 from __future__ import annotations
@@ -23,22 +20,15 @@ def is_scorable(reward: float) -> bool:
 
 
 def is_positive(reward: float, threshold: float) -> bool:
-    """The positive test, the one definition (exit rules, downsampling, p̂, evaluation): a reward strictly above
-    `threshold`. NaN (unscorable) is never positive; callers that need "negative" also check `is_scorable`."""
+    """The positive test: a reward strictly above `threshold` (NaN never is; a negative is also `is_scorable`)."""
     return reward > threshold
 
 
 def count_outcomes(rewards: Sequence[float], threshold: float) -> tuple[int, int]:
     """Return `(positives, negatives)` by [`is_positive`]. NaN counts as neither."""
-    positives = negatives = 0
-    for reward in rewards:
-        if not is_scorable(reward):
-            continue
-        if is_positive(reward, threshold):
-            positives += 1
-        else:
-            negatives += 1
-    return positives, negatives
+    scorable = [reward for reward in rewards if is_scorable(reward)]
+    positives = sum(is_positive(reward, threshold) for reward in scorable)
+    return positives, len(scorable) - positives
 
 
 def mean_and_std(rewards: Sequence[float]) -> tuple[float, float]:
@@ -66,18 +56,11 @@ def downsample(
     rng: random.Random,
     excluded: Collection[int] = (),
 ) -> list[int]:
-    """
-    Indices (ascending, i.e. in draw order) of the `size` completions of a pool that form the update group.
-
-    `"balanced"` keeps `min(size // 2, #positives)` positives and fills the rest with negatives, topping up from the
-    positives when negatives run short; unscorable completions are used only when both sides are exhausted. An odd
-    `size` thus gives the extra slot to a negative: positives are the scarce side on the hard prompts adaptive
-    sampling is for, so asking for the smaller half of them lets those prompts exit sooner. Within a side the choice
-    is uniform at random from `rng`. `"random"` chooses `size` completions uniformly at random.
-
-    `excluded` completions (those the loss will mask, e.g. truncated ones under `mask_truncated_completions`) belong
-    to neither side and, in both modes, are kept only when the others cannot fill the group.
-    """
+    """Indices (in draw order) of the `size` completions of a pool that form the update group. `"balanced"` keeps
+    `min(size // 2, #positives)` positives and fills the rest with negatives, topping up from the positives when
+    negatives run short (an odd `size` gives the extra slot to a negative: positives are the scarce side on hard
+    prompts, so needing fewer lets them exit sooner); unscorable completions come last. `"random"` chooses uniformly.
+    `excluded` completions (those the loss will mask) are kept only when the others cannot fill the group."""
     if size > len(rewards):
         raise ValueError(f"cannot keep {size} completions from a pool of {len(rewards)}")
     if size == len(rewards):
@@ -109,13 +92,9 @@ def downsample(
 def outcome_shares(
     pool: Sequence[float], group: Sequence[int], threshold: float, excluded: Collection[int] = ()
 ) -> list[float]:
-    """
-    Per draw of `pool`, the share of the draws of its outcome that `group` (indices into `pool`) holds: positive,
-    negative, or neither (unscorable, or `excluded` from the sides as [`downsample`] excludes them). A gradient over
-    the whole pool with each draw's advantage scaled by its share is the expectation, over which draws of each outcome
-    the group took, of the group's own gradient: every draw is used, and the outcome mix the downsampling chose
-    (`"balanced"`: the rare outcome kept whole) keeps its weight. The shares of a pool sum to `len(group)`.
-    """
+    """Per draw of `pool`, the share of the draws of its outcome (positive, negative, or neither) that `group` holds.
+    The pool's gradient with each advantage scaled by its share is the expectation of the group's over the draws the
+    downsampling could have taken, so the outcome mix it chose keeps its weight. The shares sum to `len(group)`."""
     outcomes = [
         -1 if index in excluded or not is_scorable(reward) else int(is_positive(reward, threshold))
         for index, reward in enumerate(pool)
@@ -126,10 +105,8 @@ def outcome_shares(
 
 
 def objective_weight(pass_rate: float, objective: str, power_alpha: float, max_weight: float) -> float:
-    """
-    Gradient weight `w = f'(p)` of the objective `f`, clipped at `max_weight`: `linear` 1, `log` 1/p,
-    `power` alpha * p^(alpha - 1). At `p = 0` the log and power weights are infinite and clip to `max_weight`.
-    """
+    """Gradient weight `w = f'(p)` of the objective `f`, clipped at `max_weight`: `linear` 1, `log` 1/p, `power`
+    alpha * p^(alpha - 1). At `p = 0` the log and power weights are infinite and clip to `max_weight`."""
     if objective == "linear":
         weight = 1.0
     elif objective == "log":
@@ -152,20 +129,14 @@ def advantage(reward: float, baseline: float, scale: float | None, weight: float
 
 
 def residual_weight(pass_rate: float, sample_power: float, epsilon: float, max_weight: float) -> float:
-    """
-    Reinforce-Ada-Est's explicit weight `(p + eps)^-(1 - s)`, clipped at `max_weight`. With sampling `N ∝ p^-s`, the
-    product of sampling and gradient weight is the log objective's `1/p` (up to `eps`).
-    """
+    """Reinforce-Ada-Est's explicit weight `(p + eps)^-(1 - s)`, clipped at `max_weight`. With sampling `N ∝ p^-s`, the
+    product of sampling and gradient weight is the log objective's `1/p` (up to `eps`)."""
     return min((pass_rate + epsilon) ** -(1.0 - sample_power), max_weight)
 
 
 def allocate_budget(scores: Sequence[float], total: int, low: int, high: int) -> list[int]:
-    """
-    Integers `N_i` in `[low, high]` with `sum(N_i) == total`, proportional to `scores` where the bounds allow.
-
-    Water-filling: find the scale `c` with `sum(clip(c * score_i, low, high)) == total` by bisection, then round by
-    largest remainder (ties to the lower index), moving only within the bounds.
-    """
+    """Integers `N_i` in `[low, high]` with `sum(N_i) == total`, proportional to `scores` where the bounds allow: the
+    scale `c` with `sum(clip(c * score_i, low, high)) == total` by bisection, then rounding by largest remainder."""
     count = len(scores)
     if count == 0:
         raise ValueError("cannot allocate a budget over no prompts")
@@ -187,22 +158,16 @@ def allocate_budget(scores: Sequence[float], total: int, low: int, high: int) ->
     targets = [min(max(hi_scale * score, low), high) for score in scores]
     budgets = [min(max(math.floor(t), low), high) for t in targets]
     remainder = total - sum(budgets)
-    # Hand out (or take back) the rounding remainder by fractional part, never leaving [low, high].
+    # Hand out (or take back, smallest fractional part first) the rounding remainder, never leaving [low, high].
     order = sorted(range(count), key=lambda i: (-(targets[i] - budgets[i]), i))
-    while remainder > 0:
-        for i in order:
+    step, bound = (1, high) if remainder > 0 else (-1, low)
+    while remainder:
+        for i in order if step > 0 else reversed(order):
             if remainder == 0:
                 break
-            if budgets[i] < high:
-                budgets[i] += 1
-                remainder -= 1
-    while remainder < 0:
-        for i in reversed(order):
-            if remainder == 0:
-                break
-            if budgets[i] > low:
-                budgets[i] -= 1
-                remainder += 1
+            if budgets[i] != bound:
+                budgets[i] += step
+                remainder -= step
     return budgets
 
 
@@ -212,10 +177,7 @@ def unmixed_chance(pass_rate: float, draws: int) -> float:
 
 
 def skipped_prompts(estimates: Sequence[float], draws: int, threshold: float | None) -> list[bool] | None:
-    """
-    Which prompts `skip_unmixed_above` skips: those whose predicted chance of an unmixed group of `draws`,
-    [`unmixed_chance`] at their estimate, is above `threshold`. `None` when the skip is off.
-    """
+    """Which prompts `skip_unmixed_above` skips: [`unmixed_chance`] above `threshold` (`None`: the skip is off)."""
     if threshold is None:
         return None
     return [unmixed_chance(p, draws) > threshold for p in estimates]
@@ -224,11 +186,8 @@ def skipped_prompts(estimates: Sequence[float], draws: int, threshold: float | N
 def allocate_budget_with_skips(
     scores: Sequence[float], skipped: Sequence[bool], total: int, low: int, high: int
 ) -> list[int]:
-    """
-    [`allocate_budget`] where the `skipped` prompts get `low` and the others share the rest of `total`. When the others
-    cannot take the rest within `high` each (too many skipped for a fixed total), they get `high` and the skipped
-    prompts split what is left evenly; with every prompt skipped that is the even split of `total`.
-    """
+    """[`allocate_budget`] where the `skipped` prompts get `low` and the others share the rest of `total`; when the
+    others cannot take it within `high` each, they get `high` and the skipped prompts split what is left evenly."""
     unskipped = [i for i, skip in enumerate(skipped) if not skip]
     chosen = [i for i, skip in enumerate(skipped) if skip]
     if not chosen:
@@ -253,10 +212,8 @@ def allocate_budget_with_skips(
 
 @functools.lru_cache(maxsize=65536)
 def quota_probability(draws: int, positives_needed: int, negatives_needed: int, alpha: float, beta: float) -> float:
-    """
-    P(at least `positives_needed` positives and `negatives_needed` negatives among `draws` more completions) when the
-    pass rate is Beta(alpha, beta) distributed: a sum of beta-binomial probabilities.
-    """
+    """P(at least `positives_needed` positives and `negatives_needed` negatives among `draws` more completions) when
+    the pass rate is Beta(alpha, beta) distributed: a sum of beta-binomial probabilities."""
     low, high = positives_needed, draws - negatives_needed
     if low > high:
         return 0.0
@@ -277,11 +234,8 @@ def predictive_request(
     min_request: int,
     max_request: int,
 ) -> int:
-    """
-    The smallest request in `[min_request, max_request]` whose chance of meeting the remaining quotas, under a
-    Beta(alpha, beta) belief about the pass rate, reaches `confidence` (`max_request` when none does). The chance
-    only grows with the request, so a binary search finds it.
-    """
+    """The smallest request in `[min_request, max_request]` whose chance of meeting the remaining quotas under a
+    Beta(alpha, beta) pass rate reaches `confidence` (`max_request` when none does), by binary search."""
     low, high = max(min_request, positives_needed + negatives_needed, 1), max_request
     if low >= high:
         return max(min(low, max_request), 1)

@@ -1,10 +1,6 @@
 """
-The sequential samplers of Reinforce-Ada: `seq_pos` and `seq_balance` (Algorithm 2 of the paper), rounds of draws for
-every prompt until its exit rule holds or its pool reaches the cap. They alone run on the round-free schedule
-([`ContinuousStep`], `sampler.begin_continuous`), so this module, not `base`, imports it: `continuous` builds on
-`base` and nothing in `base` imports it back.
-
-Pure Python: no torch and no TRL.
+The sequential samplers `seq_pos` and `seq_balance` (Algorithm 2 of the paper). They alone run on the round-free
+schedule ([`ContinuousStep`]), so this module, not `base`, imports it. Pure Python: no torch and no TRL.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from .base import (
     Selection,
     _count,
     _objective_phrase,
-    estimate_metrics,
+    learn_pass_rates,
     skip_metrics,
 )
 from .continuous import ContinuousStep
@@ -37,11 +33,8 @@ _PREDICTIVE = ("predictive", "tracked")
 
 @dataclass(kw_only=True)
 class SequentialOptions(SamplerOptions):
-    """
-    What `seq_pos` and `seq_balance` read: rounds and their cap, the exit rule's quotas, the round policy and its
-    pass-rate prior (read only by the predictive policies), and DAPO's refills when stacked on them.
-    `__post_init__` fills the quotas (`default_quotas`) and checks they fit under the cap.
-    """
+    """What `seq_pos` and `seq_balance` read; `__post_init__` fills the quotas (`default_quotas`) and checks they fit
+    under the cap."""
 
     round_size: int
     max_rounds: int
@@ -115,30 +108,22 @@ class SequentialOptions(SamplerOptions):
 class SequentialSampler(Sampler):
     """
     Reinforce-Ada-Seq (Algorithm 2 of the paper): rounds of completions for every active prompt until its exit rule
-    holds or its pool reaches `round_size * max_rounds`.
-
-    How many completions a prompt asks for in a round is the round policy: `"fixed"` always `round_size` (the
-    paper); `"predictive"` `round_size` first, then the smallest request that meets the remaining quotas with
-    probability `round_confidence` under a Beta posterior from the pool; `"tracked"` the same from the first round
-    on, with the prior taken from a pass-rate tracker that remembers the prompt from earlier epochs. Fewer rounds
-    matter because each round waits for its longest completion. With a learned predictor (`pass_rate_predictor`, or
-    an `estimator` object) both predictive policies take their prior from it from the first round on: `"tracked"` its
-    `beta_parameters` (prediction and the prompt's decayed counts), `"predictive"` its `prior_parameters` (the
-    prediction alone).
-
-    Subclasses are the exit rules' quotas (their `Options.default_quotas`).
+    holds or its pool reaches `round_size * max_rounds`; each request is the round policy's (`demand`). An estimator
+    (`pass_rate_predictor`, or an `estimator` object) gives the predictive policies their prior from the first round:
+    `"tracked"` its `beta_parameters`, `"predictive"` its `prior_parameters`. Subclasses set the exit rule's quotas.
     """
 
     def __init__(self, settings: SamplerSettings, estimator: PassRateEstimator | None = None) -> None:
         super().__init__(settings)
         settings = self.settings
         policy = settings.round_policy
+        # What the predictive policies read of an estimator: its posterior ("tracked") or its prediction alone.
+        self._prior_method = method = "beta_parameters" if policy == "tracked" else "prior_parameters"
         if estimator is None and (
             policy == "tracked" or (policy == "predictive" and settings.pass_rate_predictor != "tracker")
         ):
             estimator = build_pass_rate_estimator(settings)
         if estimator is not None:
-            method = "beta_parameters" if policy == "tracked" else "prior_parameters"
             if policy not in ("tracked", "predictive") or not callable(getattr(estimator, method, None)):
                 raise ValueError(
                     f"round_policy={policy!r} takes a first-round prior from a pass-rate estimator's {method}(keys) "
@@ -160,8 +145,7 @@ class SequentialSampler(Sampler):
         # The keys also serve a remembered baseline and replayed successes, whatever the round policy.
         step = super().begin(num_prompts, prompt_keys)
         if self.estimator is not None:
-            method = "beta_parameters" if self.settings.round_policy == "tracked" else "prior_parameters"
-            step.priors = checked_beta_parameters(self.estimator, method, step.keys)
+            step.priors = checked_beta_parameters(self.estimator, self._prior_method, step.keys)
             step.skipped = rules.skipped_prompts(
                 [alpha / (alpha + beta) for alpha, beta in step.priors],
                 self.settings.num_generations,
@@ -176,39 +160,27 @@ class SequentialSampler(Sampler):
         return self.block_request(step, index, step.rounds)
 
     def block_request(self, step: SamplingStep, index: int, rounds_drawn: int) -> int:
-        """
-        The request of prompt `index`'s next round, after `rounds_drawn` rounds of it (0: it exited, reached the cap or
-        has had `max_rounds`). One definition for both schedules: rounds ask it for every prompt once per round; the
-        round-free schedule (`ContinuousStep`) asks it of each prompt when its previous block is complete.
-        """
+        """The request of prompt `index`'s next round after `rounds_drawn` of them (0: done), for both schedules (the
+        round-free one asks it when the prompt's previous block is complete)."""
         if rounds_drawn >= self.settings.max_rounds:
             return 0
         # The last round must ask for whatever the cap still allows: no later round can make up a shortfall.
         return self.demand(step, index, last_round=rounds_drawn == self.settings.max_rounds - 1)
 
     def demand(self, step: SamplingStep, index: int, last_round: bool = False) -> int:
-        """
-        The round policy, in one place for both schedules: how many more completions prompt `index` needs given its
-        pool so far (0: exited, or the pool is at the cap). In rounds (`request_size`) it is the next round's
-        request, and on the round-free schedule (`ContinuousStep`) the size of the prompt's next block (see
-        `block_request`).
-
-        `"fixed"` asks for `round_size`; `"predictive"` for `round_size` while the pool is empty (nothing to predict
-        from), then for the smallest request that meets the remaining quotas with probability `round_confidence`;
-        `"tracked"` for that request from the start, with the tracker's prior. `last_round`: ask for all the room left.
-        """
+        """The round policy: how many more completions prompt `index` needs given its pool so far (0: exited, or at the
+        cap). `"fixed"` asks for `round_size`; `"predictive"` for `round_size` while the pool is empty, then for the
+        smallest request that meets the remaining quotas with probability `round_confidence`; `"tracked"` for that
+        request from the start, with the estimator's prior. `last_round`: ask for all the room left."""
         settings = self.settings
         pool_size = len(step.pools[index])
         positives, negatives = step.outcomes[index]
         if pool_size >= self.options.max_pool_size or self.has_exited(pool_size, positives, negatives):
             return 0
         room = self.options.max_pool_size - pool_size
-        if step.skipped is not None and step.skipped[index]:
-            # Predicted unmixed (`skip_unmixed_above`): one request of the update group, trained on as GRPO's.
-            return min(max(settings.num_generations - pool_size, 0), room)
-        if pool_size and step.scorable[index] == 0:
-            # No reward function scored any draw (all None): further draws are no more likely to be scored, so the
-            # prompt only fills its update group (zero advantages) instead of drawing to the cap.
+        skipped = step.skipped is not None and step.skipped[index]
+        if skipped or (pool_size and step.scorable[index] == 0):
+            # Predicted unmixed (`skip_unmixed_above`), or no draw scored so far (none will be): fill the update group.
             return min(max(settings.num_generations - pool_size, 0), room)
         # In rounds the pool is empty exactly in the first round (every prompt draws at least once in it).
         if settings.round_policy == "fixed" or (
@@ -233,12 +205,9 @@ class SequentialSampler(Sampler):
         )
 
     def outlook(self, prior: tuple[float, float], pass_rate: float) -> tuple[float, float]:
-        """
-        `(expected draws, chance of a mixed pool)` of one prompt sampled by this round policy without the skip, with
-        prior `prior` (its `step.priors` entry) and every draw positive with probability `pass_rate`: exact, over
-        every path of rounds (each round's request from `block_request`, as the sampler makes it; paths less likely
-        than 1e-12 are dropped). What `skip/draws_saved` and `skip/expected_signal_lost` compare a skipped prompt with.
-        """
+        """`(expected draws, chance of a mixed pool)` of one prompt sampled by this round policy without the skip, with
+        prior `prior` and every draw positive with probability `pass_rate`: exact over every path of rounds (paths less
+        likely than 1e-12 are dropped). What `skip_metrics` compares a skipped prompt with."""
         stub = SamplingStep(self, 1)
         stub.priors = [prior]
         states: dict[tuple[int, int], float] = {(0, 0): 1.0}  # (pool size, positives) -> probability
@@ -264,27 +233,17 @@ class SequentialSampler(Sampler):
         return draws, mixed
 
     def end_step(self, step: SamplingStep, selection: Selection) -> None:
-        if self.estimator is not None:
-            totals, positives = [p + q for p, q in step.outcomes], [p for p, _ in step.outcomes]
-            priors = [alpha / (alpha + beta) for alpha, beta in step.priors or ()]
-            selection.metrics.update(estimate_metrics(step, priors))
-            if step.skipped is not None:
-                outlooks = {
-                    index: self.outlook(step.priors[index], priors[index])
-                    for index, skipped in enumerate(step.skipped)
-                    if skipped
-                }
-                selection.metrics.update(
-                    skip_metrics(
-                        step,
-                        priors,
-                        {index: draws for index, (draws, _) in outlooks.items()},
-                        {index: mixed for index, (_, mixed) in outlooks.items()},
-                    )
-                )
-            self.estimator.update(step.keys, totals, positives)
-            for name, value in getattr(self.estimator, "last_metrics", {}).items():
-                selection.metrics[f"pass_rate_predictor/{name}"] = value
+        if self.estimator is None:
+            return
+        priors = [alpha / (alpha + beta) for alpha, beta in step.priors or ()]
+        if step.skipped is not None:
+            outlooks = {
+                index: self.outlook(step.priors[index], priors[index])
+                for index, skipped in enumerate(step.skipped)
+                if skipped
+            }
+            selection.metrics.update(skip_metrics(step, priors, outlooks))
+        learn_pass_rates(self.estimator, step, selection, priors)
 
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
@@ -331,8 +290,7 @@ class SeqBalanceOptions(SequentialOptions):
 
     def default_quotas(self) -> tuple[int, int]:
         n = self.num_generations
-        # The quotas are exactly what a balanced group takes (odd n: the extra slot is a negative's, see
-        # rules.downsample), so an exited pool fills its group without topping up from the other side.
+        # What a balanced group takes (odd n: the extra slot is a negative's), so an exited pool needs no top-up.
         positive_quota = n // 2 if self.positive_quota is None else self.positive_quota
         negative_quota = n - n // 2 if self.negative_quota is None else self.negative_quota
         if negative_quota < 1:
@@ -342,9 +300,6 @@ class SeqBalanceOptions(SequentialOptions):
 
 @register_sampler("seq_balance")
 class SeqBalanceSampler(SequentialSampler):
-    """
-    Reinforce-Ada-Seq-balance: a prompt retires once it has `positive_quota` positives and `negative_quota` negatives
-    (by default exactly what a balanced update group takes: `n // 2` and `n - n // 2`).
-    """
+    """Reinforce-Ada-Seq-balance: a prompt retires at `positive_quota` positives and `negative_quota` negatives."""
 
     Options = SeqBalanceOptions

@@ -1,11 +1,8 @@
 """
-Every sampler knob, declared once: its type, default, help text and check. Pure Python: no torch, no TRL.
-
-- [`SamplerFields`] declares the knobs trl-ada adds; `AdaGRPOConfig` inherits it.
-- [`SamplerSettings`] adds the three knobs TRL owns (`num_generations`, `scale_rewards`, `seed`, with TRL's defaults)
-  and is what samplers read. [`SamplerSettings.validated`] runs every rule.
-- A sampler names the knobs it reads as the fields of its `Options` dataclass ([`SamplerOptions`]). A knob the chosen
-  configuration does not read must keep its default: [`check_knobs_read`] is that rule, for every config.
+Every sampler knob, declared once: its type, default, help text and check. [`SamplerFields`] declares trl-ada's knobs
+(`AdaGRPOConfig` inherits it); [`SamplerSettings`] adds the three TRL owns and is what samplers read. A sampler names
+the knobs it reads as the fields of its `Options` ([`SamplerOptions`]); any other knob must keep its default
+([`check_knobs_read`]). Pure Python: no torch, no TRL.
 """
 
 from __future__ import annotations
@@ -33,13 +30,9 @@ def knob(
     requirement: str = "",
     read_if: ReadIf | None = None,
 ) -> Any:
-    """
-    Declare a knob: a dataclass `field` with its default, help and choices, and beside it the rest of its declaration.
-
-    `check` / `requirement`: a predicate on the value and what it requires ("must lie in (0, 1]"), checked where the
-    knob is read. `read_if`: a [`ReadIf`] for a knob that is read only under some setting of the config or of the
-    sampler settings (`power_alpha` under `objective="power"`).
-    """
+    """Declare a knob: a dataclass `field` with its default, help and choices. `check` / `requirement`: a predicate on
+    the value and what it requires ("must lie in (0, 1]"), checked where the knob is read. `read_if`: a [`ReadIf`] for
+    a knob read only under some setting (`power_alpha` under `objective="power"`)."""
     # HfArgumentParser hands a field's metadata to argparse's add_argument, so only "help" and "choices" go there.
     metadata: dict[str, Any] = {"help": help}
     if choices is not None:
@@ -83,13 +76,9 @@ def check_knob_values(values: Any, names: Iterable[str]) -> None:
 def check_knobs_read(
     values: Any, names: Iterable[str], settings: SamplerSettings, not_read: Mapping[str, str] | None = None
 ) -> None:
-    """
-    The one rule for knobs that only some configurations read, for both configs, the settings and the command line:
-    each knob of `names` on `values` that is not read must keep its default, or this raises `ValueError` naming the
-    knob, the settings that leave it unread and what reads it. A knob with a [`ReadIf`] is read where its predicate
-    holds on `values`; a sampler knob where `settings` (validated or not) reads it. `not_read`: knobs the trainer at
-    hand never reads, with the reason.
-    """
+    """The one rule for knobs that only some configurations read, for both configs, the settings and the command
+    line: each knob of `names` on `values` that is not read must keep its default, or `ValueError` names the knob, the
+    settings that leave it unread and what reads it. `not_read`: knobs the trainer never reads, with the reason."""
     for name in names:
         declared = values.__dataclass_fields__[name]
         value, default = getattr(values, name), declared.default
@@ -116,6 +105,12 @@ def _positive_finite(value: Any) -> bool:
     return value > 0.0 and math.isfinite(value)
 
 
+def _at_least(minimum: int) -> dict[str, Any]:
+    """The `check` and `requirement` of an integer knob of at least `minimum`."""
+    requirement = f"must be at least {minimum}" if minimum else "must be non-negative"
+    return {"check": lambda v: v >= minimum, "requirement": requirement}
+
+
 @dataclass
 class SamplerFields:
     """The knobs trl-ada adds to TRL's config, each declared once (see the module docstring)."""
@@ -137,16 +132,14 @@ class SamplerFields:
         8,
         "Number of completions generated per active prompt in each round (`M` in the paper). Must be at least 1. Read"
         ' by `"seq_pos"` and `"seq_balance"`.',
-        check=lambda v: v >= 1,
-        requirement="must be at least 1",
+        **_at_least(1),
     )
     max_rounds: int = knob(
         4,
         "Maximum number of rounds per generation batch. Must be at least 1, and `round_size * max_rounds`, the cap on"
         ' the completions drawn for one prompt, must be at least `num_generations`. Read by `"seq_pos"` and '
         '`"seq_balance"`.',
-        check=lambda v: v >= 1,
-        requirement="must be at least 1",
+        **_at_least(1),
     )
     positive_quota: int | None = knob(
         None,
@@ -340,8 +333,7 @@ class SamplerFields:
         10,
         "Maximum number of extra generation batches drawn per step to fill the batch (verl's `max_num_gen_batches`). "
         "Must be non-negative. Read when DAPO refills are on.",
-        check=lambda v: v >= 0,
-        requirement="must be non-negative",
+        **_at_least(0),
     )
     dapo_on_exhausted: str = knob(
         "raise",
@@ -361,19 +353,15 @@ class SamplerFields:
         1024,
         'Prompts whose latest correct completion `replay="successes"` keeps, the least recently stored forgotten '
         "first; each process holds the completions it generated. Must be at least 1.",
-        check=lambda v: v >= 1,
-        requirement="must be at least 1",
+        **_at_least(1),
         read_if=ReadIf(lambda s: s.replay == "successes", "replay='successes'", ("replay",)),
     )
 
 
 @dataclass
 class SamplerSettings(SamplerFields):
-    """
-    Every knob a sampler reads, validated once by [`SamplerSettings.validated`]: trl-ada's ([`SamplerFields`]) plus the
-    three TRL owns, with TRL's defaults. `AdaGRPOConfig.sampler_settings()` builds one from a config; `trl-ada
-    simulate` and the sampler tests build one directly, without TRL.
-    """
+    """Every knob a sampler reads, validated once by [`SamplerSettings.validated`]: trl-ada's ([`SamplerFields`]) plus
+    the three TRL owns, with TRL's defaults. `AdaGRPOConfig.sampler_settings()` builds one from a config."""
 
     num_generations: int = knob(
         8,
@@ -425,8 +413,7 @@ class SamplerSettings(SamplerFields):
 
     @property
     def refills(self) -> bool:
-        """Whether prompts without a signal are dropped and the batch refilled from further prompts (DAPO): the
-        sampler's `dapo_refill` as its `Options` resolve it (`None` is on for `sampler="dapo"`)."""
+        """Whether prompts without a signal are dropped and the batch refilled (DAPO), as the `Options` resolve it."""
         if self.dapo_refill is not None:  # validated settings hold it resolved
             return self.dapo_refill
         return bool(getattr(self.options, "dapo_refill", False))
@@ -438,34 +425,26 @@ class SamplerSettings(SamplerFields):
 
     @property
     def rules_are_per_prompt(self) -> bool:
-        """
-        Whether every rule of a generation batch reads only each prompt's own pool: no budget split across the batch
-        (`Options.splits_batch_budget`), no reward std over it (`scale_rewards="batch"`) and no weights normalised over
-        it. A streaming worker may then finish each prompt as a batch of its own, as soon as its pool is done.
-        """
-        weights_normalised = self.objective != "linear" and self.normalize_weights
+        """Whether every rule of a generation batch reads only each prompt's own pool (no budget, reward std or weight
+        normalisation across it), so a streaming worker may finish each prompt as a batch of its own."""
         return not (
             self.sampler_class.Options.splits_batch_budget
             or self.scale_rewards == "batch"
             or self.normalize_advantages
-            or weights_normalised
+            or (self.objective != "linear" and self.normalize_weights)
         )
 
     @property
     def one_request_per_prompt(self) -> bool:
-        """Whether every prompt is drawn in one generate request per step with the same count (a vLLM `seed` then
-        stays usable): one round, and no budget that differs between prompts."""
+        """Whether every prompt is drawn in one request per step, all of one count (a vLLM `seed` stays usable)."""
         options = self.options
         return options.max_rounds == 1 and not options.splits_batch_budget
 
     def reads(self, name: str) -> bool:
-        """Whether this configuration reads knob `name`: a universal knob, or a field of the sampler's `Options` whose
-        [`read_when`] condition holds, with the knob's own [`ReadIf`] (`power_alpha` under `objective="power"`)."""
-        if name in UNIVERSAL_KNOBS or (name in TRACKED_BASELINE_KNOBS and self.baseline in REMEMBERED_BASELINES):
-            return True
-        if name == "pass_rate_predictor" and self.baseline == "predicted":
-            return True
-        return self.sampler_reads(name)
+        """Whether this configuration reads knob `name` (universal, a remembered baseline's, or the sampler's)."""
+        remembered = name in TRACKED_BASELINE_KNOBS and self.baseline in REMEMBERED_BASELINES
+        predicted = name == "pass_rate_predictor" and self.baseline == "predicted"
+        return name in UNIVERSAL_KNOBS or remembered or predicted or self.sampler_reads(name)
 
     def sampler_reads(self, name: str) -> bool:
         """Whether the sampler itself (its `Options`, or the knob's own [`ReadIf`]) reads knob `name`."""
@@ -479,11 +458,9 @@ class SamplerSettings(SamplerFields):
         return condition is None or self._option_value(condition[0]) in condition[1]
 
     def validated(self) -> SamplerSettings:
-        """
-        Check every knob and return a copy with the sampler's defaults filled in (quotas, est bounds); raise
-        `ValueError` naming the fix. The order: the sampler's name, each knob's choices, the rule for unread knobs,
-        each read knob's own requirement, then the sampler's `Options` (its combined rules, in `__post_init__`).
-        """
+        """Check every knob and return a copy with the sampler's defaults filled in; raise `ValueError` naming the fix.
+        The order: the sampler's name, each knob's choices, unread knobs, each read knob's requirement, then the
+        `Options`."""
         self.sampler_class  # noqa: B018 - an unknown sampler raises first, naming the registered ones
         for f in fields(SamplerSettings):
             choices = f.metadata.get("choices")
@@ -547,10 +524,7 @@ class SamplerSettings(SamplerFields):
         """A knob's value, or one of the sampler's own options (given or its default), read before they are built."""
         if name in KNOB_FIELDS:
             return getattr(self, name)
-        own = self._sampler_kwargs()
-        if name in own:
-            return own[name]
-        return option_fields(self.sampler_class.Options)[name].default
+        return self._sampler_kwargs().get(name, option_fields(self.sampler_class.Options)[name].default)
 
 
 def option_fields(options_class: type) -> dict[str, Field]:
@@ -563,10 +537,7 @@ READ_WHEN = "trl_ada.read_when"
 
 
 def read_when(name: str, *values: Any, default: Any = MISSING) -> Any:
-    """
-    An `Options` field read only while knob or option `name` takes one of `values` (`downsample` under
-    `est_train_on="downsample"`): elsewhere it must keep its default, as an unread knob does.
-    """
+    """An `Options` field read only while knob or option `name` takes one of `values` (elsewhere: its default)."""
     return field(default=default, metadata={READ_WHEN: (name, values)})
 
 
@@ -580,15 +551,10 @@ def _condition_text(declared: Field) -> str:
 
 @dataclass(kw_only=True)
 class SamplerOptions:
-    """
-    The knobs a sampler reads, with its own checks: the base of every sampler's `Options` dataclass.
-
-    A field named like a config knob (`round_size`, `objective`, ...) is filled from the config, and declaring it is
-    how a sampler says it reads that knob: every other knob must keep its default. A field of any other name is the
-    sampler's own knob, given in `sampler_kwargs`. [`read_when`] marks a field read only under some setting.
-    `__post_init__` validates the values together (`ValueError` naming the fix) and fills defaults left `None`; it must
-    accept its own output.
-    """
+    """The base of every sampler's `Options`: a field named like a config knob (`round_size`, ...) is filled from the
+    config, and declaring it is how a sampler says it reads that knob; a field of any other name is the sampler's own
+    knob, given in `sampler_kwargs`. `__post_init__` checks the values and fills defaults (and accepts its own
+    output)."""
 
     num_generations: int
     """The size of the update group, which every sampler reads."""
@@ -649,8 +615,7 @@ SETTINGS_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(SamplerSe
 
 
 def _check_pass_rate_predictor(value: Any) -> None:
-    # Checked before any compute: a value that is neither "tracker", "learned" nor an existing path must look like a
-    # Hub repo id, and a local directory must hold a predictor.
+    # Checked before any compute: anything but a named value or a local directory holding a predictor is a Hub id.
     if value in ("tracker", "learned"):
         return
     if not isinstance(value, str) or not value:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import heapq
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from . import rules
 from .base import Sampler, Selection, build_sampler
@@ -47,22 +48,11 @@ def run_population(
     arrival: str = "in_order",
     common_draws: bool = False,
 ) -> Selection:
-    """
-    Run `steps` generation batches of `sampler` over one prompt per entry of `population` (its pass rate; its key is
-    its index, so the same prompts come back every step) and return the last batch's `Selection`.
-
-    `schedule="continuous"` runs the round-free schedule (`ContinuousStep`, sequential samplers only) on an engine
-    that returns each draw after its generation time: `arrival="in_order"` in submission order, `"length_correlated"`
-    right completions faster than wrong ones (exponential times, means `RIGHT_MEAN_LENGTH`, `WRONG_MEAN_LENGTH`), so
-    results come back out of order. Its pools are those of rounds on the same draws whatever the arrival; its draws
-    come from one stream per prompt, so they are not the rounds schedule's draws for the same seed.
-
-    `common_draws=True` (rounds): each prompt draws from a stream of its own, seeded by `(seed, its index)`, so two
-    settings run on the same population see the same draws for each prompt, a larger budget extending them (common
-    random numbers: the difference between two settings is far less noisy than either's own estimate).
-    """
-    _choice("schedule", schedule, GENERATION_SCHEDULES)
-    _choice("arrival", arrival, ARRIVALS)
+    """Run `steps` generation batches of `sampler` over one prompt per entry of `population` (its pass rate; its key is
+    its index) and return the last batch's `Selection`. `schedule="continuous"` returns each draw after its generation
+    time: `arrival="in_order"` in submission order, `"length_correlated"` right completions first. `common_draws=True`
+    (rounds): each prompt draws from a stream of its own, so two settings see the same draws for each prompt."""
+    _check_run(schedule, arrival)
     draws = random.Random(seed)
     keys = list(range(len(population)))
     streams = [random.Random(f"{seed}/{index}") for index in keys] if common_draws else None
@@ -113,9 +103,14 @@ def _continuous_batch(
     return step.finish()
 
 
-def _choice(name: str, value: str, choices: Sequence[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}.")
+def _check_run(schedule: str, arrival: str, trials: int = 1, steps: int = 1) -> None:
+    if trials < 1:
+        raise ValueError(f"trials must be at least 1, got {trials}")
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    for name, value, choices in (("schedule", schedule, GENERATION_SCHEDULES), ("arrival", arrival, ARRIVALS)):
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}.")
 
 
 def simulate(
@@ -127,24 +122,16 @@ def simulate(
     schedule: str = "rounds",
     arrival: str = "in_order",
 ) -> list[SimulationResult]:
-    """
-    Run `steps` generation batches over a population of `trials` prompts per pass rate, every completion positive
-    (reward 1) with its prompt's pass rate and negative (reward 0) otherwise, and report the last batch per pass
-    rate. The whole population is one batch, so budget-sharing samplers (`est`) see the mix; with `steps > 1` the
-    same prompts come back, so `est`'s tracker learns their pass rates. Deterministic for a `seed`. `schedule` and
-    `arrival`: see `run_population` (the continuous schedule needs `seq_pos` or `seq_balance`).
-    """
-    _choice("schedule", schedule, GENERATION_SCHEDULES)
-    _choice("arrival", arrival, ARRIVALS)
+    """Run `steps` generation batches (one batch: the whole population) over `trials` prompts per pass rate, each
+    completion positive (reward 1) with its prompt's pass rate, and report the last batch per pass rate. With
+    `steps > 1` the same prompts come back, so trackers learn them. Deterministic for a `seed`; `schedule` and
+    `arrival`: see `run_population`."""
+    _check_run(schedule, arrival, trials, steps)
     if schedule == "continuous" and not settings.has_exit_rule:
         raise ValueError(
             f"the continuous schedule runs sampler='seq_pos' or 'seq_balance', got {settings.sampler!r}: pick one of "
             "those, or simulate the rounds schedule (schedule='rounds', `--generation-schedule rounds`)."
         )
-    if trials < 1:
-        raise ValueError(f"trials must be at least 1, got {trials}")
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
     for p in pass_rates:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"every pass rate must lie in [0, 1], got {p}")
@@ -178,14 +165,10 @@ def _kept_group_is_mixed(selection: Selection, index: int, threshold: float) -> 
     return positives > 0 and negatives > 0
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Planning on a file of pass rates (`trl-ada simulate --pass-rates-from FILE`)
-# ---------------------------------------------------------------------------------------------------------------------
+# Planning on a file of pass rates (`trl-ada simulate --pass-rates-from FILE`).
 
 PASS_RATE_COLUMN = "pass_rate"
 """The column `trl-ada prepare-data` writes (correct samples / samples per prompt) and planning reads."""
-PASS_RATE_FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
-"""The formats `trl-ada prepare-data` writes (`.json` is JSON lines there too)."""
 REFERENCE_GENERATIONS = 16
 """The reference a plan matches: GRPO (`sampler="uniform"`) with `num_generations=16`."""
 MAX_MATCH_COMPLETIONS = 256
@@ -193,12 +176,9 @@ MAX_MATCH_COMPLETIONS = 256
 
 
 def read_pass_rates(path: str | Path) -> list[float]:
-    """
-    The `pass_rate` column of a `.jsonl`/`.json` (JSON lines) or `.parquet` file, as `trl-ada prepare-data` writes it.
-    Raises `ValueError` naming the fix for a missing file, another format, no `pass_rate` column, an empty file, and a
-    value that is not a number in [0, 1] (NaN and null included: prepare-data writes NaN for a prompt it could not
-    score, and JSON writes NaN as null).
-    """
+    """The `pass_rate` column of a `.jsonl`/`.json` (JSON lines) or `.parquet` file, as `trl-ada prepare-data` writes
+    it. Raises `ValueError` naming the fix for a missing file, another format, no such column, no rows, and a value
+    that is not a number in [0, 1] (NaN and null included: prompts prepare-data could not score)."""
     path = Path(path)
     advice = (
         f"give a .jsonl or .parquet file with a {PASS_RATE_COLUMN!r} column, as `trl-ada prepare-data "
@@ -281,17 +261,13 @@ _MISSING = object()
 
 
 def budget_knob(settings: SamplerSettings) -> str:
-    """The integer knob that scales `settings.sampler`'s budget in a plan: `max_rounds` for a sampler that reads it
-    (rounds up to a cap), else `num_generations` (a total per step of `B * num_generations`)."""
+    """The integer knob that scales a sampler's budget in a plan: `max_rounds` if read, else `num_generations`."""
     return "max_rounds" if settings.reads("max_rounds") else "num_generations"
 
 
 def simulated_population(pass_rates: Sequence[float], trials: int) -> list[float]:
-    """
-    The simulated prompts of a plan: every pass rate of the file `ceil(trials / len(pass_rates))` times (so the mean
-    over the population weighs each prompt of the file equally), or, for a file of more than `trials` prompts,
-    `trials` prompts at evenly spaced quantiles of its pass rates.
-    """
+    """The simulated prompts of a plan: every pass rate of the file `ceil(trials / len(pass_rates))` times, or, for a
+    file of more than `trials` prompts, `trials` prompts at evenly spaced quantiles of its pass rates."""
     count = len(pass_rates)
     if count <= trials:
         copies = -(-trials // count)
@@ -309,19 +285,10 @@ class Measurement:
     """Share of prompts whose kept (update) group holds both outcomes."""
 
 
-def measure(
-    settings: SamplerSettings,
-    population: Sequence[float],
-    seed: int,
-    steps: int = 1,
-    schedule: str = "rounds",
-    arrival: str = "in_order",
-) -> Measurement:
-    """Run `settings` over `population` (common draws: see `run_population`) and average over its prompts."""
+def measure(settings: SamplerSettings, population: Sequence[float], run: Mapping[str, Any]) -> Measurement:
+    """Run `settings` over `population` (`run`: `run_population`'s keywords, with common draws) and average."""
     sampler = build_sampler(settings)
-    selection = run_population(
-        sampler, population, seed=seed, steps=steps, schedule=schedule, arrival=arrival, common_draws=True
-    )
+    selection = run_population(sampler, population, **run, common_draws=True)
     threshold = sampler.settings.positive_threshold
     mixed = sum(_kept_group_is_mixed(selection, index, threshold) for index in range(len(population)))
     drawn = sum(len(pool) for pool in selection.pools)
@@ -356,32 +323,19 @@ def plan(
     settings_list: Sequence[SamplerSettings],
     pass_rates: Sequence[float],
     trials: int,
+    *,
+    reference: SamplerSettings | None = None,
     seed: int = 0,
     steps: int = 1,
     schedule: str = "rounds",
     arrival: str = "in_order",
-    reference: SamplerSettings | None = None,
 ) -> list[SamplerPlan]:
-    """
-    Plan on a file's pass rates: each settings' completions per prompt and mixed share over `simulated_population`,
-    and the budget it needs to match the reference's mixed share (GRPO `num_generations=16` unless `reference` is
-    given, on the same population and draws).
-
-    The budget search scales the sampler's `budget_knob` (`max_rounds` for `seq_*`, `num_generations` otherwise, the
-    other knobs kept): it doubles the knob from 1 until the share reaches the reference's, then bisects for the
-    smallest value that does, so it assumes the share grows with the budget (it does in expectation; common draws
-    keep the estimates in order). A setting the sampler rejects counts as not reaching it; the search gives up past
-    `MAX_MATCH_COMPLETIONS` completions per prompt (the sampler's cap). Deterministic for a `seed`. On the continuous
-    schedule (`seq_*` only) the draws are the continuous schedule's per-prompt streams, not the reference's.
-    """
-    if trials < 1:
-        raise ValueError(f"trials must be at least 1, got {trials}")
+    """Plan on a file's pass rates: each settings' completions per prompt and mixed share over `simulated_population`,
+    and the smallest `budget_knob` value that matches the reference's mixed share (GRPO `num_generations=16` unless
+    `reference` is given), found by doubling then bisecting, up to `MAX_MATCH_COMPLETIONS` completions per prompt."""
+    _check_run(schedule, arrival, trials, steps)
     if not pass_rates:
         raise ValueError("a plan needs at least one pass rate")
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1, got {steps}")
-    _choice("schedule", schedule, GENERATION_SCHEDULES)
-    _choice("arrival", arrival, ARRIVALS)
     for settings in settings_list:
         if schedule == "continuous" and not settings.has_exit_rule:
             raise ValueError(
@@ -394,12 +348,12 @@ def plan(
     population = simulated_population(pass_rates, trials)
     run = dict(seed=seed, steps=steps, schedule=schedule, arrival=arrival)
     # GRPO draws one round: the reference runs the rounds schedule whatever the compared samplers run.
-    target = measure(reference, population, **{**run, "schedule": "rounds"}).mixed_share
+    target = measure(reference, population, {**run, "schedule": "rounds"}).mixed_share
     plans = []
     for settings in settings_list:
         # The search replaces the knob in the settings as given: the resolved ones fix defaults derived from it.
         knob = budget_knob(settings)
-        here = measure(settings, population, **run)
+        here = measure(settings, population, run)
         found, note = _smallest_budget(settings, knob, population, target, run, {getattr(settings, knob): here})
         plans.append(
             SamplerPlan(
@@ -429,8 +383,7 @@ def _smallest_budget(
     run: dict,
     known: dict[int, Measurement],
 ) -> tuple[tuple[int, Measurement] | None, str]:
-    """`((value, measurement), "")` for the smallest `knob` value reaching `target`, or `(None, why not)`; `known`:
-    values already measured."""
+    """`((value, measurement), "")` for the smallest `knob` value reaching `target`, or `(None, why not)`."""
     results: dict[int, Measurement | None] = dict(known)
     rejections: list[str] = []
 
@@ -442,7 +395,7 @@ def _smallest_budget(
                 rejections.append(f"{knob}={value}: {error}")
                 results[value] = None
             else:
-                results[value] = measure(candidate, population, **run)
+                results[value] = measure(candidate, population, run)
         found = results[value]
         return found is not None and found.mixed_share >= target
 

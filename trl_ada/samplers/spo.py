@@ -15,10 +15,7 @@ from .tracker import checked_estimates
 
 @runtime_checkable
 class PromptPriority(Protocol):
-    """
-    A sampler that chooses which prompts a generation batch draws (`sampler="spo"`): the trainer draws each batch's
-    prompts from the dataset with probability proportional to `prompt_priorities(keys)`, one positive weight per key.
-    """
+    """A sampler that chooses which prompts a generation batch draws, by weight (`sampler="spo"`)."""
 
     def prompt_priorities(self, keys: Sequence[Hashable]) -> list[float]:
         """Each prompt's sampling weight, positive and finite, identical on every process."""
@@ -71,10 +68,8 @@ class SpoOptions(SamplerOptions):
 
 @register_sampler("spo")
 class SpoSampler(Sampler):
-    """
-    SPO (arXiv 2509.13232): the smallest group per prompt, centred on the prompt's remembered pass rate
-    (`baseline="tracked"`), and prompts drawn by priority `sqrt(p̂(1-p̂)) + priority_floor` from that memory.
-    """
+    """SPO (arXiv 2509.13232): the smallest group per prompt, centred on the prompt's remembered pass rate, and
+    prompts drawn by priority `sqrt(p̂(1-p̂)) + priority_floor` from that memory."""
 
     Options = SpoOptions
 
@@ -82,7 +77,6 @@ class SpoSampler(Sampler):
         return self.settings.num_generations if step.rounds == 0 else 0
 
     def prompt_priorities(self, keys: Sequence[Hashable]) -> list[float]:
-        # A prompt never drawn reads the prior's mean (0.5 under Beta(1, 1)): the largest weight, so visits go first to
-        # prompts the memory knows nothing of.
+        # A prompt never drawn reads the prior's mean (0.5 under Beta(1, 1)), the largest weight: it goes first.
         estimates = checked_estimates(self.baseline_history, keys)
         return [spo_priority(p, self.options.priority_floor) for p in estimates]

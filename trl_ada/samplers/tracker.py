@@ -9,16 +9,10 @@ from typing import Any, Protocol, runtime_checkable
 
 @runtime_checkable
 class PassRateEstimator(Protocol):
-    """
-    What `EstSampler` needs from a pass-rate estimator. The default is [`DecayedBetaTracker`]; a learned predictor
-    (the paper's value network) implements the same four methods and is passed as
-    `AdaGRPOTrainer(..., pass_rate_estimator=MyEstimator())`. `estimate` must return values strictly inside (0, 1)
-    and be identical on every process (decide from the keys and the gathered statistics only). The trainer's keys are
-    `PromptKey`s: the stable id (a `str`) with the prompt's text as `key.text`, for estimators that read it (see
-    `LearnedPassRatePredictor`). `state_dict` must be JSON-serialisable (checked when the sampler is built). For the
-    round policies of `seq_*`, an estimator also needs `beta_parameters(keys)` (`"tracked"`) or
-    `prior_parameters(keys)` (`"predictive"`), each a list of Beta `(alpha, beta)`.
-    """
+    """A pass-rate estimator, passed as `AdaGRPOTrainer(..., pass_rate_estimator=MyEstimator())`: `estimate` returns
+    values strictly inside (0, 1), the same on every process; the keys are `PromptKey`s (the prompt's text as
+    `key.text`); `state_dict` is JSON-serialisable. The round policies of `seq_*` also read `beta_parameters(keys)`
+    (`"tracked"`) or `prior_parameters(keys)` (`"predictive"`), each a list of Beta `(alpha, beta)`."""
 
     def estimate(self, keys: Sequence[Hashable]) -> list[float]: ...
 
@@ -30,10 +24,8 @@ class PassRateEstimator(Protocol):
 
 
 class DecayedBetaTracker:
-    """
-    Per-prompt decayed counts `N <- λN + n_t`, `K <- λK + k_t` with the Beta-prior estimate
-    `p̂ = (K + α) / (N + α + β)`, which never reads 0 or 1. Keys must be stable across shuffling and epochs.
-    """
+    """Per-prompt decayed counts `N <- λN + n_t`, `K <- λK + k_t` with the Beta-prior estimate
+    `p̂ = (K + α) / (N + α + β)`, which never reads 0 or 1. Keys must be stable across shuffling and epochs."""
 
     def __init__(self, decay: float, prior_alpha: float, prior_beta: float) -> None:
         self.decay = decay
@@ -69,8 +61,7 @@ class DecayedBetaTracker:
 
 
 def checked_estimates(estimator: PassRateEstimator, keys: Sequence[Hashable]) -> list[float]:
-    """`estimator.estimate(keys)`, checked: one estimate per key, each strictly inside (0, 1) (NaN is not); the error
-    names the estimator and the prompt."""
+    """`estimator.estimate(keys)`, checked: one estimate per key, each strictly inside (0, 1)."""
     estimates = estimator.estimate(keys)
     if len(estimates) != len(keys):
         raise ValueError(
@@ -87,12 +78,8 @@ def checked_estimates(estimator: PassRateEstimator, keys: Sequence[Hashable]) ->
 
 
 def checked_beta_parameters(estimator: Any, method: str, keys: Sequence[Hashable]) -> list[tuple[float, float]]:
-    """
-    `estimator.<method>(keys)` (`beta_parameters` or `prior_parameters`, what the predictive round policies read),
-    checked: one `(alpha, beta)` per key, each positive and finite. A Beta distribution needs both, and the round
-    policy's beta-binomial sums would otherwise fail deep inside with "math domain error" (alpha = 0) or NaN; the error
-    names the estimator, the method and the first bad prompt.
-    """
+    """`estimator.<method>(keys)` (`beta_parameters` or `prior_parameters`), checked: one `(alpha, beta)` per key, each
+    positive and finite (the round policy's beta-binomial sums would otherwise fail deep inside)."""
     parameters = list(getattr(estimator, method)(keys))
     name = f"{type(estimator).__name__}.{method}"
     if len(parameters) != len(keys):

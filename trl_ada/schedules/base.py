@@ -1,10 +1,5 @@
-"""The interface every generation schedule shares (re-exported by `trl_ada.schedules`): what a schedule returns
-([`ScheduledBatch`]), what it needs of the side that generates and scores ([`ScheduleDriver`], [`RoundResult`]), the
-[`GenerationSchedule`] protocol, and the prompts' keys ([`prompt_key`], [`prompt_keys`]).
-
-Its own module, below the schedules, so that `rounds.py` and `continuous.py` import it without importing the package
-that registers them (which imports them).
-"""
+"""The interface every generation schedule shares (re-exported by `trl_ada.schedules`), in a module of its own so that
+the schedules import it without importing the package that registers them."""
 
 from __future__ import annotations
 
@@ -45,19 +40,14 @@ class ScheduleDriver(Protocol):
     @property
     def sampler(self) -> Sampler:
         """The sampler whose steps the schedule runs (`begin`, or `begin_continuous` on the continuous schedule)."""
-        ...
 
     @property
     def mask_truncated(self) -> bool:
         """Whether truncated draws are masked: they then neither satisfy an exit rule nor take kept slots."""
-        ...
 
     def run_round(self, requests: Sequence[tuple[int, int]], group_inputs: list[dict[str, Any]], round_index: int):
-        """
-        Generate and score the requested rows (`(prompt, count)` pairs, prompts indexing `group_inputs`) and return a
-        [`RoundResult`]; `round_index` (1-based) names the round in errors. With several processes, collective.
-        """
-        ...
+        """Generate and score the requested `(prompt, count)` rows into a [`RoundResult`]; `round_index` (1-based)
+        names the round in errors. With several processes, collective."""
 
 
 @dataclasses.dataclass
@@ -81,10 +71,8 @@ class GenerationSchedule(Protocol):
 
 
 def prompt_key(row: dict[str, Any]) -> str:
-    """
-    A stable id for a prompt: the dataset's `prompt_id` column when present, else a hash of the prompt and its images
-    (or of the whole row, when an environment supplies the prompt), the same on every process.
-    """
+    """A stable id for a prompt: the dataset's `prompt_id` column when present, else a hash of the prompt and its
+    images (or of the whole row, when an environment supplies the prompt), the same on every process."""
     if "prompt_id" in row:
         return str(row["prompt_id"])
     task = {name: row[name] for name in ("prompt", "image", "images") if name in row} if "prompt" in row else row

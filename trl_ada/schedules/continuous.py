@@ -1,36 +1,18 @@
-"""
-The continuous schedule (`generation_schedule="continuous"`): a generation batch's draws without rounds, on a vLLM
+"""The continuous schedule (`generation_schedule="continuous"`): a generation batch's draws without rounds, on a vLLM
 server.
 
-The main process drives the sampling: each prompt draws its rounds as blocks of separate one-draw requests, without
-waiting for the other prompts (`trl_ada.samplers.continuous.ContinuousStep`, the pure rule this module drives, decides
-the blocks, and its pools are those of rounds with the same settings). Every submitted draw enters its prompt's pool,
-so a draw is scored as soon as it is back, in whatever order. Scoring runs on every process, in "scoring batches"
-(every draw back since the last one): the main process broadcasts which (prompt, draw) pairs a batch holds, and every
-process runs the trainer's round code on it (`trl_ada.schedules.rounds.run_round`), whose `_generate` is TRL's own,
-with the server's request replaced by the completions already generated (`trl_seam.replayed_completions`). So a scoring
-batch is decoded, scored, gathered and held exactly like a round, the rows stay on the process that scored them (placed
-in their pool by draw index), and the step ends as rounds end: downsampling, baselines, weights and the routing of kept
-rows are unchanged. Every process also runs the sampling step itself, fed the same scoring batches with the same
-(gathered) rewards in the same order, so the selection and the sampler's state (its generator, tracker or learned
-predictor) come out the same everywhere, as in rounds, without being sent: of the schedule's own messages, only each
-scoring batch's (prompt, draw) pairs cross processes. The weights are pushed once, before the first draw.
-
-Failures end the step on every process. While the main process waits for draws it watches the server's `/health`
-(`vllm_server_timeout`, as rounds do), so a dead or frozen server becomes a `VLLMServerError` everywhere. A reward
-function or replay that fails on the main process inside a scoring batch cannot raise there at once: the other
-processes sit in that batch's collectives (the completions broadcast, the reward gather). The failure is recorded,
-the batch's collectives complete (the replayed completions are answered anyway, the failed rewards are NaN), and the
-error is raised after the batch, when every process waits for the main process's next announcement.
-
-The draws go through AdaGRPOTrainer's vLLM client and collectives, so [`ContinuousSchedule`]'s driver must hold the
-trainer (`driver.trainer`, as `trl_ada.schedules.driver.TrainerDriver` does); the functions below take the trainer.
+The main process submits each prompt's blocks as one-draw requests (`ContinuousStep`, the pure rule, decides them) and
+scores every draw back since the last "scoring batch". Every process scores a batch with the trainer's round code
+(`rounds.run_round`: TRL's own `_generate`, its server request answered with the completions already drawn by
+`trl_seam.replayed_completions`) and runs the sampling step itself on the same gathered rewards, so only each batch's
+(prompt, draw) pairs cross processes and the selection and sampler state come out the same everywhere. A failure on
+the main process is announced to the others; one inside a scoring batch (a reward function, the replay) is raised after
+the batch's collectives complete, so no process waits for ever.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -49,10 +31,13 @@ from .pools import PoolEntry
 from .rounds import RoundLayout
 from .server_draws import ServerDrawError, ServerDraws
 
-logger = logging.getLogger(__name__)
-
 _SCORE, _DONE, _FAILED = "score", "done", "failed"
 _SERVER, _OTHER = "server", "other"
+
+_Rows = list[dict[str, Any]]
+"""One dataset row per prompt of the batch."""
+_Entries = list[dict[int, PoolEntry]]
+"""Per prompt: its pool entries by draw index."""
 
 
 class ContinuousSchedule:
@@ -60,9 +45,7 @@ class ContinuousSchedule:
 
     name = "continuous"
 
-    def sample(
-        self, driver: ScheduleDriver, group_inputs: list[dict[str, Any]], keys: Sequence[Any]
-    ) -> ScheduledBatch:
+    def sample(self, driver: ScheduleDriver, group_inputs: _Rows, keys: Sequence[Any]) -> ScheduledBatch:
         trainer = getattr(driver, "trainer", None)
         if trainer is None:
             raise TypeError(
@@ -75,16 +58,14 @@ class ContinuousSchedule:
 
 
 def sample_continuously(
-    trainer: Any, group_inputs: list[dict[str, Any]], keys: list[str], pools: list[list[PoolEntry]]
+    trainer: Any, group_inputs: _Rows, keys: list[str], pools: list[list[PoolEntry]]
 ) -> tuple[Selection, ScheduleStats]:
-    """
-    One generation batch (`group_inputs`: one dataset row per prompt, on every process) under the continuous schedule;
-    fills `pools` (every prompt's entries in submission order) and returns the selection, the same on every process.
-    Collective: every process calls it.
-    """
+    """One generation batch (`group_inputs`: one dataset row per prompt, on every process) under the continuous
+    schedule; fills `pools` (every prompt's entries in submission order) and returns the selection, the same on
+    every process. Collective: every process calls it."""
     sync_server_weights_for_step(trainer)
     stats = ScheduleStats()
-    entries: list[dict[int, PoolEntry]] = [{} for _ in group_inputs]  # per prompt: pool entry by draw index
+    entries: _Entries = [{} for _ in group_inputs]
     if trainer.accelerator.is_main_process:
         try:
             selection = _drive(trainer, group_inputs, keys, entries, stats)
@@ -107,20 +88,13 @@ def sample_continuously(
     return selection, stats
 
 
-def _drive(
-    trainer: Any,
-    group_inputs: list[dict[str, Any]],
-    keys: list[str],
-    entries: list[dict[int, PoolEntry]],
-    stats: ScheduleStats,
-) -> Selection:
+def _drive(trainer: Any, group_inputs: _Rows, keys: list[str], entries: _Entries, stats: ScheduleStats) -> Selection:
     started = time.perf_counter()
     step = trainer.ada_sampler.begin_continuous(len(group_inputs), keys)
     step.stats = stats  # one record of the batch: the step counts its draws into it, this loop its scoring batches
     prompt_ids = tokenize_prompts(trainer, [row["prompt"] for row in group_inputs])
     client = trainer.vllm_generation.vllm_client
     payload = completions_payload(client, server_sampling_params(trainer.vllm_generation), prompt_ids[0])
-    masked = trainer.mask_truncated_completions
     timeout = float(trainer.args.vllm_server_timeout)
     try:
         with ServerDraws(client.base_url, payload, trainer.args.continuous_max_in_flight, timeout) as draws:
@@ -134,15 +108,11 @@ def _drive(
                     raise RuntimeError("continuous schedule: nothing in flight, yet some prompt is not done")
                 rows = [key for key, _ in back]
                 broadcast_object_list([(_SCORE, rows)])
-                stats.scoring_batches += 1
                 # TRL asks for the padded layout's rows (the padding repeats the first row: see `RoundLayout`).
                 layout = RoundLayout.plan([(g, 1) for g, _ in rows], trainer.accelerator.num_processes)
                 padded = [i if i < len(rows) else 0 for i in range(len(layout.padded))]
                 replay = (client, payload, [prompt_ids[rows[i][0]] for i in padded], [back[i][1] for i in padded])
-                scored = _score_batch(trainer, group_inputs, rows, stats.scoring_batches, replay)
-                for (g, draw), (entry, reward) in zip(rows, scored, strict=True):
-                    entries[g][draw] = entry
-                    step.complete(g, draw, reward, masked=masked and entry.truncated)
+                _score_batch(trainer, step, group_inputs, rows, entries, replay)
     except (ServerDrawError, VLLMServerUnresponsive) as error:
         during = f"continuous sampling (the draws of scoring batch {stats.scoring_batches + 1})"
         raise VLLMServerError(vllm_server_message(trainer, None, error, during=during)) from error
@@ -150,21 +120,12 @@ def _drive(
     return step.finish()
 
 
-def _follow(
-    trainer: Any,
-    group_inputs: list[dict[str, Any]],
-    keys: list[str],
-    entries: list[dict[int, PoolEntry]],
-    stats: ScheduleStats,
-) -> Selection:
-    """
-    A process other than the main one: score the batches the main process announces, until it says done, and run the
+def _follow(trainer: Any, group_inputs: _Rows, keys: list[str], entries: _Entries, stats: ScheduleStats) -> Selection:
+    """A process other than the main one: score the batches the main process announces, until it says done, and run the
     sampling step as the main process does (`_drive`: the draws submitted before each batch, then the batch's draws
-    completed in its order); return the step's selection.
-    """
+    completed in its order); return the step's selection."""
     started = time.perf_counter()
     step = None  # begun with the first announcement, so a failure the main process announces first is raised first
-    masked = trainer.mask_truncated_completions
     while True:
         [(kind, content)] = broadcast_object_list([None])
         if kind == _FAILED:
@@ -179,25 +140,23 @@ def _follow(
             stats.seconds = time.perf_counter() - started
             return step.finish()
         step.to_submit()
-        stats.scoring_batches += 1
-        scored = _score_batch(trainer, group_inputs, content, stats.scoring_batches)
-        for (g, draw), (entry, reward) in zip(content, scored, strict=True):
-            entries[g][draw] = entry
-            step.complete(g, draw, reward, masked=masked and entry.truncated)
+        _score_batch(trainer, step, group_inputs, content, entries)
 
 
 def _score_batch(
     trainer: Any,
-    group_inputs: list[dict[str, Any]],
+    step: Any,
+    group_inputs: _Rows,
     rows: list[tuple[int, int]],
-    batch_index: int,
+    entries: _Entries,
     replay: tuple[Any, dict[str, Any], list[list[int]], list[dict]] | None = None,
-) -> list[tuple[PoolEntry, float]]:
-    """
-    Score one batch of (prompt, draw) rows on every process (the main process passes `replay`: the client, payload,
-    prompt ids and choices its completions are answered with); return each row's pool entry and reward. A failure of
-    the replay or of a reward function on this process is raised after the batch's collectives have completed.
-    """
+) -> None:
+    """Score one batch of (prompt, draw) rows on every process (the main process passes `replay`: the client,
+    payload, prompt ids and choices its completions are answered with), store each row's pool entry in `entries` and
+    complete its draw in `step`. A failure of the replay or of a reward function on this process is raised after the
+    batch's collectives have completed."""
+    step.stats.scoring_batches += 1
+    batch_index = step.stats.scoring_batches
     requests = [(g, 1) for g, _ in rows]  # one row per draw: TRL then asks for each prompt with n=1
     mismatches: list[BaseException] = []
     reward_failures: list[BaseException] = []
@@ -206,7 +165,7 @@ def _score_batch(
         if replay is not None:
             client, payload, prompt_ids, choices = replay
             stack.enter_context(replayed_completions(client, payload, prompt_ids, choices, mismatches=mismatches))
-        order, entries, rewards = rounds.run_round(trainer, requests, group_inputs, batch_index)
+        order, scored, rewards = rounds.run_round(trainer, requests, group_inputs, batch_index)
     if mismatches or reward_failures:
         where = f"scoring batch {batch_index} of training step {trainer.state.global_step + 1}"
     if mismatches:
@@ -219,15 +178,16 @@ def _score_batch(
             "resume with resume_from_checkpoint."
         ) from error
     assert order == [g for g, _ in rows]
-    return list(zip(entries, rewards, strict=True))
+    masked = trainer.mask_truncated_completions
+    for (g, draw), entry, reward in zip(rows, scored, rewards, strict=True):
+        entries[g][draw] = entry
+        step.complete(g, draw, reward, masked=masked and entry.truncated)
 
 
 @contextlib.contextmanager
 def _contained_rewards(trainer: Any, failures: list[BaseException]) -> Iterator[None]:
-    """
-    While scoring a batch, a reward computation that raises on this process is recorded in `failures` and answered
-    with NaN rewards, gathered as TRL's `_calculate_rewards` ends (the other processes wait in that gather).
-    """
+    """While scoring a batch, a reward computation that raises on this process is recorded in `failures` and answered
+    with NaN rewards, gathered as TRL's `_calculate_rewards` ends (the other processes wait in that gather)."""
     calculate = trainer._calculate_rewards
 
     def contained(inputs: Any, prompts: list, completions: list, completion_ids_list: list) -> torch.Tensor:

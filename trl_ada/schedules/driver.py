@@ -1,14 +1,6 @@
-"""
-AdaGRPOTrainer's side of the schedules: the driver that generates and scores for them, and one training step's
-sampling around them.
-
-[`sample_step`] is what `AdaGRPOTrainer._sample` runs for a generation batch: one dataset row per prompt from TRL's
-batch layout ([`group_rows`]), the generation schedule on them ([`sample_batch`]), DAPO's refill batches when the
-sampler refills (`trl_ada.samplers.dapo.fill_update`, with the trainer's [`refill_walk`]; the batch std and weight
-normalisation are then taken once over the prompts the update keeps), and then the hand-off to the TRL overrides: a
-[`PendingBatch`] of the kept rows (routed to the process that trains on them), their rewards and, unless the batch is
-plain GRPO, the Reinforce-Ada advantages, set as the trainer's `_ada_pending`.
-"""
+"""AdaGRPOTrainer's side of the schedules: the driver that generates and scores for them ([`TrainerDriver`]), and
+one training step's sampling around them ([`sample_step`]: TRL's batch layout, the schedule, DAPO's refills, and the
+[`PendingBatch`] of kept rows handed to the TRL overrides)."""
 
 from __future__ import annotations
 
@@ -52,10 +44,8 @@ class TrainerDriver:
 
 @dataclasses.dataclass(frozen=True)
 class PendingBatch:
-    """
-    One step's sampling handed to TRL's batch building: set as the trainer's `_ada_pending` by [`sample_step`], read by
-    its `_generate` and `_calculate_rewards` overrides while TRL builds the batch, and cleared once it is built.
-    """
+    """One step's sampling, the trainer's `_ada_pending` (set by [`sample_step`]) while TRL builds the batch: read by
+    its `_generate` and `_calculate_rewards` overrides."""
 
     rows: list[LocalRow]
     """This process's kept rows, in the order TRL trains them."""
@@ -82,10 +72,8 @@ class SampledBatch:
 
 
 def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """
-    Sample one generation batch (and DAPO refills) on every process; set the [`PendingBatch`] on the trainer
-    (`_ada_pending`); return this process's kept dataset rows, which TRL then builds the training batch from.
-    """
+    """Sample one generation batch (and DAPO refills) on every process; set the [`PendingBatch`] on the trainer
+    (`_ada_pending`); return this process's kept dataset rows, which TRL then builds the training batch from."""
     rank = trainer.accelerator.process_index
     settings = trainer.ada_sampler.settings
     batches = [sample_batch(trainer, group_rows(trainer, inputs))]
@@ -167,11 +155,9 @@ def log_replay(trainer: Any, results: Sequence[Any]) -> None:
 
 
 def group_rows(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """
-    One dataset row per prompt of the whole generation batch, on every process. TRL's RepeatSampler lays the batch
+    """One dataset row per prompt of the whole generation batch, on every process. TRL's RepeatSampler lays the batch
     out group-major across processes (global rows [g * n, (g + 1) * n) hold prompt g), so only each group's first
-    row is gathered; every process checks its own rows against it, and all fail together if one layout is wrong.
-    """
+    row is gathered; every process checks its own rows against it, and all fail together if one layout is wrong."""
     n = trainer.num_generations
     start = trainer.accelerator.process_index * len(inputs)
     groups = gather_object([row for i, row in enumerate(inputs) if (start + i) % n == 0])
@@ -204,10 +190,8 @@ def sample_batch(trainer: Any, group_inputs: list[dict[str, Any]]) -> SampledBat
 
 
 def refill_walk(trainer: Any) -> RefillWalk:
-    """
-    The trainer's DAPO refill walk over `train_dataset`: epoch `e` walks TRL's `RepeatSampler` permutation seeded
-    `seed + 1 + e` (the main loader's is seeded `seed`), the same on every process.
-    """
+    """The trainer's DAPO refill walk over `train_dataset`: epoch `e` walks TRL's `RepeatSampler` permutation seeded
+    `seed + 1 + e` (the main loader's is seeded `seed`), the same on every process."""
     dataset, seed = trainer.train_dataset, trainer.args.seed
 
     def order(epoch: int) -> list[int]:
@@ -229,10 +213,8 @@ def log_selection(trainer: Any, selection: Selection) -> None:
 
 
 def _check_unscorable(trainer: Any, selection: Selection) -> None:
-    """
-    Warn once when no reward function scored any draw of a prompt (all returned None): the sampler stops such a
-    prompt at `num_generations` draws, and it trains with zero advantages.
-    """
+    """Warn once when no reward function scored any draw of a prompt (all returned None): the sampler stops such a
+    prompt at `num_generations` draws, and it trains with zero advantages."""
     pools = [pool for pool in selection.pools if pool and not any(rules.is_scorable(r) for r in pool)]
     if pools:
         trainer._warn_once(
@@ -250,10 +232,8 @@ def _check_unscorable(trainer: Any, selection: Selection) -> None:
 
 
 def _check_threshold(trainer: Any, selection: Selection) -> None:
-    """
-    Warn once when a batch's rewards vary yet all fall on one side of `positive_threshold`: the rewards carry a
-    signal the threshold cannot see (e.g. 5.0 with 0/1 rewards), so every exit rule waits for the whole cap.
-    """
+    """Warn once when a batch's rewards vary yet all fall on one side of `positive_threshold`: the rewards carry a
+    signal the threshold cannot see (e.g. 5.0 with 0/1 rewards), so every exit rule waits for the whole cap."""
     settings = trainer.ada_sampler.settings
     threshold = settings.positive_threshold
     rewards = [r for pool in selection.pools for r in pool if not math.isnan(r)]

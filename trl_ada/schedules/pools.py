@@ -1,18 +1,7 @@
-"""
-Rank-local sampling pools.
-
-Every process runs the same sampling control, so every process needs every completion's *rewards*, but none needs
-another process's *completions* until the step's kept rows are known. A completion therefore stays on the process that
-generated it, stored compactly (`LocalRow`: int32 token ids, float32 log-probs); every process keeps a `PoolEntry`
-per completion of the global pool (its rewards, its truncation flag and which process holds it). When the step's
-selection is made, `route_kept_rows` moves each kept row once, from the process that holds it to the process that
-trains on it, with one `all_to_all` of sizes and one of bytes (tensor collectives; only the completion object and the
-`log_extra` values, which may be any Python object, travel pickled inside the byte tensor).
-
-What moves per round is then TRL's own reward gather (plus one flag per row when truncated rows are masked); per step,
-the kept rows that changed process. `benchmarks/pool_memory.py` measures both against the previous design (every
-completion all-gathered to every process each round) and against `GRPOTrainer`.
-"""
+"""Rank-local sampling pools. Every process needs every completion's rewards, but no process needs another's
+completions until the step's kept rows are known: a completion stays, compactly (`LocalRow`), on the process that
+generated it, every process keeps a `PoolEntry` per completion of the global pool, and `route_kept_rows` moves each
+kept row once, to the process that trains on it (one `all_to_all` of sizes and one of bytes)."""
 
 from __future__ import annotations
 
@@ -26,6 +15,8 @@ import torch
 import torch.distributed as dist
 
 _HEADER = np.dtype([("prompt", "<i8"), ("completion", "<i8"), ("logprobs", "<i8"), ("payload", "<i8")])
+_PICKLED = ("completion", "extra_logs", "tool_mask", "extra_fields", "images", "tool_images", "prompt")
+"""The `LocalRow` fields a packed row carries pickled, after its header and arrays."""
 
 
 @dataclasses.dataclass
@@ -37,25 +28,21 @@ class LocalRow:
     completion_ids: np.ndarray
     """int32 token ids of the completion."""
     logprobs: np.ndarray | None
-    """float32 sampling log-probs per completion token (vLLM; NaN where vLLM reported None), or None (transformers
-    generation)."""
+    """float32 sampling log-probs per completion token (vLLM), or None (transformers generation)."""
     completion: Any
     """The decoded completion: text, or a list of messages for conversational prompts."""
     extra_logs: dict[str, Any]
     """`log_extra` values the reward functions wrote for this completion."""
     tool_mask: np.ndarray | None = None
-    """int8 per completion token: 1 where the model wrote it, 0 for tool or environment output (TRL's `tool_mask`,
-    or a `rollout_func`'s `env_mask`); None when there is none."""
+    """int8 per completion token: 1 where the model wrote it, 0 for tool or environment output (TRL's `tool_mask`)."""
     extra_fields: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """This completion's values of the extra fields a `rollout_func` returned (TRL merges them into the reward
-    functions' keyword arguments)."""
+    """This completion's values of the extra fields a `rollout_func` returned."""
     images: Any = None
     """The images of this completion's prompt (and tool calls), as `_generate` returned them; None for text."""
     tool_images: list = dataclasses.field(default_factory=list)
     """Images returned by tool calls in this completion."""
     prompt: Any = None
-    """The prompt as generated, when it is not the dataset row's (an environment's `reset` appended its observation);
-    None otherwise."""
+    """The prompt as generated, when it is not the dataset row's (an environment's `reset` appended its observation)."""
 
     @classmethod
     def from_lists(
@@ -89,10 +76,7 @@ class LocalRow:
     def from_generated(
         cls, fields: dict[str, Any], index: int, extra_logs: dict[str, Any], prompt: Any = None
     ) -> LocalRow:
-        """
-        Row `index` of a `GRPOTrainer._generate` output (as a dict of its fields); `prompt` is the prompt it was
-        generated from when that differs from the dataset row's.
-        """
+        """Row `index` of a `GRPOTrainer._generate` output (a dict of its fields); `prompt` as the field's."""
 
         def per_row(values: Any) -> Any:
             return None if values is None else values[index]
@@ -121,10 +105,8 @@ class LocalRow:
 
 
 def row_extra_fields(extra_fields: dict[str, Any] | None, index: int) -> dict[str, Any]:
-    """
-    Row `index`'s values of the extra fields a `rollout_func` returned, by GRPOTrainer's rule for merging them into
-    the reward kwargs: a list holds one value per row (rows past its end get none), anything else is every row's.
-    """
+    """Row `index`'s values of a `rollout_func`'s extra fields, by GRPOTrainer's rule: a list holds one value per row
+    (rows past its end get none), anything else is every row's."""
     return {
         name: values[index] if isinstance(values, list) else values
         for name, values in (extra_fields or {}).items()
@@ -162,33 +144,13 @@ class PoolEntry:
 
 
 def pack_rows(rows: Sequence[LocalRow]) -> np.ndarray:
-    """
-    Serialise rows into one uint8 buffer: per row a fixed header, its token and log-prob arrays, then the pickled
-    objects (completion, `log_extra` values, tool mask, extra fields, images, prompt).
-    """
+    """Serialise rows into one uint8 buffer: per row a fixed header, its token and log-prob arrays, then its other
+    fields pickled."""
     parts: list[bytes | np.ndarray] = []
     for row in rows:
-        objects = (
-            row.completion,
-            row.extra_logs,
-            row.tool_mask,
-            row.extra_fields,
-            row.images,
-            row.tool_images,
-            row.prompt,
-        )
-        payload = pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)
-        header = np.array(
-            [
-                (
-                    len(row.prompt_ids),
-                    len(row.completion_ids),
-                    -1 if row.logprobs is None else len(row.logprobs),
-                    len(payload),
-                )
-            ],
-            dtype=_HEADER,
-        )
+        payload = pickle.dumps(tuple(getattr(row, name) for name in _PICKLED), protocol=pickle.HIGHEST_PROTOCOL)
+        logprobs = -1 if row.logprobs is None else len(row.logprobs)
+        header = np.array([(len(row.prompt_ids), len(row.completion_ids), logprobs, len(payload))], dtype=_HEADER)
         parts += [header.tobytes(), row.prompt_ids.astype("<i4").tobytes(), row.completion_ids.astype("<i4").tobytes()]
         if row.logprobs is not None:
             parts.append(row.logprobs.astype("<f4").tobytes())
@@ -217,19 +179,16 @@ def unpack_rows(buffer: np.ndarray) -> list[LocalRow]:
         size = int(header["payload"])
         objects = pickle.loads(data[offset : offset + size])
         offset += size
-        rows.append(LocalRow(prompt_ids, completion_ids, logprobs, *objects))
+        rows.append(LocalRow(prompt_ids, completion_ids, logprobs, **dict(zip(_PICKLED, objects, strict=True))))
     return rows
 
 
 def route_kept_rows(
     kept: Sequence[PoolEntry], rank: int, world_size: int, device: torch.device | str = "cpu"
 ) -> list[LocalRow]:
-    """
-    This process's share of the kept rows, in order: the global kept list is split into `world_size` equal consecutive
-    slices (TRL's layout: process `r` trains on slice `r`). Rows this process holds stay; every other row is sent
-    once, by the process that holds it, to the process that trains on it. Collective: every process must call it with
-    the same `kept` (the same decisions), which the shared sampling control guarantees.
-    """
+    """This process's share of the kept rows, in order (process `r` trains on the `r`-th of `world_size` equal
+    slices, as TRL lays them out); each row is sent once, by its holder, to the process that trains on it.
+    Collective: every process calls it with the same `kept`."""
     if len(kept) % world_size:
         raise ValueError(f"{len(kept)} kept rows cannot be split evenly over {world_size} processes.")
     per_rank = len(kept) // world_size

@@ -16,11 +16,8 @@ from .base import prompt_keys
 
 
 def weighted_sample(weights: Sequence[float], count: int, generator: torch.Generator) -> list[int]:
-    """
-    `count` distinct indices drawn one after another, each with probability proportional to its weight among those not
-    yet drawn (`torch.multinomial` without replacement). It advances `generator` the same whatever the weights, so a
-    resume that replays the draws stays in step.
-    """
+    """`count` distinct indices drawn without replacement, by weight (`torch.multinomial`), advancing `generator` the
+    same whatever the weights (so a resume that replays the draws stays in step)."""
     if count > len(weights):
         raise ValueError(f"cannot draw {count} distinct prompts from {len(weights)}")
     for index, weight in enumerate(weights):
@@ -33,13 +30,9 @@ def weighted_sample(weights: Sequence[float], count: int, generator: torch.Gener
 
 
 class PriorityRepeatSampler(Sampler[int]):
-    """
-    TRL's `RepeatSampler` layout (each prompt `mini_repeat_count` times in a row, each batch of `batch_size` distinct
-    prompts `repeat_count` times), with each batch's prompts drawn by `priorities()` (one weight per dataset row) at the
-    moment the data loader reaches it, rather than from a shuffled permutation. Every process builds it with the same
-    seed and reads the same priorities, so every process draws the same prompts. An epoch is as many batches as
-    `RepeatSampler`'s.
-    """
+    """TRL's `RepeatSampler` layout, with each batch's prompts drawn by `priorities()` (one weight per dataset row)
+    when the data loader reaches it, rather than from a shuffled permutation; the same on every process (same seed,
+    same priorities). An epoch is as many batches as `RepeatSampler`'s."""
 
     def __init__(
         self,
@@ -77,12 +70,9 @@ class PriorityRepeatSampler(Sampler[int]):
 
 
 def priority_order(trainer: Any, data_order: Any, dataset: Any, sampler: PromptPriority) -> PriorityRepeatSampler:
-    """
-    The training data order of `trainer` (an `AdaGRPOTrainer`) whose sampler chooses its prompts: TRL's order
-    `data_order` (a `RepeatSampler`) laid out the same, each generation batch's prompts drawn by the sampler's
-    priorities over every row of `dataset`. The data loader fetches a batch ahead, so a batch's draw reads the
-    priorities as they stood when the batch before it was fetched.
-    """
+    """The training data order of an `AdaGRPOTrainer` whose sampler chooses its prompts: TRL's `data_order` laid out
+    the same, each generation batch's prompts drawn by the sampler's priorities over every row of `dataset` (as they
+    stood when the loader fetched the batch before, a batch ahead)."""
     layout = repeat_layout(data_order)
     keys = prompt_keys([dataset[index] for index in range(len(dataset))])
     return PriorityRepeatSampler(len(keys), lambda: sampler.prompt_priorities(keys), seed=trainer.args.seed, **layout)

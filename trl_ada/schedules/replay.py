@@ -1,9 +1,6 @@
-"""
-The completions behind `replay="successes"`: each prompt's latest correct completion, kept as the `PoolEntry` of its
-draw. Every process keeps an entry per stored prompt (its rewards and which process holds it), and the completion
-itself only on the process that generated it, so a replayed row is routed like any kept row. The sampler's
-[`~trl_ada.samplers.replay.SuccessReplay`] decides what is stored and replayed; this module holds what it points to.
-"""
+"""The completions behind `replay="successes"` (what the sampler's [`~trl_ada.samplers.replay.SuccessReplay`] index
+points to): each prompt's latest correct completion, kept as the `PoolEntry` of its draw, so a replayed row is
+routed like any kept row."""
 
 from __future__ import annotations
 
@@ -24,11 +21,8 @@ REPLAY_ROWS_NAME = "ada_replay_rows_{rank}.pkl"
 def take_replayed(
     store: dict[str, PoolEntry], keys: Sequence[PromptKey], pools: Sequence[Sequence[PoolEntry]], selection: Selection
 ) -> dict[int, PoolEntry]:
-    """
-    The stored successes one generation batch's `selection` replays, by prompt index, read before the batch's own
-    successes are stored in `store` (as the sampler decided: `Selection.replay_stored`); what the sampler's index
-    forgot leaves `store`.
-    """
+    """The stored successes one generation batch's `selection` replays, by prompt index, read before the batch's own
+    successes are stored in `store` (`Selection.replay_stored`)."""
     replayed = {}
     for index, result in enumerate(selection.prompts):
         if result.replayed is not None:

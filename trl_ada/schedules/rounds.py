@@ -1,12 +1,7 @@
-"""
-The rounds schedule (`generation_schedule="rounds"`, the default): Algorithm 2 of the paper.
-
-Every round asks the sampling step for each active prompt's request, generates all of them in one batched call,
-scores them, and feeds the rewards back; the exit rule then retires prompts, and the batch ends when nothing is
-active. [`RoundsSchedule`] is that loop and runs on any `ScheduleDriver`. [`run_round`] is AdaGRPOTrainer's round
-(generation through TRL's own `_generate`, TRL's reward computation and gathers), which the continuous schedule also
-scores its scoring batches with; [`RoundLayout`] splits a round's rows over the processes.
-"""
+"""The rounds schedule (`generation_schedule="rounds"`, the default): Algorithm 2 of the paper, each round every
+active prompt's request in one batched generation. [`run_round`] is AdaGRPOTrainer's round (TRL's own `_generate`,
+reward computation and gathers), which the continuous schedule also scores with; [`RoundLayout`] splits a round's
+rows over the processes."""
 
 from __future__ import annotations
 
@@ -93,12 +88,9 @@ class RoundLayout:
 def run_round(
     trainer: Any, requests: Sequence[tuple[int, int]], group_inputs: list[dict[str, Any]], round_index: int
 ) -> RoundResult:
-    """
-    Generate and score one round on all processes of an AdaGRPOTrainer; return each requested row's prompt (index
-    into the batch), pool entry and summed reward, in request order.
-    Only the rewards (TRL's own gather) and the truncation flags cross processes; each completion stays, compacted,
-    on the process that generated it.
-    """
+    """Generate and score one round on all processes of an AdaGRPOTrainer; return each requested row's prompt (index
+    into the batch), pool entry and summed reward, in request order. Only the rewards (TRL's own gather) and the
+    truncation flags cross processes; each completion stays, compacted, on the process that generated it."""
     num_processes, rank = trainer.accelerator.num_processes, trainer.accelerator.process_index
     layout = RoundLayout.plan(requests, num_processes)
     share = layout.share(rank)

@@ -1,14 +1,7 @@
-"""
-Single completions from a vLLM server, each its own request, any of which can be aborted.
-
-The continuous schedule (`generation_schedule="continuous"`) keeps a varying number of draws per prompt in flight on
-the server that TRL's `VLLMClient` talks to (`trl vllm-serve`, vLLM's OpenAI-compatible `/v1/completions`). vLLM
-batches requests continuously, so draws join and leave the running batch at every decoding step; and its HTTP routes
-abort a request whose client closed the connection, which is how a draw is aborted here. The requests are the ones
-TRL's client builds (its payload, with one prompt and `n=1`), sent from an asyncio loop on a background thread over
-plain HTTP/1.1 connections, one per draw: standard library only, since the training side of server mode needs
-nothing but TRL's own dependencies.
-"""
+"""Single completions from a vLLM server, each its own request, any of which can be aborted (vLLM aborts a request
+whose connection closed). The requests are those TRL's `VLLMClient` builds (its payload, one prompt, `n=1`), sent
+from an asyncio loop on a background thread over plain HTTP/1.1 connections, one per draw: standard library only,
+since the training side of server mode needs nothing but TRL's own dependencies."""
 
 from __future__ import annotations
 
@@ -33,11 +26,9 @@ SPARE_OPEN_FILES = 256
 
 
 def ensure_open_files(connections: int) -> None:
-    """
-    Make sure this process may hold `connections` draws in flight (one socket each) besides `SPARE_OPEN_FILES`: raise
-    the soft open-file limit up to the hard one if needed (vLLM's server does the same for itself), or fail with the
-    fix. On platforms without POSIX resource limits there is nothing to check.
-    """
+    """Make sure this process may hold `connections` draws in flight (one socket each) besides `SPARE_OPEN_FILES`:
+    raise the soft open-file limit up to the hard one if needed (vLLM's server does the same for itself), or fail
+    with the fix. On platforms without POSIX resource limits there is nothing to check."""
     try:
         import resource
     except ImportError:
@@ -62,8 +53,7 @@ class ServerDrawError(RuntimeError):
 
 
 class ServerDraws:
-    """
-    Sends draws to a vLLM server and hands back the ones that finished. Not thread-safe: one caller thread.
+    """Sends draws to a vLLM server and hands back the ones that finished. Not thread-safe: one caller thread.
 
     Args:
         base_url: The server's `http://host:port` (TRL's `VLLMClient.base_url`).
@@ -77,11 +67,7 @@ class ServerDraws:
     """
 
     def __init__(
-        self,
-        base_url: str,
-        payload: dict[str, Any],
-        max_connections: int = 2048,
-        health_timeout: float | None = None,
+        self, base_url: str, payload: dict[str, Any], max_connections: int = 2048, health_timeout: float | None = None
     ) -> None:
         url = urllib.parse.urlsplit(base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
@@ -90,23 +76,17 @@ class ServerDraws:
         self._port = url.port or (443 if url.scheme == "https" else 80)
         self._ssl = url.scheme == "https"
         self._path = (url.path.rstrip("/") or "") + "/v1/completions"
-        self._payload = {key: value for key, value in payload.items() if key != "prompt"}
-        self._payload["n"] = 1
+        self._payload = {key: value for key, value in payload.items() if key != "prompt"} | {"n": 1}
         health_url = urllib.parse.urlunsplit((url.scheme, url.netloc, url.path.rstrip("/") + "/health", "", ""))
         self._health = None if health_timeout is None else HealthWatch(health_url, health_timeout, "a draw")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="trl-ada-server-draws", daemon=True)
         self._thread.start()
-        self._slots = asyncio.run_coroutine_threadsafe(self._make_semaphore(max_connections), self._loop).result()
+        self._slots = asyncio.Semaphore(max_connections)  # bound to the loop that first waits on it
         self._futures: dict[Hashable, concurrent.futures.Future] = {}
         # Finished draws, as their requests end (aborted ones too: `wait` skips them). `wait` then costs O(draws
         # finished), not O(draws in flight): thousands can be in flight.
         self._finished: queue.SimpleQueue[tuple[Hashable, concurrent.futures.Future]] = queue.SimpleQueue()
-        self.submitted = 0
-        self.aborted = 0
-
-    async def _make_semaphore(self, size: int) -> asyncio.Semaphore:
-        return asyncio.Semaphore(size)
 
     @property
     def in_flight(self) -> int:
@@ -120,14 +100,11 @@ class ServerDraws:
         future = asyncio.run_coroutine_threadsafe(self._post(body), self._loop)
         self._futures[key] = future
         future.add_done_callback(lambda done, key=key: self._finished.put((key, done)))
-        self.submitted += 1
 
     def wait(self, timeout: float | None = None) -> list[tuple[Hashable, dict[str, Any]]]:
-        """
-        Block until at least one draw finished (or `timeout` seconds passed), then return every finished draw as
+        """Block until at least one draw finished (or `timeout` seconds passed), then return every finished draw as
         `(key, choice)`, `choice` being the server's completion choice. A failed draw raises `ServerDrawError`; a
-        server whose `/health` fails for `health_timeout` seconds while this waits raises `VLLMServerUnresponsive`.
-        """
+        server whose `/health` fails for `health_timeout` seconds while this waits raises `VLLMServerUnresponsive`."""
         deadline = None if timeout is None else time.monotonic() + timeout
         finished: list[tuple[Hashable, dict[str, Any]]] = []
         while self._futures:
@@ -169,7 +146,6 @@ class ServerDraws:
             if future is not None:
                 future.cancel()
                 count += 1
-        self.aborted += count
         return count
 
     def close(self) -> None:

@@ -1,21 +1,10 @@
 """A verifiable arithmetic task with graded difficulty, for CPU tests and small GRPO experiments.
 
-Six levels, from trivial to hard for a ~0.6M-parameter character-level model:
-
-- 0 ``add_1d``: 1-digit + (``"  3+  5="``)
-- 1 ``add_2d_nocarry``: 2-digit + without any carry (``" 23+ 45="``)
-- 2 ``add_2d_carry``: 2-digit + with at least one carry (``" 47+ 85="``)
-- 3 ``add_3d``: 3-digit + (``"147+385="``)
-- 4 ``mul_2dx1d``: 2-digit x 1-digit (``" 47*  8="``)
-- 5 ``mul_2dx2d``: 2-digit x 2-digit (``" 47* 85="``)
-
-Every prompt has the same width (operands right-aligned to three characters, then ``=``), so a batch of prompts
-never needs padding. The answer is the exact integer, written without padding; a completion is correct when it is
-exactly that integer (see [`exact_match_reward`]).
-
-Train/held-out split: every problem belongs to exactly one split by a fixed hash of its prompt
-(about 10% held out). [`make_problems`] and [`make_dataset`] only ever return training problems and
-[`held_out_problems`] only held-out ones, whatever the seeds, so the two can never overlap.
+Six levels ([`LEVELS`]) from 1-digit sums to 2-digit products, hard for a ~0.6M-parameter character-level model at
+the top. Every prompt has the same width (operands right-aligned to three characters, then ``=``: ``" 47+385="``), so
+a batch never needs padding; a completion is correct when it is exactly the answer's integer ([`exact_match_reward`]).
+Every prompt belongs to one split by a fixed hash (about 10% held out): [`make_problems`] and [`make_dataset`] return
+only training problems and [`held_out_problems`] only held-out ones, whatever the seeds.
 """
 
 from __future__ import annotations
@@ -30,15 +19,9 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-LEVELS: tuple[str, ...] = (
-    "add_1d",
-    "add_2d_nocarry",
-    "add_2d_carry",
-    "add_3d",
-    "mul_2dx1d",
-    "mul_2dx2d",
-)
-"""Names of the difficulty levels; a problem's ``level`` is an index into this tuple."""
+LEVELS: tuple[str, ...] = ("add_1d", "add_2d_nocarry", "add_2d_carry", "add_3d", "mul_2dx1d", "mul_2dx2d")
+"""Names of the difficulty levels; a problem's ``level`` is an index into this tuple: 1-digit +, 2-digit + without any
+carry, 2-digit + with at least one, 3-digit +, 2-digit x 1-digit, 2-digit x 2-digit."""
 
 OPERAND_WIDTH = 3
 """Every operand is right-aligned to this many characters."""
@@ -117,12 +100,12 @@ def draw_problems(
     rng: random.Random,
     levels: Sequence[int] | None,
     num_levels: int,
-    sample_operands: Callable[[int, random.Random], tuple[int, str, int]],
+    make_problem: Callable[[int, random.Random], dict[str, Any]],
     keep: Callable[[str], bool],
 ) -> list[dict[str, Any]]:
     """`num_problems` problems split as evenly as possible over `levels` (the first levels get one more when it does
-    not divide), each drawn by `sample_operands(level, rng)` until `keep` accepts its prompt, then shuffled; shared by
-    the arithmetic tasks."""
+    not divide), each drawn by `make_problem(level, rng)` until `keep` accepts its prompt, then shuffled; shared by
+    the tasks."""
     if num_problems < 0:
         raise ValueError(f"num_problems must be >= 0, got {num_problems}.")
     levels = check_levels(levels, num_levels)
@@ -130,57 +113,48 @@ def draw_problems(
     problems: list[dict[str, Any]] = []
     for level, count in zip(levels, counts, strict=True):
         for _ in range(count):
-            while True:
-                a, op, b = sample_operands(level, rng)
-                prompt = format_prompt(a, op, b)
-                if keep(prompt):
-                    break
-            problems.append({"prompt": prompt, "answer": str(solve(a, op, b)), "level": level})
+            problem = make_problem(level, rng)
+            while not keep(problem["prompt"]):
+                problem = make_problem(level, rng)
+            problems.append(problem)
     rng.shuffle(problems)
     return problems
+
+
+def operand_problem(level: int, operands: tuple[int, str, int]) -> dict[str, Any]:
+    """The problem ``a op b`` of ``level``: ``prompt`` (fixed width), ``answer`` (the exact integer, as text) and
+    ``level``; shared by the arithmetic tasks."""
+    return {"prompt": format_prompt(*operands), "answer": str(solve(*operands)), "level": level}
 
 
 def _generate(
     num_problems: int, seed: int, salt: int, levels: Sequence[int] | None, keep: Callable[[str], bool]
 ) -> list[dict[str, Any]]:
-    return draw_problems(num_problems, random.Random(f"{salt}-{seed}"), levels, len(LEVELS), _sample_operands, keep)
+    def make_problem(level: int, rng: random.Random) -> dict[str, Any]:
+        return operand_problem(level, _sample_operands(level, rng))
+
+    return draw_problems(num_problems, random.Random(f"{salt}-{seed}"), levels, len(LEVELS), make_problem, keep)
 
 
 def make_problems(num_problems: int, *, seed: int, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """Draws training problems, balanced over levels and deterministic for a seed.
-
-    Args:
-        num_problems: How many problems to return. They are split as evenly as possible over ``levels`` (the
-            first levels get one more when it does not divide) and shuffled. Problems are drawn with
-            replacement, so small levels (``add_1d`` has ~90 training problems) repeat.
-        seed: Seed of the problem stream.
-        levels: Level indices to draw from (see [`LEVELS`]); ``None`` means all.
-
-    Returns:
-        A list of dicts with keys ``prompt`` (str, fixed width), ``answer`` (str, the exact integer) and ``level``
-        (int). Never contains a held-out problem (see [`held_out_problems`]).
-    """
+    """Draws training problems, balanced over ``levels`` (indices into [`LEVELS`], ``None`` for all; the first levels
+    get one more when it does not divide), shuffled and deterministic for ``seed``: dicts with ``prompt`` (fixed
+    width), ``answer`` (the exact integer, as text) and ``level``. Drawn with replacement, so small levels repeat
+    (``add_1d`` has ~90 training problems); never a held-out problem."""
     return _generate(num_problems, seed, _TRAIN_SALT, levels, lambda prompt: not is_held_out(prompt))
 
 
 def held_out_problems(
     num_problems: int, *, seed: int = 0, levels: Sequence[int] | None = None
 ) -> list[dict[str, Any]]:
-    """Draws held-out problems (same format and balancing as [`make_problems`]).
-
-    Held-out problems are selected by a fixed hash rule ([`is_held_out`]), so they can never appear in
-    [`make_problems`] or [`make_dataset`] for any seed. The held-out ``add_1d`` set is small (about ten problems),
-    so that level repeats when many problems are requested.
-    """
+    """Draws held-out problems (same format and balancing as [`make_problems`], never a training problem). The
+    held-out ``add_1d`` set is about ten problems, so that level repeats when many are requested."""
     return _generate(num_problems, seed, _HELD_OUT_SALT, levels, is_held_out)
 
 
 def make_dataset(num_problems: int, *, seed: int, levels: Sequence[int] | None = None):
-    """Training problems as a `datasets.Dataset` with columns ``prompt``, ``answer``, ``level``.
-
-    This is TRL's standard prompt-only format: ``GRPOTrainer`` generates from ``prompt`` and passes ``answer`` and
-    ``level`` to the reward functions as keyword arguments.
-    """
+    """Training problems as a `datasets.Dataset` with columns ``prompt``, ``answer``, ``level`` (TRL's prompt-only
+    format: ``GRPOTrainer`` passes ``answer`` and ``level`` to the reward functions as keyword arguments)."""
     from datasets import Dataset
 
     problems = make_problems(num_problems, seed=seed, levels=levels)
@@ -196,28 +170,34 @@ def _completion_text(completion: Any) -> str:
     return str(completion)
 
 
-def extract_answer(completion: Any, eos_token: str = "<eos>") -> str:
-    """The answer a completion gives: text before the first eos token or newline, stripped of whitespace."""
-    text = _completion_text(completion)
+def cut_at_stop(text: str, eos_token: str = "<eos>") -> str:
+    """``text`` before its first ``eos_token`` or newline; shared by the tasks."""
     for stop in (eos_token, "\n"):
         if stop:
             text = text.split(stop, 1)[0]
-    return text.strip()
+    return text
+
+
+def extract_answer(completion: Any, eos_token: str = "<eos>") -> str:
+    """The answer a completion gives: text before the first eos token or newline, stripped of whitespace."""
+    return cut_at_stop(_completion_text(completion), eos_token).strip()
 
 
 def exact_match_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-    """TRL reward function: 1.0 when the completion is exactly the answer, else 0.0.
+    """TRL reward function: 1.0 when the completion is exactly the answer, else 0.0 (extra columns are ignored).
 
     The completion is cut at the first ``<eos>`` or newline and stripped of whitespace before comparison, so
     ``"12"``, ``" 12 "`` and ``"12<eos>junk"`` all match the answer ``"12"`` while ``"012"`` or ``"12 3"`` do not.
-    Extra dataset columns that TRL passes (``prompts``, ``level``, ``completion_ids``, ...) are ignored.
     """
+    return match_rewards(completions, answer, extract_answer)
+
+
+def match_rewards(completions: list[Any], answer: list[str], extract: Callable[[Any], str | None]) -> list[float]:
+    """1.0 for each completion whose ``extract``-ed answer is exactly its row's ``answer``, else 0.0; shared by the
+    tasks' reward functions."""
     if len(completions) != len(answer):
         raise ValueError(f"Got {len(completions)} completions but {len(answer)} answers.")
-    return [
-        1.0 if extract_answer(completion) == str(target).strip() else 0.0
-        for completion, target in zip(completions, answer, strict=True)
-    ]
+    return [1.0 if extract(c) == str(target).strip() else 0.0 for c, target in zip(completions, answer, strict=True)]
 
 
 @torch.no_grad()
@@ -283,24 +263,10 @@ def accuracy_by_level(
     batch_size: int = 512,
     seed: int | None = None,
 ) -> dict[str, Any]:
-    """Sampled (or greedy) accuracy of ``model`` on ``problems``, overall and per level.
-
-    Uses plain batched ``model.generate`` (left padding if prompt lengths differ).
-
-    Args:
-        model: A causal LM.
-        tokenizer: Its tokenizer (plain-text prompts, no chat template).
-        problems: Dicts with ``prompt``, ``answer`` and ``level`` (as returned by [`make_problems`]).
-        temperature: Sampling temperature; ``0`` means greedy decoding.
-        num_samples: Completions per problem; accuracy averages over all of them.
-        max_new_tokens: Generation budget per completion (the longest answer, ``99*99=9801``, needs 5 tokens).
-        batch_size: Rows per ``generate`` call.
-        seed: If given, sampling runs under this torch seed (the global RNG state is restored afterwards).
-
-    Returns:
-        ``{"overall": float, "per_level": {level: float}, "num_completions": int}``; ``overall`` averages over
-        all completions (so over levels weighted by their share of ``problems``).
-    """
+    """Sampled (or greedy, at ``temperature=0``) accuracy of ``model`` on ``problems`` (as [`make_problems`] returns
+    them), ``num_samples`` completions each by [`sample_completions`] (the longest answer, ``9801``, is 5 tokens):
+    ``{"overall": float, "per_level": {level: float}, "num_completions": int}``, ``overall`` averaging over all
+    completions (so over levels weighted by their share of ``problems``)."""
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}.")
     if temperature < 0:
@@ -309,17 +275,9 @@ def accuracy_by_level(
     if not rows:
         return {"overall": float("nan"), "per_level": {}, "num_completions": 0}
 
-    texts = sample_completions(
-        model,
-        tokenizer,
-        [problem["prompt"] for problem in problems],
-        temperature=temperature,
-        num_samples=num_samples,
-        max_new_tokens=max_new_tokens,
-        batch_size=batch_size,
-        seed=seed,
-        keep_special_tokens=True,
-    )
+    prompts = [problem["prompt"] for problem in problems]
+    sampling = {"temperature": temperature, "num_samples": num_samples, "max_new_tokens": max_new_tokens, "seed": seed}
+    texts = sample_completions(model, tokenizer, prompts, batch_size=batch_size, keep_special_tokens=True, **sampling)
     return mean_reward_by_level(rows, exact_match_reward(texts, [row["answer"] for row in rows]))
 
 

@@ -1,47 +1,25 @@
 """A CPU code task: program synthesis from input/output examples, scored by the sandboxed code-execution reward.
 
 A prompt shows four input/output pairs of a hidden integer function ``f``, inputs sorted, outputs right-aligned to
-three characters (so every prompt has the same width, :data:`PROMPT_WIDTH`, and a batch never needs padding)::
+three characters (every prompt is :data:`PROMPT_WIDTH` wide, so a batch never needs padding)::
 
     0:  1,3:  7,5: 11,8: 17=
 
-and the completion is a one-line Python expression in ``x`` that computes ``f`` (``2*x+1``; any equivalent
-expression, ``1+x*2`` or ``x+x+1``, is just as right). Six levels of graded difficulty (:data:`LEVELS`):
+and the completion is a one-line Python expression in ``x`` that computes ``f`` (``2*x+1``, or any equivalent). The
+six levels (:data:`LEVELS`): ``offset`` (``7``, ``x+3``), ``scale`` (``a*x``), ``affine`` (``a*x+b``),
+``abs_floordiv`` (``abs(x-c)``, the shown inputs on both sides of ``c``, or ``x//a``), ``quadratic`` (``x*x+b``,
+``a*x*x``) and ``composite`` (``a*abs(x-c)``, ``x*x+a*x``).
 
-- 0 ``offset``: a constant or ``x`` shifted (``7``, ``x+3``, ``x-4``)
-- 1 ``scale``: ``a*x``
-- 2 ``affine``: ``a*x+b``, ``a*x-b``
-- 3 ``abs_floordiv``: ``abs(x-c)`` (the shown inputs lie on both sides of ``c``) or ``x//a``
-- 4 ``quadratic``: ``x*x+b``, ``x*x-b``, ``a*x*x``
-- 5 ``composite``: ``a*abs(x-c)`` or ``x*x+a*x``
-
-**How it is scored.** Each row carries the columns [`trl_ada.rewards.code.CodeExecutionReward`] reads for
-assert-style tests: ``tests`` (``assert f(3) == 7`` lines) and ``entry_point`` (``"f"``). The tests hold the four
-shown pairs and four more inputs the prompt does not show (in ``[-3, 15]``, so also negative and two-digit ones): a
-completion that only reproduces the shown pairs (a lookup such as ``7 if x==3 else ...``) fails. [`CodeSynthesisReward`]
-turns the completion (cut at the first newline) into the program ``def f(x):\\n    return (<expression>)`` and scores
-it with the real sandboxed reward, all-or-nothing: 1 when every test passes, else 0. Assert tests rather than
-stdin/stdout cases (``verification_info``) because the reward runs all of a row's asserts in one sandboxed run (one
-run per case for stdin/stdout: eight times the cost here), and because tests of the form ``assert f(x) == <literal>``
-are decided outside the sandbox (only ``f(x)`` runs inside; its value comes back as data), so a policy cannot mark
-its own tests passed.
-
-**Splits.** Every prompt belongs to exactly one split by a fixed hash (about 10% held out): [`make_problems`] and
-[`make_dataset`] (the training stream, fresh and deterministic for a seed) never return a held-out prompt, and
-[`held_out_problems`] returns only held-out ones, whatever the seeds.
-
-**The tiny model.** [`load_tiny_code_model`] returns a ~0.6M-parameter character-level Qwen2 (the tokenizer and shape
-of [`trl_ada.tiny`]) warm-started on this task: completion-only SFT on clean problems, then a short phase on labels
-of which 30% are plausible wrong expressions ([`corrupt_expression`]), so the skill is there but sampling at
-temperature 1 is noisy and RL has something to sharpen. It is built on first use (a few minutes on CPU,
-deterministic for a seed on a given machine and thread count) and cached under ``$TRL_ADA_CACHE/tiny-code-v1``
-(default ``~/.cache/trl_ada/tiny-code-v1``).
+A row's ``tests`` (``assert f(3) == 7`` lines, one sandboxed run for all, decided outside the sandbox) hold the four
+shown pairs and four hidden inputs in ``[-3, 15]``, so a lookup of the shown pairs fails. [`CodeSynthesisReward`]
+scores the completion, as ``def f(x): return (<expression>)``, with the real sandboxed reward, all-or-nothing. About
+10% of prompts are held out by a fixed hash ([`held_out_problems`]; never in [`make_problems`]).
+[`load_tiny_code_model`] gives the tiny model of [`trl_ada.tiny`], warm-started on this task.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import math
@@ -55,8 +33,8 @@ from typing import Any
 import torch
 
 from trl_ada.tasks import arithmetic
-from trl_ada.tasks.arithmetic import check_levels
-from trl_ada.tiny import _is_saved_model, default_cache_dir, sft_step  # one cache layout for both tiny models
+from trl_ada.tasks.arithmetic import cut_at_stop, draw_problems, is_held_out
+from trl_ada.tiny import _is_saved_model, default_cache_dir, right_padded, sft_step  # one layout for both models
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +55,6 @@ PROMPT_WIDTH = NUM_SHOWN * (2 + OUTPUT_WIDTH) + NUM_SHOWN
 """Length in characters of every prompt: four ``d:vvv`` pairs, three commas and the final ``=``."""
 MAX_COMPLETION_CHARS = 12
 """Longest canonical expression is 10 characters (``3*abs(x-4)``); a budget of 12 tokens plus eos leaves room."""
-HELD_OUT_PERMILLE = 100
-"""Prompts whose hash falls below this (out of 1000) form the held-out split (about 10%)."""
 ENTRY_POINT = "f"
 
 CODE_MODEL_VERSION = "tiny-code-v1"
@@ -86,11 +62,6 @@ CODE_MODEL_VERSION = "tiny-code-v1"
 
 _TRAIN_SALT = 0xC0DE
 _HELD_OUT_SALT = 0x5EED
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Problems
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _signed(value: int) -> str:
@@ -152,12 +123,6 @@ def format_tests(pairs: Sequence[tuple[int, int]]) -> str:
     return "\n".join(f"assert {ENTRY_POINT}({x}) == {y}" for x, y in pairs)
 
 
-def is_held_out(prompt: str) -> bool:
-    """Whether a prompt belongs to the held-out split (a fixed hash rule, independent of any seed)."""
-    digest = hashlib.sha256(prompt.encode("utf-8")).digest()
-    return int.from_bytes(digest[:4], "big") % 1000 < HELD_OUT_PERMILLE
-
-
 def make_problem(level: int, rng: random.Random) -> dict[str, Any]:
     """One problem of ``level``: ``prompt``, ``solution`` (the canonical expression), ``tests``, ``entry_point``,
     ``level`` and ``hidden_inputs`` (the test inputs the prompt does not show)."""
@@ -179,21 +144,7 @@ def make_problem(level: int, rng: random.Random) -> dict[str, Any]:
 def _generate(
     num_problems: int, seed: int, salt: int, levels: Sequence[int] | None, keep: Callable[[str], bool]
 ) -> list[dict[str, Any]]:
-    if num_problems < 0:
-        raise ValueError(f"num_problems must be >= 0, got {num_problems}.")
-    levels = check_levels(levels, len(LEVELS))
-    rng = random.Random(f"{salt}-{seed}")
-    counts = [num_problems // len(levels) + (i < num_problems % len(levels)) for i in range(len(levels))]
-    problems: list[dict[str, Any]] = []
-    for level, count in zip(levels, counts, strict=True):
-        for _ in range(count):
-            while True:
-                problem = make_problem(level, rng)
-                if keep(problem["prompt"]):
-                    break
-            problems.append(problem)
-    rng.shuffle(problems)
-    return problems
+    return draw_problems(num_problems, random.Random(f"{salt}-{seed}"), levels, len(LEVELS), make_problem, keep)
 
 
 def make_problems(num_problems: int, *, seed: int, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
@@ -223,21 +174,12 @@ def make_dataset(num_problems: int, *, seed: int, levels: Sequence[int] | None =
     return Dataset.from_dict({key: [problem[key] for problem in problems] for key in DATASET_COLUMNS})
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The reward: the completion wrapped as `def f(x): return (<expression>)`, run by the sandboxed code reward
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def extract_expression(completion: Any, eos_token: str = "<eos>") -> str:
     """The expression a completion gives: its text (or its last message's) before the first eos token or newline,
     stripped."""
     from trl_ada.rewards.text import completion_text
 
-    text = completion_text(completion)
-    for stop in (eos_token, "\n"):
-        if stop:
-            text = text.split(stop, 1)[0]
-    return text.strip()
+    return cut_at_stop(completion_text(completion), eos_token).strip()
 
 
 def expression_program(completion: Any) -> str:
@@ -249,14 +191,9 @@ class CodeSynthesisReward:
     """TRL reward function of the task: each completion's expression, as [`expression_program`], scored by a
     [`trl_ada.rewards.code.CodeExecutionReward`] against the row's ``tests`` (1 when every test passes, else 0).
 
-    An async callable, like the reward it wraps (TRL awaits it; the sandboxes of a batch run in parallel, at most
-    ``concurrency`` at a time). ``seconds``, ``calls`` and ``completions`` accumulate the time spent inside calls
-    (for measuring the reward's share of a step), the calls and the completions scored; the wrapped reward's outcome counts are in ``self.reward.last_outcomes`` and logged by TRL as
-    ``code_execution/<outcome>``.
-
-    Args:
-        reward: The code reward to use; default ``CodeExecutionReward(all_or_nothing=True, **reward_kwargs)``.
-        **reward_kwargs: Passed to [`CodeExecutionReward`] (``concurrency``, ``limits``, ``isolation``, ...).
+    An async callable, like the reward it wraps (``reward``, default ``CodeExecutionReward(all_or_nothing=True,
+    **reward_kwargs)``). ``seconds``, ``calls`` and ``completions`` accumulate the time spent inside calls (the
+    reward's share of a step), the calls and the completions scored.
     """
 
     def __init__(self, reward: Any = None, **reward_kwargs: Any) -> None:
@@ -292,11 +229,6 @@ class CodeSynthesisReward:
         return f"CodeSynthesisReward({self.reward!r})"
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Evaluation: sampled pass rate per level, scored in the sandbox
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def sample_completions(model: Any, tokenizer: Any, prompts: Sequence[str], **options: Any) -> list[str]:
     """``num_samples`` completions per prompt (consecutive): [`trl_ada.tasks.arithmetic.sample_completions`] with
     this task's completion budget (``max_new_tokens=MAX_COMPLETION_CHARS`` unless given); ``options`` are that
@@ -318,13 +250,9 @@ def pass_rate_by_level(
     deduplicate: bool = True,
 ) -> dict[str, Any]:
     """Sampled pass rate of ``model`` on ``problems``, overall and per level, every completion scored by ``reward``
-    (the sandbox).
-
-    With ``deduplicate`` each distinct (expression, tests) pair is run once and its score shared by its copies; the
-    result is the same for every deterministic expression (an expression of ``x`` built from the task's alphabet
-    that reads a clock or a random source, e.g. through ``__import__``, could score differently per copy).
-
-    Returns ``{"overall", "per_level": {level: rate}, "num_completions", "distinct_runs", "outcomes"}``.
+    (the sandbox): ``{"overall", "per_level": {level: rate}, "num_completions", "distinct_runs", "outcomes"}``. With
+    ``deduplicate`` each distinct (expression, tests) pair runs once, its score shared by its copies (the same result
+    for every expression that reads no clock or random source).
 
     Raises:
         RuntimeError: when a program could not be scored (the sandbox failed to start): no rate is reported from
@@ -361,11 +289,6 @@ def format_pass_rate(result: dict[str, Any]) -> str:
     parts = [f"overall {result['overall']:.3f}"]
     parts += [f"{LEVELS[level]} {rate:.3f}" for level, rate in result["per_level"].items()]
     return " | ".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# The warm-started tiny model
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 def _test_pairs(tests: str) -> list[tuple[int, int]]:
@@ -430,15 +353,7 @@ def _sft_batches(
             target_ids = tokenizer(target, add_special_tokens=False)["input_ids"] + [eos]
             sequences.append(prompt_ids + target_ids)
             label_rows.append([-100] * len(prompt_ids) + target_ids)
-        width = max(len(seq) for seq in sequences)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        for row, (seq, lab) in enumerate(zip(sequences, label_rows, strict=True)):
-            ids[row, : len(seq)] = torch.tensor(seq)
-            mask[row, : len(seq)] = 1
-            labels[row, : len(lab)] = torch.tensor(lab)
-        batches.append((ids, mask, labels))
+        batches.append(right_padded(sequences, label_rows, pad))
     return batches
 
 
@@ -480,82 +395,64 @@ def build_warm_started_code_model(
     clean_steps: int = 900,
     noisy_steps: int = 200,
     batch_size: int = 64,
+    threads: int | None = 1,
     noise: float = 0.3,
     eval_problems: int = 300,
     reward: CodeSynthesisReward | None = None,
     model_kwargs: dict[str, Any] | None = None,
-    threads: int | None = 1,
 ) -> tuple[Any, Any, dict[str, Any]]:
     """Builds the warm-started code model from scratch on CPU (deterministic for ``seed`` on a given machine and
     thread count).
 
     Phase 1: completion-only SFT on fresh clean training problems of all levels (AdamW lr 2e-3, 30 warm-up steps,
     cosine). Phase 2: SFT on fresh problems where a share ``noise`` of the targets is a plausible wrong expression
-    ([`corrupt_expression`]; lr 5e-4 constant after 30 warm-up steps). After each phase the held-out pass rate at
-    temperature 1 is measured in the sandbox (``eval_problems=0`` skips it). Training runs on ``threads`` torch
-    threads (default one: fastest on a shared 2-core machine, and the result then does not depend on the core count;
-    ``None`` keeps torch's setting).
+    ([`corrupt_expression`]; lr 5e-4 constant after 30 warm-up steps), so sampling at temperature 1 is noisy and RL
+    has something to sharpen. After each phase the held-out pass rate at temperature 1 is measured in the sandbox
+    (``eval_problems=0`` skips it). Training runs on ``threads`` torch threads (default one, so the result does not
+    depend on the core count; ``None`` keeps torch's setting).
 
     Returns:
         ``(model, tokenizer, report)``; ``report`` holds per-phase losses, timings and pass rates.
     """
-    previous_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        return _build(seed, clean_steps, noisy_steps, batch_size, noise, eval_problems, reward, model_kwargs)
-    finally:
-        torch.set_num_threads(previous_threads)
-
-
-def _build(
-    seed: int,
-    clean_steps: int,
-    noisy_steps: int,
-    batch_size: int,
-    noise: float,
-    eval_problems: int,
-    reward: CodeSynthesisReward | None,
-    model_kwargs: dict[str, Any] | None,
-) -> tuple[Any, Any, dict[str, Any]]:
     from transformers import set_seed
 
     from trl_ada.tiny import build_char_tokenizer, build_tiny_model
 
-    set_seed(seed)
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, seed=seed, **(model_kwargs or {}))
-    report: dict[str, Any] = {
-        "version": CODE_MODEL_VERSION,
-        "seed": seed,
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "threads": torch.get_num_threads(),
-        "phases": {},
-    }
-    heldout = held_out_problems(eval_problems, seed=seed) if eval_problems else []
-    if heldout and reward is None:
-        reward = CodeSynthesisReward()
-    phases = [("clean", clean_steps, 0.0, 2e-3, True)]
-    if noisy_steps:
-        phases.append(("noisy", noisy_steps, noise, 5e-4, False))
-    for index, (name, steps, phase_noise, lr, cosine) in enumerate(phases):
-        start = time.perf_counter()
-        batches = _sft_batches(tokenizer, steps, batch_size, seed=seed * 1000 + index, noise=phase_noise)
-        losses = _sft(model, batches, learning_rate=lr, warmup_steps=min(30, steps), cosine=cosine)
-        phase: dict[str, Any] = {"steps": steps, "seconds": time.perf_counter() - start, "losses": losses}
-        if heldout:
-            result = pass_rate_by_level(model, tokenizer, heldout, reward=reward, temperature=1.0, seed=seed)
-            phase["held_out_t1"] = result
-            logger.info(
-                "After %s SFT (%d steps, %.0f s): held-out T=1 %s",
-                name,
-                steps,
-                phase["seconds"],
-                format_pass_rate(result),
-            )
-        report["phases"][name] = phase
-    model.config.use_cache = True
-    return model, tokenizer, report
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        set_seed(seed)
+        tokenizer = build_char_tokenizer()
+        model = build_tiny_model(tokenizer, seed=seed, **(model_kwargs or {}))
+        report: dict[str, Any] = {
+            "version": CODE_MODEL_VERSION,
+            "seed": seed,
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "threads": torch.get_num_threads(),
+            "phases": {},
+        }
+        heldout = held_out_problems(eval_problems, seed=seed) if eval_problems else []
+        if heldout and reward is None:
+            reward = CodeSynthesisReward()
+        phases = [("clean", clean_steps, 0.0, 2e-3, True)]
+        if noisy_steps:
+            phases.append(("noisy", noisy_steps, noise, 5e-4, False))
+        for index, (name, steps, phase_noise, lr, cosine) in enumerate(phases):
+            start = time.perf_counter()
+            batches = _sft_batches(tokenizer, steps, batch_size, seed=seed * 1000 + index, noise=phase_noise)
+            losses = _sft(model, batches, learning_rate=lr, warmup_steps=min(30, steps), cosine=cosine)
+            phase: dict[str, Any] = {"steps": steps, "seconds": time.perf_counter() - start, "losses": losses}
+            if heldout:
+                result = pass_rate_by_level(model, tokenizer, heldout, reward=reward, temperature=1.0, seed=seed)
+                phase["held_out_t1"] = result
+                seconds, rate = phase["seconds"], format_pass_rate(result)
+                logger.info("After %s SFT (%d steps, %.0f s): held-out T=1 %s", name, steps, seconds, rate)
+            report["phases"][name] = phase
+        model.config.use_cache = True
+        return model, tokenizer, report
+    finally:
+        torch.set_num_threads(previous_threads)
 
 
 def default_code_cache_dir() -> Path:

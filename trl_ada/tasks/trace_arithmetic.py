@@ -1,33 +1,10 @@
 """Arithmetic with a written trace: the completion works the problem step by step, the reward checks only the answer.
 
-The prompts look like those of [`trl_ada.tasks.arithmetic`] (fixed width, operands right-aligned to three
-characters, then ``=``), but the completion is a compact character-level trace of the school procedure followed by
-the final answer after the marker ``:A=``:
-
-- a sum, column by column from the units, each column written ``digit+digit+carry_in=column_sum``::
-
-      " 47+385=" -> "7+5+0=12,4+8+1=13,0+3+1=4:A=432"
-
-- a product by a one-digit number, digit by digit from the units, each step ``digit*multiplier+carry_in=value``::
-
-      " 47*  8=" -> "7*8+0=56,4*8+5=37:A=376"
-
-- a product by a two-digit number: one row per digit of the multiplier, each ending with its partial product
-  (shifted) after ``P=``, then the column sum of the two partial products::
-
-      " 47* 85=" -> "7*5+0=35,4*5+3=23,P=235:7*8+0=56,4*8+5=37,P=3760:5+0+0=5,3+6+0=9,2+7+0=9,0+3+0=3:A=3995"
-
-The reward ([`final_answer_reward`]) parses only the text after the marker, as RLVR does: a wrong trace with the
-right answer scores 1, a right trace with a wrong, malformed or missing answer scores 0.
-
-[`write_trace`] can inject errors inside the procedure (a dropped carry, a wrong sum or product for a digit pair,
-a wrong digit when copying a partial product, a misconception: a fact usually given the same wrong value) and then continues the procedure faithfully from the wrong value, so
-the final answer is the one the flawed trace implies. Supervised fine-tuning on such traces gives a model whose
-mistakes happen in the procedure; the per-fact error rates differ between digit pairs (a fixed hash), so prompts that
-need the "hard facts" are solved less often than others of their level.
-
-Train/held-out split: the rule of [`trl_ada.tasks.arithmetic.is_held_out`] (a fixed hash of the prompt, about 10%
-held out), so [`make_problems`] and [`held_out_problems`] never share a problem for any seeds.
+The prompts are those of [`trl_ada.tasks.arithmetic`]; the completion is a character-level trace of the school
+procedure, then the final answer after the marker ``:A=`` (``" 47*  8="`` -> ``"7*8+0=56,4*8+5=37:A=376"``).
+[`final_answer_reward`] parses only the text after the marker, as RLVR does. [`write_trace`] can inject errors inside
+the procedure and continue faithfully from the wrong value. The split is the arithmetic task's prompt hash. The
+formats, the noise model and the shipped model's numbers are in docs/trace-arithmetic.md.
 """
 
 from __future__ import annotations
@@ -40,15 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .arithmetic import _completion_text, draw_problems, is_held_out
+from .arithmetic import _completion_text, cut_at_stop, draw_problems, is_held_out, match_rewards, operand_problem
 
-LEVELS: tuple[str, ...] = (
-    "add_2d",
-    "add_3d",
-    "mul_2dx1d",
-    "mul_3dx1d",
-    "mul_2dx2d",
-)
+LEVELS: tuple[str, ...] = ("add_2d", "add_3d", "mul_2dx1d", "mul_3dx1d", "mul_2dx2d")
 """Names of the difficulty levels; a problem's ``level`` is an index into this tuple."""
 
 OPERAND_RANGES: tuple[tuple[tuple[int, int], str, tuple[int, int]], ...] = (
@@ -88,10 +59,9 @@ class TraceNoise:
             are "hard" for every prompt that needs them.
         carry: Probability that a non-zero carry is dropped (written and used as 0).
         copy: Probability that a partial product is copied with one wrong digit.
-        hard_share: Share of facts (fixed by a hash) that are misconceptions: instead of the ``fact`` rate, such a
-            fact gets its own wrong value, always the same one (also fixed by a hash), with probability
-            ``hard_rate``. Above one half, a model that learns these traces gets the fact wrong when decoding
-            greedily, so only a sampled success teaches it the right value.
+        hard_share: Share of facts (fixed by a hash) that are misconceptions: such a fact gets one fixed wrong value
+            with probability ``hard_rate`` instead of the ``fact`` rate (above one half, greedy decoding of a model
+            that learns these traces gets it wrong, so only a sampled success teaches the right value).
         hard_rate: Probability that a misconception fact is written with its wrong value.
     """
 
@@ -182,12 +152,9 @@ def _strip_zeros(digits: str) -> str:
 def write_trace(
     a: int, op: str, b: int, *, noise: TraceNoise | None = None, rng: random.Random | None = None
 ) -> tuple[str, str]:
-    """The trace completion of ``a op b`` (without eos) and the final answer it states.
-
-    Without ``noise`` the answer is ``solve(a, op, b)``. With ``noise`` (and an ``rng`` to draw the errors from),
-    errors are injected inside the procedure and the rest of the trace follows from the wrong value, so the answer
-    is the one the trace implies.
-    """
+    """The trace completion of ``a op b`` (without eos) and the final answer it states: ``solve(a, op, b)`` without
+    ``noise``; with it (and an ``rng`` to draw from), errors are injected inside the procedure and the rest of the
+    trace follows from the wrong value, so the answer is the one the trace implies."""
     if a < 0 or b < 0:
         raise ValueError(f"Operands must be non-negative, got {a} and {b}.")
     writer = _Writer(noise, rng)
@@ -215,20 +182,10 @@ def write_trace(
     return SECTION_SEPARATOR.join(sections) + FINAL_MARKER + answer, answer
 
 
-def _cut(text: str, eos_token: str) -> str:
-    for stop in (eos_token, "\n"):
-        if stop:
-            text = text.split(stop, 1)[0]
-    return text
-
-
 def extract_final_answer(completion: Any, eos_token: str = "<eos>") -> str | None:
-    """The final answer a completion states: the digits after the first ``:A=``, up to eos or newline.
-
-    Returns ``None`` when the marker is missing or what follows it is not a plain non-negative integer (empty,
-    other characters, or a leading zero).
-    """
-    text = _cut(_completion_text(completion), eos_token)
+    """The final answer a completion states: the digits after the first ``:A=``, up to eos or newline; ``None`` when
+    the marker is missing or what follows is not a plain non-negative integer (empty, other characters, a leading 0)."""
+    text = cut_at_stop(_completion_text(completion), eos_token)
     _, marker, answer = text.partition(FINAL_MARKER)
     answer = answer.strip()
     if not marker or not re.fullmatch(r"0|[1-9]\d*", answer):
@@ -237,17 +194,9 @@ def extract_final_answer(completion: Any, eos_token: str = "<eos>") -> str | Non
 
 
 def final_answer_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-    """TRL reward function: 1.0 when the final answer after ``:A=`` is exactly ``answer``, else 0.0.
-
-    Only the final answer counts; the trace before the marker is not checked. A completion without the marker or
-    with a malformed answer scores 0. Extra dataset columns that TRL passes are ignored.
-    """
-    if len(completions) != len(answer):
-        raise ValueError(f"Got {len(completions)} completions but {len(answer)} answers.")
-    return [
-        1.0 if extract_final_answer(completion) == str(target).strip() else 0.0
-        for completion, target in zip(completions, answer, strict=True)
-    ]
+    """TRL reward function: 1.0 when the final answer after ``:A=`` is exactly ``answer``, else 0.0 (a missing marker
+    or a malformed answer scores 0). The trace before the marker is not checked; extra columns are ignored."""
+    return match_rewards(completions, answer, extract_final_answer)
 
 
 _STEP_RE = re.compile(r"(\d)([+*])(\d)\+(\d)=(\d+)")
@@ -274,12 +223,9 @@ class ParsedTrace:
 
 
 def parse_trace(completion: Any, eos_token: str = "<eos>") -> ParsedTrace:
-    """Parses a trace completion into its steps, partial products and final answer.
-
-    Raises:
-        ValueError: The text before the final marker does not follow the trace format (named in the message).
-    """
-    text = _cut(_completion_text(completion), eos_token)
+    """Parses a trace completion into its steps, partial products and final answer; raises ``ValueError`` naming
+    what before the final marker does not follow the trace format."""
+    text = cut_at_stop(_completion_text(completion), eos_token)
     body, marker, _ = text.partition(FINAL_MARKER)
     if not marker:
         raise ValueError(f"No final marker {FINAL_MARKER!r} in {text!r}.")
@@ -303,9 +249,9 @@ def parse_trace(completion: Any, eos_token: str = "<eos>") -> ParsedTrace:
     return ParsedTrace(tuple(sections), tuple(partials), extract_final_answer(text, eos_token))
 
 
-def _sample_operands(level: int, rng: random.Random) -> tuple[int, str, int]:
+def _make_problem(level: int, rng: random.Random) -> dict[str, Any]:
     (a_lo, a_hi), op, (b_lo, b_hi) = OPERAND_RANGES[level]
-    return rng.randint(a_lo, a_hi), op, rng.randint(b_lo, b_hi)
+    return operand_problem(level, (rng.randint(a_lo, a_hi), op, rng.randint(b_lo, b_hi)))
 
 
 def parse_prompt(prompt: str) -> tuple[int, str, int]:
@@ -321,17 +267,13 @@ def _generate(
 ) -> list[dict[str, Any]]:
     rng = random.Random(f"trace-{salt}-{seed}")
     return draw_problems(
-        num_problems, rng, levels, len(LEVELS), _sample_operands, lambda prompt: is_held_out(prompt) == held_out
+        num_problems, rng, levels, len(LEVELS), _make_problem, lambda prompt: is_held_out(prompt) == held_out
     )
 
 
 def make_problems(num_problems: int, *, seed: int, levels: Sequence[int] | None = None) -> list[dict[str, Any]]:
-    """Draws training problems, balanced over levels (the first levels get one more when it does not divide),
-    shuffled and deterministic for a seed; drawn with replacement, never a held-out problem.
-
-    Returns:
-        Dicts with ``prompt`` (fixed width), ``answer`` (the exact integer, as text) and ``level`` (int).
-    """
+    """Draws training problems in the format of [`trl_ada.tasks.arithmetic.make_problems`] (balanced over levels,
+    shuffled, deterministic for a seed, drawn with replacement), never a held-out problem."""
     return _generate(num_problems, seed, _TRAIN_SALT, levels, held_out=False)
 
 

@@ -2,31 +2,16 @@
 a small Qwen2 taught (in code, in seconds) to call the tool in some of its sampled answers and not in others. A test
 and benchmark fixture (see [`trl_ada.testing`]), not part of the training API.
 
-Nothing is downloaded. The pieces plug into TRL's tool loop (``GRPOTrainer(..., tools=[add])``)::
+Nothing is downloaded. The pieces plug into TRL's tool loop::
 
-    from trl import GRPOConfig, GRPOTrainer
+    model, tokenizer = get_tool_model()  # built once (seconds), then loaded from the cache
+    trainer = GRPOTrainer(model, reward_funcs=[answer_reward], args=GRPOConfig(..., max_completion_length=40),
+                          train_dataset=make_tool_dataset(64), processing_class=tokenizer, tools=[add])
 
-    from trl_ada.testing.tiny_agents import add, answer_reward, get_tool_model, make_tool_dataset
-
-    model, tokenizer = get_tool_model()  # built once (~10-15 s on 2 cores), then loaded from the cache
-    trainer = GRPOTrainer(
-        model,
-        reward_funcs=[answer_reward],
-        args=GRPOConfig(..., max_completion_length=40),
-        train_dataset=make_tool_dataset(64),
-        processing_class=tokenizer,
-        tools=[add],
-    )
-
-The task is "What is a+b?" with digits a, b and a+b below 10. The warm start (supervised, on rendered conversations)
-calls ``add`` in about half its answers, then copies the tool's result (right ~90% of the time at temperature 1);
-otherwise it answers directly, wrong half the time. So some draws call the tool and some do not, and calling it pays:
-GRPO has a reason to call it more.
-
-The chat template is TRL's shipped Qwen2.5 template, text for text, so ``trl.chat_template_utils.add_response_schema``
-recognises it and sets the Qwen parser for ``<tool_call>`` blocks. A call, the tool response TRL appends and the final
-answer take about 25 completion tokens, so ``max_completion_length=40`` leaves room for one round trip (TRL drops a
-tool response that would not fit).
+The task is "What is a+b?" with digits a, b and a+b below 10. The warm-started model calls ``add`` in about half
+its answers and then copies the tool's result; otherwise it answers directly, wrong half the time, so calling the tool
+pays and GRPO has a reason to call it more. A call, the tool response and the final answer take about 25 completion
+tokens, so ``max_completion_length=40`` leaves room for one round trip.
 """
 
 from __future__ import annotations
@@ -51,6 +36,7 @@ from ..tiny import (
     build_tiny_model,
     char_level_tokenizer,
     default_cache_dir,
+    right_padded,
     save_folder_atomically,
     sft_step,
 )
@@ -93,27 +79,14 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Tokenizer
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def build_tool_tokenizer(tools: Sequence[Callable[..., Any]] = (add,)) -> PreTrainedTokenizerFast:
     """Builds a character-level chat tokenizer with TRL's Qwen2.5 chat template, ready for TRL's tool loop.
 
-    Like [`trl_ada.tiny.build_char_tokenizer`], one token per character (here printable ASCII and ``"\\n"``, in GPT-2's
-    byte-level alphabet), joined without separators on decoding. On top of that:
-
-    - ``<|im_start|>`` and ``<|im_end|>`` are special tokens; ``<|im_end|>`` is EOS, so generation stops at the end of
-      an assistant turn (TRL then appends the tool response and generates the next turn). ``<|endoftext|>`` pads.
-    - ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>`` are plain added tokens, and so are
-      [`MERGES`] (role names, the fixed JSON around an ``add`` call's arguments).
-    - The system prompt the template writes for ``tools`` (about 830 characters of boilerplate and tool schemas) is
-      one added token, so prompts stay ~40 tokens and the tiny model trains in seconds. Other system prompts still
-      tokenize, character by character.
-
-    ``chat_template`` is the exact text of ``trl/chat_templates/qwen2_5.jinja``: ``add_response_schema`` matches on
-    it to pick the parser, and the template is prefix-preserving, as TRL's tool loop requires.
+    Like [`trl_ada.tiny.build_char_tokenizer`], one token per character (here printable ASCII and ``"\\n"``). On top
+    of that ``<|im_start|>`` and ``<|im_end|>`` (EOS: generation stops at the end of an assistant turn) are special
+    tokens, ``<|endoftext|>`` pads, [`TOOL_MARKERS`] and [`MERGES`] are added tokens, and so is the system prompt the
+    template writes for ``tools`` (so prompts stay ~40 tokens). ``chat_template`` is the exact text of TRL's
+    ``qwen2_5.jinja``: ``add_response_schema`` matches on it to pick the parser for ``<tool_call>`` blocks.
     """
     alphabet = _byte_level_alphabet()
     specials = [PAD_TOKEN, END_OF_TURN, START_OF_TURN]
@@ -140,11 +113,6 @@ def build_tool_tokenizer(tools: Sequence[Callable[..., Any]] = (add,)) -> PreTra
     return tokenizer
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Task: single-digit sums, with or without the calculator
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def question(a: int, b: int) -> str:
     """The user's message for ``a + b``."""
     return f"What is {a}+{b}?"
@@ -163,12 +131,8 @@ def make_tool_dataset(num_rows: int, *, seed: int = 0) -> Any:
 
     rng = random.Random(seed)
     pairs = [draw_sum(rng) for _ in range(num_rows)]
-    return Dataset.from_dict(
-        {
-            "prompt": [[{"role": "user", "content": question(a, b)}] for a, b in pairs],
-            "answer": [str(a + b) for a, b in pairs],
-        }
-    )
+    prompts = [[{"role": "user", "content": question(a, b)}] for a, b in pairs]
+    return Dataset.from_dict({"prompt": prompts, "answer": [str(a + b) for a, b in pairs]})
 
 
 def final_answer(completion: list[dict[str, Any]]) -> str:
@@ -197,9 +161,8 @@ def tool_example(
 ) -> tuple[list[int], list[int]]:
     """One supervised example as TRL's tool loop would see it: ``(input_ids, loss_mask)``.
 
-    The conversation is rendered with the chat template (so the tool call, the tool response block and the turn
-    markers are exactly what TRL generates and appends); the loss covers what the model writes (each assistant turn up
-    to and including ``<|im_end|>``), not the prompt or the tool response.
+    Rendered with the chat template, so the tool call, the tool response and the turn markers are exactly what TRL
+    generates and appends; the loss covers each assistant turn up to and including ``<|im_end|>``.
     """
     prompt = [{"role": "user", "content": question(a, b)}]
     prompt_text = tokenizer.apply_chat_template(prompt, tools=[add], tokenize=False, add_generation_prompt=True)
@@ -253,20 +216,8 @@ def _sft_batch(
         if key not in rendered:  # a few hundred distinct conversations: render each once
             rendered[key] = tool_example(tokenizer, a, b, call_tool=call_tool, reply=reply)
         examples.append(rendered[key])
-    length = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((size, length), tokenizer.pad_token_id, dtype=torch.long)
-    attention = torch.zeros((size, length), dtype=torch.long)
-    labels = torch.full((size, length), -100, dtype=torch.long)
-    for row, (ids, mask) in enumerate(examples):  # right padding: positions line up with generation's prompts
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        attention[row, : len(ids)] = 1
-        labels[row, : len(ids)] = torch.tensor([i if m else -100 for i, m in zip(ids, mask)])
-    return input_ids, attention, labels
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Warm start, evaluation, cache
-# ---------------------------------------------------------------------------------------------------------------------
+    labels = [[token if trained else -100 for token, trained in zip(ids, mask)] for ids, mask in examples]
+    return right_padded([ids for ids, _ in examples], labels, tokenizer.pad_token_id)
 
 
 def build_tool_model(
@@ -279,23 +230,13 @@ def build_tool_model(
     wrong_share: float = 0.5,
     model_kwargs: dict[str, int] | None = None,
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    """Builds the tiny tool-calling model from scratch on CPU (deterministic for ``seed``, 10-15 s on 2 cores).
+    """Builds the tiny tool-calling model from scratch on CPU (deterministic for ``seed``; seconds on 2 cores).
 
-    Supervised training (AdamW, cosine schedule, loss on the model's turns only) on freshly drawn conversations: a
-    share ``tool_share`` call ``add`` and then answer with its result; the others answer directly, wrong with
-    probability ``wrong_share``.
-
-    Args:
-        seed: Seeds the model init and the example stream.
-        steps: Optimizer steps.
-        batch_size: Conversations per step.
-        learning_rate: Peak learning rate.
-        tool_share: Share of training answers that call the tool.
-        wrong_share: Share of direct answers that are wrong.
-        model_kwargs: Overrides for [`trl_ada.tiny.build_tiny_model`] (default [`DEFAULT_MODEL_KWARGS`]).
-
-    Returns:
-        ``(model, tokenizer)``, the model in eval mode with its generation config stopping at ``<|im_end|>``.
+    ``steps`` of supervised training (AdamW peaking at ``learning_rate``, cosine, loss on the model's turns only) on
+    ``batch_size`` fresh conversations each: a share ``tool_share`` call ``add`` and then answer with its result; the
+    others answer directly, wrong with probability ``wrong_share``. ``model_kwargs`` go to
+    [`trl_ada.tiny.build_tiny_model`] (default [`DEFAULT_MODEL_KWARGS`]). Returns ``(model, tokenizer)``, the model in
+    eval mode with its generation config stopping at ``<|im_end|>``.
     """
     tokenizer = build_tool_tokenizer()
     model = build_tiny_model(tokenizer, seed=seed, **(model_kwargs or DEFAULT_MODEL_KWARGS))
@@ -337,11 +278,8 @@ def get_tool_model(
     cache_dir: str | os.PathLike[str] | None = None, **build_kwargs: Any
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     """The tiny tool-calling model and its tokenizer: built by [`build_tool_model`] (``build_kwargs`` passed on) the
-    first time for these parameters, then loaded from the cache (under ``cache_dir`` if given).
-
-    Only the weights are cached; the tokenizer is rebuilt in code ([`build_tool_tokenizer`]), because loading it back
-    with ``AutoTokenizer`` next to a Qwen2 config would swap in a ``Qwen2Tokenizer`` pipeline.
-    """
+    first time for these parameters, then loaded from the cache (under ``cache_dir`` if given). Only the weights are
+    cached: loaded back beside a Qwen2 config, the tokenizer would become a ``Qwen2Tokenizer``, so it is rebuilt."""
     path = _model_dir(cache_dir, build_kwargs)
     tokenizer = build_tool_tokenizer()
     if not (path / "model.safetensors").is_file():

