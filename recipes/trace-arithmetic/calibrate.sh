@@ -9,9 +9,8 @@
 #                                                          # paper sets, lr 1e-4
 #   bash recipes/trace-arithmetic/calibrate.sh model-size   # a larger trace model (hidden 192, 6 layers,
 #                                                          # intermediate 512: 4x the parameters), same noise, twice
-#                                                          # the SFT steps (at the default 1,500 its SFT loss was
-#                                                          # 0.24 against the shipped model's 0.06), scored into its
-#                                                          # own paper sets, lr 1e-4
+#                                                          # the SFT steps (it fits the traces more slowly), scored
+#                                                          # into its own paper sets, lr 1e-4
 #
 # Results: benchmarks/results/trace-arithmetic/calibration/{lr3e-4,hard-share-0.3,model-size}/ (table.md, summary.json, runs/).
 # The hard-share and model-size models are rebuilt into that folder's model/ (not committed: about 6 CPU-minutes); its build report is
