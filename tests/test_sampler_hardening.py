@@ -365,3 +365,13 @@ def test_every_logged_metric_is_reduced_as_it_means_by_trls_rule():
     assert not misread, f"TRL reduces these by their name, not as they mean: {misread} (TRL's, meant)"
     # the table names only metrics that exist
     assert {f"ada/{name}" for name in LOG_WINDOW_REDUCTIONS} - {"ada/sample/dropped_stale_total"} <= names
+
+
+@pytest.mark.parametrize("steps", [0, -1])
+def test_run_population_refuses_fewer_than_one_step(steps):
+    # Before any draw, with a message that names the knob, as `simulate` and `plan` refuse it.
+    from trl_ada.samplers.simulate import run_population
+
+    sampler = build_sampler(SamplerSettings(num_generations=4, sampler="uniform"))
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        run_population(sampler, [0.5, 0.5], seed=0, steps=steps)

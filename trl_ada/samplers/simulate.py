@@ -52,7 +52,7 @@ def run_population(
     its index) and return the last batch's `Selection`. `schedule="continuous"` returns each draw after its generation
     time: `arrival="in_order"` in submission order, `"length_correlated"` right completions first. `common_draws=True`
     (rounds): each prompt draws from a stream of its own, so two settings see the same draws for each prompt."""
-    _check_run(schedule, arrival)
+    _check_run(schedule, arrival, steps=steps)
     draws = random.Random(seed)
     keys = list(range(len(population)))
     streams = [random.Random(f"{seed}/{index}") for index in keys] if common_draws else None
