@@ -312,8 +312,9 @@ class RejectsAll:
 
 def test_a_gate_that_rejects_every_prompt_opens_a_new_epoch_after_one_walk_of_the_dataset():
     gate = StreamGate(RejectsAll(), dataset_size=3)
-    assert [gate.passes_over(key) for key in "abc"] == [False] * 3  # the loader's visits
-    assert [gate.passes_over(key) for key in "abc"] == [True] * 3 and gate.epoch == 1
-    assert [gate.passes_over(key) for key in "ab"] == [False, False]  # a new epoch: drawn again, never stuck
+    assert [gate.passes_over(key, row) for row, key in enumerate("abc")] == [False] * 3  # the loader's visits
+    assert [gate.passes_over(key, row) for row, key in enumerate("abc", 3)] == [True] * 3 and gate.epoch == 1
+    # A new epoch: drawn again, never stuck.
+    assert [gate.passes_over(key, row) for row, key in enumerate("ab", 6)] == [False, False]
     gate.count_kept(3)
-    assert gate.epoch == 2 and not gate.passes_over("a")
+    assert gate.epoch == 2 and not gate.passes_over("a", 8)

@@ -363,11 +363,13 @@ def test_bad_knobs_fail_before_any_model_loads(tmp_path, server):
         config(tmp_path, server, sampler="uniform", round_size=3)
     with pytest.raises(ValueError, match="dapo_on_exhausted='keep_partial': the asynchronous worker has no partial"):
         config(tmp_path, server, sampler="dapo", dapo_on_exhausted="keep_partial")
-    # The synchronous trainer's scalings: TRL's asynchronous trainer always divides a group by its own std.
-    for baseline in ("tracked", "predicted"):
-        with pytest.raises(ValueError, match=f"baseline='{baseline}' .* Use AdaGRPOTrainer"):
-            config(tmp_path, server, sampler="dapo", baseline=baseline, pass_rate_predictor="learned")
-    with pytest.raises(ValueError, match="normalize_advantages=True: TRL's asynchronous trainer scales every group"):
+    # TRL's asynchronous rule, the group's std, is the default: a remembered baseline or SPO's batch normalisation
+    # names the scaling it needs.
+    with pytest.raises(ValueError, match="baseline='tracked' .* Set scale_rewards='batch'"):
+        config(tmp_path, server, sampler="dapo", baseline="tracked")
+    with pytest.raises(ValueError, match="baseline='predicted' .* Set scale_rewards='batch'"):
+        config(tmp_path, server, sampler="dapo", baseline="predicted", pass_rate_predictor="learned")
+    with pytest.raises(ValueError, match="scale_rewards='group' would scale the rewards a second time"):
         config(tmp_path, server, sampler="dapo", normalize_advantages=True)
     with pytest.raises(ValueError, match="no_such_sampler.* is not supported. Choose one of"):
         config(tmp_path, server, sampler="no_such_sampler")
@@ -484,3 +486,24 @@ def test_knapsack_and_dapo_gated_train_and_save_their_state(
     assert metric in logged
     saved = json.loads((tmp_path / "out" / "checkpoint-2" / SAMPLER_STATE_NAME).read_text())["sampler"]
     assert saved[state_key]  # the worker's sampler saw prompts, and the checkpoint holds what it learned
+
+
+@pytest.mark.wall_clock_limit(240)
+def test_spo_trains_in_the_asynchronous_trainer_and_saves_its_tracker(
+    tmp_path, monkeypatch, server, model_dir, tokenizer, dataset, wall_clock_guard
+):
+    # Its rules in the worker: tests/test_async_remembered.py.
+    import json
+
+    from trl_ada.checkpoints import SAMPLER_STATE_NAME
+    from trl_ada.samplers import SpoOptions
+
+    trainer, collated, logged = train(
+        tmp_path, monkeypatch, server, model_dir, tokenizer, dataset,
+        sampler="spo", num_generations=2, save_strategy="steps", save_steps=2, **SpoOptions.recipe,
+    )  # fmt: skip
+    assert trainer.ada_sampling.pooled and not trainer.ada_sampling.trl_advantages
+    check_provenance(collated, server)
+    assert "ada/priority/passed_over_total" in logged
+    saved = json.loads((tmp_path / "out" / "checkpoint-2" / SAMPLER_STATE_NAME).read_text())["sampler"]
+    assert saved["baseline_history"]["counts"]  # the tracker saw prompts, and the checkpoint holds it

@@ -76,3 +76,89 @@ def test_only_runs_with_these_settings_are_reported(tmp_path):
         (tmp_path / f"dapo-seed{seed}.json").write_text(json.dumps({"seed": seed, "settings": {"lr": lr}}))
     runs = matching_runs(tmp_path, ["dapo", "grpo_n4"], [0, 1, 2], lambda method: {"lr": 1e-4})
     assert [run["seed"] for run in runs] == [0]
+
+
+def test_projected_step_seconds_against_a_hand_computation():
+    from harness.gpu_time import PaperStepCost
+
+    # Generation: 10 s for a call of up to 1,000 completions, then 1 s per extra 1,000 (read linearly, and past the
+    # last size along the last segment).
+    cost = PaperStepCost(((0.0, 10.0), (1000.0, 10.0), (2000.0, 11.0)), 2.0, 0.001, 0.01, batch_prompts=40)
+    assert cost.generation_seconds(1500.0) == pytest.approx(10.5)
+    assert cost.generation_seconds(4000.0) == pytest.approx(13.0)
+    # 3 calls of 60 completions at 20 prompts a step -> scale 2: 360 completions in 3 calls of 120; 80 rows -> 160.
+    assert cost.step_seconds(3, 180, 80, 20) == pytest.approx(3 * (10.0 + 2.0) + 360 * 0.001 + 160 * 0.01)
+
+
+def test_projected_grpo_step_is_the_cost_models_own():
+    """The price of one GRPO n=4 step at the paper's 512 prompts equals the cost model's simulated step (same engines,
+    workload and per-row costs), so a change in one shows in the other."""
+    import generation_cost as model
+    from harness.gpu_time import paper_step_cost
+
+    setup = model.Setup()
+    grpo = next(schedule for schedule in model.schedules() if schedule.name == "grpo_n4")
+    prompts = model.sample_population(setup.batch_prompts, setup.workload, 0)
+    steps = model.run_schedule(grpo, prompts, setup, seed=0, steps=4)
+    simulated = model.average(steps)["step_s"]
+    projected = paper_step_cost().step_seconds(1, 2048, 2048, setup.batch_prompts)
+    # The simulated steps draw their own lengths: the slowest of 8 engines varies by a few percent between draws.
+    assert projected == pytest.approx(simulated, rel=0.05)
+
+
+def test_step_shapes_read_back_from_a_runs_log(tmp_path):
+    from harness.gpu_time import shapes_from_log
+
+    entries = [
+        {"loss": "0.1", "ada/rounds": "1", "ada/dapo/extra_batches": "2", "ada/draws/drawn_total": "240"},
+        {"loss": "0.2", "ada/rounds": "3", "ada/draws/drawn_total": "200", "completions/clipped_ratio": "n/a"},
+    ]
+    log = tmp_path / "dapo-seed0.log"
+    log.write_text("Loading weights\n" + "".join(f"{entry}\n" for entry in entries) + "{'train_runtime': '3.0'}\n")
+    assert shapes_from_log(log, group_rows=80) == {
+        "generate_calls": [3.0, 3.0],
+        "completions": [240.0, 200.0],
+        "update_rows": [80.0, 80.0],
+    }
+    assert shapes_from_log(log, group_rows=None)["update_rows"] == [240.0, 200.0]  # a whole-pool update
+    assert shapes_from_log(tmp_path / "missing.log", group_rows=80) is None
+
+
+def test_tournament_reads_methods_at_equal_projected_gpu_time(tmp_path):
+    from harness.gpu_time import PaperStepCost, add_projected_seconds
+    from harness.tournament import tournament_summary, tournament_table
+
+    # Flat prices: 1 s per call, nothing else, at the run's own scale; so a run's projected seconds are its calls.
+    cost = PaperStepCost(((0.0, 1.0), (1e9, 1.0)), 0.0, 0.0, 0.0, batch_prompts=10)
+
+    def run(method: str, seed: int, calls: float, heldouts: list[float]) -> dict:
+        steps = len(heldouts) - 1
+        return {
+            "method": method, "label": method, "seed": seed, "prompts_per_step": 10,
+            "curve": [{"step": i, "samples": 100.0 * i, "train_seconds": float(i), "heldout": h}
+                      for i, h in enumerate(heldouts)],
+            "draws": {"total": 100.0 * steps, "useful": 0.0, "trained": 0.0, "bands": {}},
+            "step_shapes": {"generate_calls": [calls] * steps, "completions": [100.0] * steps,
+                            "update_rows": [40.0] * steps},
+        }  # fmt: skip
+
+    # DAPO calls the engine 3 times a step, the rule once: at DAPO's 6 s the rule has run all 4 steps (0.4), DAPO 2.
+    runs = [run("dapo", seed, 3.0, [0.0, 0.1, 0.2, 0.3, 0.4]) for seed in (0, 1)]
+    runs += [run("rule", seed, 1.0, [0.0, 0.1, 0.2, 0.3, 0.4 + 0.1 * seed]) for seed in (0, 1)]
+    add_projected_seconds(runs, tmp_path, lambda method, prompts: 40, cost)
+    assert [point["gpu_seconds"] for point in runs[0]["curve"]] == [0.0, 3.0, 6.0, 9.0, 12.0]
+    summary = tournament_summary(runs, budget=400)
+    rule = summary["methods"]["rule"]
+    # Equal projected time: the rule's 4 s (its total) against DAPO at 4 s (0.1 + 1/3 of the way to 0.2).
+    expected = [0.4 - (0.1 + 0.1 / 3), 0.5 - (0.1 + 0.1 / 3)]
+    assert rule["minus_reference_at_equal_gpu_time"]["mean"] == pytest.approx(sum(expected) / 2)
+    assert rule["gpu_seconds"] == pytest.approx(4.0) and summary["methods"]["dapo"]["gpu_seconds"] == 12.0
+    table = tournament_table(summary)
+    assert "- dapo at equal projected GPU time | projected GPU h" in table
+    # Runs without step shapes or a log keep the table as it was.
+    for entry in runs:
+        del entry["step_shapes"]
+        for point in entry["curve"]:
+            point.pop("gpu_seconds")
+    add_projected_seconds(runs, tmp_path, lambda method, prompts: 40, cost)
+    assert "projected GPU" not in tournament_table(tournament_summary(runs, budget=400))

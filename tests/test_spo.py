@@ -9,7 +9,7 @@ from datasets import Dataset
 from test_trainer import recording
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.samplers import SamplerSettings, SpoOptions, SpoSampler, StreamPriority, build_sampler
 from trl_ada.samplers.spo import spo_priority
 from trl_ada.schedules.priority import PriorityRepeatSampler, weighted_sample
 from trl_ada.tiny import build_tiny_model
@@ -73,11 +73,39 @@ def test_spo_refuses_what_it_cannot_draw_with(overrides, message):
         spo_sampler(**overrides)
 
 
-def test_the_asynchronous_trainer_refuses_spo(tmp_path):
+def test_the_asynchronous_trainer_takes_spo_with_its_recipe(tmp_path):
     from trl_ada.async_grpo import AdaAsyncGRPOConfig
+    from trl_ada.async_grpo.trainer import async_sampling
 
-    with pytest.raises(ValueError, match=r"sampler='spo' .* Use AdaGRPOTrainer"):
-        AdaAsyncGRPOConfig(str(tmp_path), sampler="spo", baseline="tracked", use_cpu=True, bf16=False)
+    common = dict(output_dir=str(tmp_path), sampler="spo", num_generations=2, use_cpu=True, bf16=False)
+    # TRL's asynchronous rule, the group's std, is 0 on an unmixed group: the error names SPO's scaling.
+    with pytest.raises(ValueError, match="scale_rewards='group' would divide by it. Set scale_rewards='batch'"):
+        AdaAsyncGRPOConfig(**common, baseline="tracked")
+    sampling = async_sampling(AdaAsyncGRPOConfig(**common, **SpoOptions.recipe))
+    assert sampling.pooled and not sampling.trl_advantages
+
+
+class UnboundedPriority(SpoSampler):
+    """A plug-in that chooses its prompts but names no largest weight."""
+
+    max_priority = None
+
+
+def test_the_asynchronous_trainer_refuses_a_prompt_chooser_without_a_largest_weight(tmp_path):
+    from trl_ada.async_grpo import AdaAsyncGRPOConfig
+    from trl_ada.samplers import register_sampler
+    from trl_ada.samplers.registry import SAMPLERS
+
+    register_sampler("unbounded_priority_test")(UnboundedPriority)
+    try:
+        assert not issubclass(UnboundedPriority, StreamPriority)
+        with pytest.raises(ValueError, match="give the sampler a max_priority\\(\\) method"):
+            AdaAsyncGRPOConfig(
+                str(tmp_path), sampler="unbounded_priority_test", num_generations=2, use_cpu=True, bf16=False,
+                **SpoOptions.recipe,
+            )  # fmt: skip
+    finally:
+        SAMPLERS.pop("unbounded_priority_test")
 
 
 def test_weighted_draws_follow_the_weights():

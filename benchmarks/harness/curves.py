@@ -47,11 +47,6 @@ def heldout_at_completions(run: dict, completions: float) -> float | None:
     return heldout_at(run["curve"], "samples", completions)
 
 
-def heldout_at_seconds(run: dict, seconds: float) -> float | None:
-    """The run's held-out at `seconds` of training (`heldout_at` on its `train_seconds`)."""
-    return heldout_at(run["curve"], "train_seconds", seconds)
-
-
 def curve_to_budget(curve: Sequence[dict], budget: float) -> list[dict]:
     """A curve's evaluations before `budget` completions and, if it got there, its reading at the budget: a run's last
     evaluation lies up to a step's draws past the budget, completions the other methods did not get."""

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.curves import curve_on_grid, curve_to_budget, first_reach, heldout_at_completions, heldout_at_seconds
+from harness.curves import curve_on_grid, curve_to_budget, first_reach, heldout_at, heldout_at_completions
+from harness.gpu_time import add_projected_seconds
 from harness.report import fmt, markdown_table
 from harness.runs import group_by_method
 from harness.stats import mean_ci, paired_difference
@@ -78,6 +79,8 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
                 if counts["drawn"]
             },
         }
+        if all("gpu_seconds" in run["curve"][-1] for run in runs):  # step shapes known (`harness.gpu_time`)
+            row["gpu_seconds"] = statistics.fmean(run["curve"][-1]["gpu_seconds"] for run in runs)
         gated = [run["gate_passed_over"] for run in runs if run.get("gate_passed_over") is not None]
         if gated:  # runs written before it was recorded lack it
             row["gate_passed_over"] = {"per_run": statistics.fmean(gated), "runs": len(gated)}
@@ -104,19 +107,26 @@ def tournament_summary(results: list[dict], budget: int, reference: str = "dapo"
             # A rule can draw exactly what the reference draws, seed for seed: said, not hidden in a difference of 0.
             paired = [(run, ref_by_seed[run["seed"]]) for run in runs if run["seed"] in ref_by_seed]
             row["identical_to_reference"] = bool(paired) and all(same_run(run, ref) for run, ref in paired)
-            # Equal time, per seed: both curves read at the training time both runs reached (the shorter run's total;
-            # every run stops at the budget, so the faster method cannot be read later).
-            differences, seeds = [], []
-            for run in runs:
-                ref = ref_by_seed.get(run["seed"])
-                if ref is None:
-                    continue
-                common = min(run["curve"][-1]["train_seconds"], ref["curve"][-1]["train_seconds"])
-                differences.append(heldout_at_seconds(run, common) - heldout_at_seconds(ref, common))
-                seeds.append(run["seed"])
-            row["minus_reference_at_equal_time"] = {**mean_ci(differences), "seeds": seeds}
+            row["minus_reference_at_equal_time"] = paired_at_equal(runs, ref_by_seed, "train_seconds")
+            if "gpu_seconds" in row:
+                row["minus_reference_at_equal_gpu_time"] = paired_at_equal(runs, ref_by_seed, "gpu_seconds")
         methods[method] = row
     return {"budget": budget, "reference": reference, "reference_seconds": ref_seconds, "methods": methods}
+
+
+def paired_at_equal(runs: Sequence[dict], ref_by_seed: dict[int, dict], key: str) -> dict[str, Any]:
+    """Per seed, the run's held-out minus the reference's, both read at the `key` value (training or projected GPU
+    seconds) both reached: the shorter run's total, since every run stops at the budget and the cheaper method cannot
+    be read later. Mean and 95% interval over the seeds both ran (and hold `key`)."""
+    differences, seeds = [], []
+    for run in runs:
+        ref = ref_by_seed.get(run["seed"])
+        if ref is None or key not in run["curve"][-1] or key not in ref["curve"][-1]:
+            continue
+        common = min(run["curve"][-1][key], ref["curve"][-1][key])
+        differences.append(heldout_at(run["curve"], key, common) - heldout_at(ref["curve"], key, common))
+        seeds.append(run["seed"])
+    return {**mean_ci(differences), "seeds": seeds}
 
 
 def same_run(run: dict, other: dict) -> bool:
@@ -135,9 +145,11 @@ def tournament_table(summary: dict[str, Any]) -> str:
 
     reference = summary["reference"]
     rows = list(summary["methods"].values())
+    projected = any("gpu_seconds" in row for row in rows)
     header = (
         f"method | seeds | held-out at equal completions | - {reference} | - {reference} at equal time | "
-        f"completions | training s | useful draws | trained draws | completions to {reference}'s final (seeds)"
+        + (f"- {reference} at equal projected GPU time | projected GPU h | " if projected else "")
+        + f"completions | training s | useful draws | trained draws | completions to {reference}'s final (seeds)"
     )
     lines = [
         f"Every run stops once it has drawn {summary['budget']:,} completions, and each curve is read at exactly that "
@@ -148,8 +160,16 @@ def tournament_table(summary: dict[str, Any]) -> str:
         f"{reference}'s mean held-out at the budget, over those {reference}'s own mean curve needs ({reference}: "
         "1.00x by construction); in brackets, the seeds whose own curve reached it within the budget.",
         "",
-        *markdown_table(header, [_held_out_cells(row, reference) for row in rows]),
+        *markdown_table(header, [_held_out_cells(row, reference, projected) for row in rows]),
     ]
+    if projected:
+        lines += [
+            "",
+            "'Projected GPU': each run's steps priced at the paper's setting (8 x H100, Qwen2.5-Math-1.5B, 512 prompts "
+            "a step) by benchmarks/generation_cost.py's model: its generate calls, completions and update rows scaled "
+            "to 512 prompts (benchmarks/harness/gpu_time.py); '-' where a run recorded neither its step shapes nor a "
+            "log to read them from.",
+        ]
     short = [(row["label"], row["short_of_budget"]) for row in rows if row.get("short_of_budget")]
     if short:
         lines += [
@@ -182,7 +202,7 @@ def tournament_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _held_out_cells(row: dict[str, Any], reference: str) -> list[str]:
+def _held_out_cells(row: dict[str, Any], reference: str, projected: bool = False) -> list[str]:
     """A method's cells in the held-out table."""
     label = row["label"]
     if row.get("identical_to_reference"):
@@ -192,10 +212,16 @@ def _held_out_cells(row: dict[str, Any], reference: str) -> list[str]:
     if row.get("short_of_budget"):  # runs written before the reading at the budget lack it
         seeds_cell += f" ({len(row['short_of_budget'])} short)"
     at_time = row.get("minus_reference_at_equal_time")
+    at_gpu_time = row.get("minus_reference_at_equal_gpu_time")
+    gpu_cells = [
+        "-" if at_gpu_time is None else fmt(at_gpu_time, signed=True),
+        f"{row['gpu_seconds'] / 3600:.1f}" if "gpu_seconds" in row else "-",
+    ]
     return [
         label, seeds_cell, fmt(row["final"]),
         fmt(row["minus_reference"], signed=True) if "minus_reference" in row else "-",
         "-" if at_time is None else fmt(at_time, signed=True),
+        *(gpu_cells if projected else []),
         f"{row['completions']:,.0f}", f"{row['train_seconds']:.1f}", f"{row['useful_share']:.3f}",
         f"{row['trained_share']:.3f}", _reach(row.get("to_reference_final")),
     ]  # fmt: skip
@@ -219,10 +245,15 @@ def _reach(reading: dict[str, Any] | None) -> str:
     return f"{'never' if not math.isfinite(ratio) else f'{ratio:.2f}x'} ({reading['seeds_reached']})"
 
 
-def write_tournament(out: Path, results: list[dict], budget: int) -> None:
-    """Writes `tournament.json` and `tournament.md` under `out` and prints the table."""
+def write_tournament(
+    out: Path, results: list[dict], budget: int, group_rows: Callable[[str, int], int | None] | None = None
+) -> None:
+    """Writes `tournament.json` and `tournament.md` under `out` and prints the table; with `group_rows` (a step's
+    update rows per method, `harness.gpu_time.add_projected_seconds`), the readings at equal projected GPU time too."""
     if not results:
         return
+    if group_rows is not None:
+        add_projected_seconds(results, out / "runs", group_rows)
     summary = tournament_summary(results, budget)
     (out / "tournament.json").write_text(json.dumps(summary, indent=1))
     table = tournament_table(summary)

@@ -52,6 +52,21 @@ def draw_accounting(entries: Sequence[dict]) -> dict[str, Any]:
     }
 
 
+def step_shapes(entries: Sequence[dict], group_rows: int | None) -> dict[str, list[float]]:
+    """Each step's shape, for pricing it at another scale (`harness.gpu_time`): its generate calls (rounds plus DAPO's
+    extra batches), the completions it drew and the rows its update trained on, `group_rows` a step (TRL's batch) or,
+    with `None` (`train_on="pool"`), every completion drawn. Read from log entries of one step each
+    (`logging_steps=1`, as `training_args` sets)."""
+    drawn = [float(entry.get("ada/draws/drawn_total") or 0.0) for entry in entries]
+    return {
+        "generate_calls": [
+            float(entry.get("ada/rounds", 1.0)) + float(entry.get("ada/dapo/extra_batches", 0.0)) for entry in entries
+        ],
+        "completions": drawn,
+        "update_rows": list(drawn) if group_rows is None else [float(group_rows)] * len(entries),
+    }
+
+
 def train_seconds(entries: Sequence[dict]) -> float:
     """The training seconds of the steps `entries` cover (log entries with TRL's `step_time`, in order from the run's
     first): each entry's `step_time` is the mean over the optimizer steps since the previous entry, so it weighs that

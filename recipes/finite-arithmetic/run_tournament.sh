@@ -24,6 +24,7 @@
 # Knapsack-RL use what they remember there too, and every method runs at every seed.
 #
 # Runs already in the results folder with the same settings are kept (--reuse_runs): more seeds can be added later.
+# METHODS="dapo spo ..." runs those methods instead of the tournament's (scripts/benchmark_learning.py's names).
 # A method of one's own: call scripts/benchmark_learning.py (code: benchmarks/code_learning.py) with these arguments
 # plus --method_config NAME='{json}'.
 set -euo pipefail
@@ -34,6 +35,10 @@ shift $(( $# >= 2 ? 2 : 1 ))
 DATA=benchmarks/results/finite/data
 export OMP_NUM_THREADS=1
 COMMON=(--tournament --jobs "$JOBS" --reuse_runs)
+if [[ -n "${METHODS:-}" ]]; then
+    read -r -a CHOSEN <<< "$METHODS"
+    COMMON+=(--methods "${CHOSEN[@]}")
+fi
 case $WHICH in
     mix)
         SEEDS=(${@:-0 1 2 3 4})

@@ -8,9 +8,9 @@ from dataclasses import dataclass, fields
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from ..config import TrainOnField, batch_rules, check_train_on, with_defaults
-from ..samplers import PromptPriority, SamplerFields, SamplerSettings, sampler_class
+from ..samplers import PromptPriority, SamplerFields, SamplerSettings, StreamPriority, sampler_class
 from ..samplers.dapo import RefillGate
-from ..samplers.settings import REMEMBERED_BASELINES, ReadIf, check_knobs_read, knob
+from ..samplers.settings import ReadIf, check_knobs_read, knob
 
 logger = logging.getLogger(__name__)
 
@@ -69,8 +69,6 @@ SYNC_ONLY_KNOBS = {
     "reached), so it does not read it (AdaGRPOConfig does).",
     "replay": "the asynchronous worker does not replay stored completions, so it does not read it (AdaGRPOConfig "
     "does).",
-    "normalize_advantages": "TRL's asynchronous trainer scales every group by its own std (it has no scale_rewards "
-    "to turn off), so it does not read it (AdaGRPOConfig does).",
 }
 """Sampler knobs of the synchronous trainer's refills that the asynchronous stream has no use for, and why."""
 
@@ -86,7 +84,8 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
     meanings. In the asynchronous worker every draw is its own request (`seq_pos`/`seq_balance` draw round-free, as
     `generation_schedule="continuous"` does), a prompt's kept samples are queued as soon as its pool is done (only
     rules that read the whole batch make prompts wait, in batches of `prompts_per_generation_batch`), rewards are
-    scaled by the group's std, `dapo` keeps drawing further prompts in place of the groups it drops (so
+    scaled by the group's std unless `scale_rewards` says otherwise, `dapo` keeps drawing further prompts in place of
+    the groups it drops (so
     `dapo_on_exhausted` must keep its default), and `sampler="uniform"` with `objective="linear"` is exactly
     `AsyncGRPOTrainer`. The docs page "Asynchronous training" says what happens per sampler.
 
@@ -98,6 +97,12 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
         train_on (`str`, *optional*, defaults to `"downsample"`):
             What a prompt trains on once its pool is done, as in [`AdaGRPOConfig`] (one declaration for both). Here
             TRL's packing needs no static shapes, so no draw of a pool is left out.
+        scale_rewards (`str`, *optional*, defaults to `"group"`):
+            How the centred rewards are scaled, as `GRPOConfig.scale_rewards`: `"group"` divides them by the standard
+            deviation of the group (the only rule of TRL's asynchronous trainer), `"batch"` by that of the generation
+            batch, and `"none"` leaves them unscaled. `baseline="tracked"` or `"predicted"` needs `"batch"` or
+            `"none"` (SPO's recipe: `"none"` with `normalize_advantages=True`); the worker then computes every
+            advantage itself.
         prompts_per_generation_batch (`int` or `None`, *optional*, defaults to `None`):
             Number of prompts per generation batch when a rule reads the whole batch. Those rules are `sampler="est"`,
             `"knapsack"` and `"dapo_gated"`, and `objective="log"` or `"power"` with `normalize_weights`. If `None`, it
@@ -105,6 +110,14 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
             each prompt is a batch of its own and this must stay `None`.
     """
 
+    scale_rewards: str = knob(
+        "group",
+        'How the centred rewards are scaled, as `GRPOConfig.scale_rewards`: `"group"` divides them by the standard '
+        'deviation of the group (the only rule of TRL\'s asynchronous trainer), `"batch"` by that of the generation '
+        'batch, and `"none"` leaves them unscaled. `baseline="tracked"` or `"predicted"` needs `"batch"` or `"none"` '
+        '(SPO\'s recipe: `"none"` with `normalize_advantages=True`); the worker then computes every advantage itself.',
+        choices=("group", "batch", "none"),
+    )
     prompts_per_generation_batch: int | None = knob(
         None,
         'Number of prompts per generation batch when a rule reads the whole batch. Those rules are `sampler="est"`, '
@@ -147,18 +160,12 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
-        # AsyncGRPOConfig has no `scale_rewards`: its trainer always scales by the group's std, SamplerSettings' default.
-        if issubclass(sampler_class(self.sampler), PromptPriority):
+        chosen = sampler_class(self.sampler)
+        if issubclass(chosen, PromptPriority) and not issubclass(chosen, StreamPriority):
             raise ValueError(
-                f"sampler={self.sampler!r} centres each reward on the prompt's remembered pass rate, and TRL's "
-                "asynchronous trainer divides every group by its own reward std, which is 0 for an unmixed group; its "
-                "worker also walks the dataset in TRL's order. Use AdaGRPOTrainer (AdaGRPOConfig) for it."
-            )
-        if self.baseline in REMEMBERED_BASELINES:
-            raise ValueError(
-                f"baseline={self.baseline!r} gives an unmixed group an advantage against its remembered pass rate, and "
-                "TRL's asynchronous trainer divides every group by its own reward std, which is 0 for that group. Use "
-                "AdaGRPOTrainer (AdaGRPOConfig with scale_rewards='batch' or 'none'), or baseline='pool'."
+                f"sampler={self.sampler!r} chooses its prompts by weight, and the asynchronous worker draws them from "
+                "one stream in TRL's order, each row with its weight over the largest: give the sampler a "
+                "max_priority() method (trl_ada.samplers.StreamPriority), or use AdaGRPOTrainer."
             )
         values = {f.name: getattr(self, f.name) for f in fields(SamplerSettings) if hasattr(self, f.name)}
         # Before the settings' own checks, whose fixes (scale_rewards) this trainer does not have.

@@ -18,6 +18,7 @@ import math
 import multiprocessing
 import pickle
 import queue
+import random
 import signal
 import threading
 import time
@@ -33,6 +34,8 @@ from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.accounting import PromptDraws, draw_rates
 from ..samplers.base import PromptResult, Sampler, draw_memories, finish_update, selection_draws
 from ..samplers.continuous import begin_streaming
+from ..samplers.settings import REMEMBERED_BASELINES
+from ..samplers.spo import StreamPriority, prompt_priority
 from ..schedules import prompt_key, prompt_keys
 from .config import check_prompts_per_generation_batch, check_train_on, gates_refills
 
@@ -91,6 +94,8 @@ class AsyncSampling:
         settings = self.settings
         return (
             settings.max_pool_size <= settings.num_generations
+            and settings.scale_rewards == "group"  # TRL's worker divides by the group's std
+            and settings.baseline not in REMEMBERED_BASELINES
             and settings.rules_are_per_prompt
             and settings.sampler_class.weight is Sampler.weight
             and settings.objective == "linear"
@@ -105,11 +110,13 @@ class AsyncSampling:
 
     @property
     def normalises_over_the_update(self) -> bool:
-        """Whether DAPO's kept prompts wait for an update's worth (`prompts_per_batch`) and have their weights
-        normalised together (`finish_update`): where it drops groups and the normalised weights can differ."""
+        """Whether DAPO's kept prompts wait for an update's worth (`prompts_per_batch`) and have the rules that read
+        the update applied together (`finish_update`): where it drops groups and such a rule can change an advantage
+        (normalised weights that can differ, the batch's reward std, SPO's batch normalisation)."""
         settings = self.settings
         weights_differ = settings.objective != "linear" or settings.sampler_class.weight is not Sampler.weight
-        return settings.refills and settings.normalize_weights and weights_differ
+        update_rules = (settings.normalize_weights and weights_differ) or not settings.rules_are_per_prompt
+        return settings.refills and update_rules
 
 
 class StreamGate:
@@ -131,8 +138,8 @@ class StreamGate:
         self.passed_over_total = 0  # since the worker started
         self._passed_over_reported = 0
 
-    def passes_over(self, key: Hashable) -> bool:
-        """Whether the stream passes over this row of prompt `key` (it is then not drawn); else it is drawn."""
+    def passes_over(self, key: Hashable, row_id: int) -> bool:
+        """Whether the stream passes over row `row_id`, of prompt `key` (it is then not drawn); else it is drawn."""
         name = str(key)
         if name not in self.visited:  # the loader's visit of this epoch
             self.visited.add(name)
@@ -160,10 +167,55 @@ class StreamGate:
             self.kept -= self.dataset_size
             self._next_epoch()
 
+    def report(self, kept_prompts: int) -> dict[str, float]:
+        """A finished batch kept `kept_prompts` with a signal: its metrics (the rows passed over are an increment, so a
+        `total`, which TRL's log window sums)."""
+        self.count_kept(kept_prompts)
+        return {"gate/passed_over_total": float(self.take_passed_over()), "gate/stream_epoch": float(self.epoch)}
+
     def _next_epoch(self) -> None:
         self.epoch += 1
         self.visited = set()
         self.passed_in_a_row = 0
+
+
+class PriorityWalk:
+    """A prompt-choosing sampler's draw ([`StreamPriority`], `sampler="spo"`) on the worker's one prompt stream (the
+    dataset walk, in TRL's order, by row id): each row is drawn with probability its prompt's priority over the
+    sampler's largest, else passed over and settled like a gate's (dropped and counted). Over the walk a prompt is then
+    drawn in proportion to its priority, as the synchronous trainer's weighted draw does, and TRL's resume position
+    keeps counting rows. A row's coin comes from (`seed`, row id), so it does not depend on when the row is met."""
+
+    def __init__(self, sampler: StreamPriority, dataset_size: int, seed: int) -> None:
+        if dataset_size < 1:
+            raise ValueError("a prompt stream needs a non-empty dataset")
+        self.sampler = sampler
+        self.dataset_size = dataset_size
+        self.seed = seed
+        self.passed_in_a_row = 0
+        self.passed_over_total = 0
+        self._passed_over_reported = 0
+
+    def passes_over(self, key: Hashable, row_id: int) -> bool:
+        """Whether the stream passes over row `row_id`, of prompt `key` (it is then not drawn); else it is drawn."""
+        # A whole walk of the dataset passed over (priorities near 0 everywhere) draws the next row: never stuck.
+        if self.passed_in_a_row >= self.dataset_size:
+            self.passed_in_a_row = 0
+            return False
+        priority = self.sampler.prompt_priorities([key])[0]
+        coin = random.Random(f"{self.seed}:{row_id}").random()
+        if coin * self.sampler.max_priority() < priority:
+            self.passed_in_a_row = 0
+            return False
+        self.passed_in_a_row += 1
+        self.passed_over_total += 1
+        return True
+
+    def report(self, kept_prompts: int) -> dict[str, float]:
+        """A finished batch's metrics: the rows passed over since the last report (a `total`, summed by the log)."""
+        count = self.passed_over_total - self._passed_over_reported
+        self._passed_over_reported = self.passed_over_total
+        return {"priority/passed_over_total": float(count)}
 
 
 @dataclass
@@ -314,8 +366,13 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         # DAPO's bound (`_count_dapo_prompt`): prompts judged since the last batch's worth of prompts with a signal.
         self._dapo_prompts_judged = 0
         self._dapo_prompts_with_signal = 0
-        # `dapo_gated`'s refill gate over the stream (`_next_row`), and the rows it passed over.
-        self._gate = StreamGate(self.sampler, len(self.dataset)) if gates_refills(ada_sampling.settings) else None
+        # What passes over rows of the stream (`_next_row`): `dapo_gated`'s refill gate or a prompt-choosing sampler's
+        # priority walk; and the rows it passed over.
+        self._gate: StreamGate | PriorityWalk | None = None
+        if gates_refills(ada_sampling.settings):
+            self._gate = StreamGate(self.sampler, len(self.dataset))
+        elif prompt_priority(self.sampler) is not None:
+            self._gate = PriorityWalk(self.sampler, len(self.dataset), ada_sampling.settings.seed)
         self._passed_over_rows: set[int] = set()
         self._kept_for_the_update: list[_KeptPrompt] = []  # `AsyncSampling.normalises_over_the_update`
 
@@ -362,7 +419,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         without a draw (dropped, for TRL's resume position, and counted: its sampler has nothing to count of it)."""
         while True:
             row_id, row = next(self._rows)
-            if self._gate is None or not self._gate.passes_over(prompt_key(row)):
+            if self._gate is None or not self._gate.passes_over(prompt_key(row), row_id):
                 return row_id, row
             self._drop_row(row_id)
             self._count_rows([row_id])
@@ -441,10 +498,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             if self._gate is not None:
-                self._gate.count_kept(len(selection.prompts) - dropped)
-                # An increment, so a `total`, which TRL's log window sums.
-                metrics["gate/passed_over_total"] = float(self._gate.take_passed_over())
-                metrics["gate/stream_epoch"] = float(self._gate.epoch)
+                metrics.update(self._gate.report(len(selection.prompts) - dropped))
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
             # Where the draws went (`draws/*`), as rates over the log window, in place of the step's per-batch shares.
             pushed: dict[str, float | tuple[float, float]] = {

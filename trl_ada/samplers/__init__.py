@@ -17,7 +17,7 @@ from .predictor import LearnedPassRatePredictor, PromptKey
 from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
 from .settings import SamplerFields, SamplerOptions, SamplerSettings, read_when
 from .simulate import SimulationResult, simulate
-from .spo import PromptPriority, SpoOptions, SpoSampler  # registers "spo"
+from .spo import PromptPriority, SpoOptions, SpoSampler, StreamPriority  # registers "spo"
 from .tracker import DecayedBetaTracker, PassRateEstimator
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "SimulationResult",
     "SpoOptions",
     "SpoSampler",
+    "StreamPriority",
     "UniformSampler",
     "build_sampler",
     "read_when",

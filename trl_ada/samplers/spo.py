@@ -21,6 +21,15 @@ class PromptPriority(Protocol):
         """Each prompt's sampling weight, positive and finite, identical on every process."""
 
 
+@runtime_checkable
+class StreamPriority(PromptPriority, Protocol):
+    """A [`PromptPriority`] the asynchronous worker can draw on its one prompt stream: it names its largest weight,
+    over which the stream draws each row (`trl_ada.async_grpo.rollout.PriorityWalk`)."""
+
+    def max_priority(self) -> float:
+        """The largest weight `prompt_priorities` can return, positive and finite."""
+
+
 def prompt_priority(sampler: Any) -> PromptPriority | None:
     """The sampler where it chooses its prompts ([`PromptPriority`]), else `None` (the dataset's shuffled order)."""
     return sampler if isinstance(sampler, PromptPriority) else None
@@ -80,3 +89,7 @@ class SpoSampler(Sampler):
         # A prompt never drawn reads the prior's mean (0.5 under Beta(1, 1)), the largest weight: it goes first.
         estimates = checked_estimates(self.baseline_history, keys)
         return [spo_priority(p, self.options.priority_floor) for p in estimates]
+
+    def max_priority(self) -> float:
+        # sqrt(p(1 - p)) is largest, 1/2, at p = 1/2.
+        return spo_priority(0.5, self.options.priority_floor)
