@@ -58,12 +58,20 @@ from harness.methods import (
     add_method_arguments,
     check_method_arguments,
     method_settings,
+    update_group_rows,
 )
 from harness.report import LEARNING_PANELS, fmt, markdown_table, plot_curves
 from harness.runs import Child, group_by_method, matching_runs, missing_runs, reusable, run_processes
 from harness.stats import mean_ci, paired_difference
 from harness.tournament import write_tournament
-from harness.training import EvaluationPlan, budget_steps, draw_accounting, gate_passes, training_args
+from harness.training import (
+    EvaluationPlan,
+    budget_steps,
+    draw_accounting,
+    gate_passes,
+    step_shapes,
+    training_args,
+)
 
 logger = logging.getLogger("code_learning")
 
@@ -179,6 +187,8 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "per_step": per_step,
         "draws": draw_accounting(entries),
         "gate_passed_over": gate_passes(entries),
+        "prompts_per_step": prompts,
+        "step_shapes": step_shapes(entries, update_group_rows(overrides, prompts)),
         "completions": reward.completions,
         "median_step_seconds": statistics.median(r["step_time"] for r in per_step),
         "median_reward_share": statistics.median(r["share"] for r in per_step),
@@ -507,7 +517,12 @@ def main(argv: list[str] | None = None) -> int:
     print((out / "table.md").read_text())
     if args.tournament:
         # Every matching run of the chosen methods, whichever invocation added its seed.
-        write_tournament(out, [run for run in runs if run["method"] in args.methods], args.completions_budget)
+        write_tournament(
+            out,
+            [run for run in runs if run["method"] in args.methods],
+            args.completions_budget,
+            lambda method, prompts: update_group_rows(METHODS[method][1], prompts),
+        )
     return 0
 
 

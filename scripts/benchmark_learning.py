@@ -67,6 +67,7 @@ from harness.methods import (
     add_method_arguments,
     check_method_arguments,
     method_settings,
+    update_group_rows,
 )
 from harness.report import LEARNING_PANELS, Panel, fmt, markdown_table, plot_curves
 from harness.runs import Child, group_by_method, matching_runs, missing_runs, reusable, run_path, run_processes
@@ -184,12 +185,6 @@ def make_config(
     return AdaGRPOConfig(**arguments, **overrides)
 
 
-def update_group_rows(method: str, prompts_per_step: int) -> int | None:
-    """The rows a step of `method` trains on: TRL's batch, or `None` where every draw is trained on (`train_on="pool"`)."""
-    overrides = METHODS[method][1]
-    return None if overrides.get("train_on") == "pool" else prompts_per_step * overrides["num_generations"]
-
-
 def run_settings(settings: dict[str, Any], method: str) -> dict[str, Any]:
     """What one run of `method` depends on: the shared settings, and its overrides when they are not the built-in
     method's (`harness.methods.method_settings`)."""
@@ -263,7 +258,7 @@ def run_one(
         "train_pass_rate": [e.get("ada/pass_rate/mean") for e in entries],
         "draws": draw_accounting(entries),
         "gate_passed_over": gate_passes(entries),
-        "step_shapes": step_shapes(entries, update_group_rows(method, PROMPTS_PER_STEP)),
+        "step_shapes": step_shapes(entries, update_group_rows(METHODS[method][1], PROMPTS_PER_STEP)),
         "completions": scored[0],
         "steps_run": trainer.state.global_step,
     }
@@ -431,7 +426,7 @@ def run_finite(
         "completions_per_step": scored,
         "draws": draw_accounting(entries),
         "gate_passed_over": gate_passes(entries),
-        "step_shapes": step_shapes(entries, update_group_rows(method, prompts_per_step)),
+        "step_shapes": step_shapes(entries, update_group_rows(METHODS[method][1], prompts_per_step)),
     }
 
 
@@ -722,7 +717,12 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             logger.warning("--report_only: no run with these settings for %s; the tables leave them out.", missing)
     if args.tournament:
-        write_tournament(args.out, results, args.completions_budget, update_group_rows)
+        write_tournament(
+            args.out,
+            results,
+            args.completions_budget,
+            lambda method, prompts: update_group_rows(METHODS[method][1], prompts),
+        )
     if is_finite:
         return report_finite(args, results, steps, prompts_per_step, eval_samples, failed)
     report_stream(args.out, results)

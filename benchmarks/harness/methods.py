@@ -17,6 +17,12 @@ KNAPSACK: dict[str, Any] = {"sampler": "knapsack", "num_generations": 4}
 DAPO_GATED: dict[str, Any] = {**DAPO, "sampler": "dapo_gated"}
 
 
+def update_group_rows(overrides: dict[str, Any], prompts_per_step: int) -> int | None:
+    """The rows a step of a method with these `overrides` trains on: TRL's batch, or `None` where every draw is trained
+    on (`train_on="pool"`)."""
+    return None if overrides.get("train_on") == "pool" else prompts_per_step * overrides["num_generations"]
+
+
 def add_method_config(spec: str, methods: dict[str, tuple[str, dict]]) -> str:
     """`NAME='{json}'` (`--method_config`) added to `methods`; `ValueError` naming the fix when it is not one."""
     from dataclasses import fields
