@@ -431,10 +431,10 @@ def time_grid(budget_s: float, every_s: float) -> list[float]:
     return grid if math.isclose(grid[-1], budget_s) else [*grid, float(budget_s)]
 
 
-def heldout_at_time(run: dict, seconds: float) -> float:
-    """The run's held-out at `seconds` of training, linear between its evaluations; NaN if it stopped before."""
-    reading = heldout_at(run["curve"], "seconds", seconds)
-    return math.nan if reading is None else reading
+def heldout_at_time(run: dict, seconds: float) -> float | None:
+    """The run's held-out at `seconds` of training, linear between its evaluations; None if it stopped before (its seed
+    is then left out of a paired difference there, not read as NaN)."""
+    return heldout_at(run["curve"], "seconds", seconds)
 
 
 def prompts_per_step(run: dict) -> int:

@@ -162,3 +162,16 @@ def test_tournament_reads_methods_at_equal_projected_gpu_time(tmp_path):
             point.pop("gpu_seconds")
     add_projected_seconds(runs, tmp_path, lambda method, prompts: 40, cost)
     assert "projected GPU" not in tournament_table(tournament_summary(runs, budget=400))
+
+
+def test_a_paired_difference_leaves_out_a_seed_with_no_reading():
+    from harness.stats import paired_difference
+
+    def run(seed: int, value: float | None) -> dict:
+        return {"seed": seed, "value": value}
+
+    # Seed 2's run ended before the reading: the difference is over seeds 0 and 1, not NaN.
+    runs = [run(0, 0.5), run(1, 0.7), run(2, None)]
+    reference = [run(0, 0.4), run(1, 0.4), run(2, 0.4), run(3, 0.1)]
+    result = paired_difference(runs, reference, lambda r: r["value"])
+    assert result["seeds"] == [0, 1] and result["mean"] == pytest.approx(0.2) and result["n"] == 2

@@ -93,12 +93,18 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, Any]
 
 
 def paired_difference(
-    runs: Sequence[dict], reference: Sequence[dict], value: Callable[[dict], float]
+    runs: Sequence[dict], reference: Sequence[dict], value: Callable[[dict], float | None]
 ) -> dict[str, Any]:
-    """Mean and t-interval of ``value(run) - value(reference run)`` over the seeds both ran (paired by seed)."""
+    """Mean and t-interval of ``value(run) - value(reference run)`` over the seeds both ran (paired by seed) where
+    both have a value (``value`` returns None for a run that has none there, e.g. a curve that ended before it)."""
     by_seed = {run["seed"]: run for run in reference}
-    seeds = sorted(run["seed"] for run in runs if run["seed"] in by_seed)
     mine = {run["seed"]: run for run in runs}
-    result = mean_ci([value(mine[seed]) - value(by_seed[seed]) for seed in seeds])
+    differences, seeds = [], []
+    for seed in sorted(seed for seed in mine if seed in by_seed):
+        own, other = value(mine[seed]), value(by_seed[seed])
+        if own is not None and other is not None:
+            differences.append(own - other)
+            seeds.append(seed)
+    result = mean_ci(differences)
     result["seeds"] = seeds
     return result
