@@ -85,9 +85,9 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
     `generation_schedule="continuous"` does), a prompt's kept samples are queued as soon as its pool is done (only
     rules that read the whole batch make prompts wait, in batches of `prompts_per_generation_batch`), rewards are
     scaled by the group's std unless `scale_rewards` says otherwise, `dapo` keeps drawing further prompts in place of
-    the groups it drops (so
-    `dapo_on_exhausted` must keep its default), and `sampler="uniform"` with `objective="linear"` is exactly
-    `AsyncGRPOTrainer`. The docs page "Asynchronous training" says what happens per sampler.
+    the groups it drops (so `dapo_on_exhausted` must keep its default), `spo` draws its prompts from the stream by
+    priority, and `sampler="uniform"` with `objective="linear"` is exactly `AsyncGRPOTrainer`. The docs page
+    "Asynchronous training" says what happens per sampler.
 
     Parameters:
         > Parameters of adaptive sampling: those of [`AdaGRPOConfig`], with the same names, defaults and meanings
@@ -168,7 +168,7 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
                 "max_priority() method (trl_ada.samplers.StreamPriority), or use AdaGRPOTrainer."
             )
         values = {f.name: getattr(self, f.name) for f in fields(SamplerSettings) if hasattr(self, f.name)}
-        # Before the settings' own checks, whose fixes (scale_rewards) this trainer does not have.
+        # Before the settings' own checks: a knob this trainer never reads is named as such, not as a combination.
         check_knobs_read(self, SYNC_ONLY_KNOBS, SamplerSettings(**values), not_read=SYNC_ONLY_KNOBS)
         return SamplerSettings(**values).validated()
 
