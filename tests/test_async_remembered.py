@@ -133,8 +133,8 @@ def test_the_priority_walk_draws_each_prompt_with_its_priority_over_the_largest(
         bound = 4 * (share * (1 - share) / (visits / 3)) ** 0.5
         assert abs(drawn[key] / (visits / 3) - share) <= max(bound, 1e-9), key
     assert walk.passed_over_total == visits - sum(drawn.values())
-    assert walk.report(0) == {"priority/passed_over_total": float(walk.passed_over_total)}
-    assert walk.report(0) == {"priority/passed_over_total": 0.0}  # an increment since the last report
+    assert walk.take_passed_over() == walk.passed_over_total
+    assert walk.take_passed_over() == 0  # an increment since the last call
 
 
 def test_a_rows_coin_depends_on_the_seed_and_the_row_alone():

@@ -167,12 +167,6 @@ class StreamGate:
             self.kept -= self.dataset_size
             self._next_epoch()
 
-    def report(self, kept_prompts: int) -> dict[str, float]:
-        """A finished batch kept `kept_prompts` with a signal: its metrics (the rows passed over are an increment, so a
-        `total`, which TRL's log window sums)."""
-        self.count_kept(kept_prompts)
-        return {"gate/passed_over_total": float(self.take_passed_over()), "gate/stream_epoch": float(self.epoch)}
-
     def _next_epoch(self) -> None:
         self.epoch += 1
         self.visited = set()
@@ -211,11 +205,11 @@ class PriorityWalk:
         self.passed_over_total += 1
         return True
 
-    def report(self, kept_prompts: int) -> dict[str, float]:
-        """A finished batch's metrics: the rows passed over since the last report (a `total`, summed by the log)."""
+    def take_passed_over(self) -> int:
+        """The rows passed over since the last call (the first: since the worker started)."""
         count = self.passed_over_total - self._passed_over_reported
         self._passed_over_reported = self.passed_over_total
-        return {"priority/passed_over_total": float(count)}
+        return count
 
 
 @dataclass
@@ -497,8 +491,13 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             kept += self._finish_updates()
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
-            if self._gate is not None:
-                metrics.update(self._gate.report(len(selection.prompts) - dropped))
+            # The rows passed over are an increment, so a `total`, which TRL's log window sums.
+            if isinstance(self._gate, StreamGate):
+                self._gate.count_kept(len(selection.prompts) - dropped)
+                metrics["gate/passed_over_total"] = float(self._gate.take_passed_over())
+                metrics["gate/stream_epoch"] = float(self._gate.epoch)
+            elif self._gate is not None:
+                metrics["priority/passed_over_total"] = float(self._gate.take_passed_over())
             metrics["async/pool_version_span_max"] = float(max(spans, default=0))
             # Where the draws went (`draws/*`), as rates over the log window, in place of the step's per-batch shares.
             pushed: dict[str, float | tuple[float, float]] = {

@@ -171,6 +171,7 @@ LOG_WINDOW_REDUCTIONS: dict[str, str] = {
     "dapo/groups_total": "sum",
     "dapo/passed_over_total": "sum",
     "gate/passed_over_total": "sum",
+    "priority/passed_over_total": "sum",
     "sample/dropped_stale_total": "sum",
     **dict.fromkeys(draw_counters(), "sum"),
 }
