@@ -21,6 +21,11 @@ source .ci/stage_lib.sh
 
 DOCS_VENV="${DOCS_VENV:-$REPO_ROOT/.venv-docs}"
 BASE_PYTHON="${BASE_PYTHON:-$(command -v python)}"  # the main environment's interpreter, where trl_ada is installed
+# Outside the project's virtualenv `python` is the system's: the docs venv would be layered on an interpreter without
+# TRL, and the build would fail much later on a cross-reference into it.
+"$BASE_PYTHON" -c 'import trl, trl_ada' 2>/dev/null || die "$BASE_PYTHON cannot import trl and trl_ada, which the \
+API reference reads: activate the project's virtualenv first (the README's set-up, e.g. source .venv/bin/activate), \
+or set BASE_PYTHON to its interpreter."
 RECIPE_VERSION=1
 BASE_PREFIX="$("$BASE_PYTHON" -c 'import sys; print(sys.prefix)')"
 DOCS_HASH="$(cat constraints/docs.txt setup.py | sha256sum | cut -c1-16)"

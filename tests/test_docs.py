@@ -314,3 +314,17 @@ def test_which_sampler_should_i_use_is_in_the_readme_and_the_samplers_page_and_u
         assert section(doc.read_text(), "Which sampler should I use").strip(), doc
     with pytest.raises(ValueError, match="est_sample_power"):  # what the samplers page says about a knob no one reads
         AdaGRPOConfig(output_dir="unused", use_cpu=True, bf16=False, sampler="seq_balance", est_sample_power=0.3)
+
+
+def test_docs_stage_outside_the_projects_environment_stops_before_building_and_names_the_fix(tmp_path):
+    # A bare virtualenv stands for the system's Python a reader gets outside the project's one: no TRL, no trl_ada.
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    docs_venv = tmp_path / "docs-venv"
+    env = {**os.environ, "BASE_PYTHON": str(bare / "bin" / "python"), "DOCS_VENV": str(docs_venv)}
+    result = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "docs_stage.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert "cannot import trl and trl_ada" in result.stderr and "activate the project's virtualenv" in result.stderr
+    assert not docs_venv.exists()  # nothing was built on the wrong interpreter
