@@ -252,6 +252,7 @@ def run_one(
         "method": method,
         "label": label,
         "seed": seed,
+        "prompts_per_step": PROMPTS_PER_STEP,
         "start_heldout": start_accuracy,
         "curve": [{"step": 0, "heldout": start_accuracy, "samples": 0.0, "train_seconds": 0.0}, *curve],
         "median_step_seconds": statistics.median(e["step_time"] for e in entries),
@@ -722,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             results,
             args.completions_budget,
             lambda method, prompts: update_group_rows(METHODS[method][1], prompts),
+            prompts_per_step=prompts_per_step,
         )
     if is_finite:
         return report_finite(args, results, steps, prompts_per_step, eval_samples, failed)

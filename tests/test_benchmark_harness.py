@@ -164,6 +164,26 @@ def test_tournament_reads_methods_at_equal_projected_gpu_time(tmp_path):
     assert "projected GPU" not in tournament_table(tournament_summary(runs, budget=400))
 
 
+def test_runs_that_do_not_record_their_prompts_per_step_are_projected_at_the_testbeds(tmp_path):
+    from harness.gpu_time import PaperStepCost, add_projected_seconds
+
+    # The stream's runs record their step shapes but not their prompts per step (the invocation's settings hold it).
+    cost = PaperStepCost(((0.0, 1.0), (1e9, 1.0)), 0.0, 0.0, 0.0, batch_prompts=10)
+    run = {
+        "method": "dapo", "seed": 0,
+        "curve": [{"step": i, "samples": 100.0 * i, "heldout": 0.1 * i} for i in range(3)],
+        "step_shapes": {"generate_calls": [3.0, 2.0], "completions": [100.0, 100.0], "update_rows": [40.0, 40.0]},
+    }  # fmt: skip
+    add_projected_seconds([run], tmp_path, lambda method, prompts: 40, cost)
+    assert "gpu_seconds" not in run["curve"][-1]  # no prompts per step known: nothing to scale by
+    add_projected_seconds([run], tmp_path, lambda method, prompts: 40, cost, prompts_per_step=10)
+    assert [point["gpu_seconds"] for point in run["curve"]] == [0.0, 3.0, 5.0]
+    # Rows are priced at the paper's scale: 40 rows at 5 prompts a step stand for 80 at its 10, twice those at 10.
+    per_row = PaperStepCost(((0.0, 0.0), (1e9, 0.0)), 0.0, 0.0, 0.01, batch_prompts=10)
+    add_projected_seconds([run], tmp_path, lambda method, prompts: 40, per_row, prompts_per_step=5)
+    assert run["curve"][-1]["gpu_seconds"] == pytest.approx(2 * 2 * 40 * 0.01)
+
+
 def test_a_paired_difference_leaves_out_a_seed_with_no_reading():
     from harness.stats import paired_difference
 

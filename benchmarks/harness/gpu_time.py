@@ -139,12 +139,15 @@ def add_projected_seconds(
     runs_dir: Path,
     group_rows: Callable[[str, int], int | None],
     cost: PaperStepCost | None = None,
+    prompts_per_step: int | None = None,
 ) -> None:
     """Adds `gpu_seconds` (projected at the paper's setting) to every curve point of each run whose step shapes are
     known (its JSON, or its log in `runs_dir`); `group_rows(method, prompts_per_step)`: a step's update rows, `None`
-    for a whole-pool update. Runs with neither are left as they are."""
+    for a whole-pool update. `prompts_per_step`: the testbed's, for runs whose JSON does not record it (the stream's,
+    whose runs all match the invocation's settings). Runs with neither shapes nor a log are left as they are."""
+    testbed_prompts_per_step = prompts_per_step
     for run in runs:
-        prompts_per_step = run.get("prompts_per_step")
+        prompts_per_step = run.get("prompts_per_step", testbed_prompts_per_step)
         if prompts_per_step is None:
             continue
         shapes = run.get("step_shapes")

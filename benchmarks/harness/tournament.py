@@ -246,14 +246,19 @@ def _reach(reading: dict[str, Any] | None) -> str:
 
 
 def write_tournament(
-    out: Path, results: list[dict], budget: int, group_rows: Callable[[str, int], int | None] | None = None
+    out: Path,
+    results: list[dict],
+    budget: int,
+    group_rows: Callable[[str, int], int | None] | None = None,
+    prompts_per_step: int | None = None,
 ) -> None:
     """Writes `tournament.json` and `tournament.md` under `out` and prints the table; with `group_rows` (a step's
-    update rows per method, `harness.gpu_time.add_projected_seconds`), the readings at equal projected GPU time too."""
+    update rows per method, `harness.gpu_time.add_projected_seconds`, and the testbed's `prompts_per_step` for runs
+    that do not record it), the readings at equal projected GPU time too."""
     if not results:
         return
     if group_rows is not None:
-        add_projected_seconds(results, out / "runs", group_rows)
+        add_projected_seconds(results, out / "runs", group_rows, prompts_per_step=prompts_per_step)
     summary = tournament_summary(results, budget)
     (out / "tournament.json").write_text(json.dumps(summary, indent=1))
     table = tournament_table(summary)
