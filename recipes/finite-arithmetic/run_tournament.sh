@@ -6,6 +6,7 @@
 #   bash recipes/finite-arithmetic/run_tournament.sh mix    [JOBS] [SEEDS...]   # default seeds 0-4
 #   bash recipes/finite-arithmetic/run_tournament.sh hard   [JOBS] [SEEDS...]   # default seeds 0-9
 #   bash recipes/finite-arithmetic/run_tournament.sh stream [JOBS] [SEEDS...]   # default seeds 0-4
+#   bash recipes/finite-arithmetic/run_tournament.sh stream-budget [JOBS] [SEEDS...]   # the same, its own folder
 #   bash recipes/finite-arithmetic/run_tournament.sh code   [JOBS] [SEEDS...]   # default seeds 0-4
 #   bash recipes/finite-arithmetic/run_tournament.sh trace  [JOBS] [SEEDS...]   # default seeds 0-4
 #
@@ -19,6 +20,10 @@
 # beside other runs), about 4 h for 5 seeds; the gated refill with its default prior only. Report:
 # benchmarks/results/code-tournament/tournament.md.
 #
+# stream-budget: the stream's settings in a folder of their own (benchmarks/results/tournament-stream-budget), for the
+# budget issue's mechanisms and DAPO rerun beside them: today's DAPO runs are not the older folder's run for run (see
+# BENCHMARKS.md, "The streaming testbed: the budget issue's mechanisms"), so each folder pairs runs of one code.
+#
 # Neither the stream nor the code task is free of repeats: both draw their problems with replacement (the stream's
 # 19,800 draws at seed 0 hold 10,665 distinct problems; the code task's 1,200 hold 1,156), so the gated refill and
 # Knapsack-RL use what they remember there too, and every method runs at every seed.
@@ -29,7 +34,7 @@
 # plus --method_config NAME='{json}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-WHICH=${1:?usage: run_tournament.sh mix|hard|stream|code|trace [JOBS] [SEEDS...]}
+WHICH=${1:?usage: run_tournament.sh mix|hard|stream|stream-budget|code|trace [JOBS] [SEEDS...]}
 JOBS=${2:-2}
 shift $(( $# >= 2 ? 2 : 1 ))
 DATA=benchmarks/results/finite/data
@@ -52,9 +57,11 @@ case $WHICH in
             --train_data "$DATA/train_hard.jsonl" --heldout_data "$DATA/heldout_hard.jsonl" --epochs 10 \
             --prompts_per_step 20 --eval_every 25 --eval_samples 2 --learning_rate 1e-4 \
             --completions_budget 58216 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
-    stream)
+    stream|stream-budget)
         SEEDS=(${@:-0 1 2 3 4})
-        python scripts/benchmark_learning.py --out benchmarks/results/tournament-stream \
+        OUT=benchmarks/results/tournament-stream
+        [[ $WHICH == stream-budget ]] && OUT+=-budget
+        python scripts/benchmark_learning.py --out "$OUT" \
             --steps 300 --eval_every 25 --heldout_size 600 --learning_rate 1e-4 \
             --completions_budget 78891 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
     code)
@@ -69,5 +76,5 @@ case $WHICH in
             --train_data "$TRACE/train_paper.jsonl" --heldout_data "$TRACE/heldout_paper.jsonl" --epochs 7 \
             --prompts_per_step 16 --eval_every 10 --eval_samples 2 --learning_rate 1e-4 \
             --completions_budget 8064 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
-    *) echo "run_tournament.sh: mix, hard, stream, code or trace, not '$WHICH'" >&2; exit 2 ;;
+    *) echo "run_tournament.sh: mix, hard, stream, stream-budget, code or trace, not '$WHICH'" >&2; exit 2 ;;
 esac
