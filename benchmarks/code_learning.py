@@ -53,8 +53,10 @@ from harness.curves import CURVE_KEYS, first_reach, mean_curve
 from harness.methods import (
     DAPO,
     DAPO_GATED,
+    DAPO_REPLAY,
     KNAPSACK,
     SEQ_BALANCE,
+    SPO,
     add_method_arguments,
     check_method_arguments,
     method_settings,
@@ -87,6 +89,9 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     # The tournament's entries, the arithmetic benchmark's configurations (harness/methods.py).
     "knapsack": ("Knapsack-RL", KNAPSACK),
     "dapo_gated": ("DAPO, gated refill", DAPO_GATED),
+    # The budget issue's mechanisms that its tournaments carried to every testbed.
+    "dapo_replay": ("DAPO, replayed successes", DAPO_REPLAY),
+    "spo": ("SPO n=2", SPO),
 }
 BUILT_IN_METHODS = dict(METHODS)
 DEFAULT_METHODS = ["grpo_n4", "grpo_n16", "dapo", "seq_balance"]

@@ -62,8 +62,11 @@ from harness.curves import first_reach, heldout_at_completions, mean_curve  # no
 from harness.methods import (
     DAPO,
     DAPO_GATED,
+    DAPO_REPLAY,
     KNAPSACK,
+    REMEMBERED_BASELINE,
     SEQ_BALANCE,
+    SPO,
     add_method_arguments,
     check_method_arguments,
     method_settings,
@@ -90,10 +93,6 @@ logger = logging.getLogger("benchmark_learning")
 SEQ_POS = {**SEQ_BALANCE, "sampler": "seq_pos"}
 EST = {"sampler": "est", "num_generations": 8}
 TRACKED_ROUNDS = {**SEQ_BALANCE, "round_policy": "tracked", "round_confidence": 0.7}
-# SPO's baseline (Xu et al. 2025): each prompt's pass rate remembered from its earlier steps, advantages normalised
-# over the update.
-REMEMBERED_BASELINE = {"baseline": "tracked", "scale_rewards": "none", "normalize_advantages": True}
-SPO = {"sampler": "spo", "num_generations": 2, **REMEMBERED_BASELINE}
 
 # name -> (label, AdaGRPOConfig overrides). Update group n=4 for every adaptive method, as in the paper.
 METHODS: dict[str, tuple[str, dict]] = {
@@ -143,7 +142,7 @@ METHODS: dict[str, tuple[str, dict]] = {
     # Replayed successes (AR3PO, arXiv 2509.25808; ExGRPO, arXiv 2510.02245): a prompt whose draws all came back wrong
     # trains on its latest stored correct completion, so DAPO keeps it instead of refilling, and Seq-balance's
     # all-wrong pools get a positive.
-    "dapo_replay": ("DAPO, replayed successes", {**DAPO, "replay": "successes"}),
+    "dapo_replay": ("DAPO, replayed successes", DAPO_REPLAY),
     "seq_balance_replay": ("Seq-balance, replayed successes", {**SEQ_BALANCE, "replay": "successes"}),
     # SPO with a weak Beta(0.1, 0.1) prior: a prompt never solved reads close to 0, as SPO's tracker initialised from
     # offline draws does, instead of 1 / (N + 2) under Beta(1, 1); both its baseline and its priority follow.

@@ -15,6 +15,13 @@ SEQ_BALANCE: dict[str, Any] = {"sampler": "seq_balance", "num_generations": 4, "
 # draw; DAPO whose refill passes over prompts predicted to come back unmixed (trl_ada/samplers/gated.py).
 KNAPSACK: dict[str, Any] = {"sampler": "knapsack", "num_generations": 4}
 DAPO_GATED: dict[str, Any] = {**DAPO, "sampler": "dapo_gated"}
+# SPO's baseline (Xu et al., arXiv 2509.13232): each prompt's pass rate remembered from its earlier steps, advantages
+# normalised over the update; SPO itself: the smallest group TRL allows on that baseline, prompts drawn by priority.
+REMEMBERED_BASELINE: dict[str, Any] = {"baseline": "tracked", "scale_rewards": "none", "normalize_advantages": True}
+SPO: dict[str, Any] = {"sampler": "spo", "num_generations": 2, **REMEMBERED_BASELINE}
+# Replayed successes (AR3PO, arXiv 2509.25808; ExGRPO, arXiv 2510.02245): an all-wrong group trains on its prompt's
+# latest stored correct completion, so DAPO keeps it instead of refilling.
+DAPO_REPLAY: dict[str, Any] = {**DAPO, "replay": "successes"}
 
 
 def update_group_rows(overrides: dict[str, Any], prompts_per_step: int) -> int | None:

@@ -8,6 +8,7 @@
 #   bash recipes/finite-arithmetic/run_tournament.sh stream [JOBS] [SEEDS...]   # default seeds 0-4
 #   bash recipes/finite-arithmetic/run_tournament.sh stream-budget [JOBS] [SEEDS...]   # the same, its own folder
 #   bash recipes/finite-arithmetic/run_tournament.sh code   [JOBS] [SEEDS...]   # default seeds 0-4
+#   bash recipes/finite-arithmetic/run_tournament.sh code-budget [JOBS] [SEEDS...]   # the same, its own folder
 #   bash recipes/finite-arithmetic/run_tournament.sh trace  [JOBS] [SEEDS...]   # default seeds 0-4
 #
 # trace: the trace-arithmetic testbed's paper set (recipes/trace-arithmetic/, the grid's settings: 16 prompts per step,
@@ -19,6 +20,9 @@
 # time (JOBS is ignored: the sandboxes take the other core), 6-10.5 minutes a run measured (364-627 s, mostly
 # beside other runs), about 4 h for 5 seeds; the gated refill with its default prior only. Report:
 # benchmarks/results/code-tournament/tournament.md.
+#
+# code-budget: the code task's settings in a folder of their own (benchmarks/results/code-tournament-budget), for the
+# budget issue's mechanisms with DAPO rerun beside them, as stream-budget is for the stream.
 #
 # stream-budget: the stream's settings in a folder of their own (benchmarks/results/tournament-stream-budget), for the
 # budget issue's mechanisms and DAPO rerun beside them: today's DAPO runs are not the older folder's run for run (see
@@ -34,7 +38,7 @@
 # plus --method_config NAME='{json}'.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-WHICH=${1:?usage: run_tournament.sh mix|hard|stream|stream-budget|code|trace [JOBS] [SEEDS...]}
+WHICH=${1:?usage: run_tournament.sh mix|hard|stream|stream-budget|code|code-budget|trace [JOBS] [SEEDS...]}
 JOBS=${2:-2}
 shift $(( $# >= 2 ? 2 : 1 ))
 DATA=benchmarks/results/finite/data
@@ -64,11 +68,15 @@ case $WHICH in
         python scripts/benchmark_learning.py --out "$OUT" \
             --steps 300 --eval_every 25 --heldout_size 600 --learning_rate 1e-4 \
             --completions_budget 78891 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
-    code)
+    code|code-budget)
         SEEDS=(${@:-0 1 2 3 4})
-        nice -n 10 python benchmarks/code_learning.py --out benchmarks/results/code-tournament \
+        OUT=benchmarks/results/code-tournament
+        [[ $WHICH == code-budget ]] && OUT+=-budget
+        METHOD_ARGS=()
+        [[ -n "${METHODS:-}" ]] && METHOD_ARGS=(--methods "${CHOSEN[@]}")
+        nice -n 10 python benchmarks/code_learning.py --out "$OUT" \
             --steps 60 --prompts_per_step 8 --learning_rate 2e-4 --heldout_size 300 --eval_samples 2 \
-            --completions_budget 4683 --seeds "${SEEDS[@]}" --tournament --reuse_runs ;;
+            --completions_budget 4683 --seeds "${SEEDS[@]}" --tournament --reuse_runs "${METHOD_ARGS[@]}" ;;
     trace)
         SEEDS=(${@:-0 1 2 3 4})
         TRACE=benchmarks/results/trace-arithmetic/data
@@ -76,5 +84,5 @@ case $WHICH in
             --train_data "$TRACE/train_paper.jsonl" --heldout_data "$TRACE/heldout_paper.jsonl" --epochs 7 \
             --prompts_per_step 16 --eval_every 10 --eval_samples 2 --learning_rate 1e-4 \
             --completions_budget 8064 --seeds "${SEEDS[@]}" "${COMMON[@]}" ;;
-    *) echo "run_tournament.sh: mix, hard, stream, stream-budget, code or trace, not '$WHICH'" >&2; exit 2 ;;
+    *) echo "run_tournament.sh: mix, hard, stream, stream-budget, code, code-budget or trace, not '$WHICH'" >&2; exit 2 ;;
 esac
