@@ -163,3 +163,45 @@ def test_stream_calibration_prompts_never_come_back_in_training(runner):
     assert [r["prompt"] for r in train] == ["c", "d", "e", "c"]
     with pytest.raises(ValueError, match="--calibration_size 9"):
         runner.split_stream_calibration(stream, 9)
+
+
+def _trace_tournament_arguments(**overrides):
+    """The command line of `run_tournament.sh trace`, as the runner's parser leaves it."""
+    data = "benchmarks/results/trace-arithmetic/data"
+    arguments = {
+        "eval_every": 10, "learning_rate": 1e-4, "completions_budget": 8064, "heldout_size": 600,
+        "train_data": Path(f"{data}/train_paper.jsonl"), "heldout_data": Path(f"{data}/heldout_paper.jsonl"),
+        "prompts_per_step": 16, "eval_samples": 2, "task": "trace", "budget_grid": [2, 4, 8, 16, 32],
+        "calibration_size": 50, "recalibrate_every": 50,
+    }  # fmt: skip
+    return SimpleNamespace(**{**arguments, **overrides})
+
+
+def test_trace_runs_record_the_settings_the_trace_tournament_pairs_with(runner):
+    # The report pairs C-GRPO only with runs of equal shared settings: the trace tournament's runs record the task.
+    committed = ROOT / "benchmarks/results/trace-arithmetic/tournament/runs/dapo-seed0.json"
+    if not committed.exists():
+        pytest.skip("the trace tournament's runs are not in this checkout")
+    import json
+
+    reference = json.loads(committed.read_text())["settings"]
+    settings = runner.run_settings(_trace_tournament_arguments(), steps=reference["steps"])
+    assert runner.shared_settings(settings) == reference
+    assert "task" not in runner.run_settings(_trace_tournament_arguments(task="arithmetic"), steps=140)
+
+
+def test_answer_extractor_is_the_one_the_tasks_reward_checks(runner):
+    from trl_ada.tasks.arithmetic import exact_match_reward
+    from trl_ada.tasks.trace_arithmetic import final_answer_reward
+
+    trace = runner.answer_extractor("trace")
+    assert trace("3+4:c0:7:A=7<eos>junk") == "7" and trace("3+4:c0:7<eos>") is None
+    for text in ["12<eos>", "x:A=12<eos>", " 12 \n3"]:
+        assert final_answer_reward([text], ["12"]) == [float(trace(text) == "12")]
+        assert exact_match_reward([text], ["12"]) == [float(runner.answer_extractor("arithmetic")(text) == "12")]
+
+
+def test_the_trace_task_needs_a_prompt_set_before_any_model_loads(runner, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        runner.main(["--out", "unused", "--task", "trace"])
+    assert stopped.value.code == 2 and "--task trace runs on a fixed prompt set" in capsys.readouterr().err

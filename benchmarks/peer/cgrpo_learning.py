@@ -10,6 +10,9 @@ Run it in its own virtualenv (trl-cgrpo 0.2.0 needs TRL < 1.15; `bash benchmarks
         --prompts_per_step 20 --eval_every 25 --eval_samples 2 --learning_rate 1e-4 \\
         --completions_budget 58216 --seeds 0 1 2 3 4
 
+`--task trace` trains the trace-arithmetic testbed's model on its paper set, as the trace tournament does
+(`recipes/finite-arithmetic/run_tournament.sh trace`; commands in `benchmarks/results/peer-cgrpo/README.md`).
+
 Without `--train_data` it trains on the problem stream of `benchmark_learning.py`'s default mode instead (its 16
 prompts per step, `--heldout_size` held-out problems at one sample each), writing `run_one`'s keys:
 
@@ -30,9 +33,10 @@ What C-GRPO needs here and how it is given:
 - **An answer extractor.** C-GRPO's conformal set is computed over the *extracted final answers* of the completions
   drawn for a prompt so far: each distinct answer gets its empirical frequency, answers enter the set in decreasing
   frequency until their mass reaches the calibrated threshold, and a prompt stops drawing at the first budget where
-  that set is a single answer (right or wrong: the set never looks at the reference). The extractor is the
-  arithmetic task's own (`trl_ada.tasks.arithmetic.extract_answer`: the text before the first eos or newline,
-  stripped), the same the exact-match reward compares to the answer.
+  that set is a single answer (right or wrong: the set never looks at the reference). The extractor is the one the
+  task's reward compares to the answer: on the arithmetic testbeds `trl_ada.tasks.arithmetic.extract_answer` (the
+  text before the first eos or newline, stripped); with `--task trace`, `extract_final_answer` (the digits after
+  `:A=`; a missing or malformed answer is None, which C-GRPO reads as the empty answer).
 - **A calibration set.** Its thresholds are fitted on held-out prompts, which its README requires to be disjoint
   from the training set; they are taken out of the *training* set (`--calibration_size` prompts, 50 by default,
   drawn with the run's seed), never from the evaluation set, so C-GRPO trains on that many fewer prompts. On the
@@ -68,6 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # t
 
 from harness.arithmetic import (
     PROMPTS_PER_STEP,
+    TASKS,
     epoch_visits,
     heldout_by_band,
     heldout_pass_rates,
@@ -94,7 +99,7 @@ DEFAULT_RECALIBRATE_EVERY = 50
 @dataclass(frozen=True)
 class Training:
     """What every C-GRPO run of an invocation shares: its step cap (before a budget raises it), evaluation, learning
-    rate and completions budget, and C-GRPO's own settings."""
+    rate and completions budget, C-GRPO's own settings and the task (`harness.arithmetic.TASKS`)."""
 
     steps: int
     eval_every: int
@@ -103,6 +108,7 @@ class Training:
     calibration_size: int
     budget_grid: tuple[int, ...]
     recalibrate_every: int
+    task: str = "arithmetic"
 
     def step_cap(self, prompts_per_step: int) -> int:
         """The run's step cap at `prompts_per_step` (`budget_steps`: enough to reach the budget)."""
@@ -271,6 +277,17 @@ def split_stream_calibration(rows: Sequence[dict], size: int) -> tuple[list[dict
     return train, list(calibration.values())
 
 
+def answer_extractor(task: str) -> Callable[[Any], str | None]:
+    """The final answer C-GRPO's conformal set compares for `task`: the text the task's own reward checks."""
+    if task == "trace":
+        from trl_ada.tasks.trace_arithmetic import extract_final_answer
+
+        return extract_final_answer  # None for a missing or malformed answer: C-GRPO reads it as the empty answer
+    from trl_ada.tasks.arithmetic import extract_answer
+
+    return extract_answer
+
+
 def train_cgrpo(
     seed: int,
     training: Training,
@@ -288,10 +305,8 @@ def train_cgrpo(
     from datasets import Dataset
     from trl_cgrpo import CGRPOConfig, CGRPOTrainer
 
-    from trl_ada.tasks.arithmetic import extract_answer
-
     torch.set_num_threads(1)
-    load_model, task_reward, max_completion_length = task_parts("arithmetic")
+    load_model, task_reward, max_completion_length = task_parts(training.task)
     model, tokenizer = load_model()
     steps = training.step_cap(prompts_per_step)
     plan = EvaluationPlan(steps, training.eval_every, training.completions_budget)
@@ -333,7 +348,7 @@ def train_cgrpo(
         processing_class=tokenizer,
         callbacks=[evaluation_callback(plan, ledger.completions_before, point, curve)],
         calibration_dataset=calibration,
-        answer_extractor=extract_answer,
+        answer_extractor=answer_extractor(training.task),
     )
     started = time.perf_counter()
     start = point(0, trainer.model)
@@ -383,7 +398,7 @@ def run_cgrpo(
 
     def evaluate(trainer_model: Any, tokenizer: Any) -> dict[str, Any]:
         result = heldout_pass_rates(
-            "arithmetic", trainer_model, tokenizer, heldout, num_samples=eval_samples, seed=seed
+            training.task, trainer_model, tokenizer, heldout, num_samples=eval_samples, seed=seed
         )
         return {"epoch": 0.0, "heldout": result["overall"], "bands": dict(result["per_level"])}  # epoch set below
 
@@ -440,6 +455,8 @@ def run_settings(args: argparse.Namespace, steps: int) -> dict[str, Any]:
     """What a run depends on: the settings `benchmark_learning.py` records for the same testbed (finite or stream),
     plus the peer's own under `peer`."""
     settings = testbed_settings(args, steps, args.prompts_per_step, args.eval_samples)
+    if args.task != "arithmetic":  # as benchmark_learning.py records it: absent for the default
+        settings["task"] = args.task
     settings["peer"] = {
         "package": PEER_PACKAGE,
         "budget_grid": list(args.budget_grid),
@@ -479,6 +496,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--heldout_data", type=Path, default=None, help="JSON-lines held-out set with a 'band' column")
     parser.add_argument("--epochs", type=int, default=None, help="passes over --train_data (instead of --steps)")
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default="arithmetic",
+        help="as benchmark_learning.py's: trace trains the trace-arithmetic model on its final-answer reward (needs "
+        "--train_data), and C-GRPO's answer extractor is that reward's",
+    )
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--prompts_per_step", type=int, default=16, help="finite mode (the stream's is 16)")
     parser.add_argument("--eval_every", type=int, default=25)
@@ -507,6 +531,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--train_data and --heldout_data go together (finite mode); give neither for the stream.")
     if args.train_data is None and args.epochs is not None:
         parser.error("--epochs needs --train_data; the stream runs --steps.")
+    if args.train_data is None and args.task != "arithmetic":
+        parser.error(f"--task {args.task} runs on a fixed prompt set: give --train_data and --heldout_data.")
     steps = args.steps
     if args.train_data is not None:
         rows = load_rows(args.train_data)
@@ -520,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     training = Training(
         steps=steps, eval_every=args.eval_every, learning_rate=args.learning_rate,
         completions_budget=args.completions_budget, calibration_size=args.calibration_size,
-        budget_grid=tuple(args.budget_grid), recalibrate_every=args.recalibrate_every,
+        budget_grid=tuple(args.budget_grid), recalibrate_every=args.recalibrate_every, task=args.task,
     )  # fmt: skip
     runs_dir = args.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
