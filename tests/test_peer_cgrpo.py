@@ -4,6 +4,7 @@ C-GRPO trainer, and run JSON that the tournament report reads. Needs neither trl
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 from pathlib import Path
@@ -182,8 +183,6 @@ def test_trace_runs_record_the_settings_the_trace_tournament_pairs_with(runner):
     committed = ROOT / "benchmarks/results/trace-arithmetic/tournament/runs/dapo-seed0.json"
     if not committed.exists():
         pytest.skip("the trace tournament's runs are not in this checkout")
-    import json
-
     reference = json.loads(committed.read_text())["settings"]
     settings = runner.run_settings(_trace_tournament_arguments(), steps=reference["steps"])
     assert runner.shared_settings(settings) == reference
