@@ -89,7 +89,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     # The tournament's entries, the arithmetic benchmark's configurations (harness/methods.py).
     "knapsack": ("Knapsack-RL", KNAPSACK),
     "dapo_gated": ("DAPO, gated refill", DAPO_GATED),
-    # The budget issue's mechanisms that its tournaments carried to every testbed.
+    # The mechanisms that train on draws a group baseline wastes (harness/methods.py).
     "dapo_replay": ("DAPO, replayed successes", DAPO_REPLAY),
     "spo": ("SPO n=2", SPO),
 }

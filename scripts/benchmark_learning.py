@@ -676,8 +676,6 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"{args.train_data} holds fewer prompts than one step ({prompts_per_step}).")
     # What a run's result depends on besides its method and seed: --reuse_runs keeps a run only when these match.
     settings = testbed_settings(args, steps, prompts_per_step, eval_samples)
-    if args.task != "arithmetic":  # absent for the default, so runs recorded before --task existed still match
-        settings["task"] = args.task
     if args.model is not None:  # absent for the shipped model, for the same reason
         if not args.report_only and not (args.model / "config.json").is_file():
             parser.error(

@@ -97,9 +97,9 @@ def indexed_dataset(rows: Sequence[dict[str, Any]]) -> Any:
 def testbed_settings(args: Any, steps: int, prompts_per_step: int, eval_samples: int) -> dict[str, Any]:
     """What a run on these testbeds depends on besides its method and seed, from a command line with the testbed's
     options (`--eval_every`, `--learning_rate`, `--completions_budget`, `--heldout_size`, `--train_data`,
-    `--heldout_data`): the step cap, evaluation, learning rate and budget, then the stream's held-out size or the
-    finite sets, prompts per step and held-out samples. The budget is in only when set, so that runs recorded before it
-    existed still match."""
+    `--heldout_data`, `--task`): the step cap, evaluation, learning rate and budget, then the stream's held-out size or
+    the finite sets, prompts per step and held-out samples, then the task. The budget is in only when set and the task
+    only when it is not the default, so that runs recorded before either existed still match."""
     settings: dict[str, Any] = {"steps": steps, "eval_every": args.eval_every, "learning_rate": args.learning_rate}
     if args.completions_budget is not None:
         settings["completions_budget"] = args.completions_budget
@@ -112,4 +112,6 @@ def testbed_settings(args: Any, steps: int, prompts_per_step: int, eval_samples:
             "prompts_per_step": prompts_per_step,
             "eval_samples": eval_samples,
         }
+    if args.task != "arithmetic":
+        settings["task"] = args.task
     return settings

@@ -455,8 +455,6 @@ def run_settings(args: argparse.Namespace, steps: int) -> dict[str, Any]:
     """What a run depends on: the settings `benchmark_learning.py` records for the same testbed (finite or stream),
     plus the peer's own under `peer`."""
     settings = testbed_settings(args, steps, args.prompts_per_step, args.eval_samples)
-    if args.task != "arithmetic":  # as benchmark_learning.py records it: absent for the default
-        settings["task"] = args.task
     settings["peer"] = {
         "package": PEER_PACKAGE,
         "budget_grid": list(args.budget_grid),
