@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from trl_ada.samplers import DecayedBetaTracker, SamplerSettings, build_sampler, rules
+from trl_ada.samplers.signal import trl_advantages_stand_in
 
 NAN = math.nan
 STD_EPSILON = 1e-4  # TRL's GRPOTrainer: advantages / (std + 1e-4)
@@ -684,7 +685,10 @@ def uniform_advantages(n, groups, scale, baseline, tolerance):
     selection, history = drive(build_sampler(config), groups)
     assert history == [[(index, n) for index in range(len(groups))]]  # one round of n per prompt
     assert all(result.kept == tuple(range(n)) for result in selection.prompts)
-    assert selection.is_plain_grpo
+    kept_rewards = [result.kept_rewards(pool) for result, pool in zip(selection.prompts, selection.pools)]
+    advantages = [result.advantages for result in selection.prompts]
+    # The one decision of what TRL trains lets TRL's own advantages stand in for these: they are GRPO's.
+    assert trl_advantages_stand_in(config.validated(), "downsample", kept_rewards, advantages)
     return [a for result in selection.prompts for a in result.advantages]
 
 

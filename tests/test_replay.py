@@ -13,6 +13,7 @@ from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.checkpoints import CheckpointError
 from trl_ada.samplers import SamplerSettings, build_sampler
 from trl_ada.samplers.dapo import BatchFiller
+from trl_ada.samplers.signal import trl_advantages_stand_in
 from trl_ada.schedules.replay import REPLAY_ROWS_NAME
 from trl_ada.tiny import build_tiny_model
 
@@ -49,7 +50,9 @@ def test_an_all_wrong_group_trains_on_its_stored_success_in_place_of_its_last_dr
     assert b.replayed is None and not b.has_signal and b.advantages == (0.0,) * 4
     # Drawn 8, trained 3 of a's own draws: the replayed success is no draw.
     assert second.metrics["draws/drawn_total"] == 8 and second.metrics["draws/trained_total"] == 3
-    assert not second.is_plain_grpo
+    kept_rewards = [result.kept_rewards(pool) for result, pool in zip(second.prompts, second.pools)]
+    advantages = [result.advantages for result in second.prompts]
+    assert not trl_advantages_stand_in(sampler.settings, "downsample", kept_rewards, advantages)
 
 
 def test_the_group_baseline_reads_the_trained_group_with_its_replayed_success():

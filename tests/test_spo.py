@@ -33,8 +33,8 @@ def step(sampler, keys, rewards):
 def test_an_unmixed_group_with_history_is_centred_on_its_remembered_pass_rate_and_batch_normalised():
     sampler = spo_sampler()
     first = step(sampler, ["a", "b"], [[1, 0], [1, 1]])
-    # First visits fall back to the pool: "a" centred on 0.5, "b" (constant, no history) has no signal. Batch
-    # normalisation divides by the std of the centred rewards of the rows with a signal, [0.5, -0.5] (+1e-4, as TRL).
+    # First visits fall back to the pool: "a" centred on 0.5, "b" (constant, no history) has no signal. SPO's batch
+    # normalisation, (A - mean A) / (std A + 1e-4) over the rows with a signal, [0.5, -0.5]: mean 0, std sqrt(0.5).
     spread = math.sqrt(0.5) + 1e-4
     assert first.prompts[0].advantages == pytest.approx((0.5 / spread, -0.5 / spread))
     assert first.prompts[1].advantages == (0.0, 0.0)
@@ -44,8 +44,8 @@ def test_an_unmixed_group_with_history_is_centred_on_its_remembered_pass_rate_an
     centred = [-p_a, -p_a, -p_b, -p_b]
     mean = sum(centred) / 4
     std = math.sqrt(sum((c - mean) ** 2 for c in centred) / 3) + 1e-4
-    assert second.prompts[0].advantages == pytest.approx((-p_a / std,) * 2)
-    assert second.prompts[1].advantages == pytest.approx((-p_b / std,) * 2)
+    assert second.prompts[0].advantages == pytest.approx(((-p_a - mean) / std,) * 2)
+    assert second.prompts[1].advantages == pytest.approx(((-p_b - mean) / std,) * 2)
 
 
 def test_priorities_are_spo_weights_of_the_remembered_pass_rates():
@@ -79,7 +79,7 @@ def test_the_asynchronous_trainer_takes_spo_with_its_recipe(tmp_path):
 
     common = dict(output_dir=str(tmp_path), sampler="spo", num_generations=2, use_cpu=True, bf16=False)
     # TRL's asynchronous rule, the group's std, is 0 on an unmixed group: the error names SPO's scaling.
-    with pytest.raises(ValueError, match="scale_rewards='group' would divide by it. Set scale_rewards='batch'"):
+    with pytest.raises(ValueError, match="needs scale_rewards='none'"):
         AdaAsyncGRPOConfig(**common, baseline="tracked")
     sampling = async_sampling(AdaAsyncGRPOConfig(**common, **SpoOptions.recipe))
     assert sampling.pooled and not sampling.trl_advantages

@@ -96,16 +96,19 @@ def test_other_baselines_keep_no_history():
     assert "baseline/tracked_share" not in step(sampler, ["a"], [[0, 0, 0, 0]]).metrics
 
 
-def test_group_scaling_is_refused_with_the_fix(tmp_path):
-    with pytest.raises(ValueError, match="scale_rewards='batch'"):
-        AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none", baseline="tracked")
+def test_group_and_batch_scaling_are_refused_with_the_fix(tmp_path):
+    for scale in ("group", "batch"):
+        with pytest.raises(ValueError, match="needs scale_rewards='none'"):
+            AdaGRPOConfig(
+                output_dir=str(tmp_path), use_cpu=True, report_to="none", baseline="tracked", scale_rewards=scale
+            )
     config = AdaGRPOConfig(
         output_dir=str(tmp_path),
         use_cpu=True,
         report_to="none",
         sampler="dapo",
         baseline="tracked",
-        scale_rewards="batch",
+        scale_rewards="none",
         pass_rate_decay=0.5,
     )
     assert config.sampler_settings().reads("pass_rate_decay")
@@ -117,28 +120,29 @@ def test_the_history_knobs_are_unread_without_a_tracked_baseline():
 
 
 def test_the_card_names_the_tracked_baseline():
-    text = describe(tracked(sampler="dapo", scale_rewards="batch").settings)
+    text = describe(tracked(sampler="dapo").settings)
     assert "pass rate from its earlier steps" in text
 
 
-def test_normalize_advantages_divides_by_the_spread_of_the_centred_rewards():
+def test_normalize_advantages_is_spos_batch_normalisation():
     sampler = tracked(normalize_advantages=True)
     step(sampler, ["a", "b"], [[1, 0, 0, 0], [1, 1, 1, 0]])
-    later = step(sampler, ["a", "b", "new"], [[0, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]])
+    later = step(sampler, ["a", "b", "new"], [[0, 0, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]])
     p_a, p_b = beta_mean(1, 4), beta_mean(3, 4)
-    centred = [-p_a] * 4 + [1 - p_b] * 4  # "new" has no signal and is left out
+    centred = [-p_a] * 4 + [1 - p_b] * 3 + [-p_b]  # "new" has no signal and is left out
     mean = sum(centred) / 8
     spread = math.sqrt(sum((c - mean) ** 2 for c in centred) / 7)
-    assert later.prompts[0].advantages == pytest.approx((-p_a / (spread + 1e-4),) * 4)
-    assert later.prompts[1].advantages == pytest.approx(((1 - p_b) / (spread + 1e-4),) * 4)
+    assert abs(mean) > 0.1  # the centring matters here
+    normalised = [(c - mean) / (spread + 1e-4) for c in centred]
+    assert later.prompts[0].advantages + later.prompts[1].advantages == pytest.approx(tuple(normalised))
     assert later.prompts[2].advantages == (0.0,) * 4
     assert not sampler.settings.rules_are_per_prompt  # a batch-level rule: a streaming worker must wait for the batch
 
 
-def test_normalize_advantages_leaves_equal_centred_rewards_unscaled():
+def test_normalize_advantages_centres_an_update_whose_rows_agree_to_zero():
     sampler = tracked(normalize_advantages=True)
     step(sampler, ["a"], [[1, 0, 0, 0]])
-    assert step(sampler, ["a"], [[0, 0, 0, 0]]).prompts[0].advantages == pytest.approx((-beta_mean(1, 4),) * 4)
+    assert step(sampler, ["a"], [[0, 0, 0, 0]]).prompts[0].advantages == (0.0,) * 4
 
 
 def test_normalize_advantages_refuses_a_second_scaling():

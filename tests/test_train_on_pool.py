@@ -76,11 +76,17 @@ def test_the_loss_of_a_whole_pool_is_the_hand_computation(tmp_path, tokenizer, a
             assert list(result.advantages) == pytest.approx(by_hand(pool, n), abs=1e-9)
             outgrew |= len(pool) > n
         fitted, left_out = fit_trained_rows(selection.prompts, n, n)  # one process, steps_per_generation 1
-        advantages = [a for result in fitted for a in result.advantages]
-        assert record["advantages"].tolist() == pytest.approx(advantages, abs=1e-6)
+        shares = [share for result in fitted for share in result.draw_shares]
+        lengths = trainer.masks[step]["completion_mask"].sum(-1).tolist()
+        # The step factor: the loss divides by the rows (grpo, dr_grpo) or tokens (dapo, bnpo) trained, which the
+        # pool outnumbers; the factor restores the downsampled group's expected count (sum of share x count).
+        counts = lengths if loss_type in ("dapo", "bnpo") else [1] * len(shares)
+        factor = sum(counts) / math.fsum(s * c for s, c in zip(shares, counts, strict=True))
+        assert factor > 1.0 or not outgrew
+        advantages = [factor * a for result in fitted for a in result.advantages]
+        assert record["advantages"].tolist() == pytest.approx(advantages, rel=1e-5, abs=1e-6)
         assert len(advantages) == sum(len(pool) for pool in selection.pools) - left_out and len(advantages) % n == 0
         # At the first iteration the policy ratio is 1 and beta 0, so each token's loss is -A of its row.
-        lengths = trainer.masks[step]["completion_mask"].sum(-1).tolist()
         weighted = -math.fsum(a * length for a, length in zip(advantages, lengths, strict=True))
         expected = {
             "dapo": weighted / sum(lengths),

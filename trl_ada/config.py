@@ -11,7 +11,9 @@ from typing import Any
 from trl import GRPOConfig
 
 from .samplers import SamplerFields, SamplerSettings
+from .samplers.rules import loss_normaliser
 from .samplers.settings import ReadIf, check_knob_values, check_knobs_read, knob
+from .samplers.signal import grpo_rule_holds
 from .samplers.simulate import GENERATION_SCHEDULES
 
 DEPRECATED_NAMES: dict[str, str] = {
@@ -167,7 +169,8 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as
             in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt's pass
             rate from its earlier steps, SPO's; the pool's mean on a first visit) or `"predicted"` (the learned
-            predictor's estimate). The last two need `scale_rewards="batch"` or `"none"`.
+            predictor's estimate). The last two remember the mean reward, so rewards must lie in [0, 1], and they need
+            `scale_rewards="none"`.
         objective (`str`, *optional*, defaults to `"linear"`):
             Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its pool.
             Supported values are `"linear"` (weight 1), `"log"` (weight `1/p̂`, the paper's Seq estimator) and `"power"`
@@ -386,17 +389,24 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
 
     def _validate_adaptive_sampling(self) -> None:
         self._carry_deprecated_names()
-        if self.multi_objective_aggregation != "sum_then_normalize" and self.sampler != "uniform":
-            raise ValueError(
-                f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalises each reward function "
-                "inside the group, which has no meaning for a pool baseline. Use "
-                "multi_objective_aggregation='sum_then_normalize' (TRL's default) or sampler='uniform'."
-            )
         # Validates every sampler knob (and fills the sampler's defaults) before any model is loaded.
         settings = self.sampler_settings()
+        if self.multi_objective_aggregation != "sum_then_normalize" and not (
+            self.sampler == "uniform" and grpo_rule_holds(settings, self.train_on)
+        ):
+            # Only where TRL's own advantages are trained does its per-function normalisation take effect.
+            raise ValueError(
+                f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalises each reward function "
+                "inside the group, which TRL applies only to its own group advantages: with any other sampler, "
+                "baseline, weight, normalisation or replay trl-ada trains its own advantages and the aggregation "
+                "would be replaced. Use multi_objective_aggregation='sum_then_normalize' (TRL's default), or "
+                "sampler='uniform' with its default baseline, objective, normalize_advantages and replay."
+            )
         self._validate_generation_schedule(settings)
         check_knobs_read(self, ADA_ONLY_FIELDS, settings)
         check_train_on(self.train_on, settings)
+        if self.train_on == "pool":
+            loss_normaliser(self.loss_type)  # the step scale reads what the loss divides by
         self._validate_generation_seed(settings)
         self._warn_one_prompt_generation_batch(settings)
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.

@@ -30,7 +30,7 @@ from .reporting.metrics import reduce_log_window
 from .rewards.registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
 from .runtime.model_path import check_model_name
-from .samplers import PassRateEstimator, PromptPriority, Selection, build_sampler
+from .samplers import PassRateEstimator, PromptPriority, Selection, build_sampler, rules
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR
 from .samplers.spo import prompt_priority
@@ -305,16 +305,43 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
             self._ada_pending = None
         self._correct_frac_reward_zero_std(pending.rewards, pending.group_sizes)
         advantages = pending.advantages
-        if advantages is not None:
+        if not pending.trl_stands_in:
             local = len(kept_inputs)  # `train_on="pool"` trains on more rows than TRL's batch holds
             start = self.accelerator.process_index * local
             output["advantages"] = advantages[start : start + local].to(output["advantages"])
+            if pending.draw_shares is not None:
+                shares = pending.draw_shares[start : start + local].to(output["advantages"])
+                output["advantages"] = output["advantages"] * self._pool_step_scale(output, shares)
             # TRL logged its own group-normalised advantages for the completions table; show the trained ones.
             logged = logged_advantages(self)
             for _ in range(min(len(advantages), len(logged))):
                 logged.pop()
-            logged.extend(advantages.tolist())
+            logged.extend(self.accelerator.gather(output["advantages"]).tolist())
+        self._log_trained_advantages(output["advantages"])
         return output
+
+    def _pool_step_scale(self, output: dict[str, Any], shares: torch.Tensor) -> torch.Tensor:
+        """`train_on="pool"`'s factor on every advantage: TRL's loss divides by the rows (or tokens) it trains, which
+        the pool's draws outnumber, so the factor `sum c_i / sum share_i c_i` over the update's rows (`c_i` 1 or the
+        row's loss tokens, by `loss_type`) gives the step the downsampled rule's size ([`rules.pool_step_scale`])."""
+        if rules.loss_normaliser(self.loss_type) == "tokens":
+            mask = output["completion_mask"]
+            if "tool_mask" in output:
+                mask = mask * output["tool_mask"]
+            sizes = mask.sum(dim=1).to(shares)
+        else:
+            sizes = torch.ones_like(shares)
+        totals = self.accelerator.reduce(torch.stack([sizes.sum(), (shares * sizes).sum()]), reduction="sum")
+        return rules.pool_step_scale(totals[0], totals[1])
+
+    def _log_trained_advantages(self, local: torch.Tensor) -> None:
+        """`ada/advantages/{abs_max,mean,std}` of the advantages TRL trains on this step, over every process's rows:
+        a blow-up shows on the first step."""
+        trained = self.accelerator.gather(local.detach().float())
+        metrics = train_metrics(self)
+        metrics["ada/advantages/abs_max"].append(trained.abs().max().item())
+        metrics["ada/advantages/mean"].append(trained.mean().item())
+        metrics["ada/advantages/std"].append(trained.std().item() if trained.numel() > 1 else 0.0)
 
     def _generate(self, prompts: list):
         """Overridden to end a round's batch set-up at its generation, and to hand TRL the kept rows, not new ones."""

@@ -34,7 +34,7 @@ from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.accounting import PromptDraws, draw_rates
 from ..samplers.base import PromptResult, Sampler, draw_memories, finish_update, selection_draws
 from ..samplers.continuous import begin_streaming
-from ..samplers.settings import REMEMBERED_BASELINES
+from ..samplers.signal import grpo_rule_holds
 from ..samplers.spo import StreamPriority, prompt_priority
 from ..schedules import prompt_key, prompt_keys
 from .config import check_prompts_per_generation_batch, check_train_on, gates_refills
@@ -89,17 +89,15 @@ class AsyncSampling:
 
     @property
     def trl_advantages(self) -> bool:
-        """Whether TRL's own groups and advantages are what the sampler would train on (`Selection.is_plain_grpo`):
-        the pool cannot outgrow its update group, every rule is per prompt and every weight is 1."""
+        """Whether TRL's own groups and advantages are what the sampler would train on: the settings hold GRPO's rule
+        (`trl_ada.samplers.signal.grpo_rule_holds`, the synchronous trainer's decision), the pool cannot outgrow its
+        update group, TRL's worker scales as it does (by the group's std) and every rule is per prompt."""
         settings = self.settings
         return (
-            settings.max_pool_size <= settings.num_generations
-            and settings.scale_rewards == "group"  # TRL's worker divides by the group's std
-            and settings.baseline not in REMEMBERED_BASELINES
+            grpo_rule_holds(settings, self.train_on)
+            and settings.max_pool_size <= settings.num_generations
+            and settings.scale_rewards == "group"
             and settings.rules_are_per_prompt
-            and settings.sampler_class.weight is Sampler.weight
-            and settings.objective == "linear"
-            and settings.max_weight >= 1.0
         )
 
     @property

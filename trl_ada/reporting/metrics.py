@@ -166,6 +166,7 @@ LOG_WINDOW_REDUCTIONS: dict[str, str] = {
     "round_time/max": "max",
     "round_time/total": "sum",
     "async/pool_version_span_max": "max",
+    "advantages/abs_max": "max",
     "dapo/prompts_dropped_total": "sum",
     "dapo/groups_dropped_total": "sum",
     "dapo/groups_total": "sum",

@@ -30,7 +30,8 @@ class PromptResult:
     baseline: float
     """Value subtracted from each kept reward (pool or group mean)."""
     scale: float | None
-    """Std the centred rewards are divided by (`+1e-4`), or `None` without reward scaling."""
+    """Std the centred rewards are divided by (`+1e-4`), or `None` without reward scaling; with
+    `normalize_advantages`, the std of the update's advantages that normalised them."""
     weight: float
     """Objective weight `w(p̂)` (clipped, then normalised when `normalize_weights`)."""
     pass_rate: float
@@ -73,14 +74,6 @@ class Selection:
     """Per prompt: whether its kept group's rewards are constant (what `zero_variance_share/kept` averages)."""
     replay_stored: tuple[int | None, ...] = ()
     """With `replay="successes"`, per prompt: the draw of its pool stored as its latest success (None: none)."""
-
-    @property
-    def is_plain_grpo(self) -> bool:
-        """Every pool is its update group of `group_size` and every weight is 1: the advantages are GRPO's."""
-        return all(
-            len(pool) == len(r.kept) == self.group_size and r.weight == 1.0 and r.replayed is None
-            for pool, r in zip(self.pools, self.prompts, strict=True)
-        )
 
 
 class SamplingStep:
@@ -226,7 +219,7 @@ class SamplingStep:
         metrics = self._metrics(results, kept_constant, pool_stats)
         if self.sampler.baseline_history is not None:
             metrics["baseline/tracked_share"] = sum(p is not None for p in remembered) / self.num_prompts
-            self.sampler.baseline_history.update(self.keys, *self.draw_counts())
+            self.sampler.baseline_history.update(self.keys, *self._reward_sums())
         stored = self._store_successes()
         selection = Selection(
             prompts=tuple(results),
@@ -275,6 +268,24 @@ class SamplingStep:
                 replay.store(key, pool[positives[-1]])
         replay.batches += 1
         return tuple(stored)
+
+    def _reward_sums(self) -> tuple[list[int], list[float]]:
+        """Per prompt, its scored draws (masked ones left out) and the sum of their rewards: what a remembered
+        baseline's memory counts, so that it remembers the mean reward (SPO's tracker), the pass rate for 0/1 rewards.
+        A Beta memory holds a mean in [0, 1]: any other reward is refused."""
+        totals, sums = [], []
+        for index, pool in enumerate(self.pools):
+            rewards = [r for i, r in enumerate(pool) if rules.is_scorable(r) and i not in self.masked[index]]
+            outside = [r for r in rewards if not 0.0 <= r <= 1.0]
+            if outside:
+                raise ValueError(
+                    f"baseline={self.settings.baseline!r} remembers each prompt's mean reward as a Beta estimate, "
+                    f"which needs rewards in [0, 1]; a reward of {outside[0]!r} came back. Scale the reward "
+                    "functions into [0, 1] (reward_weights, or the functions themselves), or use baseline='pool'."
+                )
+            totals.append(len(rewards))
+            sums.append(math.fsum(rewards))
+        return totals, sums
 
     def _remembered_pass_rates(self) -> list[float | None]:
         """Each prompt's remembered pass rate before this step's draws (None: none, or a first "tracked" visit)."""
@@ -327,22 +338,11 @@ def finish_update(
     prompts: Sequence[PromptResult], kept_rewards: Sequence[Sequence[float]], settings: SamplerSettings
 ) -> tuple[PromptResult, ...]:
     """`prompts`, one update's, with the rules that read the whole update applied once over them
-    (`scale_rewards="batch"`, `normalize_advantages`, `normalize_weights`, over the prompts with a signal), then each
+    (`scale_rewards="batch"`, `normalize_weights`, `normalize_advantages`, over the prompts with a signal), then each
     prompt's advantages. `kept_rewards`: one list per prompt."""
     if settings.scale_rewards == "batch":
         batch_std = rules.mean_and_std([r for rewards in kept_rewards for r in rewards])[1]
         scales = [batch_std] * len(prompts)
-    elif settings.normalize_advantages:
-        # SPO's batch normalisation: the spread of the centred rewards over the update's rows that carry a signal.
-        centred = [
-            r - prompt.baseline
-            for prompt, rewards in zip(prompts, kept_rewards, strict=True)
-            if prompt.has_signal
-            for r in rewards
-        ]
-        # Equal centred rewards have no spread to divide by (it would multiply them by 1e4): they stay unscaled.
-        spread = rules.mean_and_std(centred)[1]
-        scales = [spread if spread > settings.zero_variance_tolerance else None] * len(prompts)
     else:
         scales = [prompt.scale for prompt in prompts]
     weights = [prompt.unnormalised_weight for prompt in prompts]
@@ -360,7 +360,36 @@ def finish_update(
         if result.draw_shares:
             advantages = tuple(share * a for share, a in zip(result.draw_shares, advantages, strict=True))
         results.append(replace(result, advantages=advantages))
+    if settings.normalize_advantages:
+        results = _normalised_over_update(results, kept_rewards)
     return tuple(results)
+
+
+def _normalised_over_update(
+    results: Sequence[PromptResult], kept_rewards: Sequence[Sequence[float]]
+) -> list[PromptResult]:
+    """SPO's batch normalisation (`normalize_advantages`): `(A - mean A) / (std A + 1e-4)` over the update's scorable
+    rows of the prompts with a signal; the other rows stay exactly zero. A z-score of N values is at most
+    `(N - 1) / sqrt(N)` in size, so no spread, however small, blows it up."""
+    values = [
+        a
+        for result, rewards in zip(results, kept_rewards, strict=True)
+        if result.has_signal
+        for a, r in zip(result.advantages, rewards, strict=True)
+        if rules.is_scorable(r)
+    ]
+    mean, std = rules.mean_and_std(values)
+    normalised = []
+    for result, rewards in zip(results, kept_rewards, strict=True):
+        if not result.has_signal:
+            normalised.append(result)
+            continue
+        advantages = tuple(
+            (a - mean) / (std + rules.STD_EPSILON) if rules.is_scorable(r) else 0.0
+            for a, r in zip(result.advantages, rewards, strict=True)
+        )
+        normalised.append(replace(result, scale=std, advantages=advantages))
+    return normalised
 
 
 def fit_trained_rows(

@@ -104,6 +104,33 @@ def outcome_shares(
     return [kept[outcome] / drawn[outcome] for outcome in outcomes]
 
 
+LOSS_NORMALISERS: dict[str, str] = {
+    **dict.fromkeys(("grpo", "sapo", "dr_grpo", "luspo"), "rows"),
+    **dict.fromkeys(("bnpo", "dapo", "cispo", "vespo"), "tokens"),
+}
+"""What each TRL `loss_type` divides its summed loss by: the rows it trains (a per-row mean, or a constant per row), or
+their loss tokens."""
+
+
+def loss_normaliser(loss_type: str) -> str:
+    """`"rows"` or `"tokens"` ([`LOSS_NORMALISERS`]); `ValueError` for a loss type trl-ada does not know."""
+    if loss_type not in LOSS_NORMALISERS:
+        raise ValueError(
+            f"train_on='pool' rescales the step by what loss_type divides by, and loss_type={loss_type!r} is not one "
+            f"trl-ada knows ({sorted(LOSS_NORMALISERS)}). Use one of them, or train_on='downsample'."
+        )
+    return LOSS_NORMALISERS[loss_type]
+
+
+def pool_step_scale(size_total: float, shared_size_total: float) -> float:
+    """`train_on="pool"`'s factor on every advantage, `sum c_i / sum share_i c_i` over the update's rows, where `c_i`
+    is what the loss counts of row `i` (1, or its tokens) and `share_i` its [`outcome_shares`]. The shared advantages
+    make the pool's summed gradient the expectation of the downsampled group's; the loss then divides it by
+    `sum c_i`, where the downsampled rule divides by its group's count, whose expectation is `sum share_i c_i`, so
+    the factor restores that rule's step (exactly for rows, as a ratio of expectations for tokens)."""
+    return size_total / shared_size_total if shared_size_total > 0 else 1.0
+
+
 def objective_weight(pass_rate: float, objective: str, power_alpha: float, max_weight: float) -> float:
     """Gradient weight `w = f'(p)` of the objective `f`, clipped at `max_weight`: `linear` 1, `log` 1/p, `power`
     alpha * p^(alpha - 1). At `p = 0` the log and power weights are infinite and clip to `max_weight`."""

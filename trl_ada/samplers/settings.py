@@ -164,7 +164,8 @@ class SamplerFields:
         'Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as '
         'in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt\'s pass '
         "rate from its earlier steps, SPO's; the pool's mean on a first visit) or `\"predicted\"` (the learned "
-        'predictor\'s estimate). The last two need `scale_rewards="batch"` or `"none"`.',
+        "predictor's estimate). The last two remember the mean reward, so rewards must lie in [0, 1], and they need "
+        '`scale_rewards="none"`.',
         choices=("pool", "group", "tracked", "predicted"),
     )
     objective: str = knob(
@@ -473,18 +474,22 @@ class SamplerSettings(SamplerFields):
                 f"normalize_advantages=True divides the advantages by their std over the update, and "
                 f"scale_rewards={self.scale_rewards!r} would scale the rewards a second time. Set scale_rewards='none'."
             )
-        if self.baseline in REMEMBERED_BASELINES and self.scale_rewards == "group":
-            # An unmixed group on a prompt with history has a signal but no spread: its std would divide by ~0.
-            raise ValueError(
-                f"baseline={self.baseline!r} gives an unmixed group an advantage against its remembered pass rate, and "
-                "that group's reward std is 0, so scale_rewards='group' would divide by it. Set scale_rewards='batch' "
-                "or scale_rewards='none' (with normalize_advantages=True for SPO's batch normalisation)."
+        companions = []
+        if self.baseline in REMEMBERED_BASELINES and self.scale_rewards != "none":
+            # An unmixed group (or a whole unmixed batch) has an advantage against its remembered mean but no spread:
+            # a group's or a batch's std would divide by about 0.
+            companions.append(
+                f"scale_rewards='none' (an unmixed group on a prompt with history has an advantage but no spread, so "
+                f"scale_rewards={self.scale_rewards!r} would divide it by a std of about 0; add "
+                "normalize_advantages=True for SPO's batch normalisation)"
             )
         if self.baseline == "predicted" and self.pass_rate_predictor == "tracker":
-            raise ValueError(
-                "baseline='predicted' reads a learned pass-rate predictor, and pass_rate_predictor='tracker' is the "
-                "counts alone. Set pass_rate_predictor='learned' (or a saved predictor), or use baseline='tracked'."
+            companions.append(
+                "pass_rate_predictor='learned' or a saved predictor (baseline='predicted' reads a learned predictor, "
+                "and 'tracker' is the counts alone; or use baseline='tracked')"
             )
+        if companions:
+            raise ValueError(f"baseline={self.baseline!r} needs " + "; and ".join(companions) + ".")
         if self.reads("pass_rate_predictor"):
             _check_pass_rate_predictor(self.pass_rate_predictor)
         settings = replace(self, sampler_kwargs=self._sampler_kwargs() or None)

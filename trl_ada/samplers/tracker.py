@@ -16,7 +16,9 @@ class PassRateEstimator(Protocol):
 
     def estimate(self, keys: Sequence[Hashable]) -> list[float]: ...
 
-    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None: ...
+    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[float]) -> None:
+        """Count each prompt's `totals` scored draws, of which `positives` succeeded (a remembered baseline passes
+        the sum of its rewards in [0, 1] there, so that it remembers the mean reward)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -48,7 +50,7 @@ class DecayedBetaTracker:
         """Whether each prompt has counted draws (its estimate is more than the prior)."""
         return [self.counts.get(str(key), (0.0, 0.0))[0] > 0.0 for key in keys]
 
-    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[int]) -> None:
+    def update(self, keys: Sequence[Hashable], totals: Sequence[int], positives: Sequence[float]) -> None:
         for key, n_t, k_t in zip(keys, totals, positives, strict=True):
             total, hits = self.counts.get(str(key), (0.0, 0.0))
             self.counts[str(key)] = (self.decay * total + n_t, self.decay * hits + k_t)

@@ -15,6 +15,7 @@ from accelerate.utils import gather_object
 from ..samplers import PromptKey, Sampler, ScheduleStats, Selection, rules
 from ..samplers.base import fit_trained_rows
 from ..samplers.dapo import RefillWalk, fill_update, refill_gate
+from ..samplers.signal import trl_advantages_stand_in
 from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .base import RoundResult, prompt_key, prompt_keys
@@ -53,8 +54,14 @@ class PendingBatch:
     """Every process's kept rows' rewards per reward function (process-major), as `_calculate_rewards` returns them."""
     group_sizes: list[int]
     """Kept rows per trained prompt, in order (TRL's `num_generations` unless the sampler keeps another number)."""
-    advantages: torch.Tensor | None
-    """Every process's kept rows' trained advantages; None keeps TRL's own (plain GRPO, reproduced bit for bit)."""
+    advantages: torch.Tensor
+    """Every process's kept rows' advantages, as the sampler computed them."""
+    trl_stands_in: bool
+    """Whether TRL's own advantages stand in for `advantages` (they are GRPO's on these rows, and TRL's float32
+    computation reproduces GRPOTrainer bit for bit: `trl_ada.samplers.signal.trl_advantages_stand_in`)."""
+    draw_shares: torch.Tensor | None = None
+    """With `train_on="pool"`, every process's kept rows' outcome shares (`PromptResult.draw_shares`), from which the
+    trainer restores the downsampled rule's step size; None otherwise."""
 
 
 @dataclasses.dataclass
@@ -120,12 +127,17 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         advantages.extend(result.advantages)
     if trainer.ada_sampler.replay is not None:
         log_replay(trainer, results)
-    # When the pool is the group and every weight is 1, Reinforce-Ada's advantage *is* GRPO's: keep TRL's own
-    # float32 computation so `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit.
-    identity = chosen == [(0, g) for g in range(len(chosen))]
-    trained_advantages = None
-    if not (identity and batches[0].selection.is_plain_grpo):
-        trained_advantages = torch.tensor(advantages, dtype=torch.float32, device=trainer.accelerator.device)
+    # Where the sampler's advantages are GRPO's on these very rows, TRL's own float32 computation stands in, so that
+    # `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit; everywhere else TRL trains the
+    # sampler's (trl_ada.samplers.signal).
+    kept_rewards = [result.kept_rewards(batches[b].selection.pools[g]) for (b, g), result in zip(chosen, results)]
+    stand_in = trl_advantages_stand_in(
+        settings,
+        trainer.ada_sampler.train_on,
+        kept_rewards,
+        [result.advantages for result in results],
+        aggregation=trainer.args.multi_objective_aggregation,
+    )
     local = len(kept) // num_processes
     # Each kept row moves once, from the process that generated it to the one that trains on it.
     rows = route_kept_rows(kept, rank, num_processes, trainer.accelerator.device)
@@ -135,7 +147,13 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         rows=rows,
         rewards=torch.stack([entry.rewards_per_func for entry in kept]),
         group_sizes=[len(result.kept) for result in results],
-        advantages=trained_advantages,
+        advantages=torch.tensor(advantages, dtype=torch.float32, device=trainer.accelerator.device),
+        trl_stands_in=stand_in,
+        draw_shares=None
+        if trainer.ada_sampler.train_on != "pool"
+        else torch.tensor(
+            [share for result in results for share in result.draw_shares], device=trainer.accelerator.device
+        ),
     )
     # An environment's observation is part of the prompt each kept completion was generated from.
     return [
