@@ -63,7 +63,7 @@ def test_priorities_are_spo_weights_of_the_remembered_pass_rates():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"baseline": "pool", "normalize_advantages": False, "scale_rewards": "group"}, "Set baseline='tracked'"),
+        ({"baseline": "group", "normalize_advantages": False, "scale_rewards": "group"}, "Set baseline='tracked'"),
         ({"sampler_kwargs": {"priority_floor": -0.1}}, "priority_floor must be a finite, non-negative number"),
         ({"sampler_kwargs": {"priority_floor": math.inf}}, "priority_floor must be a finite, non-negative number"),
     ],
@@ -78,9 +78,11 @@ def test_the_asynchronous_trainer_takes_spo_with_its_recipe(tmp_path):
     from trl_ada.async_grpo.trainer import async_sampling
 
     common = dict(output_dir=str(tmp_path), sampler="spo", num_generations=2, use_cpu=True, bf16=False)
-    # TRL's asynchronous rule, the group's std, is 0 on an unmixed group: the error names SPO's scaling.
+    # Alone, spo runs its recipe; a remembered baseline with another sampler names the scaling it needs.
+    recipe = AdaAsyncGRPOConfig(**common)
+    assert (recipe.baseline, recipe.scale_rewards, recipe.normalize_advantages) == ("tracked", "none", True)
     with pytest.raises(ValueError, match="needs scale_rewards='none'"):
-        AdaAsyncGRPOConfig(**common, baseline="tracked")
+        AdaAsyncGRPOConfig(**{**common, "sampler": "dapo"}, baseline="tracked")
     sampling = async_sampling(AdaAsyncGRPOConfig(**common, **SpoOptions.recipe))
     assert sampling.pooled and not sampling.trl_advantages
 
@@ -234,5 +236,22 @@ def test_the_card_describes_spo_and_simulate_runs_it_with_its_recipe(tmp_path, c
     # Not given a baseline, simulate compares spo with its recipe (the defaults would be refused).
     assert cli.main(["simulate", "--pass-rates-from", str(path), "--sampler", "spo", "--trials", "20"]) == 0
     assert capsys.readouterr().out.splitlines()[4].split()[0] == "spo"
-    with pytest.raises(ValueError, match="Set baseline='tracked' or 'predicted'"):
-        AdaGRPOConfig(**tiny_args(tmp_path), sampler="spo")
+    assert AdaGRPOConfig(**tiny_args(tmp_path), sampler="spo").baseline == "tracked"  # its recipe, not an error
+
+
+def test_spo_alone_runs_its_recipe(tmp_path):
+    """`sampler="spo"` with nothing else set trains SPO's recipe: a tracked baseline, no reward scaling and SPO's batch
+    normalisation; a value the recipe would need to replace is refused, not changed."""
+    config = AdaGRPOConfig(output_dir=str(tmp_path), sampler="spo", num_generations=2, use_cpu=True, bf16=False)
+    assert (config.baseline, config.scale_rewards, config.normalize_advantages) == ("tracked", "none", True)
+    assert SamplerSettings(sampler="spo", num_generations=2).validated().normalize_advantages is True
+    off = AdaGRPOConfig(
+        output_dir=str(tmp_path), sampler="spo", num_generations=2, use_cpu=True, bf16=False,
+        normalize_advantages=False,
+    )  # fmt: skip
+    assert off.normalize_advantages is False  # an explicit False stands
+    assert AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False).normalize_advantages is False
+    with pytest.raises(ValueError, match="Set baseline='tracked'"):
+        AdaGRPOConfig(
+            output_dir=str(tmp_path), sampler="spo", baseline="group", num_generations=2, use_cpu=True, bf16=False
+        )

@@ -121,7 +121,7 @@ def test_the_history_knobs_are_unread_without_a_tracked_baseline():
 
 def test_the_card_names_the_tracked_baseline():
     text = describe(tracked(sampler="dapo").settings)
-    assert "pass rate from its earlier steps" in text
+    assert "mean reward from its earlier steps" in text
 
 
 def test_normalize_advantages_is_spos_batch_normalisation():

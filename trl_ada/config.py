@@ -167,8 +167,8 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             be finite.
         baseline (`str`, *optional*, defaults to `"pool"`):
             Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as
-            in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt's pass
-            rate from its earlier steps, SPO's; the pool's mean on a first visit) or `"predicted"` (the learned
+            in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt's mean
+            reward from its earlier steps, SPO's; the pool's mean on a first visit) or `"predicted"` (the learned
             predictor's estimate). The last two remember the mean reward, so rewards must lie in [0, 1], and they need
             `scale_rewards="none"`.
         objective (`str`, *optional*, defaults to `"linear"`):
@@ -184,10 +184,11 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             Whether to rescale the per-prompt weights of an update to mean 1. The mean is over the prompts with a
             non-zero advantage, so the objective changes how the update is spread over prompts, not its size. Has no
             effect with `objective="linear"`.
-        normalize_advantages (`bool`, *optional*, defaults to `False`):
-            Whether to divide the update's advantages by the standard deviation of its centred rewards `r - b` (SPO's
-            batch normalisation), in place of `scale_rewards`, which must then be `"none"`. Meant for
-            `baseline="tracked"`, whose unmixed groups have no spread of their own.
+        normalize_advantages (`bool` or `None`, *optional*, defaults to `None`):
+            Whether to normalise the update's advantages, `(A - mean A) / (std A + 1e-4)` over the rows of the
+            prompts with a signal (SPO's batch normalisation), in place of `scale_rewards`, which must then be
+            `"none"`. Meant for `baseline="tracked"`, whose unmixed groups have no spread of their own. If `None`, it
+            is `True` for `sampler="spo"` (its recipe) and `False` otherwise.
         downsample (`str`, *optional*, defaults to `"balanced"`):
             How a pool is cut to `num_generations` completions. Supported values are `"balanced"` (up to
             `num_generations // 2` positives, the rest negatives, topped up from the other side when one is short) and
@@ -412,6 +413,7 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
         for f in fields(SamplerFields):
             setattr(self, f.name, getattr(settings, f.name))
+        self.scale_rewards = settings.scale_rewards  # TRL's knob, which a sampler's recipe may fill
 
     def _warn_one_prompt_generation_batch(self, settings: SamplerSettings) -> None:
         # The sampler's batch-level rules compare the prompts of a generation batch; over one prompt (TRL's defaults:

@@ -157,6 +157,7 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
         # What the sampler filled in (quotas, est bounds, parsed sampler_kwargs) is what the run uses: show it here.
         for f in fields(SamplerFields):
             setattr(self, f.name, getattr(settings, f.name))
+        self.scale_rewards = settings.scale_rewards  # TRL's knob, which a sampler's recipe may fill
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""

@@ -602,8 +602,8 @@ _BASELINES = {
     "pool": "the mean reward of every completion drawn for the prompt (its whole pool)",
     "group": "the mean reward of the kept group",
     "tracked": (
-        "the prompt's pass rate from its earlier steps (decayed Beta counts, read before the step's draws; the pool's "
-        "mean reward on a first visit)"
+        "the prompt's mean reward from its earlier steps (its pass rate, for 0/1 rewards; decayed Beta counts, read "
+        "before the step's draws; the pool's mean reward on a first visit)"
     ),
     "predicted": (
         "a learned predictor's estimate of the prompt's pass rate (from its text and earlier draws, made before the "

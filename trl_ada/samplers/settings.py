@@ -162,8 +162,8 @@ class SamplerFields:
     baseline: str = knob(
         "pool",
         'Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as '
-        'in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt\'s pass '
-        "rate from its earlier steps, SPO's; the pool's mean on a first visit) or `\"predicted\"` (the learned "
+        'in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt\'s mean '
+        "reward from its earlier steps, SPO's; the pool's mean on a first visit) or `\"predicted\"` (the learned "
         "predictor's estimate). The last two remember the mean reward, so rewards must lie in [0, 1], and they need "
         '`scale_rewards="none"`.',
         choices=("pool", "group", "tracked", "predicted"),
@@ -199,11 +199,12 @@ class SamplerFields:
         "non-zero advantage, so the objective changes how the update is spread over prompts, not its size. Has no "
         'effect with `objective="linear"`.',
     )
-    normalize_advantages: bool = knob(
-        False,
-        "Whether to divide the update's advantages by the standard deviation of its centred rewards `r - b` (SPO's "
-        'batch normalisation), in place of `scale_rewards`, which must then be `"none"`. Meant for '
-        '`baseline="tracked"`, whose unmixed groups have no spread of their own.',
+    normalize_advantages: bool | None = knob(
+        None,
+        "Whether to normalise the update's advantages, `(A - mean A) / (std A + 1e-4)` over the rows of the prompts "
+        'with a signal (SPO\'s batch normalisation), in place of `scale_rewards`, which must then be `"none"`. Meant '
+        'for `baseline="tracked"`, whose unmixed groups have no spread of their own. If `None`, it is `True` for '
+        '`sampler="spo"` (its recipe) and `False` otherwise.',
     )
     downsample: str = knob(
         "balanced",
@@ -461,8 +462,11 @@ class SamplerSettings(SamplerFields):
     def validated(self) -> SamplerSettings:
         """Check every knob and return a copy with the sampler's defaults filled in; raise `ValueError` naming the fix.
         The order: the sampler's name, each knob's choices, unread knobs, each read knob's requirement, then the
-        `Options`."""
+        `Options`. A sampler's `Options.recipe` first fills the knobs left at their defaults ([`with_recipe`])."""
         self.sampler_class  # noqa: B018 - an unknown sampler raises first, naming the registered ones
+        filled = self.with_recipe()
+        if filled != self:
+            return filled.validated()
         for f in fields(SamplerSettings):
             choices = f.metadata.get("choices")
             if choices is not None and getattr(self, f.name) not in choices:
@@ -496,6 +500,21 @@ class SamplerSettings(SamplerFields):
         options = settings.options
         filled = {name: getattr(options, name) for name in option_fields(type(options)) if name in KNOB_FIELDS}
         return replace(settings, **filled)
+
+    def with_recipe(self) -> SamplerSettings:
+        """These settings with the sampler's `Options.recipe` in every knob left at its default, and
+        `normalize_advantages=None` resolved. A recipe names only values its sampler needs where the default cannot
+        run (`spo`: a remembered baseline and `scale_rewards="none"`), so it never replaces a value the sampler
+        accepts; `normalize_advantages`, the one recipe knob whose default (`False`) also runs, defaults to `None`."""
+        recipe = self.sampler_class.Options.recipe
+        filled = {
+            name: value
+            for name, value in recipe.items()
+            if getattr(self, name) == SETTINGS_DEFAULTS[name] and getattr(self, name) != value
+        }
+        if self.normalize_advantages is None:
+            filled["normalize_advantages"] = bool(recipe.get("normalize_advantages", False))
+        return replace(self, **filled) if filled else self
 
     def unread_context(self, name: str) -> tuple[str, str]:
         """`(the settings that make knob `name` unread, what reads it)`, for the unread-knob error."""
