@@ -227,7 +227,7 @@ def main() -> None:
             {"train_dataset": make_dataset(6, seed=1)},
             sampler="dapo",
             baseline="tracked",
-            scale_rewards="batch",
+            scale_rewards="none",
             dapo_on_exhausted="keep_partial",
             per_device_train_batch_size=4,
             max_steps=5,
