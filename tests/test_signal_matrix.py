@@ -192,6 +192,11 @@ def test_the_asynchronous_worker_trains_what_the_sampler_computed(tokenizer, kno
             "group_sizes": [len(prompts[prompt]) for prompt in sorted(prompts)],
         }
         unmixed_with_signal += check_update(update, config)
+        # What the worker queued for training is logged, as the synchronous trainer logs its trained batch.
+        pushed = {}
+        while not loop._metrics_queue.empty():
+            pushed.update(loop._metrics_queue.get_nowait())
+        assert pushed["ada/advantages/abs_max"] == pytest.approx(max(abs(a) for a in advantages))
     if settings.baseline == "tracked":
         assert unmixed_with_signal > 0
 

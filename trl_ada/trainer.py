@@ -26,7 +26,7 @@ from .data import check_prompt_column
 from .generation.weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
 from .predictor_hub import resolve_pass_rate_predictor
 from .reporting.card import check_license, describe_rollouts, write_trainer_card
-from .reporting.metrics import reduce_log_window
+from .reporting.metrics import advantage_metrics, reduce_log_window
 from .rewards.registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
 from .runtime.model_path import check_model_name
@@ -337,11 +337,9 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
     def _log_trained_advantages(self, local: torch.Tensor) -> None:
         """`ada/advantages/{abs_max,mean,std}` of the advantages TRL trains on this step, over every process's rows:
         a blow-up shows on the first step."""
-        trained = self.accelerator.gather(local.detach().float())
         metrics = train_metrics(self)
-        metrics["ada/advantages/abs_max"].append(trained.abs().max().item())
-        metrics["ada/advantages/mean"].append(trained.mean().item())
-        metrics["ada/advantages/std"].append(trained.std().item() if trained.numel() > 1 else 0.0)
+        for name, value in advantage_metrics(self.accelerator.gather(local.detach().float()).tolist()).items():
+            metrics[f"ada/{name}"].append(value)
 
     def _generate(self, prompts: list):
         """Overridden to end a round's batch set-up at its generation, and to hand TRL the kept rows, not new ones."""

@@ -29,6 +29,7 @@ from typing import Any
 
 from .. import trl_seam
 from ..generation.faults import VLLMServerUnresponsive
+from ..reporting.metrics import advantage_metrics
 from ..rewards.registry import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.accounting import PromptDraws, draw_rates
@@ -487,6 +488,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 else:
                     kept += self._samples_of(kept_prompt, result)
             kept += self._finish_updates()
+            metrics.update(advantage_metrics([sample.advantage for sample in kept]))
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             # The rows passed over are an increment, so a `total`, which TRL's log window sums.
@@ -614,6 +616,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         useful = has_signal and bool(samples)
         group_draws = PromptDraws(pass_rate, len(rewards), useful, len(rewards) if useful else 0)
         metrics.update({f"ada/{name}": rate for name, rate in draw_rates([group_draws]).items()})
+        metrics.update(
+            {f"ada/{name}": value for name, value in advantage_metrics([s.advantage for s in samples]).items()}
+        )
         self._push_metrics(metrics)
         if not samples:
             self._drop_row(group.group_id)  # TRL's group id is the row's id here (`_repeat_iterator`)

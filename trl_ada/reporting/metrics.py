@@ -185,6 +185,17 @@ asynchronous trainer reads it; `AdaGRPOTrainer` applies this table ([`reduce_log
 _REDUCERS = {"sum": math.fsum, "max": max, "min": min}
 
 
+def advantage_metrics(advantages: Sequence[float]) -> dict[str, float]:
+    """`advantages/abs_max`, `/mean` and `/std` (unbiased) of the advantages a trainer hands its loss: a blow-up shows
+    on the first step it happens. Empty for no advantage."""
+    values = list(advantages)
+    if not values:
+        return {}
+    mean = math.fsum(values) / len(values)
+    spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return {"advantages/abs_max": max(abs(v) for v in values), "advantages/mean": mean, "advantages/std": spread}
+
+
 def log_window_reduction(name: str) -> str:
     """How a logging window should reduce metric `name` (with or without its `ada/` prefix): `"mean"`, `"max"`,
     `"min"` or `"sum"`, from [`LOG_WINDOW_REDUCTIONS`]."""
@@ -204,6 +215,7 @@ def reduce_log_window(window: MutableMapping[str, list[float]]) -> None:
 
 __all__ = [
     "LOG_WINDOW_REDUCTIONS",
+    "advantage_metrics",
     "PassRateBand",
     "average_at_k",
     "count_correct",
