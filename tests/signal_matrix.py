@@ -21,7 +21,7 @@ from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.samplers import rules
 from trl_ada.trl_seam import summed_rewards
 
-SAMPLERS = ("uniform", "seq_pos", "seq_balance", "est", "dapo", "knapsack", "dapo_gated", "spo")
+SAMPLERS = ("uniform", "seq_pos", "seq_balance", "est", "est_ema", "dapo", "knapsack", "dapo_gated", "spo")
 AXES = {
     "sampler": SAMPLERS,
     "baseline": ("pool", "group", "tracked", "predicted"),
@@ -35,7 +35,7 @@ AXES = {
 """The settings that change an advantage, each with every value (the power objective shares the log's weight path;
 its own test is in tests/test_samplers.py)."""
 
-POOLING_SAMPLERS = ("seq_pos", "seq_balance", "est", "knapsack")
+POOLING_SAMPLERS = ("seq_pos", "seq_balance", "est", "est_ema", "knapsack")
 """The samplers whose pool can outgrow the update group."""
 
 RUN_AXES = {"steps_per_generation": (1, 2), "zero_variance_tolerance": (0.0, 1e-6), "loss_type": ("grpo", "dapo")}
@@ -49,7 +49,7 @@ def knobs_of(combination: dict) -> dict:
     sampler = combination["sampler"]
     if sampler in ("seq_pos", "seq_balance"):
         knobs.update(round_size=4, max_rounds=2)
-    if sampler == "est":
+    if sampler in ("est", "est_ema"):
         knobs.update(est_max_samples=8)
     if sampler == "knapsack":
         knobs.update(sampler_kwargs={"max_draws": 8})

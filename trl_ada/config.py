@@ -142,8 +142,9 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
         sampler (`str`, *optional*, defaults to `"seq_balance"`):
             Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"`
             (GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` (budgets from pass
-            rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` (a gated refill)
-            and `"spo"` (SPO: prompts drawn by their tracked pass rates). See the Samplers docs.
+            rates), `"est_ema"` (the authors' later single-round variant), `"dapo"` (drops groups without a signal,
+            refills), `"knapsack"`, `"dapo_gated"` (a gated refill) and `"spo"` (SPO: prompts drawn by their tracked
+            pass rates). See the Samplers docs.
         sampler_kwargs (`dict` or `str` or `None`, *optional*, defaults to `None`):
             Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the
             built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`), `"dapo_gated"`

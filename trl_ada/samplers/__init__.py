@@ -10,7 +10,7 @@ from .sequential import SeqBalanceSampler, SeqPosSampler, SequentialSampler  # r
 from .base import PromptResult, Sampler, SamplingStep, Selection, build_sampler
 from .continuous import ContinuousStep, ScheduleStats
 from .dapo import BatchExhaustedError, BatchFiller, DapoSampler  # registers "dapo"
-from .est import EstSampler  # registers "est"
+from .est import EstEmaSampler, EstSampler  # registers "est", "est_ema"
 from .gated import GatedRefillOptions, GatedRefillSampler  # registers "dapo_gated"
 from .knapsack import KnapsackOptions, KnapsackSampler  # registers "knapsack"
 from .predictor import LearnedPassRatePredictor, PromptKey
@@ -27,6 +27,7 @@ __all__ = [
     "ContinuousStep",
     "DapoSampler",
     "DecayedBetaTracker",
+    "EstEmaSampler",
     "EstSampler",
     "GatedRefillOptions",
     "GatedRefillSampler",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from . import rules
 from .base import _BASELINES, SamplingStep, Selection, _trained_on_phrase, skip_metrics
@@ -39,9 +39,12 @@ class EstOptions(SamplerOptions):
     est_train_on: str
     skip_unmixed_above: float | None
 
+    smallest_pool: ClassVar[int] = 2
+    """The fewest draws a prompt may get: two, so that every pool has a baseline of its own."""
+
     def __post_init__(self) -> None:
         n = self.num_generations
-        default_min = 2 if self.est_train_on == "all" else n
+        default_min = self.smallest_pool if self.est_train_on == "all" else n
         low = default_min if self.est_min_samples is None else self.est_min_samples
         high = 4 * n if self.est_max_samples is None else self.est_max_samples
         if low > high:
@@ -51,8 +54,10 @@ class EstOptions(SamplerOptions):
                 f"est_train_on='downsample' cuts every pool to num_generations={n}, so est_min_samples must be at "
                 f"least {n}; got {low}. Raise est_min_samples or use est_train_on='all'."
             )
-        if low < 2:
-            raise ValueError(f"est_min_samples must be at least 2 so every prompt has a baseline, got {low}.")
+        if low < self.smallest_pool:
+            raise ValueError(
+                f"est_min_samples must be at least {self.smallest_pool} so every prompt has a baseline, got {low}."
+            )
         mean = self.est_mean_samples
         if self.est_train_on == "all":
             # Every completion is trained on, and TRL's batch holds B * num_generations rows.
@@ -157,3 +162,57 @@ def _quantile(sorted_values: Sequence[float], q: float) -> float:
     below = math.floor(position)
     above = min(below + 1, len(sorted_values) - 1)
     return sorted_values[below] + (sorted_values[above] - sorted_values[below]) * (position - below)
+
+
+@dataclass(kw_only=True)
+class EstEmaOptions(EstOptions):
+    """What `est_ema` reads: est's knobs, with the Reinforce-Ada authors' later settings as its recipe."""
+
+    smallest_pool: ClassVar[int] = 1
+    recipe: ClassVar[dict[str, Any]] = {
+        "est_sample_power": 1.0,
+        "pass_rate_prior_beta": 16.0,
+        "pass_rate_decay": 0.9,
+        "scale_rewards": "none",
+        "positive_threshold": 0.7,
+        "est_min_samples": 1,
+    }
+    """The authors' constants: a Beta(1, 16) prior, counts decayed by 0.9 per visit, budgets in proportion to 1/p̂,
+    no reward scaling, a success above 0.7, and one draw per prompt at least."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.skip_unmixed_above is not None:
+            raise ValueError(
+                "sampler='est_ema' gives every prompt one draw and shares the rest by 1/p̂; skip_unmixed_above is "
+                "sampler='est''s. Remove skip_unmixed_above."
+            )
+
+    def describe(self, settings: SamplerSettings) -> str:
+        return (
+            f"Sampler `{settings.sampler}` (the Reinforce-Ada authors' later single-round variant): each step every "
+            f"prompt drew one completion, and the rest of {self.est_mean_samples:g} per prompt on average was shared "
+            f"in proportion to p̂^-{self.est_sample_power:g} from its decayed Beta(α, β) pass rate (at most "
+            f"{self.est_max_samples} per prompt), all drawn in one generate call; every completion drawn was trained "
+            f"on, against {_BASELINES[settings.baseline]}."
+        )
+
+
+@register_sampler("est_ema")
+class EstEmaSampler(EstSampler):
+    """The Reinforce-Ada authors' later variant (their verl code's single-round adaptive sampling, `ray_trainer_ema`):
+    one round per step; every prompt draws one completion and the rest of the step's `B * est_mean_samples` is shared
+    in proportion to `p̂^-est_sample_power` (1: `1/p̂`), floors first, then one more each to the largest fractional
+    parts; every draw trained on. Its recipe holds the authors' tracker (Beta(1, 16), decay 0.9). One difference,
+    documented: a prompt with a single draw has no baseline of its own here and trains nothing, where their code
+    scores it `r - 0`."""
+
+    Options = EstEmaOptions
+
+    def plan_budgets(self, step: SamplingStep) -> None:
+        settings = self.settings
+        # p̂ never reads 0 under a Beta prior; the floor keeps a custom estimator's 0 finite, as the authors' 1e-6.
+        scores = [max(p, 1e-6) ** -settings.est_sample_power for p in step.estimates]
+        total = round(step.num_prompts * settings.est_mean_samples)
+        shares = rules.allocate_budget(scores, total - step.num_prompts, 0, settings.est_max_samples - 1)
+        step.budgets = [1 + share for share in shares]

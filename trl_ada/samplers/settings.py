@@ -119,7 +119,7 @@ class SamplerFields:
         "seq_balance",
         'Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"` '
         '(GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` (budgets from pass '
-        'rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` (a gated refill) '
+        'rates), `"est_ema"` (the authors\' later single-round variant), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` (a gated refill) '
         'and `"spo"` (SPO: prompts drawn by their tracked pass rates). See the Samplers docs.',
     )
     sampler_kwargs: dict[str, Any] | str | None = knob(
@@ -503,9 +503,9 @@ class SamplerSettings(SamplerFields):
 
     def with_recipe(self) -> SamplerSettings:
         """These settings with the sampler's `Options.recipe` in every knob left at its default, and
-        `normalize_advantages=None` resolved. A recipe names only values its sampler needs where the default cannot
-        run (`spo`: a remembered baseline and `scale_rewards="none"`), so it never replaces a value the sampler
-        accepts; `normalize_advantages`, the one recipe knob whose default (`False`) also runs, defaults to `None`."""
+        `normalize_advantages=None` resolved. A recipe is the sampler's own setting of the knobs it shares (`spo`: a
+        remembered baseline, `scale_rewards="none"` and its normalisation; `est_ema`: the authors' tracker); a
+        value given other than the default stands."""
         recipe = self.sampler_class.Options.recipe
         filled = {
             name: value
