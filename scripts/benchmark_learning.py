@@ -105,6 +105,8 @@ METHODS: dict[str, tuple[str, dict]] = {
     "seq_balance_log": ("Seq-balance, log objective", {**SEQ_BALANCE, "objective": "log"}),
     # The paper's Est spends 8 completions per prompt on average and trains on all of them.
     "est": ("Est (budget 8)", EST),
+    # The authors' later single-round variant (their recipe: one draw each, the rest by 1/p̂, every draw trained).
+    "est_ema": ("Est-EMA (budget 8), the authors' later variant", {"sampler": "est_ema", "num_generations": 8}),
     # The best round policy of BENCHMARKS.md ("Round policies"): request sizes from a tracker that remembers prompts
     # across epochs, which a finite set gives it.
     "seq_balance_tracked": ("Seq-balance, tracked rounds", TRACKED_ROUNDS),
