@@ -149,6 +149,28 @@ def test_est_downsample_draws_its_own_budget_then_keeps_n(mean_samples, total):
     assert all(len(r.kept) == 4 for r in selection.prompts)
 
 
+def test_est_weights_a_prompt_by_its_budget_only_when_it_trains_every_draw():
+    """The hybrid's `1/p̂` is `N ∝ p̂^-s` (a prompt's share of the update) times the residual weight: `all` trains it;
+    `downsample` trains a group of n per prompt whatever its budget, so its weight is the residual alone (docs)."""
+    for train_on, trained in (("all", lambda budget: budget), ("downsample", lambda budget: 4)):
+        settings = SamplerSettings(
+            scale_rewards="none", seed=0, sampler="est", num_generations=4, est_train_on=train_on,
+            normalize_weights=False,
+        )  # fmt: skip
+        sampler = build_sampler(settings)
+        sampler.estimator.update(["hard", "easy"], [100, 100], [6, 92])
+        step = sampler.begin(2, ["hard", "easy"])
+        budgets = list(step.budgets)
+        requests = step.requests()
+        step.observe(requests, [float(i % 2) for _, c in requests for i in range(c)])
+        selection = step.finish()
+        for result, pool, budget in zip(selection.prompts, selection.pools, budgets, strict=True):
+            pass_rate = sum(r > 0.5 for r in pool) / len(pool)
+            residual = rules.residual_weight(pass_rate, 0.5, settings.est_epsilon, settings.max_weight)
+            assert result.weight == pytest.approx(residual) and len(result.kept) == trained(budget)
+        assert budgets[0] > budgets[1]  # the hard prompt's larger budget reaches the update only under "all"
+
+
 def test_est_downsample_gives_the_hard_prompt_more_than_n():
     settings = SamplerSettings(
         scale_rewards="none", seed=0, sampler="est", num_generations=4, est_train_on="downsample"
