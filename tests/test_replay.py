@@ -14,7 +14,7 @@ from trl_ada.checkpoints import CheckpointError
 from trl_ada.samplers import SamplerSettings, build_sampler
 from trl_ada.samplers.dapo import BatchFiller
 from trl_ada.samplers.signal import trl_advantages_stand_in
-from trl_ada.schedules.replay import REPLAY_ROWS_NAME
+from trl_ada.schedules.replay import REPLAY_ROWS_NAME, load_replay_rows
 from trl_ada.tiny import build_tiny_model
 
 
@@ -175,6 +175,28 @@ def test_the_stored_completions_are_saved_with_each_checkpoint_and_resumed(tmp_p
     missing = replay_trainer(tmp_path, tokenizer, never_right, max_steps=3, save_strategy="steps", save_steps=2)
     with pytest.raises(CheckpointError, match="has no ada_replay_rows_<rank>.pkl there"):
         missing.train(resume_from_checkpoint=str(checkpoint))
+
+
+def test_a_checkpoint_inside_a_generation_block_saves_the_index_and_the_completions_of_one_moment(tmp_path, tokenizer):
+    """TRL regenerates a generation block on resume, so a checkpoint inside one saves the sampler state from before
+    the block; the stored completions it saves must be from that moment too, or the index and the rows disagree."""
+    from trl_ada.checkpoints import read_sampler_state
+
+    trainer = replay_trainer(
+        tmp_path,
+        tokenizer,
+        max_steps=2,
+        steps_per_generation=2,
+        per_device_train_batch_size=4,
+        save_strategy="steps",
+        save_steps=1,
+    )
+    trainer.train()
+    inside = tmp_path / "checkpoint-1"  # the first optimizer step of a two-step block
+    indexed = {key for key, _, _ in read_sampler_state(str(inside))["sampler"]["replay"]["stored"]}
+    saved = load_replay_rows(str(inside), 0, "cpu")
+    assert set(saved) == indexed == set()  # nothing was stored before the block
+    assert trainer.ada_replay_rows  # while the block did store a success
 
 
 def test_the_card_says_what_was_replayed():

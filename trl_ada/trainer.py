@@ -210,6 +210,7 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         self._ada_warned: set[str] = set()
         # The sampler's state at the start of the current generation block, saved by a checkpoint inside the block.
         self._ada_state_before_block: dict[str, Any] | None = None
+        self._ada_replay_rows_before_block: dict[str, PoolEntry] | None = None
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
@@ -293,6 +294,8 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         if self._blocks_span_steps:
             # TRL regenerates a generation block on resume; a checkpoint inside one saves the state from here.
             self._ada_state_before_block = copy.deepcopy(self._sampler_training_state())
+            # The stored successes of the same moment (entries are never changed in place, so a copy of the dict).
+            self._ada_replay_rows_before_block = dict(self.ada_replay_rows)
         try:
             # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
             # line up with the completions even when the kept prompts differ from `inputs` (DAPO refills, est).
@@ -401,13 +404,18 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """Overridden to write the sampler's state into each checkpoint, before its `trainer_state.json` and push."""
         super()._save_optimizer_and_scheduler(output_dir)
+        inside_block = self._blocks_span_steps and micro_step(self) % self._generate_every != 0
         if self.ada_sampler.replay is not None:
-            # Each process holds the completions it generated: each writes its own, as TRL's RNG states.
-            save_replay_rows(self.ada_replay_rows, output_dir, self.accelerator.process_index)
+            # Each process holds the completions it generated: each writes its own, as TRL's RNG states, from the
+            # moment the sampler state below is from.
+            rows = self._ada_replay_rows_before_block if inside_block else None
+            save_replay_rows(
+                self.ada_replay_rows if rows is None else rows, output_dir, self.accelerator.process_index
+            )
         if not self.args.should_save:
             return
         state = self._sampler_training_state()
-        if self._blocks_span_steps and micro_step(self) % self._generate_every != 0:
+        if inside_block:
             # TRL regenerates the whole block on resume: save the state from before it, so nothing is counted twice.
             state = self._ada_state_before_block or state
             self._warn_once(
