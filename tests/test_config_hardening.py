@@ -260,3 +260,10 @@ def test_the_sampler_help_names_every_built_in_sampler_and_every_one_that_takes_
         assert f'`"{name}"`' in sampler_help, name
         if set(option_fields(cls.Options)) - set(KNOB_FIELDS):
             assert f'`"{name}"`' in kwargs_help and f"trl_ada.samplers.{cls.Options.__name__}" in kwargs_help
+
+
+@pytest.mark.parametrize("learning_rate", [-1e-4, float("nan"), float("inf")])
+def test_a_learning_rate_that_cannot_train_is_refused_in_the_config(tmp_path, learning_rate):
+    with pytest.raises(ValueError, match="positive, finite learning rate"):
+        AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=learning_rate)
+    assert AdaGRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, learning_rate=0.0).learning_rate == 0.0

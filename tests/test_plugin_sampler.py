@@ -218,3 +218,41 @@ def test_an_import_path_resolves_from_the_working_directory(registry_snapshot, t
         assert cls.__name__ == "CwdOnly" and cls.name == "cwd_only" and sys.path[0] == str(tmp_path)
     finally:
         sys.modules.pop("cwd_only_sampler", None)
+
+
+def test_a_plugin_that_asks_for_a_second_round_reads_max_rounds_or_is_told_to():
+    """A new user's retrying sampler once got one round, silently: now it is an error naming the fix, and declaring
+    `max_rounds` in its Options gives it the config's rounds."""
+    from dataclasses import dataclass
+
+    from trl_ada.samplers import Sampler, SamplerOptions, SamplerSettings, build_sampler, register_sampler
+    from trl_ada.samplers.registry import SAMPLERS
+
+    class RetryUntilRight(Sampler):
+        def request_size(self, step, index):
+            positives, _ = step.outcomes[index]
+            return 0 if positives or len(step.pools[index]) >= 8 else self.settings.num_generations
+
+    @dataclass(kw_only=True)
+    class WithRounds(SamplerOptions):
+        max_rounds: int
+
+    class RetryWithRounds(RetryUntilRight):
+        Options = WithRounds
+
+    register_sampler("retry_test")(RetryUntilRight)
+    register_sampler("retry_rounds_test")(RetryWithRounds)
+    try:
+        for name, rounds in (("retry_test", None), ("retry_rounds_test", 2)):
+            sampler = build_sampler(SamplerSettings(sampler=name, num_generations=4, seed=0))
+            step = sampler.begin(1)
+            if rounds is None:
+                with pytest.raises(ValueError, match="Declare `max_rounds: int` in its Options"):
+                    step.observe(step.requests(), [0.0] * 4)  # the end of the first round asks for the next
+                continue
+            step.observe(step.requests(), [0.0] * 4)
+            step.observe(step.requests(), [0.0] * 4)
+            assert step.requests() == [] and step.rounds == rounds
+    finally:
+        SAMPLERS.pop("retry_test")
+        SAMPLERS.pop("retry_rounds_test")

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import math
 
 import pytest
 import torch
@@ -205,14 +206,37 @@ def test_seq_balance_kept_share_agrees_with_trl_frac_reward_zero_std(tmp_path, t
         assert entry["ada/zero_variance_share/kept"] == pytest.approx(entry["frac_reward_zero_std"])
 
 
-def test_unscorable_prompts_exit_at_once_and_are_warned_about_once(tmp_path, tokenizer, arithmetic_dataset, caplog):
+def test_a_step_nothing_can_score_stops_with_an_error_naming_the_rewards(tmp_path, tokenizer, arithmetic_dataset):
     config = AdaGRPOConfig(**tiny_args(tmp_path, max_steps=2), sampler="seq_balance", round_size=8, max_rounds=4)
-    with caplog.at_level(logging.WARNING, logger="trl_ada.trainer"):
-        trainer = make_trainer(config, tokenizer, arithmetic_dataset, rewards=[never_scores])
+    trainer = make_trainer(config, tokenizer, arithmetic_dataset, rewards=[never_scores])
+    with pytest.raises(
+        RuntimeError, match=r"Every reward function \(never_scores\) returned None for every completion"
+    ):
         trainer.train()
-    for selection in trainer.selections:
-        assert [len(pool) for pool in selection.pools] == [8, 8]  # one round, not the cap of 32
-        assert all(a == 0.0 for result in selection.prompts for a in result.advantages)
-    warned = [r.getMessage() for r in caplog.records if "returned None for all draws" in r.getMessage()]
-    assert len(warned) == 1 and "never_scores" in warned[0]
-    assert all(e["ada/unscorable_share"] == 1.0 for e in trainer.state.log_history if "loss" in e)
+    assert trainer.state.global_step == 0  # before any update
+
+
+def test_unscorable_prompts_exit_at_once_and_are_warned_about_once(caplog):
+    """A prompt no reward function scores, beside one that is scored: warned about once, not an error."""
+    from types import SimpleNamespace
+
+    from trl_ada.samplers import SamplerSettings, build_sampler
+    from trl_ada.schedules.driver import _check_unscorable
+
+    sampler = build_sampler(SamplerSettings(sampler="seq_balance", num_generations=4, round_size=8, seed=0))
+    step = sampler.begin(2)
+    requests = step.requests()
+    step.observe(requests, [math.nan] * 8 + [1.0, 0.0] * 4)
+    assert step.requests() == []  # the unscorable prompt exits after its first round, like the mixed one
+    selection = step.finish()
+    warned = set()
+    trainer = SimpleNamespace(
+        reward_func_names=["never_scores"], num_generations=4, state=SimpleNamespace(global_step=0),
+        _warn_once=lambda key, message, *args: warned.add(key) or logging.getLogger("t").warning(message, *args),
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING):
+        _check_unscorable(trainer, selection)
+        _check_unscorable(trainer, selection)
+    assert warned == {"unscorable"}
+    assert all(a == 0.0 for a in selection.prompts[0].advantages)
+    assert [r.getMessage() for r in caplog.records if "returned None for all draws" in r.getMessage()] != []

@@ -141,10 +141,9 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
 
         sampler (`str`, *optional*, defaults to `"seq_balance"`):
             Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"`
-            (GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` (budgets from pass
-            rates), `"est_ema"` (the authors' later single-round variant), `"dapo"` (drops groups without a signal,
-            refills), `"knapsack"`, `"dapo_gated"` (a gated refill) and `"spo"` (SPO: prompts drawn by their tracked
-            pass rates). See the Samplers docs.
+            (GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` and `"est_ema"`
+            (budgets from pass rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`,
+            `"dapo_gated"` and `"spo"`. See the Samplers docs.
         sampler_kwargs (`dict` or `str` or `None`, *optional*, defaults to `None`):
             Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the
             built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`), `"dapo_gated"`
@@ -167,10 +166,9 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             A completion counts as positive when its (weighted, summed) reward is strictly greater than this value. Must
             be finite.
         baseline (`str`, *optional*, defaults to `"pool"`):
-            Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as
-            in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt's mean
-            reward from its earlier steps, SPO's; the pool's mean on a first visit) or `"predicted"` (the learned
-            predictor's estimate). The last two remember the mean reward, so rewards must lie in [0, 1], and they need
+            Baseline subtracted from each reward: `"pool"` (the mean reward of all the prompt's draws, as in the
+            paper), `"group"` (the kept group's, as `GRPOTrainer`), `"tracked"` (the prompt's mean reward at earlier
+            steps, SPO's) or `"predicted"` (a learned predictor's). The last two need rewards in [0, 1] and
             `scale_rewards="none"`.
         objective (`str`, *optional*, defaults to `"linear"`):
             Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its pool.
@@ -391,6 +389,11 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
 
     def _validate_adaptive_sampling(self) -> None:
         self._carry_deprecated_names()
+        if not self.learning_rate >= 0.0 or math.isinf(self.learning_rate):  # NaN fails the first test
+            raise ValueError(
+                f"learning_rate={self.learning_rate} would step against the gradient or nowhere meaningful; give a "
+                "positive, finite learning rate (e.g. 1e-6 for a 1.5B model, 1e-4 for the shipped tiny one)."
+            )
         # Validates every sampler knob (and fills the sampler's defaults) before any model is loaded.
         settings = self.sampler_settings()
         if self.multi_objective_aggregation != "sum_then_normalize" and not (

@@ -17,7 +17,7 @@ from . import rules
 from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
 from .replay import SuccessReplay
-from .settings import REMEMBERED_BASELINES, SamplerOptions, SamplerSettings
+from .settings import REMEMBERED_BASELINES, SamplerOptions, SamplerSettings, option_fields
 from .tracker import DecayedBetaTracker, PassRateEstimator, checked_estimates
 
 
@@ -147,9 +147,24 @@ class SamplingStep:
         self.active_after_round.append(sum(1 for count in self._next_sizes if count > 0))
 
     def _round_sizes(self) -> list[int]:
-        if self.rounds >= self.sampler.options.max_rounds:
+        options = self.sampler.options
+        if self.rounds >= options.max_rounds:
+            if self.rounds == 1 and "max_rounds" not in option_fields(type(options)):
+                self._refuse_a_second_round()
             return [0] * self.num_prompts
         return [self.sampler.request_size(self, index) for index in range(self.num_prompts)]
+
+    def _refuse_a_second_round(self) -> None:
+        """A sampler whose `Options` do not read `max_rounds` gets one round; one that asks for a second would
+        otherwise retry nothing, silently."""
+        asked = [index for index in range(self.num_prompts) if self.sampler.request_size(self, index) > 0]
+        if asked:
+            raise ValueError(
+                f"sampler={self.sampler.name!r} asked for a second round of draws for {len(asked)} prompts, and its "
+                f"Options ({type(self.sampler.options).__name__}) do not read max_rounds, so a generation batch "
+                "has one round. Declare `max_rounds: int` in its Options (the config's max_rounds then caps the "
+                "rounds, 4 by default), or return 0 from request_size once step.rounds > 0."
+            )
 
     def add(self, index: int, rewards: Sequence[float], masked: Sequence[bool] | None = None) -> None:
         """Append completions to prompt `index`'s pool, in draw order, and update its outcome counts."""

@@ -118,9 +118,9 @@ class SamplerFields:
     sampler: str = knob(
         "seq_balance",
         'Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"` '
-        '(GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` (budgets from pass '
-        'rates), `"est_ema"` (the authors\' later single-round variant), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` (a gated refill) '
-        'and `"spo"` (SPO: prompts drawn by their tracked pass rates). See the Samplers docs.',
+        '(GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` and `"est_ema"` '
+        '(budgets from pass rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` '
+        'and `"spo"`. See the Samplers docs.',
     )
     sampler_kwargs: dict[str, Any] | str | None = knob(
         None,
@@ -161,10 +161,9 @@ class SamplerFields:
     )
     baseline: str = knob(
         "pool",
-        'Baseline subtracted from each reward: `"pool"` (the mean reward of every completion drawn for the prompt, as '
-        'in the paper), `"group"` (the mean of the kept group, as in `GRPOTrainer`), `"tracked"` (the prompt\'s mean '
-        "reward from its earlier steps, SPO's; the pool's mean on a first visit) or `\"predicted\"` (the learned "
-        "predictor's estimate). The last two remember the mean reward, so rewards must lie in [0, 1], and they need "
+        'Baseline subtracted from each reward: `"pool"` (the mean reward of all the prompt\'s draws, as in the paper), '
+        '`"group"` (the kept group\'s, as `GRPOTrainer`), `"tracked"` (the prompt\'s mean reward at earlier steps, '
+        'SPO\'s) or `"predicted"` (a learned predictor\'s). The last two need rewards in [0, 1] and '
         '`scale_rewards="none"`.',
         choices=("pool", "group", "tracked", "predicted"),
     )

@@ -234,6 +234,14 @@ def _check_unscorable(trainer: Any, selection: Selection) -> None:
     """Warn once when no reward function scored any draw of a prompt (all returned None): the sampler stops such a
     prompt at `num_generations` draws, and it trains with zero advantages."""
     pools = [pool for pool in selection.pools if pool and not any(rules.is_scorable(r) for r in pool)]
+    if pools and len(pools) == len(selection.pools):
+        # Nothing of the whole generation batch could be scored: the step would train on nothing and look fine.
+        raise RuntimeError(
+            f"Every reward function ({', '.join(trainer.reward_func_names)}) returned None for every completion of "
+            f"training step {trainer.state.global_step + 1} ({sum(len(pool) for pool in pools)} completions of "
+            f"{len(pools)} prompts), so there is nothing to train on. Make a reward function score these prompts "
+            "(None means 'does not apply'), or check the dataset columns the reward functions read."
+        )
     if pools:
         trainer._warn_once(
             "unscorable",
