@@ -163,7 +163,7 @@ class SamplerFields:
         "pool",
         'Baseline subtracted from each reward: `"pool"` (the mean reward of all the prompt\'s draws, as in the paper), '
         '`"group"` (the kept group\'s, as `GRPOTrainer`), `"tracked"` (the prompt\'s mean reward at earlier steps, '
-        'SPO\'s) or `"predicted"` (a learned predictor\'s). The last two need rewards in [0, 1] and '
+        "SPO's) or `\"predicted\"` (a learned predictor's). The last two need rewards in [0, 1] and "
         '`scale_rewards="none"`.',
         choices=("pool", "group", "tracked", "predicted"),
     )
