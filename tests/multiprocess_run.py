@@ -78,12 +78,15 @@ class Recording(AdaGRPOTrainer):
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         if kept:
             self._kept_rewards = rewards
+            if self._ada_pending.draw_shares is not None:
+                self.__dict__.setdefault("draw_shares", []).append(self._ada_pending.draw_shares.tolist())
         return rewards
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         self.__dict__.setdefault("local_rows", []).append(int(output["completion_ids"].shape[0]))
         self.__dict__.setdefault("trained_advantages", []).append(output["advantages"].tolist())
+        self.__dict__.setdefault("trained_tokens", []).append(output["completion_mask"].sum(dim=1).tolist())
         if len(self.reward_funcs) == 2:
             # Every row this process trains on must be the completion its reward was computed for: the fingerprint
             # reward was scored on the process that generated the row, before the row was routed here.
@@ -123,6 +126,8 @@ def run(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides
         "local_rows": trainer.local_rows,
         "moved": trainer.moved,
         "trained_advantages": trainer.trained_advantages,
+        "trained_tokens": trainer.trained_tokens,
+        "draw_shares": trainer.__dict__.get("draw_shares"),
         "rows_line_up": trainer.__dict__.get("rows_line_up"),
         "rollout_rows_line_up": trainer.__dict__.get("rollout_rows_line_up"),
         "drawn_prompts": trainer.drawn_prompts,

@@ -62,7 +62,13 @@ def test_the_whole_pool_trains_split_evenly_over_processes_and_micro_batches(two
         assert left_out < 4 and sum(len(pool) for pool in pools) - left_out == 2 * rank0["local_rows"][step]
         assert rank0["local_rows"][step] == rank1["local_rows"][step] and rank0["local_rows"][step] % 2 == 0
         trained = rank0["trained_advantages"][step] + rank1["trained_advantages"][step]
-        assert trained == pytest.approx([a for result in fitted for a in result.advantages], abs=1e-6)
+        # The step factor over both processes' rows (TRL's default loss divides by tokens): sum c / sum share x c.
+        tokens = rank0["trained_tokens"][step] + rank1["trained_tokens"][step]
+        shares = rank0["draw_shares"][step]
+        assert shares == rank1["draw_shares"][step] and len(shares) == len(tokens) == len(trained)
+        factor = sum(tokens) / sum(s * c for s, c in zip(shares, tokens, strict=True))
+        expected = [factor * a for result in fitted for a in result.advantages]
+        assert trained == pytest.approx(expected, rel=1e-5, abs=1e-6)
     assert outgrew  # some pool was larger than its group of 4, so the rows differed from TRL's batch
 
 

@@ -93,7 +93,7 @@ def test_dapo_at_the_cap_raises_by_default_and_can_keep_the_partial_batch(tmp_pa
     [
         {"sampler": "est", "est_max_samples": 12},
         {"sampler": "seq_balance", "round_size": 4, "max_rounds": 2, "dapo_refill": True, "dapo_max_refills": 20},
-        {"sampler": "dapo", "baseline": "tracked", "scale_rewards": "batch", "dapo_max_refills": 20},
+        {"sampler": "dapo", "baseline": "tracked", "scale_rewards": "none", "dapo_max_refills": 20},
         {
             "sampler": "dapo",
             "baseline": "predicted",
