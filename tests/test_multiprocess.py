@@ -91,7 +91,7 @@ def test_replayed_successes_are_routed_to_the_process_that_trains_them(two_proce
     assert rank0["rows_line_up"] == rank1["rows_line_up"] == [True] * 3
     assert any(moved for moved in rank0["moved"][1:])  # some replayed row trained on the other process
     # Each process wrote the completions it holds into the checkpoint.
-    assert {"ada_replay_rows_0.pkl", "ada_replay_rows_1.pkl"} <= set(rank0["checkpoint_files"])
+    assert {"ada_replay_rows_0.json", "ada_replay_rows_1.json"} <= set(rank0["checkpoint_files"])
 
 
 def test_balance_run_keeps_static_shapes(two_process_reports):

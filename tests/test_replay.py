@@ -173,7 +173,7 @@ def test_the_stored_completions_are_saved_with_each_checkpoint_and_resumed(tmp_p
 
     os.remove(checkpoint / REPLAY_ROWS_NAME.format(rank=0))
     missing = replay_trainer(tmp_path, tokenizer, never_right, max_steps=3, save_strategy="steps", save_steps=2)
-    with pytest.raises(CheckpointError, match="has no ada_replay_rows_<rank>.pkl there"):
+    with pytest.raises(CheckpointError, match="has no ada_replay_rows_<rank>.json there"):
         missing.train(resume_from_checkpoint=str(checkpoint))
 
 
@@ -204,3 +204,31 @@ def test_the_card_says_what_was_replayed():
 
     assert 'replay="successes"' in describe(replaying().settings)
     assert "replay" not in describe(replaying(replay="none").settings)
+
+
+class _WritesAFile:
+    """A pickle whose loading would write a file: what a hostile checkpoint on the Hub could hold."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_checkpoint_is_data_a_pickle_in_it_is_refused_not_loaded(tmp_path, tokenizer):
+    import pickle
+
+    first = replay_trainer(tmp_path, tokenizer, max_steps=2, save_strategy="steps", save_steps=2)
+    first.train()
+    checkpoint = tmp_path / "checkpoint-2"
+    saved = checkpoint / REPLAY_ROWS_NAME.format(rank=0)
+    assert saved.suffix == ".json" and json.loads(saved.read_text())  # plain data
+    # An older trl-ada's pickle, replaced by a hostile one, in place of the JSON file.
+    os.remove(saved)
+    marker = tmp_path / "written_by_the_checkpoint"
+    (checkpoint / "ada_replay_rows_0.pkl").write_bytes(pickle.dumps(_WritesAFile(str(marker))))
+    resumed = replay_trainer(tmp_path, tokenizer, max_steps=3, save_strategy="steps", save_steps=2)
+    with pytest.raises(CheckpointError, match="no longer loads"):
+        resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert not marker.exists()

@@ -245,6 +245,11 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         self.ada_replay_rows: dict[str, PoolEntry] = {}
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
         apply_cpu_thread_default(self.model, self.accelerator.device)
+        if settings.replay == "successes" and is_vlm(self):
+            raise ValueError(
+                "replay='successes' saves each stored completion in the checkpoints as JSON (data only), and a "
+                "vision-language model's prompts carry images, which it does not save. Use replay='none'."
+            )
         if args.generation_schedule == "continuous" and is_vlm(self):
             raise ValueError(
                 "generation_schedule='continuous' sends token ids only; a vision-language model's prompts carry "

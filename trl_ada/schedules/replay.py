@@ -4,18 +4,23 @@ routed like any kept row."""
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from ..checkpoints import CheckpointError
 from ..samplers import PromptKey, Selection
-from .pools import PoolEntry
+from .pools import LocalRow, PoolEntry
 
-REPLAY_ROWS_NAME = "ada_replay_rows_{rank}.pkl"
-"""Each process's stored successes in a checkpoint (its own completions; the others' rewards and holders)."""
+REPLAY_ROWS_NAME = "ada_replay_rows_{rank}.json"
+"""Each process's stored successes in a checkpoint (its own completions; the others' rewards and holders), as JSON:
+a checkpoint is data, and loading one runs no code."""
+
+LEGACY_REPLAY_ROWS_NAME = "ada_replay_rows_{rank}.pkl"
+"""What trl-ada wrote before: a pickle, which it no longer loads."""
 
 
 def take_replayed(
@@ -46,23 +51,85 @@ def forget_unindexed(store: dict[str, PoolEntry], indexed: Any) -> None:
 
 
 def save_replay_rows(store: dict[str, PoolEntry], checkpoint: str, rank: int) -> None:
-    """Write this process's `store` into `checkpoint` (every process writes its own file, as TRL's RNG states)."""
+    """Write this process's `store` into `checkpoint` as JSON (every process writes its own file, as TRL's RNG
+    states)."""
     entries = {
-        key: (entry.rewards_per_func.cpu(), entry.truncated, entry.holder, entry.row) for key, entry in store.items()
+        key: {
+            "rewards": entry.rewards_per_func.cpu().tolist(),
+            "truncated": entry.truncated,
+            "holder": entry.holder,
+            "row": None if entry.row is None else _row_to_json(entry.row),
+        }
+        for key, entry in store.items()
     }
     os.makedirs(checkpoint, exist_ok=True)  # another process may not have made the checkpoint's folder yet
-    with open(os.path.join(checkpoint, REPLAY_ROWS_NAME.format(rank=rank)), "wb") as f:
-        pickle.dump(entries, f, protocol=pickle.HIGHEST_PROTOCOL)
+    with open(os.path.join(checkpoint, REPLAY_ROWS_NAME.format(rank=rank)), "w") as f:
+        json.dump(entries, f, default=_plain)
 
 
 def load_replay_rows(checkpoint: str, rank: int, device: torch.device | str) -> dict[str, PoolEntry] | None:
-    """This process's stored successes from `checkpoint`, or None when it has no file for this process."""
+    """This process's stored successes from `checkpoint`, or None when it has no file for this process. A pickle
+    written by an older trl-ada is refused, never loaded: it could run code."""
     path = os.path.join(checkpoint, REPLAY_ROWS_NAME.format(rank=rank))
     if not os.path.isfile(path):
+        legacy = os.path.join(checkpoint, LEGACY_REPLAY_ROWS_NAME.format(rank=rank))
+        if os.path.isfile(legacy):
+            raise CheckpointError(
+                f"{legacy} stores replayed completions as a pickle, which trl-ada no longer loads (loading a pickle "
+                "can run code, and checkpoints are shared). Resume from a checkpoint written by this version, or "
+                "delete that file and resume with replay='none'."
+            )
         return None
-    with open(path, "rb") as f:
-        entries = pickle.load(f)  # written by save_replay_rows into the run's own checkpoint, as torch.load reads it
+    with open(path) as f:
+        entries = json.load(f)
     return {
-        key: PoolEntry(rewards.to(device), truncated, holder, row)
-        for key, (rewards, truncated, holder, row) in entries.items()
+        key: PoolEntry(
+            torch.tensor(entry["rewards"], dtype=torch.float32, device=device),
+            bool(entry["truncated"]),
+            int(entry["holder"]),
+            None if entry["row"] is None else _row_from_json(entry["row"]),
+        )
+        for key, entry in entries.items()
     }
+
+
+def _row_to_json(row: LocalRow) -> dict[str, Any]:
+    if row.images is not None or row.tool_images:
+        raise ValueError(
+            "replay='successes' saves each stored completion in the checkpoint as JSON, and this one holds images, "
+            "which it does not save. Use replay='none' with image prompts."
+        )
+    return {
+        "prompt_ids": row.prompt_ids.tolist(),
+        "completion_ids": row.completion_ids.tolist(),
+        "logprobs": None if row.logprobs is None else row.logprobs.tolist(),
+        "completion": row.completion,
+        "extra_logs": row.extra_logs,
+        "tool_mask": None if row.tool_mask is None else row.tool_mask.tolist(),
+        "extra_fields": row.extra_fields,
+        "prompt": row.prompt,
+    }
+
+
+def _row_from_json(fields: dict[str, Any]) -> LocalRow:
+    return LocalRow.from_lists(
+        fields["prompt_ids"],
+        fields["completion_ids"],
+        fields["completion"],
+        fields["logprobs"],
+        fields["extra_logs"],
+        tool_mask=fields["tool_mask"],
+        extra_fields=fields["extra_fields"],
+        prompt=fields["prompt"],
+    )
+
+
+def _plain(value: Any) -> Any:
+    """numpy and torch values in a row's logs and fields, as the JSON values they hold."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(
+        f"replay='successes' saves each stored completion's fields as JSON, and one holds a {type(value).__name__}. "
+        "Return JSON values (numbers, strings, lists, dicts) from reward log_extra and rollout extra fields, or use "
+        "replay='none'."
+    )
