@@ -232,3 +232,75 @@ def test_a_checkpoint_is_data_a_pickle_in_it_is_refused_not_loaded(tmp_path, tok
     with pytest.raises(CheckpointError, match="no longer loads"):
         resumed.train(resume_from_checkpoint=str(checkpoint))
     assert not marker.exists()
+
+
+def direct_completion_logprob(model, row, temperature):
+    """A completion's log-probability under `model`, computed here from the logits: the reference for the trainer's."""
+    import torch
+
+    ids = torch.tensor([list(row.prompt_ids) + list(row.completion_ids)])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, :-1] / temperature
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    targets = ids[0, 1:]
+    start = len(row.prompt_ids) - 1
+    return float(logprobs[start:, :].gather(1, targets[start:, None]).sum())
+
+
+def test_a_replayed_success_is_weighted_by_its_truncated_importance_ratio(tmp_path, tokenizer, monkeypatch):
+    """pi_then is the trainer's model's log-probability of the success when it was stored, pi_now when it is replayed;
+    the replayed row's advantage is the sampler's times min(1, pi_now / pi_then), whichever engine generated it."""
+    from trl_ada.schedules import replay as replay_module
+
+    calls = []
+    original = replay_module.sequence_logprobs
+
+    def recorded(trainer, rows):
+        values = original(trainer, rows)
+        for row, value in zip(rows, values, strict=True):
+            # The trainer's computation equals one made here from the model's logits (at TRL's temperature).
+            assert value == pytest.approx(direct_completion_logprob(trainer.model, row, trainer.temperature), abs=1e-4)
+        if not calls:
+            # Pretend the success was far likelier when drawn, so that its replays carry a correction below 1.
+            values = [value + math.log(1e3) for value in values]
+        calls.append(values)
+        return values
+
+    monkeypatch.setattr(replay_module, "sequence_logprobs", recorded)
+    trainer = replay_trainer(tmp_path, tokenizer, max_steps=3)
+    trainer.train()
+    assert len(calls[0]) == 1  # the first step stored one success (its behaviour log-probability)
+    replays = 0
+    for record, selection in zip(trainer.recorded, trainer.selections, strict=True):
+        trained = iter(record["advantages"].tolist())
+        for result, pool in zip(selection.prompts, selection.pools, strict=True):
+            for index, advantage in zip(result.kept, result.advantages, strict=True):
+                got = next(trained)
+                if index < len(pool):
+                    assert got == pytest.approx(advantage, abs=1e-6)
+                    continue
+                replays += 1
+                # The step's call computed the replayed row's pi_now last; pi_then is the first call's (as stored).
+                expected = min(1.0, math.exp(calls[replays][-1] - calls[0][0]))
+                assert 0.0 < expected < 1.0 and got == pytest.approx(advantage * expected, rel=1e-4)
+    assert replays == 2 and len(calls) == 3
+    logged = [entry["ada/replay/weight"] for entry in trainer.state.log_history if "ada/replay/weight" in entry]
+    assert logged == pytest.approx([min(1.0, math.exp(call[-1] - calls[0][0])) for call in calls[1:]], rel=1e-4)
+
+
+def test_a_replayed_row_goes_to_trl_without_its_engines_sampling_logprobs():
+    """TRL reads a NaN sampling log-probability as an importance ratio of 1, so its vLLM correction leaves the replayed
+    row alone and the one correction is trl-ada's, as for a row transformers generated (which has none)."""
+    import numpy as np
+    import torch
+
+    from trl_ada.schedules.driver import replayed_row
+    from trl_ada.schedules.pools import LocalRow, PoolEntry
+
+    row = LocalRow.from_lists([1, 2], [3, 4, 5], "345", [-0.1, -0.2, -0.3], {})
+    entry = PoolEntry(torch.tensor([1.0]), False, 0, row)
+    trained = replayed_row(entry)
+    assert np.isnan(trained.row.logprobs).all() and len(trained.row.logprobs) == 3
+    assert row.logprobs.tolist() == pytest.approx([-0.1, -0.2, -0.3])  # the stored row is left as it was
+    without = PoolEntry(torch.tensor([1.0]), False, 0, LocalRow.from_lists([1], [3], "3", None, {}))
+    assert replayed_row(without) is without

@@ -395,6 +395,18 @@ TOUCHPOINTS = [
         ),
     ),
     Touchpoint(
+        "GRPOTrainer._get_per_token_logps_and_entropies",
+        "call",
+        "`(model, input_ids, attention_mask, logits_to_keep, batch_size=...)` returns the per-token log-probabilities "
+        "of the last `logits_to_keep` tokens first, at the generation temperature: what `replay_weights` scores a "
+        "replayed success with",
+        parameters(
+            GRPOTrainer,
+            "_get_per_token_logps_and_entropies",
+            ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"),
+        ),
+    ),
+    Touchpoint(
         "GRPOTrainer.create_model_card",
         "override",
         "`create_model_card(model_name, dataset_name, tags)` writes TRL's card, whose text trl-ada replaces",

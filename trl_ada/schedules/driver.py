@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate.utils import gather_object
 
@@ -20,7 +21,7 @@ from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .base import RoundResult, prompt_key, prompt_keys
 from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
-from .replay import forget_unindexed, take_replayed
+from .replay import forget_unindexed, replay_weights, take_replayed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,18 +116,21 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         multiple = math.lcm(trainer.num_generations, num_processes * trainer.args.steps_per_generation)
         results, left_out = fit_trained_rows(results, multiple, trainer.num_generations)
         train_metrics(trainer)["ada/pool_draws_left_out"].append(float(left_out))
+    corrections = replay_weights(trainer, batches) if trainer.ada_sampler.replay is not None else {}
     kept: list[PoolEntry] = []
     kept_inputs: list[dict[str, Any]] = []
     advantages: list[float] = []
     for (b, g), result in zip(chosen, results, strict=True):
         batch = batches[b]
         pool = batch.pools[g]
-        kept.extend(pool[i] if i < len(pool) else batch.replayed[g] for i in result.kept)
+        kept.extend(pool[i] if i < len(pool) else replayed_row(batch.replayed[g]) for i in result.kept)
         # One copy per row: TRL merges a rollout's per-row extra fields into these dicts in place.
         kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
-        advantages.extend(result.advantages)
+        # The replayed row (the pool's index past its draws) is weighted by its importance correction.
+        weight = corrections.get((b, g), 1.0)
+        advantages.extend(a * (weight if i >= len(pool) else 1.0) for i, a in zip(result.kept, result.advantages))
     if trainer.ada_sampler.replay is not None:
-        log_replay(trainer, results)
+        log_replay(trainer, results, [corrections[key] for key in chosen if key in corrections])
     # Where the sampler's advantages are GRPO's on these very rows, TRL's own float32 computation stands in, so that
     # `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit; everywhere else TRL trains the
     # sampler's (trl_ada.samplers.signal).
@@ -162,14 +166,25 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
     ]
 
 
-def log_replay(trainer: Any, results: Sequence[Any]) -> None:
+def log_replay(trainer: Any, results: Sequence[Any], weights: Sequence[float]) -> None:
     """`ada/replay/share`: the replayed share of the update's rows; `ada/replay/age`: their mean age in generation
-    batches (logged when the update replays any)."""
+    batches, and `ada/replay/weight` their mean importance correction (logged when the update replays any)."""
     ages = [result.replayed[0] for result in results if result.replayed is not None]
     metrics = train_metrics(trainer)
     metrics["ada/replay/share"].append(len(ages) / max(1, sum(len(result.kept) for result in results)))
     if ages:
         metrics["ada/replay/age"].append(sum(ages) / len(ages))
+        metrics["ada/replay/weight"].append(sum(weights) / len(weights))
+
+
+def replayed_row(entry: PoolEntry) -> PoolEntry:
+    """A replayed success as the batch trains it: without the sampling log-probabilities of the engine that drew it,
+    so TRL's vLLM importance sampling leaves the row alone (a NaN reads as a ratio of 1) and the one correction is
+    `replay_weights`'s, whichever engine generated the row."""
+    row = entry.row
+    if row is None or row.logprobs is None:
+        return entry
+    return dataclasses.replace(entry, row=dataclasses.replace(row, logprobs=np.full_like(row.logprobs, np.nan)))
 
 
 def group_rows(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -5,14 +5,17 @@ routed like any kept row."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+from accelerate.utils import gather_object
 
 from ..checkpoints import CheckpointError
 from ..samplers import PromptKey, Selection
+from ..trl_seam import completion_logprobs
 from .pools import LocalRow, PoolEntry
 
 REPLAY_ROWS_NAME = "ada_replay_rows_{rank}.json"
@@ -42,6 +45,69 @@ def take_replayed(
         if draw is not None:
             store[str(keys[index])] = pools[index][draw]
     return replayed
+
+
+def replay_weights(trainer: Any, batches: Sequence[Any]) -> dict[tuple[int, int], float]:
+    """The correction of every replayed row of one step, by `(batch, prompt)`, the same on every process: a replayed
+    success was drawn by an earlier policy, so its advantage is weighted by the truncated importance ratio of the
+    whole completion, `min(1, pi_now(y) / pi_then(y))`. Both are the trainer's model's own log-probabilities, whoever
+    generated the row (vLLM or transformers): `pi_then` is computed when the success is stored, in the step that drew
+    it (`LocalRow.behaviour_logprob`), `pi_now` when it is replayed. `batches`: the step's `SampledBatch`es."""
+    stored = [
+        entry
+        for batch in batches
+        for index, draw in enumerate(batch.selection.replay_stored)
+        if draw is not None
+        for entry in (batch.pools[index][draw],)
+        if entry.row is not None and entry.row.behaviour_logprob is None
+    ]
+    replayed = [
+        ((b, g), entry)
+        for b, batch in enumerate(batches)
+        for g, entry in batch.replayed.items()
+        if entry.row is not None
+    ]
+    logprobs = sequence_logprobs(trainer, [entry.row for entry in stored] + [entry.row for _, entry in replayed])
+    for entry, logprob in zip(stored, logprobs, strict=False):
+        entry.row.behaviour_logprob = logprob
+    local = {
+        key: min(1.0, math.exp(now - entry.row.behaviour_logprob))
+        for (key, entry), now in zip(replayed, logprobs[len(stored) :], strict=True)
+    }
+    weights: dict[tuple[int, int], float] = {}
+    for part in gather_object([local]):
+        weights.update(part)
+    return weights
+
+
+def sequence_logprobs(trainer: Any, rows: Sequence[LocalRow]) -> list[float]:
+    """Each row's completion log-probability under the trainer's model (the model-written tokens, by its tool mask).
+    Every process runs the model the same number of times (sharded models gather their weights in a forward pass),
+    padding its rows with copies of a one-token row; no process runs it when none has a row."""
+    counts = gather_object([len(rows)])
+    if max(counts) == 0:
+        return []
+    pad = trainer.processing_class.pad_token_id if hasattr(trainer.processing_class, "pad_token_id") else None
+    pad = pad if pad is not None else 0
+    padding = max(counts) - len(rows)
+    filler = LocalRow.from_lists([pad], [pad], "", None, {})
+    batch = list(rows) + [filler] * padding
+    prompt_length = max(len(row.prompt_ids) for row in batch)
+    completion_length = max(len(row.completion_ids) for row in batch)
+    device = trainer.accelerator.device
+    input_ids = torch.full((len(batch), prompt_length + completion_length), pad, dtype=torch.long, device=device)
+    attention_mask = torch.zeros_like(input_ids)
+    completion_mask = torch.zeros((len(batch), completion_length), dtype=torch.float32, device=device)
+    for i, row in enumerate(batch):
+        prompt, completion = torch.as_tensor(row.prompt_ids), torch.as_tensor(row.completion_ids)
+        # TRL's layout: prompts left-padded, completions right-padded.
+        input_ids[i, prompt_length - len(prompt) : prompt_length] = prompt
+        input_ids[i, prompt_length : prompt_length + len(completion)] = completion
+        attention_mask[i, prompt_length - len(prompt) : prompt_length + len(completion)] = 1
+        written = torch.ones(len(completion)) if row.tool_mask is None else torch.as_tensor(row.tool_mask).float()
+        completion_mask[i, : len(completion)] = written
+    logprobs = completion_logprobs(trainer, input_ids, attention_mask, completion_length)
+    return (logprobs.float() * completion_mask).sum(dim=1)[: len(rows)].tolist()
 
 
 def forget_unindexed(store: dict[str, PoolEntry], indexed: Any) -> None:
@@ -108,11 +174,12 @@ def _row_to_json(row: LocalRow) -> dict[str, Any]:
         "tool_mask": None if row.tool_mask is None else row.tool_mask.tolist(),
         "extra_fields": row.extra_fields,
         "prompt": row.prompt,
+        "behaviour_logprob": row.behaviour_logprob,
     }
 
 
 def _row_from_json(fields: dict[str, Any]) -> LocalRow:
-    return LocalRow.from_lists(
+    row = LocalRow.from_lists(
         fields["prompt_ids"],
         fields["completion_ids"],
         fields["completion"],
@@ -122,6 +189,8 @@ def _row_from_json(fields: dict[str, Any]) -> LocalRow:
         extra_fields=fields["extra_fields"],
         prompt=fields["prompt"],
     )
+    row.behaviour_logprob = fields.get("behaviour_logprob")
+    return row
 
 
 def _plain(value: Any) -> Any:
