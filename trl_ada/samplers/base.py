@@ -601,7 +601,7 @@ def describe(settings: SamplerSettings) -> str:
     text = settings.options.describe(settings)
     replay = (
         " A prompt whose draws all came back wrong trained on its latest stored correct completion, in place of its "
-        'last kept draw (`replay="successes"`).'
+        'last kept draw (`replay="successes"`), its advantage weighted by min(1, π_now / π_then) of that completion.'
         if settings.replay == "successes"
         else ""
     )
