@@ -26,6 +26,7 @@ from .data import check_prompt_column
 from .generation.weight_sync import one_parameter_gather_per_step, one_weight_sync_per_step
 from .predictor_hub import resolve_pass_rate_predictor
 from .reporting.card import check_license, describe_rollouts, write_trainer_card
+from .reporting.console import use_concise_console
 from .reporting.metrics import advantage_metrics, reduce_log_window
 from .rewards.registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
@@ -244,6 +245,7 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         # `replay="successes"`: the stored completions the sampler's index points to (`trl_ada.schedules.replay`).
         self.ada_replay_rows: dict[str, PoolEntry] = {}
         super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        use_concise_console(self)
         apply_cpu_thread_default(self.model, self.accelerator.device)
         if settings.replay == "successes" and is_vlm(self):
             raise ValueError(
