@@ -35,7 +35,7 @@ from .samplers import PassRateEstimator, PromptPriority, Selection, build_sample
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR
 from .samplers.spo import prompt_priority
-from .schedules.driver import PendingBatch, log_selection, refill_walk, sample_step
+from .schedules.driver import PendingBatch, check_memory_can_act, log_selection, refill_walk, sample_step
 from .schedules.pools import PoolEntry, generate_fields
 from .schedules.priority import check_prompt_choice, priority_order
 from .schedules.replay import REPLAY_ROWS_NAME, forget_unindexed, load_replay_rows, save_replay_rows
@@ -274,6 +274,8 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         resume_from_checkpoint = resolve_resume_checkpoint(
             resume_from_checkpoint, self.args.output_dir, is_main_process=self.accelerator.is_main_process
         )
+        if self.accelerator.is_main_process:
+            check_memory_can_act(self)
         with warnings.catch_warnings():
             # TRL calls model methods transformers deprecates: nothing a user of this trainer can change.
             warnings.filterwarnings("ignore", message=TRL_MODEL_METHOD_DEPRECATIONS, category=FutureWarning)

@@ -5,6 +5,7 @@ one training step's sampling around them ([`sample_step`]: TRL's batch layout, t
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,8 @@ from . import get_schedule, rounds
 from .base import RoundResult, prompt_key, prompt_keys
 from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
 from .replay import forget_unindexed, replay_weights, take_replayed
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +246,44 @@ def log_selection(trainer: Any, selection: Selection) -> None:
         metrics[f"ada/{name}"].append(value)
     _check_threshold(trainer, selection)
     _check_unscorable(trainer, selection)
+    _check_difficulty(trainer, selection)
+
+
+DIFFICULTY_BATCHES = 3
+"""Generation batches over which `_check_difficulty` judges whether the data suits the model."""
+
+UNSUITED_SHARE = 0.8
+"""The share of prompts all-wrong (or all-right) after their draws above which the data is too hard (or too easy)."""
+
+
+def _check_difficulty(trainer: Any, selection: Selection) -> None:
+    """Warn once when, over the first generation batches, most prompts come back all-wrong (or all-right) even after
+    the sampler's draws: such prompts train nothing, and adaptive sampling cannot help data the model cannot (or
+    always does) solve."""
+    threshold = trainer.ada_sampler.settings.positive_threshold
+    seen = trainer.__dict__.setdefault("_ada_difficulty", [0, 0, 0, 0])  # batches, prompts, all wrong, all right
+    if seen[0] >= DIFFICULTY_BATCHES:
+        return
+    outcomes = [rules.count_outcomes(pool, threshold) for pool in selection.pools]
+    seen[0] += 1
+    seen[1] += len(outcomes)
+    seen[2] += sum(positives == 0 and negatives > 0 for positives, negatives in outcomes)
+    seen[3] += sum(negatives == 0 and positives > 0 for positives, negatives in outcomes)
+    if seen[0] < DIFFICULTY_BATCHES:
+        return
+    for share, side, band in ((seen[2] / seen[1], "all wrong", "hard"), (seen[3] / seen[1], "all right", "easy")):
+        if share > UNSUITED_SHARE:
+            trainer._warn_once(
+                f"too_{band}",
+                "%.0f%% of the prompts of the first %d generation batches came back %s after every draw the sampler "
+                "made: they train nothing, so the data is too %s for this model. Keep the prompts it solves "
+                "sometimes, e.g. `trl-ada prepare-data --pass_rate_band 0 0.375 ...` (the paper's band), or start "
+                "from a stronger (or weaker) model.",
+                100 * share,
+                DIFFICULTY_BATCHES,
+                side,
+                band,
+            )
 
 
 def _check_unscorable(trainer: Any, selection: Selection) -> None:
@@ -295,4 +336,35 @@ def _check_threshold(trainer: Any, selection: Selection) -> None:
             max(rewards),
             side,
             threshold,
+        )
+
+
+def check_memory_can_act(trainer: Any) -> None:
+    """Warn once, at the start of training, when a mechanism that acts on what it remembers of a prompt's earlier
+    visits (est's and knapsack's budgets, a gated refill, SPO's priorities, a tracked baseline, replayed successes)
+    will see no prompt twice: the run draws fewer prompts than the dataset holds, so the mechanism does nothing."""
+    sampler, args = trainer.ada_sampler, trainer.args
+    dataset = trainer.train_dataset
+    if args.max_steps <= 0 or not hasattr(dataset, "__len__"):
+        return
+    learned = sampler.settings.pass_rate_predictor != "tracker"  # predicts first visits from the text: it acts
+    remembers = [
+        name
+        for name, acts in (
+            (f"sampler={sampler.name!r}", sampler.estimator is not None and not learned),
+            (f"baseline={sampler.settings.baseline!r}", sampler.settings.baseline == "tracked"),
+            ("replay='successes'", sampler.replay is not None),
+        )
+        if acts
+    ]
+    rows = args.max_steps * args.per_device_train_batch_size * args.gradient_accumulation_steps
+    prompts = rows * trainer.accelerator.num_processes // trainer.num_generations
+    if remembers and prompts <= len(dataset):
+        logger.warning(
+            "%s act(s) on what is remembered of a prompt's earlier visits, and this run draws about %d prompts from a "
+            "dataset of %d, so no prompt comes back and they do nothing (the run draws as its first visits do). "
+            "Train for more than one pass over the data (max_steps or num_train_epochs) or on fewer prompts.",
+            " and ".join(remembers),
+            prompts,
+            len(dataset),
         )
