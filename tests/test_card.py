@@ -442,3 +442,14 @@ def test_the_command_lines_license_reaches_the_card_whose_header_huggingface_hub
     assert data.license == "mit" and data.pipeline_tag == "text-generation" and data.library_name == "transformers"
     for repo_id in [*([data.base_model] if data.base_model else []), *(data.datasets or [])]:
         validate_repo_id(repo_id)  # no local path: the Hub rejects those in base_model and datasets
+
+
+@pytest.mark.parametrize("license_id", ["not-a-license", "Apache-2.0", "apache 2.0", "gpl-4.0"])
+def test_a_license_the_hub_does_not_list_is_refused_with_the_nearest(license_id):
+    from trl_ada.reporting.card import HUB_LICENSES, check_license
+
+    with pytest.raises(ValueError, match="is not a Hub license id"):
+        check_license(license_id)
+    for accepted in ("apache-2.0", "mit", "llama3.1", "cc-by-nc-sa-4.0", "other"):
+        assert accepted in HUB_LICENSES
+        check_license(accepted)

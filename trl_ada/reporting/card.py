@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Sequence
@@ -165,16 +166,34 @@ def describe_training_data(dataset_names: str | Sequence[str] | None, descriptio
     return f"the dataset{'s' if len(parts) > 1 else ''} {listed}"
 
 
-_LICENSE_ID = re.compile(r"[a-z0-9][a-z0-9.\-]*")
+HUB_LICENSES: frozenset[str] = frozenset(
+    """
+    apache-2.0 mit openrail openrail++ creativeml-openrail-m bigscience-openrail-m bigscience-bloom-rail-1.0
+    bigcode-openrail-m afl-3.0 artistic-2.0 bsl-1.0 bsd bsd-2-clause bsd-3-clause bsd-3-clause-clear c-uda cc cc0-1.0
+    cc-by-2.0 cc-by-2.5 cc-by-3.0 cc-by-4.0 cc-by-sa-3.0 cc-by-sa-4.0 cc-by-nc-2.0 cc-by-nc-3.0 cc-by-nc-4.0
+    cc-by-nd-4.0 cc-by-nc-nd-3.0 cc-by-nc-nd-4.0 cc-by-nc-sa-2.0 cc-by-nc-sa-3.0 cc-by-nc-sa-4.0 cdla-sharing-1.0
+    cdla-permissive-1.0 cdla-permissive-2.0 wtfpl ecl-2.0 epl-1.0 epl-2.0 etalab-2.0 eupl-1.1 eupl-1.2 agpl-3.0 gfdl
+    gpl gpl-2.0 gpl-3.0 lgpl lgpl-2.1 lgpl-3.0 lgpl-lr isc h-research intel-research lppl-1.3c ms-pl apple-ascl
+    apple-amlr mpl-2.0 odc-by odbl openmdw-1.0 openmdw-1.1 osl-3.0 postgresql ofl-1.1 ncsa unlicense zlib pddl
+    deepfloyd-if-license fair-noncommercial-research-license grok2-community llama2 llama3 llama3.1 llama3.2 llama3.3
+    llama4 gemma unknown other
+    """.split()
+)
+"""The license ids the Hub takes in a card's `license` (its licenses page and the models filter); any other license is
+`other`, with `license_name` and `license_link`."""
 
 
 def check_license(license_id: str | None) -> None:
-    """Refuses a `license` the Hub would not take as one (its ids are lowercase: `apache-2.0`, `mit`,
-    `cc-by-4.0`, `llama3.1`, or `other`), before anything is written."""
-    if license_id is not None and (not isinstance(license_id, str) or not _LICENSE_ID.fullmatch(license_id)):
+    """Refuses a `license` the Hub would not take ([`HUB_LICENSES`]), before anything is written."""
+    if license_id is None:
+        return
+    if not isinstance(license_id, str) or license_id not in HUB_LICENSES:
+        close = difflib.get_close_matches(str(license_id).lower(), sorted(HUB_LICENSES), n=3)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         raise ValueError(
-            f"license={license_id!r} is not a Hub license id; pass one such as 'apache-2.0', 'mit' or 'cc-by-4.0' "
-            "(the list: https://huggingface.co/docs/hub/repositories-licenses), or 'other'."
+            f"license={license_id!r} is not a Hub license id.{hint} Pass one such as 'apache-2.0', 'mit' or "
+            "'cc-by-4.0' (the list: https://huggingface.co/docs/hub/repositories-licenses), or 'other' for any "
+            "other license."
         )
 
 
