@@ -61,23 +61,10 @@ def knobs_of(combination: dict) -> dict:
 
 
 def base_args(output_dir: str, **overrides) -> dict:
-    args = dict(
-        output_dir=output_dir,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=6,
-        max_steps=4,
-        learning_rate=1e-3,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        seed=0,
-        use_cpu=True,
-        bf16=False,
-        disable_tqdm=True,
-    )
-    args.update(overrides)
-    return args
+    """The trainer tests' fast CPU settings (`conftest.tiny_args`), four steps long."""
+    from conftest import tiny_args
+
+    return tiny_args(output_dir, **{"max_steps": 4, **overrides})
 
 
 @functools.cache

@@ -3,7 +3,7 @@ The signal-integrity matrix: for the accepted combinations of every setting that
 baseline x scale_rewards x normalize_advantages x objective x train_on x replay x DAPO refills, with
 steps_per_generation, the zero-variance boundary and the loss's normaliser), the advantages in the batch TRL trains on
 are the sampler's and obey what their definitions imply (tests/signal_matrix.py says which checks). The trainer runs
-a set of combinations that holds every accepted pair of values (a pairwise covering set: 4,448 combinations are too
+a set of combinations that holds every accepted pair of values (a pairwise covering set: the combinations are too
 many to train); two processes run a fixed few; the asynchronous worker is checked against the same expectations.
 """
 
