@@ -351,7 +351,7 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         a blow-up shows on the first step."""
         metrics = train_metrics(self)
         for name, value in advantage_metrics(self.accelerator.gather(local.detach().float()).tolist()).items():
-            metrics[f"ada/{name}"].append(value)
+            metrics[name].append(value)
 
     def _generate(self, prompts: list):
         """Overridden to end a round's batch set-up at its generation, and to hand TRL the kept rows, not new ones."""

@@ -488,7 +488,6 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
                 else:
                     kept += self._samples_of(kept_prompt, result)
             kept += self._finish_updates()
-            metrics.update(advantage_metrics([sample.advantage for sample in kept]))
             if self.ada_sampling.settings.refills:
                 metrics["dapo/prompts_dropped_total"] = float(dropped)
             # The rows passed over are an increment, so a `total`, which TRL's log window sums.
@@ -507,6 +506,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
             }
             rates = draw_rates(selection_draws(selection.prompts, selection.pools, in_update=taken))
             pushed.update({f"ada/{name}": rate for name, rate in rates.items()})
+            pushed.update(advantage_metrics([sample.advantage for sample in kept]))
             self._push_metrics(pushed)
         return kept
 
@@ -616,9 +616,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         useful = has_signal and bool(samples)
         group_draws = PromptDraws(pass_rate, len(rewards), useful, len(rewards) if useful else 0)
         metrics.update({f"ada/{name}": rate for name, rate in draw_rates([group_draws]).items()})
-        metrics.update(
-            {f"ada/{name}": value for name, value in advantage_metrics([s.advantage for s in samples]).items()}
-        )
+        metrics.update(advantage_metrics([sample.advantage for sample in samples]))
         self._push_metrics(metrics)
         if not samples:
             self._drop_row(group.group_id)  # TRL's group id is the row's id here (`_repeat_iterator`)

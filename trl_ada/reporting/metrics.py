@@ -186,14 +186,18 @@ _REDUCERS = {"sum": math.fsum, "max": max, "min": min}
 
 
 def advantage_metrics(advantages: Sequence[float]) -> dict[str, float]:
-    """`advantages/abs_max`, `/mean` and `/std` (unbiased) of the advantages a trainer hands its loss: a blow-up shows
-    on the first step it happens. Empty for no advantage."""
+    """`ada/advantages/abs_max`, `/mean` and `/std` (unbiased) of the advantages a trainer hands its loss: a blow-up
+    shows on the first step it happens. Empty for no advantage."""
     values = list(advantages)
     if not values:
         return {}
     mean = math.fsum(values) / len(values)
     spread = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-    return {"advantages/abs_max": max(abs(v) for v in values), "advantages/mean": mean, "advantages/std": spread}
+    return {
+        "ada/advantages/abs_max": max(abs(v) for v in values),
+        "ada/advantages/mean": mean,
+        "ada/advantages/std": spread,
+    }
 
 
 def log_window_reduction(name: str) -> str:
