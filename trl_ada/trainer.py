@@ -303,7 +303,8 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         if self._blocks_span_steps:
             # TRL regenerates a generation block on resume; a checkpoint inside one saves the state from here.
             self._ada_state_before_block = copy.deepcopy(self._sampler_training_state())
-            # The stored successes of the same moment (entries are never changed in place, so a copy of the dict).
+            # The stored successes of the same moment: a copy of the dict (an entry changes only in the step that
+            # stores it, which sets its behaviour log-probability).
             self._ada_replay_rows_before_block = dict(self.ada_replay_rows)
         try:
             # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
