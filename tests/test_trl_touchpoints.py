@@ -121,6 +121,22 @@ def all_of(*checks: Callable[[], None]) -> Callable[[], None]:
     return check
 
 
+def _scores_completions_positionally() -> None:
+    """`_get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size=...)`: TRL 1.16
+    names the parameters; 1.14 and 1.15 forward `(model, *args, batch_size=...)` to `_full_logits_logps`, which names
+    them in that order."""
+    signature = inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies)
+    names = [p for p in signature.parameters if p != "self"]
+    if "args" in names and signature.parameters["args"].kind is inspect.Parameter.VAR_POSITIONAL:
+        assert names[0] == "model" and "batch_size" in names, names
+        parameters(
+            GRPOTrainer, "_full_logits_logps", ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size")
+        )()
+        return
+    expected = ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size")
+    assert tuple(names[: len(expected)]) == expected, f"parameters {names}, expected to begin with {list(expected)}"
+
+
 def _set_up_precedes_generate() -> None:
     function = _function(GRPOTrainer, "_generate_and_score_completions")
     lines = {}
@@ -400,11 +416,7 @@ TOUCHPOINTS = [
         "`(model, input_ids, attention_mask, logits_to_keep, batch_size=...)` returns the per-token log-probabilities "
         "of the last `logits_to_keep` tokens first, at the generation temperature: what `replay_weights` scores a "
         "replayed success with",
-        parameters(
-            GRPOTrainer,
-            "_get_per_token_logps_and_entropies",
-            ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size"),
-        ),
+        _scores_completions_positionally,
     ),
     Touchpoint(
         "GRPOTrainer.create_model_card",
