@@ -69,3 +69,35 @@ def test_a_memory_that_will_see_no_prompt_twice_is_named_at_the_start(tmp_path, 
             trainer.train()
         warned = [r.getMessage() for r in caplog.records if "no prompt comes back" in r.getMessage()]
         assert bool(warned) == warns and (not warns or "sampler='knapsack'" in warned[0])
+
+
+def test_a_missing_vllm_server_is_named_at_once_and_the_error_gives_the_command(
+    tmp_path, tokenizer, caplog, monkeypatch
+):
+    """TRL waits `vllm_server_timeout` for a server without a word; the trainer says at once what it waits for, and the
+    error names the command that starts one for this run."""
+    import logging
+    import socket
+
+    import pytest
+    import trl.generation.vllm_client as vllm_client
+    import trl.generation.vllm_generation as vllm_generation
+
+    for module in (vllm_generation, vllm_client):  # nothing listens anyway: vLLM itself is never reached
+        monkeypatch.setattr(module, "is_vllm_available", lambda *args, **kwargs: True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once closed: no server there
+    config = AdaGRPOConfig(
+        **tiny_args(tmp_path), use_vllm=True, vllm_mode="server", vllm_server_host="127.0.0.1",
+        vllm_server_port=port, vllm_server_timeout=1,
+    )  # fmt: skip
+    model = build_tiny_model(tokenizer, seed=0, **TINY_MODEL_KWARGS)
+    with caplog.at_level(logging.INFO, logger="trl_ada.trainer"), pytest.raises(ConnectionError) as error:
+        AdaGRPOTrainer(
+            model, [starts_low_digit], args=config, train_dataset=make_dataset(8, seed=0), processing_class=tokenizer
+        )
+    url = f"http://127.0.0.1:{port}"
+    assert f"No vLLM server answered at {url}" in str(error.value) and "trl vllm-serve --model" in str(error.value)
+    waited = [r.getMessage() for r in caplog.records if "Waiting up to 1 s" in r.getMessage()]
+    assert len(waited) == 1 and url in waited[0] and "trl vllm-serve --model" in waited[0]

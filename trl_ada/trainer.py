@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 from datasets import IterableDataset
 from trl import GRPOConfig, GRPOTrainer
@@ -75,6 +76,36 @@ def init_argument_binder(parent: type, trainer_name: str) -> Callable[..., dict[
 
 
 _bind_grpo_init_arguments = init_argument_binder(GRPOTrainer, "AdaGRPOTrainer")
+
+
+@contextlib.contextmanager
+def waiting_for_the_vllm_server(args: GRPOConfig, model: Any) -> Iterator[None]:
+    """With vLLM in server mode, TRL's set-up waits for the server up to `vllm_server_timeout` without a word, then
+    names `vllm serve`: say at once what it waits for, and fail with the command that starts one for this run."""
+    if not (args.use_vllm and args.vllm_mode == "server"):
+        yield
+        return
+    url = args.vllm_server_base_url or f"http://{args.vllm_server_host}:{args.vllm_server_port}"
+    name = model if isinstance(model, str) else get_config_model_id(model.config)
+    command = f"trl vllm-serve --model {name or '<the model this run trains>'}"
+    if PartialState().is_main_process:
+        logger.info(
+            "Waiting up to %s s (vllm_server_timeout) for the vLLM server at %s; start it beside this run with `%s` "
+            "(docs: vLLM).",
+            args.vllm_server_timeout,
+            url,
+            command,
+        )
+    import requests  # TRL's vLLM client raises requests' ConnectionError, not the builtin one
+
+    try:
+        yield
+    except (ConnectionError, requests.exceptions.ConnectionError) as error:
+        raise ConnectionError(
+            f"No vLLM server answered at {url} within vllm_server_timeout={args.vllm_server_timeout} s. Start one "
+            f"for this run with `{command}` (on GPUs of its own; the vllm extra: pip install 'trl-ada[vllm]'), or "
+            "use vllm_mode='colocate'."
+        ) from error
 
 
 def zero_std_row_share(rewards: torch.Tensor, group_sizes: list[int]) -> float:
@@ -244,7 +275,8 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         )
         # `replay="successes"`: the stored completions the sampler's index points to (`trl_ada.schedules.replay`).
         self.ada_replay_rows: dict[str, PoolEntry] = {}
-        super().__init__(model, reward_funcs, args, *positional, **kwargs)
+        with waiting_for_the_vllm_server(args, model):
+            super().__init__(model, reward_funcs, args, *positional, **kwargs)
         use_concise_console(self)
         apply_cpu_thread_default(self.model, self.accelerator.device)
         if settings.replay == "successes" and is_vlm(self):
