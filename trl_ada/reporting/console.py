@@ -1,6 +1,6 @@
-"""What a person reads of each log line: transformers prints the whole metrics dict at every logging step, about 75
-entries with trl-ada's accounting. The console keeps TRL's metrics and a few of trl-ada's; every metric still goes to
-`log_history` (the checkpoints' `trainer_state.json`) and to `report_to`."""
+"""What a person reads of each log line: transformers prints the whole metrics dict at every logging step, trl-ada's
+accounting included. The console keeps TRL's metrics and a few of trl-ada's; every metric still goes to `log_history`
+(the checkpoints' `trainer_state.json`) and to `report_to`."""
 
 from __future__ import annotations
 
