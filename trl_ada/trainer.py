@@ -19,6 +19,7 @@ import torch
 from accelerate import PartialState
 from accelerate.utils import broadcast_object_list, gather_object
 from datasets import IterableDataset
+from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from .checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state, resolve_resume_checkpoint
@@ -152,6 +153,17 @@ TRL_MODEL_METHOD_DEPRECATIONS = (
 """transformers' deprecation messages for the model methods TRL itself calls while training (filtered in `train`)."""
 
 
+class _ReduceLogWindow(TrainerCallback):
+    """After each optimizer step, collapse the logging window's trl-ada counters and extrema into the one value they
+    reduce to, so that GRPOTrainer's averaging of every window logs their sums, maxima and minima."""
+
+    def __init__(self, trainer: GRPOTrainer) -> None:
+        self.trainer = trainer
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        reduce_log_window(train_metrics(self.trainer))
+
+
 class AdaModelCard:
     """The model card of both trl-ada trainers (a base placed before TRL's trainer class)."""
 
@@ -278,6 +290,7 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         with waiting_for_the_vllm_server(args, model):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
         use_concise_console(self)
+        self.add_callback(_ReduceLogWindow(self))
         apply_cpu_thread_default(self.model, self.accelerator.device)
         if settings.replay == "successes" and is_vlm(self):
             raise ValueError(
@@ -414,13 +427,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, **kwargs)
 
     # -- Overrides of public and checkpoint methods --------------------------------------------------------------------
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Overridden because TRL averages every metric over the logging window, where trl-ada's counters and extrema
-        must be summed or reduced as they mean first (`trl_ada.reporting.metrics.reduce_log_window`)."""
-        if self.model.training:
-            reduce_log_window(train_metrics(self))
-        super().log(logs, start_time)
 
     def _card_contents(self) -> dict[str, Any]:
         rollouts = describe_rollouts(
