@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# GPU check of AdaGRPOTrainer + vLLM on one GPU (server mode, colocate mode, bf16, step-time table), ~8 minutes.
-# Phase 5b compares the asynchronous trainers (TRL's AsyncGRPOTrainer n=4 against AdaAsyncGRPOTrainer seq_balance,
-# benchmarks/async_learning.py on `vllm serve`): `--async-gpus 0,1` gives the server and the trainer a GPU each and
-# syncs weights over NCCL; on one GPU the adapter goes over HTTP (`--skip async` leaves the phase out).
+# GPU check of AdaGRPOTrainer on one GPU, bf16 (scripts/gpu_check.py's docstring says what each phase measures).
+# Phase 1 needs no vLLM: TRL, datasets and math-verify travel as small wheels, generation is transformers', and it
+# fits 8 minutes: uniform against TRL's GRPOTrainer on the same seed, then GRPO n=4, Seq-balance and DAPO step times
+# on a random model of the paper's shape (Qwen2.5-Math-1.5B), as ratios to GRPO n=4. The vLLM phases follow only
+# where `import vllm` works.
 #
-#   bash scripts/gpu_check.sh                       # on a GPU machine where vllm, trl and datasets import
-#   bash scripts/gpu_check.sh --dry-run             # anywhere: model build + config validation + the plan
-#   WHEELS_DIR=.whl bash scripts/gpu_check.sh       # install carried wheels first (no network on the machine)
-#   bash scripts/gpu_check.sh --skip colocate --budget-s 300   # extra arguments go to scripts/gpu_check.py
+# On the lent GPU machine (torch, transformers, accelerate, peft; no TRL, datasets or vLLM; no network; 64 MiB
+# carried per call; 15 minutes of device time in all):
+#   python scripts/gpu_check.py --fetch-wheels      # here, once: the pinned wheels into .whl/ (git ignores it)
+#   bash scripts/gpu_check.sh --dry-run             # here: configs, plan and budgets, wheel set and tree size
+#   WHEELS_DIR=.whl bash scripts/gpu_check.sh       # there: the device tool's run with carry [".whl"], timeout_s 560
+#
+# Elsewhere:
+#   bash scripts/gpu_check.sh                       # a GPU machine where trl and datasets import (vLLM optional)
+#   bash scripts/gpu_check.sh --skip vllm --steps 6 # extra arguments go to scripts/gpu_check.py
 #
 # The repository is used in place (PYTHONPATH), so trl_ada needs no `pip install`. Results go to $OUT (the device
 # tool's output folder) when it is set, else outputs/gpu_check: summary.json, table.txt, logs.tar.gz.
-# GPU_CHECK_TIMEOUT (default 540 s) is a hard cap on the whole run; gpu_check.py keeps its own budget (--budget-s,
-# default 480 s) below it and stops the vLLM server on SIGTERM.
+# GPU_CHECK_TIMEOUT is a hard cap on gpu_check.py (default 460 s, 970 s where vLLM is installed); gpu_check.py keeps
+# its own budgets below it (--budget-s 450 for phase 1, --vllm-budget-s 480) and stops what it started on SIGTERM.
 set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,6 +26,14 @@ cd "$REPO_ROOT"
 PYTHON="${PYTHON:-python3}"
 WHEELS_DIR="${WHEELS_DIR:-}"
 SITE_DIR="${SITE_DIR:-/tmp/trl_ada_site}"
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export TRL_EXPERIMENTAL_SILENCE=1
+
+# Neither the dry run nor the download needs the GPU, the carried wheels or a time cap.
+if [[ " $* " == *" --dry-run "* || " $* " == *" --fetch-wheels "* ]]; then
+    export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+    exec "$PYTHON" scripts/gpu_check.py "$@"
+fi
 
 if [[ -n "$WHEELS_DIR" ]]; then
     shopt -s nullglob
@@ -30,26 +44,29 @@ if [[ -n "$WHEELS_DIR" ]]; then
         exit 2
     fi
     echo "[gpu-check] installing ${#wheels[@]} carried wheels into $SITE_DIR"
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE_DIR" \
-        "${wheels[@]}"
+    timeout 20 "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE_DIR" "${wheels[@]}"
     export PYTHONPATH="$SITE_DIR${PYTHONPATH:+:$PYTHONPATH}"
     export PATH="$SITE_DIR/bin:$PATH"
 fi
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 OUT_DIR="${OUT:-$REPO_ROOT/outputs/gpu_check}"
 mkdir -p "$OUT_DIR"
 
-if [[ " $* " != *" --dry-run "* ]]; then
-    command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
-fi
-# Which of the needed packages are missing (vllm, trl and datasets are not in a bare CUDA image).
-"$PYTHON" - <<'EOF' || true
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
+# Which of the needed packages are missing; the exit status says whether vLLM is there at all.
+has_vllm=0
+"$PYTHON" - <<'EOF' || has_vllm=$?
 import importlib.util
-missing = [m for m in ("torch", "vllm", "trl", "transformers", "accelerate", "datasets") if importlib.util.find_spec(m) is None]
+import sys
+names = ("torch", "transformers", "accelerate", "peft", "trl", "datasets", "math_verify", "vllm")
+missing = [m for m in names if importlib.util.find_spec(m) is None]
 print("[gpu-check] missing packages: " + (", ".join(missing) if missing else "none"))
+sys.exit(0 if "vllm" in missing else 3)
 EOF
+default_timeout=460
+[[ "$has_vllm" == 3 ]] && default_timeout=970
 
-exec timeout --signal=TERM --kill-after=30 "${GPU_CHECK_TIMEOUT:-540}" \
+exec timeout --signal=TERM --kill-after=15 "${GPU_CHECK_TIMEOUT:-$default_timeout}" \
     "$PYTHON" scripts/gpu_check.py --out-dir "$OUT_DIR" "$@"
