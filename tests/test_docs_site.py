@@ -7,7 +7,8 @@ on the page loads (served, non-empty, and a file of the built site); the search 
 navigation; and the screenshot taken with that DOM has the window's size, is not blank, and is closer to the page's
 own reference picture (tests/docs_site_reference/, a 40 x 28 grayscale thumbnail: text becomes grey blocks, so a
 change of fonts moves it little) than to any other page's, and within a tolerance of it (for the home and samplers
-pages; the benchmarks page's first screen is BENCHMARKS.md's, which changes with each measurement).
+pages; the benchmarks page's first screen is BENCHMARKS.md's, which changes with each measurement). On every page, no
+code in a table breaks mid-word, and the API reference shows no cross-reference as text.
 
 The site comes from TRL_ADA_DOCS_SITE (a built `site/`, as the CI stage passes it) or is built here. Without mkdocs
 (the `docs` extra) the file is skipped; without chromium it is skipped, except with CI=true, where it fails (like the
@@ -297,17 +298,81 @@ def test_search_works_with_the_site_opened_from_disk(site):
     assert found > 0 and "matching document" in meta, meta
 
 
+# The code spans of a page's tables that a line break splits between two word characters (`seq_balanc` / `e`); a
+# break at a space, a hyphen or a slash is the browser's ordinary wrapping.
+BROKEN_CODE = """
+[...document.querySelectorAll('article table code')].filter(code => {
+  if (code.getClientRects().length < 2) return false;
+  const texts = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+  let top = null, previous = '';
+  for (let node = texts.nextNode(); node; node = texts.nextNode()) {
+    for (let i = 0; i < node.length; i++) {
+      const range = document.createRange();
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const rect = range.getClientRects()[0];
+      if (!rect) continue;
+      if (top !== null && rect.top > top + 1 && /\\w/.test(previous) && /\\w/.test(node.data[i])) return true;
+      top = rect.top;
+      previous = node.data[i];
+    }
+  }
+  return false;
+}).map(code => code.textContent)
+"""
+
+
+def test_identifiers_in_tables_never_break_mid_word(site):
+    """Material lets inline code break anywhere, and a table narrowed its column of sampler names until `seq_balance`
+    showed as `seq_balanc` over `e`; at the screenshots' width and a narrow one, no code span in any page's tables is
+    split between two word characters."""
+    assert CHROMIUM, "chromium is not installed (CI=true): apt-get install -y chromium"
+    pages = sorted(page for page in site.rglob("*.html") if "<table" in page.read_text())
+    assert site / "samplers.html" in pages
+    browser = Browser()
+    broken = {}
+    try:
+        session = browser.open("about:blank")
+        for width in (WINDOW[0], 800):
+            metrics = dict(width=width, height=WINDOW[1], deviceScaleFactor=1, mobile=False)
+            browser.call("Emulation.setDeviceMetricsOverride", session, **metrics)
+            for page in pages:
+                browser.call("Page.navigate", session, url=page.as_uri())
+                deadline = time.monotonic() + 30
+                while (
+                    browser.evaluate(session, "document.readyState") != "complete"
+                    or browser.evaluate(session, "document.URL") != page.as_uri()
+                ):
+                    assert time.monotonic() < deadline, f"{page} did not load"
+                    time.sleep(0.05)
+                found = browser.evaluate(session, BROKEN_CODE)
+                if found:
+                    broken[f"{page.relative_to(site).as_posix()} at {width} px"] = found
+    finally:
+        browser.close()
+    assert not broken, broken
+
+
+# A reference left as text: bracketed code (Markdown resolved no link), the docstring's own syntax, or the autorefs
+# syntax the hook writes, where mkdocstrings renders a docstring's text as code (e.g. an argument's type).
+UNRESOLVED_REFERENCE = re.compile(r"\[<code>~?[\w.]+</code>\]|\[`~?[\w.]+`\]|\]\[trl_ada\.[\w.]+\]")
+
+
 def test_the_api_reference_links_every_cross_reference(site):
     """The docstrings' TRL-style references (``[`Sandbox`]``, ``[`~trl.GRPOTrainer`]``) render as links to their
-    entries (or as code, for another library's), never as bracketed text."""
+    entries (or as code, for another library's), never as bracketed text, also in an argument's type."""
     unresolved = {}
     for page in sorted(site.rglob("*.html")):
-        found = re.findall(r"\[<code>~?[\w.]+</code>\]", page.read_text())
+        found = UNRESOLVED_REFERENCE.findall(page.read_text())
         if found:
             unresolved[page.relative_to(site).as_posix()] = found
     assert not unresolved, unresolved
     sandbox_page = (site / "reference" / "sandbox.html").read_text()
     assert 'href="#trl_ada.rewards.sandbox.SANDBOX_UIDS"' in sandbox_page  # Sandbox's docstring links the uids
+    # A reference in an argument's type (TRL's `name ([`~Type`], *optional*):`) links from the argument's row.
+    trainers_page = (site / "reference" / "trainers.html").read_text()
+    row = trainers_page[trainers_page.index("<code>pass_rate_estimator</code>") :].split("</tr>", 1)[0]
+    assert row.count('href="samplers.html#trl_ada.samplers.tracker.PassRateEstimator"') == 2, row
 
 
 def test_an_unresolved_cross_reference_fails_the_strict_build(tmp_path):
@@ -357,6 +422,15 @@ def test_an_unresolved_cross_reference_fails_the_strict_build(tmp_path):
     linked = build("# Demo\n\n::: demo.shown\n\n::: demo.helper\n")
     assert linked.returncode == 0, linked.stderr[-2000:]
     assert 'href="#demo.helper"' in (tmp_path / "site" / "index.html").read_text()
+    # In an argument's type, which mkdocstrings renders as code, the reference still becomes a link.
+    typed = 'def typed(fallback: int = 0):\n    """Falls back.\n\n    Args:\n        fallback ([`~demo.helper`], *optional*): Last.\n    """\n'
+    (package / "__init__.py").write_text(f"{source}\n\n{typed}")
+    linked = build("# Demo\n\n::: demo.typed\n\n::: demo.helper\n")
+    assert linked.returncode == 0, linked.stderr[-2000:]
+    page = (tmp_path / "site" / "index.html").read_text()
+    link = '<a class="autorefs autorefs-internal" href="#demo.helper"><code>helper</code></a>'
+    assert f"({link}, <em>optional</em>)" in page, page
+    assert "][demo." not in page  # the rewritten reference is nowhere as text (the page's source shows the original)
     (package / "__init__.py").write_text(source + '\n\ndef typo():\n    """Calls [`nowhere`]."""\n')
     typo = build("# Demo\n\n::: demo.shown\n\n::: demo.helper\n")
     assert typo.returncode != 0 and "[`nowhere`]" in typo.stderr, typo.stderr[-2000:]

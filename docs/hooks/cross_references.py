@@ -10,6 +10,11 @@ them as bracketed text. This extension rewrites each into what mkdocs-autorefs r
 - a name of another library (``trl.GRPOTrainer``, ``transformers.Trainer``) becomes code: the site is built
   offline, with no other project's inventory to link to;
 - a name that resolves nowhere raises, naming the docstring: a typo must not reach the site as text.
+
+A Google-style item whose type holds a reference (``name ([`~trl_ada.samplers.PassRateEstimator`], *optional*):``)
+gets that type as the opening of its description (``name: ([`PassRateEstimator`][...], *optional*) ...``), where it
+renders as a link: mkdocstrings shows an item's type as code, in which a reference is left as its Markdown text. The
+item's type column then shows the signature's annotation, which mkdocstrings links itself.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from griffe import Extension, Module, NameResolutionError, Object
 PACKAGE = "trl_ada"
 # [`name`] or [`~name`], not already a Markdown link ([`x`](url)) or an autorefs reference ([`x`][id]).
 REFERENCE = re.compile(r"\[`(~?)([A-Za-z_][\w.]*)`\](?![(\[])")
+# A Google-style item whose type holds a reference: `name ([`Type`], *optional*): description`.
+TYPED_ITEM = re.compile(r"^( *)(\*{0,2}\w+) \(([^()\n]*\[`~?[\w.]+`\][^()\n]*)\):(.*)$", re.MULTILINE)
 
 
 def canonical(package: Module, path: str) -> str | None:
@@ -61,7 +68,8 @@ def rewrite(obj: Object, package: Module, by_name: dict[str, set[str]]) -> None:
             return f"`{shown}`"  # another library's object: no inventory to link to offline
         raise ValueError(f"{obj.path}'s docstring refers to [`{name}`], which resolves to nothing.")
 
-    obj.docstring.value = REFERENCE.sub(replace, obj.docstring.value)
+    value = TYPED_ITEM.sub(r"\1\2: (\3)\4", obj.docstring.value)
+    obj.docstring.value = REFERENCE.sub(replace, value)
 
 
 class CrossReferences(Extension):

@@ -2,7 +2,8 @@
 Train with Reinforce-Ada: the main job of `trl-ada train`, `accelerate launch -m trl_ada.train` and
 `scripts/train_ada.py`. With no model and no dataset it runs the embedded default (trl-ada's tiny arithmetic model on
 CPU); otherwise every flag of TRL's `trl grpo` works, plus `AdaGRPOConfig`'s knobs and `--config` YAML files or shipped
-recipes. A mistake in the input stops it with one line naming the fix, before any model is loaded.
+recipes. Mistakes in the input stop it with one message that lists every one, each with the flag that fixes it,
+before any model is loaded.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import logging
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import yaml
@@ -49,6 +50,41 @@ from ..trainer import AdaGRPOTrainer
 logger = logging.getLogger("train_ada")
 
 EMBEDDED_OUTPUT_DIR = "outputs/trl-ada-arithmetic"
+
+_T = TypeVar("_T")
+
+
+def format_problems(problems: Sequence[str]) -> str:
+    """One problem as it is; several as a count and a bulleted list, one problem a line."""
+    if len(problems) == 1:
+        return problems[0]
+    listed = "\n".join(f"  - {problem}" for problem in problems)
+    return f"{len(problems)} problems with this command line; fix them all, then run again:\n{listed}"
+
+
+class CommandLineProblems(ValueError):
+    """Every problem the checks of a run's input found, each naming the flag that fixes it, raised once after all of
+    them ran (a `ValueError`, as each check's own error is); `problems` holds them in the order found."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(format_problems(self.problems))
+
+
+def with_flag(flag: str | None, problem: str) -> str:
+    """`problem`, led by `flag` when it names no flag."""
+    return problem if flag is None or "--" in problem else f"{flag}: {problem}"
+
+
+def collect(problems: list[str], check: Callable[..., _T], *args: Any, flag: str | None = None) -> _T | None:
+    """`check(*args)`, or `None` with the problem(s) of its `ValueError` or `FileNotFoundError` added to `problems`
+    (each led by `flag` when it names no flag)."""
+    try:
+        return check(*args)
+    except (ValueError, FileNotFoundError) as error:
+        found = error.problems if isinstance(error, CommandLineProblems) else [str(error)]
+        problems.extend(with_flag(flag, problem) for problem in found)
+        return None
 
 
 @dataclass
@@ -171,7 +207,27 @@ class TrainParser(TrlParser):
 
     def __init__(self, dataclass_types: Sequence[type], **kwargs: Any) -> None:
         self._help_groups: dict[str, argparse._ArgumentGroup] = {}
+        self.value_errors: list[str] = []
+        """The values of the last parse that did not convert to their flag's type, one message each."""
         super().__init__(dataclass_types, usage=USAGE, **kwargs)
+        for action in self._actions:
+            if callable(action.type) and action.choices is None:
+                action.type = self._recording(action, action.type)
+
+    def _recording(self, action: argparse.Action, convert: Callable[[str], Any]) -> Callable[[str], Any]:
+        # argparse stops at the first value that does not convert; recording it and going on with the flag's default
+        # lets the other flags be checked too, and every mistake is reported at once.
+        def convert_or_record(text: str) -> Any:
+            try:
+                return convert(text)
+            except argparse.ArgumentTypeError as error:
+                message = str(error)
+            except (TypeError, ValueError):
+                message = f"invalid {getattr(convert, '__name__', repr(convert))} value: {text!r}"
+            self.value_errors.append(f"argument {'/'.join(action.option_strings)}: {message}")
+            return action.default
+
+        return convert_or_record
 
     def _parse_dataclass_field(self, parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
         # HfArgumentParser adds every field of one dataclass to one container; the script's AdaGRPOConfig spans
@@ -210,7 +266,58 @@ class TrainParser(TrlParser):
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
-        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists every flag.)\n")
+        problems = format_problems([*self.value_errors, message])
+        self.exit(2, f"{self.prog}: error: {problems}\n(`{self.prog} --help` lists every flag.)\n")
+
+    def parse_collecting(self, argv: Sequence[str]) -> tuple[tuple[Any, ...] | None, list[str]]:
+        """
+        The script's dataclasses from `argv` (`None` when a setting stops the parse), and the problems found: values
+        of the wrong type, flags and `--config` keys that are no setting, and bf16 on a machine that cannot compute in
+        it (then parsed again with bf16 off, so that the checks after it still run).
+        """
+        argv = list(argv)
+        problems: list[str] = []
+        while True:
+            self.value_errors.clear()
+            try:
+                *parsed, from_config, from_argv = self.parse_args_and_config(
+                    argv, return_remaining_strings=True, separate_remaining_strings=True
+                )
+            except ValueError as error:
+                bf16 = bf16_problem(error)
+                if bf16 is None or bf16 in problems:
+                    return None, [*problems, *self.value_errors, str(error)]
+                problems.append(bf16)
+                argv += ["--bf16", "false", "--bf16_full_eval", "false"]
+                continue
+            problems += self.value_errors
+            if from_argv:
+                problems.append(
+                    f"unrecognized arguments: {' '.join(from_argv)} (`{self.prog} --help` lists every flag)."
+                )
+            if from_config:
+                keys = [item[2:] for item in from_config[::2]]
+                problems.append(
+                    f"--config: the file's {keys} are not settings of {self.prog}; remove or rename them "
+                    f"(`{self.prog} --help` lists every flag)."
+                )
+            return tuple(parsed), problems
+
+
+def bf16_problem(error: Exception) -> str | None:
+    """The problem, with its flags, when `error` is transformers' refusal of bf16 on a machine without the GPU for it
+    (TRL's `GRPOConfig` turns bf16 on by default); else `None`."""
+    if "support bf16" not in str(error):
+        return None
+    if torch.cuda.is_available():
+        return (
+            "--bf16: this GPU cannot train in bf16 (it needs an Ampere or newer one), and TRL's GRPOConfig turns it on "
+            "by default. Pass --bf16 false (with --fp16 for half precision)."
+        )
+    return (
+        "--bf16: this machine has no GPU to train in bf16, which TRL's GRPOConfig turns on by default. Pass --bf16 "
+        "false --use_cpu to train on the CPU in float32 (--use_cpu alone trains in bf16 on the CPU)."
+    )
 
 
 def asks_for_help(argv: Sequence[str]) -> bool:
@@ -309,30 +416,33 @@ def load_train_and_eval(
     The training and evaluation datasets, as `trl grpo` picks them: a `--datasets` mixture (loaded by TRL's
     `get_dataset`) wins over `--dataset_name`; the evaluation split is used only when `eval_strategy` is not `no`.
     Unlike `trl grpo`, either streaming flag streams either source, and `--test_split_size` also splits a
-    `--dataset_name` dataset (seeded with `--seed`, so every process holds the same split). A combination that cannot
-    work raises `ValueError` before anything is loaded.
+    `--dataset_name` dataset (seeded with `--seed`, so every process holds the same split). Combinations that cannot
+    work raise [`CommandLineProblems`] before anything is loaded.
     """
     streaming = script_args.dataset_streaming or dataset_args.streaming
     evaluating = training_args.eval_strategy != IntervalStrategy.NO
     split_size = dataset_args.test_split_size
     name = script_args.dataset_name
+    problems = []
     if streaming and training_args.max_steps <= 0:
-        raise ValueError(
+        problems.append(
             "A streamed dataset has no length, so the number of steps cannot be derived from epochs: pass "
             "--max_steps N with --streaming/--dataset_streaming."
         )
     if streaming and split_size is not None:
-        raise ValueError(
+        problems.append(
             "--test_split_size holds out part of a dataset in memory, which a streamed dataset is not: drop "
             "--streaming/--dataset_streaming, or --test_split_size."
         )
     single_file = not dataset_args.datasets and name is not None and Path(name).expanduser().is_file()
     if evaluating and split_size is None and (dataset_args.datasets or single_file):
         source = "a --datasets mixture" if dataset_args.datasets else f"the single file {name}"
-        raise ValueError(
+        problems.append(
             f"--eval_strategy {training_args.eval_strategy.value} needs an evaluation split, and {source} has only "
             "the training one. Hold part of it out with --test_split_size (e.g. 0.1), or pass --eval_strategy no."
         )
+    if problems:
+        raise CommandLineProblems(problems)
 
     evaluation = None
     if dataset_args.datasets:
@@ -367,6 +477,32 @@ def load_train_and_eval(
     return train, evaluation
 
 
+QUESTION_COLUMNS = ("question", "problem", "query", "instruction", "input", "prompt_text", "text")
+"""Usual names of a dataset's question column, in the order [`column_flags_problem`] suggests them."""
+ANSWER_COLUMNS = ("answer", "solution", "final_answer", "ground_truth", "reference", "target", "label", "output")
+"""Usual names of a dataset's reference-answer column, in the order [`column_flags_problem`] suggests them."""
+
+
+def column_flags_problem(columns: Sequence[str], prompt_column: str, solution_column: str) -> str | None:
+    """What a dataset without a `prompt` column lacks of `--prompt_column` and `--solution_column`, with those flags
+    set to the columns it has that look like a question and an answer; `None` when it has both."""
+    wanted = {"--prompt_column": prompt_column, "--solution_column": solution_column}
+    usual = {"--prompt_column": QUESTION_COLUMNS, "--solution_column": ANSWER_COLUMNS}
+    missing = {flag: column for flag, column in wanted.items() if column not in columns}
+    if not missing:
+        return None
+    fixes = []
+    for flag in missing:
+        guesses = [name for name in usual[flag] if name in columns and name not in wanted.values()]
+        fixes.append(f"{flag} {guesses[0] if guesses else 'COLUMN'}")
+    lacking = " or ".join(f"{column!r} ({flag})" for flag, column in missing.items())
+    return (
+        f"The dataset has no 'prompt' column, so prompts are built from --prompt_column and reference answers read "
+        f"from --solution_column, but it has no column {lacking}; its columns are {list(columns)}. Name its own with "
+        f"{' '.join(fixes)}, or give it a 'prompt' column."
+    )
+
+
 def prepare_prompt_dataset(
     dataset: Any,
     script_args: AdaScriptArguments,
@@ -376,15 +512,19 @@ def prepare_prompt_dataset(
 ) -> Any:
     """
     `dataset` in TRL's prompt format (built from `--prompt_column`/`--solution_column` without a `prompt` column), its
-    columns and prompt lengths checked before training (a stream's first [`STREAMED_ROWS_CHECKED`] rows); a
-    `ValueError` names the fix.
+    columns and prompt lengths checked before training (a stream's first [`STREAMED_ROWS_CHECKED`] rows; the lengths
+    only with a `tokenizer`); a `ValueError` names the fix.
     """
     streamed = isinstance(dataset, IterableDataset)
 
     def head(rows: Any) -> Any:
         return Dataset.from_list(list(rows.take(STREAMED_ROWS_CHECKED))) if streamed else rows
 
-    if "prompt" not in dataset_columns(dataset) and (streamed or len(dataset) > 0):
+    columns = dataset_columns(dataset)
+    if "prompt" not in columns and (streamed or len(dataset) > 0):
+        problem = column_flags_problem(columns, script_args.prompt_column, script_args.solution_column)
+        if problem is not None:
+            raise ValueError(problem)
         conversational = getattr(tokenizer, "chat_template", None) is not None
         logger.info(
             "No `prompt` column: building %s prompts from %r (answers from %r).",
@@ -412,16 +552,42 @@ def prepare_prompt_dataset(
     return dataset
 
 
+LOCAL_DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv")
+"""The file types `--dataset_name` reads from disk (a missing one is reported without asking the Hub)."""
+FILE_BUILDERS = ("json", "csv", "parquet", "text", "arrow")
+"""`datasets`' builders of local files, which a `--datasets` entry names as its `path`."""
+
+
+def reads_the_hub(script_args: AdaScriptArguments, dataset_args: DatasetMixtureConfig) -> bool:
+    """Whether loading the run's datasets may download from the Hub: a name that is neither an existing path nor a
+    local file's (by its type, or a `--datasets` entry's file builder)."""
+    names = [entry.path for entry in dataset_args.datasets] if dataset_args.datasets else [script_args.dataset_name]
+    return any(
+        not (
+            Path(name).expanduser().exists()
+            or name.lower().endswith(LOCAL_DATA_SUFFIXES)
+            or name.startswith((".", "/", "~"))
+            or name in FILE_BUILDERS
+        )
+        for name in names
+    )
+
+
 def load_model_and_data(
     script_args: AdaScriptArguments,
     training_args: AdaGRPOConfig,
     model_args: ModelConfig,
     dataset_args: DatasetMixtureConfig | None = None,
+    problems: Sequence[str] = (),
 ):
-    """Resolve model, tokenizer, datasets and reward functions, validating everything before any training."""
+    """Resolve model, tokenizer, datasets and reward functions, validating everything before any training. Raises
+    [`CommandLineProblems`] with `problems` (found earlier) and every one found here."""
     dataset_args = dataset_args if dataset_args is not None else DatasetMixtureConfig()
     has_data = script_args.dataset_name is not None or bool(dataset_args.datasets)
+    problems = list(problems)
     if model_args.model_name_or_path is None and not has_data:
+        if problems:
+            raise CommandLineProblems(problems)
         from ..tasks.arithmetic import held_out_problems, make_dataset
         from ..tiny import load_tiny_arith_model
 
@@ -439,34 +605,49 @@ def load_model_and_data(
         )
         return model, tokenizer, train, None, reward_funcs, heldout
 
-    if model_args.model_name_or_path is None or not has_data:
-        raise ValueError(
+    model_name = model_args.model_name_or_path
+    if model_name is None or not has_data:
+        problems.append(
             "Pass both --model_name_or_path and a dataset (--dataset_name, or a --datasets mixture), or neither, for "
             "the embedded arithmetic run."
         )
-    from transformers import AutoTokenizer
+    model_error = None if model_name is None else model_name_error(model_name, "--model_name_or_path")
+    if model_error is not None:
+        problems.append(model_error)
+    reward_funcs = collect(problems, resolve_reward_funcs, script_args, "math_verify", flag="--reward_funcs")
+    train = evaluation = None
+    # A Hub dataset or tokenizer is a download: loaded to be checked only once nothing else stands in the way.
+    if has_data and not (problems and reads_the_hub(script_args, dataset_args)):
+        loaded = collect(problems, load_train_and_eval, script_args, dataset_args, training_args)
+        train, evaluation = loaded if loaded is not None else (None, None)
+    tokenizer = None
+    if model_name is not None and model_error is None and (os.path.isdir(model_name) or not problems):
+        from transformers import AutoTokenizer
 
-    reward_funcs = resolve_reward_funcs(script_args, "math_verify")
-    train, evaluation = load_train_and_eval(script_args, dataset_args, training_args)
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_args.model_name_or_path,
-        revision=model_args.model_revision,
-        trust_remote_code=training_args.trust_remote_code,
-    )
+        tokenizer = AutoTokenizer.from_pretrained(
+            model_name, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+        )
     max_prompt_length = script_args.max_prompt_length
-    if max_prompt_length is None and tokenizer.model_max_length < 1e9:
+    if tokenizer is not None and max_prompt_length is None and tokenizer.model_max_length < 1e9:
         max_prompt_length = tokenizer.model_max_length - (training_args.max_completion_length or 0)
         if max_prompt_length < 1:
-            raise ValueError(
+            problems.append(
                 f"max_completion_length={training_args.max_completion_length} leaves no room for a prompt within the "
                 f"tokenizer's model_max_length={tokenizer.model_max_length}. Lower --max_completion_length."
             )
-    train = prepare_prompt_dataset(train, script_args, tokenizer, reward_funcs, max_prompt_length)
+            max_prompt_length = None
+    reward_funcs_read = reward_funcs if reward_funcs is not None else []
+    source = "--datasets" if dataset_args.datasets else "--dataset_name"
+    checked = (script_args, tokenizer, reward_funcs_read, max_prompt_length)
+    if train is not None:
+        train = collect(problems, prepare_prompt_dataset, train, *checked, flag=source)
     if evaluation is not None:
-        try:
-            evaluation = prepare_prompt_dataset(evaluation, script_args, tokenizer, reward_funcs, max_prompt_length)
-        except ValueError as error:
-            raise ValueError(f"The evaluation split: {error}") from error
+        found: list[str] = []
+        evaluation = collect(found, prepare_prompt_dataset, evaluation, *checked, flag=source)
+        # The training split's problem, found again in the evaluation split, is listed once.
+        problems.extend(f"The evaluation split: {problem}" for problem in found if problem not in problems)
+    if problems:
+        raise CommandLineProblems(problems)
     training_args.model_init_kwargs = {
         "revision": model_args.model_revision,
         "trust_remote_code": training_args.trust_remote_code,
@@ -614,15 +795,25 @@ def prepare_run(
     training_args: AdaGRPOConfig,
     model_args: ModelConfig,
     dataset_args: DatasetMixtureConfig | None = None,
+    problems: Sequence[str] = (),
 ) -> PreparedRun:
     """The checks of the run's input, and its data and tokenizer: everything that can fail on a user's mistake,
-    before any compute is spent. Raises `ValueError` or `FileNotFoundError` naming the fix."""
-    check_license(script_args.license)
+    before any compute is spent. Raises [`CommandLineProblems`] (a `ValueError`) listing `problems` (found earlier, e.g.
+    by the parse) and every one found here, each naming the flag that fixes it."""
+    problems = list(problems)
+    collect(problems, check_license, script_args.license, flag="--license")
     # Checked before the model loads: a missing checkpoint should not cost a model download.
-    resume_from_checkpoint = resolve_resume_from_checkpoint(
-        training_args.resume_from_checkpoint, training_args.output_dir
+    resume_from_checkpoint = collect(
+        problems, resolve_resume_from_checkpoint, training_args.resume_from_checkpoint, training_args.output_dir
     )
-    loaded = load_model_and_data(script_args, training_args, model_args, dataset_args)
+    length = training_args.max_completion_length
+    if length is not None and length < 1:
+        problems.append(f"--max_completion_length {length}: a completion needs at least 1 token; pass N >= 1.")
+    mixture = dataset_args is not None and bool(dataset_args.datasets)
+    if problems and model_args.model_name_or_path is None and script_args.dataset_name is None and not mixture:
+        # The embedded run has nothing more to check: what is left is loading its model.
+        raise CommandLineProblems(problems)
+    loaded = load_model_and_data(script_args, training_args, model_args, dataset_args, problems)
     return PreparedRun(*loaded, resume_from_checkpoint)
 
 
@@ -768,36 +959,37 @@ def model_name_in_argv(argv: Sequence[str]) -> str | None:
 
 def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Parse `argv` (default: `sys.argv[1:]`) and train: `trl-ada train`, `python -m trl_ada.train` and the script.
-    A mistake in the input is reported in one line with its fix and exit status 2, before any model is loaded."""
+    Mistakes in the input are reported together, each with the flag that fixes it, with exit status 2, before any
+    model is loaded (one mistake in one line)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
     prog = prog or os.path.basename(sys.argv[0])
 
-    def fail(error: Exception | str) -> int:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+    def fail(problems: Sequence[str]) -> int:
+        print(f"{prog}: error: {format_problems(problems)}", file=sys.stderr)
         return 2
 
     with warnings.catch_warnings():
         try:
             argv = with_config_resolved(argv)
-        except ValueError as error:  # a mistyped recipe name: say which exist, no traceback
-            return fail(error)
-        model_name = None if asks_for_help(argv) else model_name_in_argv(argv)
-        if model_name is not None and (error_line := model_name_error(model_name, "--model_name_or_path")):
-            return fail(error_line)
+        except ValueError as error:  # a mistyped recipe name: every other setting may be in the file it meant
+            return fail([str(error)])
         silence_unactionable_warnings(argv)
         parser = make_parser(argv)
         parser.prog = prog
-        try:
-            script_args, training_args, model_args, dataset_args = parser.parse_args_and_config(argv)
-        except ValueError as error:  # a knob AdaGRPOConfig rejects, an unknown key of the config file
-            return fail(error)
+        parsed, problems = parser.parse_collecting(argv)
+        if parsed is None:  # a knob AdaGRPOConfig rejects: the model, read from argv, is the one thing left to check
+            model_name = model_name_in_argv(argv)
+            if model_name is not None and (model_error := model_name_error(model_name, "--model_name_or_path")):
+                problems.insert(0, model_error)
+            return fail(problems)
+        script_args, training_args, model_args, dataset_args = parsed
         if training_args.log_level == "debug":
             logger.setLevel(logging.DEBUG)  # also shows each logging step's metrics dict
         try:
-            prepared = prepare_run(script_args, training_args, model_args, dataset_args)
+            prepared = prepare_run(script_args, training_args, model_args, dataset_args, problems)
         except (ValueError, FileNotFoundError) as error:
-            return fail(error)
+            return fail(error.problems if isinstance(error, CommandLineProblems) else [str(error)])
         trainer = main(script_args, training_args, model_args, dataset_args, prepared=prepared)
     # Every process waits for the main one's card and summary, then leaves the process group. The model's references
     # go first: a DDP reducer freed at interpreter exit joins gloo's worker thread with the GIL held, and hangs.
