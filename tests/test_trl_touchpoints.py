@@ -137,8 +137,22 @@ def _scores_completions_positionally() -> None:
     assert tuple(names[: len(expected)]) == expected, f"parameters {names}, expected to begin with {list(expected)}"
 
 
+SETS_UP = trl_seam.GENERATION_SEAM if trl_seam.has_generation_seam(GRPOTrainer) else "_generate_and_score_completions"
+"""The GRPOTrainer method that sets a batch up and calls `_generate`: the generation seam where TRL has it."""
+
+
+def _generation_seam_if_present() -> None:
+    if not trl_seam.has_generation_seam(GRPOTrainer):
+        return  # TRL 1.14 to 1.16: a round raises `_RoundGenerated` instead (the row above)
+    calls(GRPOTrainer, trl_seam.GENERATION_SEAM, "self._generate(prompts)", times=1)()
+    calls(GRPOTrainer, "_generate_and_score_completions", f"self.{trl_seam.GENERATION_SEAM}(inputs)", times=1)()
+    seam = _function(GRPOTrainer, trl_seam.GENERATION_SEAM)
+    found = {ast.unparse(node.value) for node in ast.walk(seam) if isinstance(node, ast.Return)}
+    assert len(found) == 1 and found.pop().startswith("(prompts, prompt_ids_list,"), found
+
+
 def _set_up_precedes_generate() -> None:
-    function = _function(GRPOTrainer, "_generate_and_score_completions")
+    function = _function(GRPOTrainer, SETS_UP)
     lines = {}
     for node in ast.walk(function):
         if isinstance(node, ast.Call):
@@ -166,20 +180,22 @@ TOUCHPOINTS = [
         "GRPOTrainer._generate_and_score_completions",
         "override, call",
         "called once per generation batch in training with `inputs`; returns a dict with a per-row `advantages` "
-        "tensor (this process's rows); before its one `self._generate(prompts)` call it sets the batch up (per row: "
+        "tensor (this process's rows); before its one `self._generate(prompts)` call (made in `_prepare_and_generate` "
+        "where TRL has that seam) it sets the batch up (per row: "
         "an environment instance from `_environment_pool` into `environments`, `reset(**row)` with its observation "
         "appended to the prompt, the row's tool dicts, image columns into multimodal messages) and passes the "
         "prompts so built to `_generate` and then to `_calculate_rewards`",
         all_of(
             parameters(GRPOTrainer, "_generate_and_score_completions", ("inputs",)),
-            calls(GRPOTrainer, "_generate_and_score_completions", "self._generate(prompts)", times=1),
+            calls(GRPOTrainer, SETS_UP, "self._generate(prompts)", times=1),
             calls(
                 GRPOTrainer,
                 "_generate_and_score_completions",
                 "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)",
                 times=1,
             ),
-            contains(GRPOTrainer, "_generate_and_score_completions", "self._environment_pool[name]", '"advantages":'),
+            contains(GRPOTrainer, SETS_UP, "self._environment_pool[name]"),
+            contains(GRPOTrainer, "_generate_and_score_completions", '"advantages":'),
         ),
     ),
     Touchpoint(
@@ -187,8 +203,18 @@ TOUCHPOINTS = [
         "behaviour",
         "the batch set-up (environment resets, per-row tools, multimodal prompts) is written inline before the "
         "`_generate` call, with no method of its own: why a round leaves the method by raising `_RoundGenerated` "
-        "from `_generate` (when this fails, TRL may have factored it out: call that instead)",
+        "from `_generate` (when this fails, TRL may have factored it out: call that instead); with the seam below, "
+        "the set-up precedes `_generate` in that method",
         _set_up_precedes_generate,
+    ),
+    Touchpoint(
+        f"GRPOTrainer.{trl_seam.GENERATION_SEAM}",
+        "call (when present)",
+        "the generation seam proposed upstream (`docs/upstream/grpo-generation-seam.patch`; TRL 1.14 to 1.16 lack it): "
+        "`_prepare_and_generate(inputs)` sets the batch up, calls `self._generate(prompts)` once and returns the "
+        "prompts followed by `_generate`'s tuple; `_generate_and_score_completions` calls it once; a round calls it "
+        "instead of raising `_RoundGenerated`",
+        _generation_seam_if_present,
     ),
     Touchpoint(
         GENERATE,

@@ -46,6 +46,7 @@ from .trl_seam import (
     add_pending_extra_logs,
     environment_pool,
     get_config_model_id,
+    has_generation_seam,
     is_vlm,
     logged_advantages,
     make_generate_output,
@@ -57,6 +58,9 @@ from .trl_seam import (
 )
 
 logger = logging.getLogger(__name__)
+
+TRL_HAS_GENERATION_SEAM = has_generation_seam(GRPOTrainer)
+"""Whether the installed TRL has `_prepare_and_generate`, which a round then calls (else it raises `_RoundGenerated`)."""
 
 
 def init_argument_binder(parent: type, trainer_name: str) -> Callable[..., dict[str, Any]]:
@@ -131,8 +135,9 @@ class _RoundCall:
 
 
 class _RoundGenerated(Exception):
-    """Carries a round's generation out of `GRPOTrainer._generate_and_score_completions`, which sets the batch up
-    inline (no method to call) before `_generate`, and whose scoring and log-probs must not run for a round."""
+    """Carries a round's generation out of `GRPOTrainer._generate_and_score_completions`, which on a TRL without
+    `_prepare_and_generate` sets the batch up inline before `_generate`, and whose scoring and log-probs must not run
+    for a round."""
 
     def __init__(self, prompts: list, output: tuple) -> None:
         super().__init__("a sampling round's generation")
@@ -402,7 +407,10 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
     def _generate(self, prompts: list):
         """Overridden to end a round's batch set-up at its generation, and to hand TRL the kept rows, not new ones."""
         if self._ada_round is not None:
-            raise _RoundGenerated(prompts, super()._generate(prompts))
+            output = super()._generate(prompts)
+            if TRL_HAS_GENERATION_SEAM:
+                return output  # `_prepare_and_generate` hands it to the round
+            raise _RoundGenerated(prompts, output)
         if self._ada_pending is None:
             return super()._generate(prompts)
         rows = self._ada_pending.rows
@@ -571,12 +579,16 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         train_metrics(self)["frac_reward_zero_std"][-1] = zero_std_row_share(rewards, group_sizes)
 
     def _generate_round(self, inputs: list[dict[str, Any]], block: int | None = None) -> tuple[list, dict[str, Any]]:
-        """Generate one completion per row of `inputs` the way GRPOTrainer does for a generation batch: TRL's
-        `_generate_and_score_completions` sets the batch up (environments, tools, images) and is stopped at its
-        `_generate` call. Returns the prompts as generated and `_generate`'s output fields; `block` is the rows per
-        prompt vLLM server mode dedupes by (see `_generate_single_turn`)."""
+        """Generate one completion per row of `inputs` the way GRPOTrainer does for a generation batch, with the batch
+        set up first (environments, tools, images): by TRL's `_prepare_and_generate` where it has one, else by TRL's
+        `_generate_and_score_completions` stopped at its `_generate` call. Returns the prompts as generated and
+        `_generate`'s output fields; `block` is the rows per prompt vLLM server mode dedupes by (see
+        `_generate_single_turn`)."""
         self._ada_round = _RoundCall(block)
         try:
+            if TRL_HAS_GENERATION_SEAM:
+                prompts, *output = super()._prepare_and_generate(inputs)
+                return prompts, split_generate_output(tuple(output))
             super()._generate_and_score_completions(inputs)
         except _RoundGenerated as generated:
             return generated.prompts, split_generate_output(generated.output)

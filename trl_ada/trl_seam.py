@@ -50,6 +50,17 @@ GENERATE_OUTPUT_FIELDS = (
 )
 """The layout of `GRPOTrainer._generate`'s return tuple."""
 
+GENERATION_SEAM = "_prepare_and_generate"
+"""The `GRPOTrainer` method, proposed upstream in `docs/upstream/`, that sets a generation batch up and generates it:
+`(inputs) -> (prompts, *_generate's tuple)`. TRL 1.14 to 1.16 do not have it."""
+
+
+def has_generation_seam(trainer_class: type) -> bool:
+    """Whether `trainer_class` has [`GENERATION_SEAM`]`(inputs)`, which a sampling round then calls instead of
+    stopping `_generate_and_score_completions` at its `_generate` call."""
+    method = getattr(trainer_class, GENERATION_SEAM, None)
+    return method is not None and [p for p in inspect.signature(method).parameters if p != "self"][:1] == ["inputs"]
+
 
 def refuse_unsupported(message: str) -> None:
     """Raise `ImportError(message)`, or only warn when `TRL_ADA_ALLOW_UNSUPPORTED_TRL=1` asks to try anyway."""
@@ -391,6 +402,7 @@ install_fused_lm_head_fallback()
 
 __all__ = [
     "ALLOW_UNSUPPORTED_ENV",
+    "GENERATION_SEAM",
     "SUPPORTED_TRL",
     "RepeatSampler",
     "add_pending_extra_logs",
@@ -399,6 +411,7 @@ __all__ = [
     "colocated_sleep_mode_vllm",
     "environment_pool",
     "get_config_model_id",
+    "has_generation_seam",
     "is_vlm",
     "completions_payload",
     "repeat_layout",
