@@ -347,7 +347,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     else:
         from async_fixtures import conversational  # tests/: the chat-shaped prompts TRL's worker renders
 
-        from trl_ada.async_grpo.trainer import allow_cpu
+        from trl_ada.async_grpo.async_grpo_trainer import allow_cpu
 
         allow_cpu()
         if kind == "trl":

@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trl_ada.samplers import Sampler, SamplerSettings, Selection, build_sampler, rules
-from trl_ada.samplers.continuous import begin_streaming
+from trl_ada.samplers.streaming import begin_streaming
 
 logger = logging.getLogger("generation_cost")
 
@@ -203,7 +203,7 @@ SOURCES: dict[str, str] = {
         "(AsyncGRPOTrainer.__init__, TRL 1.16) = 4 x 2048 = 8,192 one-completion requests for n=4. "
         "samples_per_step = 512 prompts x n rows: ASSUMPTION (the batch set so one step trains the paper's 512 "
         "prompts; n=16 trains 8,192 rows, as the synchronous grpo_n16 does); trl-ada's generation batch "
-        "(trl_ada/async_grpo/trainer.py async_sampling) is 1 prompt where every rule is per prompt "
+        "(trl_ada/async_grpo/async_grpo_trainer.py async_sampling) is 1 prompt where every rule is per prompt "
         "(SamplerSettings.rules_are_per_prompt: seq_balance's settings here), else samples_per_step / n = 512 prompts"
     ),
     "async_queues": (
@@ -726,8 +726,8 @@ def draw_completion(prompt: Prompt, workload: Workload, rng: random.Random) -> t
 
 
 def make_continuous_step(sampler: Sampler, num_prompts: int, keys: Sequence[Hashable]) -> tuple[Any, str]:
-    """The real round-free step (`sampler.begin_continuous`, `trl_ada.samplers.continuous.ContinuousStep`), named."""
-    return sampler.begin_continuous(num_prompts, keys), "trl_ada.samplers.continuous.ContinuousStep"
+    """The real round-free step (`sampler.begin_continuous`, `trl_ada.samplers.streaming.ContinuousStep`), named."""
+    return sampler.begin_continuous(num_prompts, keys), "trl_ada.samplers.streaming.ContinuousStep"
 
 
 # ---- Schedules: one training step each -----------------------------------------------------------------------------
@@ -1409,7 +1409,7 @@ class AsyncSchedule:
     settings: SamplerSettings
     release: str = "worker"
     """How a pooled schedule's kept samples are released (`SOURCES['async_release']`). `"worker"`: as trl-ada's worker
-    does (`trl_ada/async_grpo/trainer.py::async_sampling`): each prompt a generation batch of its own where every rule
+    does (`trl_ada/async_grpo/async_grpo_trainer.py::async_sampling`): each prompt a generation batch of its own where every rule
     is per prompt (`SamplerSettings.rules_are_per_prompt`), its samples queued as soon as its pool is done; otherwise one
     optimizer step's prompts. `"batch"`: the previous worker, always one optimizer step's prompts, the kept samples
     queued once every prompt of the batch is done (for comparison)."""
@@ -1820,9 +1820,9 @@ def run_async(
 
 
 def make_async_step(sampler: Sampler, rows: Sequence[int]) -> tuple[Any, str]:
-    """trl-ada's worker's generation batch: `trl_ada.samplers.continuous.begin_streaming`, named."""
+    """trl-ada's worker's generation batch: `trl_ada.samplers.streaming.begin_streaming`, named."""
     step = begin_streaming(sampler, len(rows), list(rows))
-    return step, f"trl_ada.samplers.continuous.begin_streaming -> {type(step).__name__}"
+    return step, f"trl_ada.samplers.streaming.begin_streaming -> {type(step).__name__}"
 
 
 ASYNC_SPLITS: dict[str, tuple[int, int]] = {

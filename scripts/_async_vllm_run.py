@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     from peft import LoraConfig
 
     from trl_ada import AdaAsyncGRPOConfig
-    from trl_ada.async_grpo.trainer import allow_cpu
+    from trl_ada.async_grpo.async_grpo_trainer import allow_cpu
 
     allow_cpu()
     _install_collator_recording()
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> None:
         if trainer.accelerator.is_main_process:
             report["served"] = _served(args.base_url, trainer)
     except BaseException as error:
-        from trl_ada.async_grpo.trainer import RAISED_ON_EVERY_PROCESS
+        from trl_ada.async_grpo.async_grpo_trainer import RAISED_ON_EVERY_PROCESS
 
         report["error"] = {
             "type": type(error).__name__,

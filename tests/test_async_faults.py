@@ -48,8 +48,8 @@ from trl.experimental.async_grpo import async_grpo_trainer as trainer_module  # 
 from trl.experimental.async_grpo import async_rollout_worker  # noqa: E402
 
 from trl_ada import AdaAsyncGRPOConfig, AdaAsyncGRPOTrainer  # noqa: E402
+from trl_ada.async_grpo.async_grpo_trainer import RolloutWorkerError, spawns_a_child  # noqa: E402
 from trl_ada.async_grpo.rollout import AdaAsyncRolloutWorker, AdaRolloutLoop, RobustAsyncRolloutWorker  # noqa: E402
-from trl_ada.async_grpo.trainer import RolloutWorkerError, spawns_a_child  # noqa: E402
 from trl_ada.checkpoints import SAMPLER_STATE_NAME, checkpoint_problem, latest_complete_checkpoint  # noqa: E402
 from trl_ada.generation.faults import VLLMServerError  # noqa: E402
 from trl_ada.tasks.arithmetic import exact_match_reward, make_dataset  # noqa: E402

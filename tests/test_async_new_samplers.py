@@ -19,9 +19,9 @@ pytest.importorskip("trl.experimental.async_grpo.async_rollout_worker")
 from test_async_rules import async_config  # noqa: E402
 from test_async_worker_hardening import make_loop, one_draw  # noqa: E402
 
-from trl_ada.async_grpo.config import MIN_PROMPTS_PER_GENERATION_BATCH  # noqa: E402
+from trl_ada.async_grpo.async_grpo_config import MIN_PROMPTS_PER_GENERATION_BATCH  # noqa: E402
+from trl_ada.async_grpo.async_grpo_trainer import async_sampling  # noqa: E402
 from trl_ada.async_grpo.rollout import StreamGate  # noqa: E402
-from trl_ada.async_grpo.trainer import async_sampling  # noqa: E402
 from trl_ada.schedules import prompt_key  # noqa: E402
 
 

@@ -20,8 +20,8 @@ from test_async_new_samplers import Stream, question  # noqa: E402
 from test_async_rules import async_config  # noqa: E402
 from test_async_worker_hardening import make_loop  # noqa: E402
 
+from trl_ada.async_grpo.async_grpo_trainer import async_sampling  # noqa: E402
 from trl_ada.async_grpo.rollout import PriorityWalk  # noqa: E402
-from trl_ada.async_grpo.trainer import async_sampling  # noqa: E402
 from trl_ada.samplers import SpoOptions  # noqa: E402
 from trl_ada.schedules import prompt_key  # noqa: E402
 

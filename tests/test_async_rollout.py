@@ -22,7 +22,7 @@ from datasets import Dataset
 from trl_ada import trl_seam
 from trl_ada.samplers import SamplerSettings, build_sampler
 from trl_ada.samplers.accounting import BANDS
-from trl_ada.samplers.continuous import begin_streaming
+from trl_ada.samplers.streaming import begin_streaming
 from trl_ada.schedules import prompt_keys
 
 pytest.importorskip("aiohttp")

@@ -21,11 +21,11 @@ pytest.importorskip("trl.experimental.async_grpo.async_rollout_worker")
 from test_async_rollout import NUM_PROMPTS, by_prompt, drive_one_batch, make_loop, outcome  # noqa: E402
 
 from trl_ada import AdaAsyncGRPOConfig, AdaGRPOConfig  # noqa: E402
-from trl_ada.async_grpo.config import MIN_PROMPTS_PER_GENERATION_BATCH  # noqa: E402
+from trl_ada.async_grpo.async_grpo_config import MIN_PROMPTS_PER_GENERATION_BATCH  # noqa: E402
+from trl_ada.async_grpo.async_grpo_trainer import async_sampling, pool_step_ceiling  # noqa: E402
 from trl_ada.async_grpo.rollout import AsyncSampling  # noqa: E402
-from trl_ada.async_grpo.trainer import async_sampling, pool_step_ceiling  # noqa: E402
 from trl_ada.samplers import SamplerSettings, build_sampler  # noqa: E402
-from trl_ada.samplers.continuous import begin_streaming  # noqa: E402
+from trl_ada.samplers.streaming import begin_streaming  # noqa: E402
 from trl_ada.schedules import prompt_keys  # noqa: E402
 
 

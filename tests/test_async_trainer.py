@@ -439,7 +439,7 @@ def test_the_model_card_names_the_asynchronous_trainer_and_its_sampler(
 
 
 def test_prompts_wait_for_their_batch_only_where_a_rule_reads_it(tmp_path, server):
-    from trl_ada.async_grpo.trainer import async_sampling
+    from trl_ada.async_grpo.async_grpo_trainer import async_sampling
 
     def batch(**knobs) -> int:
         return async_sampling(config(tmp_path, server, **knobs)).prompts_per_batch

@@ -1,6 +1,6 @@
 """
 The asynchronous trainer's rollout worker (`trl_ada/async_grpo/rollout.py`) and what the trainer takes from it
-(`trl_ada/async_grpo/trainer.py`): DAPO's bound on drawing, the sampler state and dropped rows handed over at a save,
+(`trl_ada/async_grpo/async_grpo_trainer.py`): DAPO's bound on drawing, the sampler state and dropped rows handed over at a save,
 staleness per group, and the pass-rate predictor in a saved model (issue 32, items 13-16). The worker's pieces are
 driven by hand or in a thread against the stand-in completions server of `tests/async_fixtures.py`.
 """
@@ -39,6 +39,7 @@ from trl_ada.schedules import prompt_keys
 pytest.importorskip("aiohttp")
 rollout_worker = pytest.importorskip("trl.experimental.async_grpo.async_rollout_worker")
 from trl_ada import AdaAsyncGRPOConfig  # noqa: E402
+from trl_ada.async_grpo.async_grpo_trainer import RolloutWorkerError, StaleGroups, worker_failure  # noqa: E402
 from trl_ada.async_grpo.rollout import (  # noqa: E402
     GROUP_VERSION_KEY,
     AdaRolloutLoop,
@@ -46,7 +47,6 @@ from trl_ada.async_grpo.rollout import (  # noqa: E402
     SamplerStateChannel,
     WorkerState,
 )
-from trl_ada.async_grpo.trainer import RolloutWorkerError, StaleGroups, worker_failure  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -218,7 +218,7 @@ def test_a_failure_a_save_saw_first_is_still_explained_where_training_stops(tmp_
     # The server died while a checkpoint was being saved: the save's check took TRL's report of the failure (and
     # saved anyway, as it should). Training then stopped on the next check with a bare "child has failed"
     # RolloutWorkerError instead of the VLLMServerError naming the server (tests/test_async_faults.py, under load).
-    from trl_ada.async_grpo.trainer import AdaAsyncGRPOTrainer
+    from trl_ada.async_grpo.async_grpo_trainer import AdaAsyncGRPOTrainer
     from trl_ada.generation.faults import VLLMServerError
 
     class Trainer:  # the trainer's two health checks, on what they read of it
@@ -462,7 +462,7 @@ def test_a_save_writes_the_learned_predictor_and_the_rows_its_state_counted_ahea
     from transformers import AutoModelForCausalLM
 
     from trl_ada import AdaAsyncGRPOTrainer
-    from trl_ada.async_grpo.trainer import ROWS_COUNTED_AHEAD
+    from trl_ada.async_grpo.async_grpo_trainer import ROWS_COUNTED_AHEAD
     from trl_ada.checkpoints import SAMPLER_STATE_NAME
     from trl_ada.samplers import build_sampler
     from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE

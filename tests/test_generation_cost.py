@@ -173,7 +173,7 @@ def test_continuous_draws_every_submitted_draw_to_the_end_and_scores_it_once(mon
     # Nothing is aborted: every decoded token belongs to a draw that enters a pool.
     assert result.tokens_aborted == 0 and result.tokens_decoded == result.tokens_finished
     assert result.completions == len(spy.completed) and result.rows_trained == 32 * 4
-    assert "trl_ada.samplers.continuous.ContinuousStep" in result.continuous_impl
+    assert "trl_ada.samplers.streaming.ContinuousStep" in result.continuous_impl
 
 
 def test_continuous_and_rounds_rows_of_the_schedules_table_are_the_same_estimator():

@@ -211,9 +211,9 @@ def test_the_asynchronous_trainer_runs_knapsack_on_generation_batches_of_several
     from accelerate.state import PartialState
 
     from trl_ada import AdaAsyncGRPOConfig
-    from trl_ada.async_grpo.config import MIN_PROMPTS_PER_GENERATION_BATCH
-    from trl_ada.async_grpo.trainer import async_sampling
-    from trl_ada.samplers.continuous import begin_streaming
+    from trl_ada.async_grpo.async_grpo_config import MIN_PROMPTS_PER_GENERATION_BATCH
+    from trl_ada.async_grpo.async_grpo_trainer import async_sampling
+    from trl_ada.samplers.streaming import begin_streaming
 
     PartialState()
     common = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none", sampler="knapsack")

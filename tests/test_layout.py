@@ -64,7 +64,7 @@ OLD_NAMES = {
             "reference_as_completion",
             "reference_verifies",
         ],
-        "trl_ada.rewards.registry": [
+        "trl_ada.rewards.reward_registry": [
             "REWARD_FUNCS",
             "failing_reward_name",
             "get_reward_funcs",
@@ -105,13 +105,13 @@ def test_every_old_public_name_is_the_same_object_at_its_new_home(old):
 
 def test_the_old_modules_declare_the_same_all():
     from trl_ada import code_reward, rewards, sandbox
-    from trl_ada.rewards import code, registry
+    from trl_ada.rewards import code, reward_registry
     from trl_ada.rewards import sandbox as new_sandbox
 
     assert code_reward.__all__ == code.__all__
     assert sandbox.__all__ == new_sandbox.__all__
     assert set(rewards.__all__) <= set(dir(rewards))
-    assert "get_reward_funcs" in rewards.__all__ and registry.get_reward_funcs is rewards.get_reward_funcs
+    assert "get_reward_funcs" in rewards.__all__ and reward_registry.get_reward_funcs is rewards.get_reward_funcs
 
 
 @pytest.mark.parametrize("shim", SHIMS)
@@ -134,7 +134,7 @@ def test_a_shim_is_thin(shim):
 def test_dotted_reward_paths_users_type_still_resolve():
     from trl_ada.rewards.code import code_execution_reward
     from trl_ada.rewards.math import math_verify_reward
-    from trl_ada.rewards.registry import get_reward_funcs, resolve_reward_funcs
+    from trl_ada.rewards.reward_registry import get_reward_funcs, resolve_reward_funcs
     from trl_ada.tasks.arithmetic import exact_match_reward
 
     paths = [

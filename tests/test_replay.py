@@ -14,7 +14,7 @@ from trl_ada.checkpoints import CheckpointError
 from trl_ada.samplers import SamplerSettings, build_sampler
 from trl_ada.samplers.dapo import BatchFiller
 from trl_ada.samplers.signal import trl_advantages_stand_in
-from trl_ada.schedules.replay import REPLAY_ROWS_NAME, load_replay_rows
+from trl_ada.schedules.replay_rows import REPLAY_ROWS_NAME, load_replay_rows
 from trl_ada.tiny import build_tiny_model
 
 
@@ -250,7 +250,7 @@ def direct_completion_logprob(model, row, temperature):
 def test_a_replayed_success_is_weighted_by_its_truncated_importance_ratio(tmp_path, tokenizer, monkeypatch):
     """pi_then is the trainer's model's log-probability of the success when it was stored, pi_now when it is replayed;
     the replayed row's advantage is the sampler's times min(1, pi_now / pi_then), whichever engine generated it."""
-    from trl_ada.schedules import replay as replay_module
+    from trl_ada.schedules import replay_rows as replay_module
 
     calls = []
     original = replay_module.sequence_logprobs

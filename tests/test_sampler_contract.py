@@ -75,7 +75,7 @@ def test_dapo_gated_reads_pass_rate_decay_in_both_configs(tmp_path, trainer_conf
     if trainer_config == "sync":
         args = config(tmp_path, sampler="dapo_gated", pass_rate_decay=0.8, per_device_train_batch_size=8)
     else:
-        from trl_ada.async_grpo.config import AdaAsyncGRPOConfig
+        from trl_ada.async_grpo.async_grpo_config import AdaAsyncGRPOConfig
 
         args = AdaAsyncGRPOConfig(**async_args(tmp_path), sampler="dapo_gated", pass_rate_decay=0.8)
     sampler = build_sampler(args.sampler_settings())
@@ -144,7 +144,7 @@ def test_a_plug_in_needs_only_request_size_and_its_options(tmp_path):
 
 
 def test_the_unread_knob_rule_is_one_function_for_both_configs(tmp_path):
-    from trl_ada.async_grpo.config import AdaAsyncGRPOConfig
+    from trl_ada.async_grpo.async_grpo_config import AdaAsyncGRPOConfig
 
     message = r"round_size=3 has no effect with sampler='uniform'"
     with pytest.raises(ValueError, match=message):
@@ -159,7 +159,7 @@ def test_the_unread_knob_rule_is_one_function_for_both_configs(tmp_path):
 
 
 def _declared_helps() -> dict[str, str]:
-    from trl_ada.async_grpo.config import AdaAsyncGRPOConfig
+    from trl_ada.async_grpo.async_grpo_config import AdaAsyncGRPOConfig
 
     helps = {}
     for cls in (SamplerSettings, AdaGRPOConfig, AdaAsyncGRPOConfig):

@@ -75,7 +75,7 @@ def test_spo_refuses_what_it_cannot_draw_with(overrides, message):
 
 def test_the_asynchronous_trainer_takes_spo_with_its_recipe(tmp_path):
     from trl_ada.async_grpo import AdaAsyncGRPOConfig
-    from trl_ada.async_grpo.trainer import async_sampling
+    from trl_ada.async_grpo.async_grpo_trainer import async_sampling
 
     common = dict(output_dir=str(tmp_path), sampler="spo", num_generations=2, use_cpu=True, bf16=False)
     # Alone, spo runs its recipe; a remembered baseline with another sampler names the scaling it needs.

@@ -395,7 +395,7 @@ def test_prompt_sets_split_and_bands(name):
 
 
 def test_recipe_reward_resolves_to_the_trace_tasks_reward():
-    from trl_ada.rewards.registry import get_reward_funcs
+    from trl_ada.rewards.reward_registry import get_reward_funcs
 
     names = re.findall(r"--reward (\S+)", RECIPE.read_text())
     assert names

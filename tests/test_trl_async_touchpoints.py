@@ -557,7 +557,7 @@ ASYNC_TOUCHPOINTS = [
         "async_grpo_trainer.get_peak_flops_per_device",
         "module function, 1.15 and 1.16",
         "`get_peak_flops_per_device(accelerator, dtype)` is called in `__init__`; it calls `torch.cuda.get_device_name` "
-        "even off CUDA, so `trl_ada.async_grpo.trainer.peak_flops_unknown_off_cuda` swaps it for the duration of "
+        "even off CUDA, so `trl_ada.async_grpo.async_grpo_trainer.peak_flops_unknown_off_cuda` swaps it for the duration of "
         "`__init__` (`None` off CUDA, as TRL returns for an unknown peak) and restores it; "
         "`trl_seam.install_peak_flops_fallback` wraps it for good, for scripts that build TRL's own trainer on CPU",
         _peak_flops_is_asked_in_init_where_trl_has_it,

@@ -30,7 +30,7 @@ from .predictor_hub import resolve_pass_rate_predictor
 from .reporting.card import check_license, describe_rollouts, write_trainer_card
 from .reporting.console import use_concise_console
 from .reporting.metrics import advantage_metrics, reduce_log_window
-from .rewards.registry import resolve_reward_funcs
+from .rewards.reward_registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
 from .runtime.model_path import check_model_name
 from .samplers import PassRateEstimator, PromptPriority, Selection, build_sampler, rules
@@ -40,7 +40,7 @@ from .samplers.spo import prompt_priority
 from .schedules.driver import PendingBatch, check_memory_can_act, log_selection, refill_walk, sample_step
 from .schedules.pools import PoolEntry, generate_fields
 from .schedules.priority import check_prompt_choice, priority_order
-from .schedules.replay import REPLAY_ROWS_NAME, forget_unindexed, load_replay_rows, save_replay_rows
+from .schedules.replay_rows import REPLAY_ROWS_NAME, forget_unindexed, load_replay_rows, save_replay_rows
 from .schedules.server_draws import ensure_open_files
 from .trl_seam import (
     add_pending_extra_logs,
@@ -290,7 +290,7 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         self.ada_sampler = build_sampler(
             settings, pass_rate_estimator, resolve_pass_rate_predictor(settings), train_on=args.train_on
         )
-        # `replay="successes"`: the stored completions the sampler's index points to (`trl_ada.schedules.replay`).
+        # `replay="successes"`: the stored completions the sampler's index points to (`trl_ada.schedules.replay_rows`).
         self.ada_replay_rows: dict[str, PoolEntry] = {}
         with waiting_for_the_vllm_server(args, model):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)

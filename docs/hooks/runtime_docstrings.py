@@ -16,7 +16,10 @@ from griffe import Docstring, Extension
 
 RUNTIME_DOCSTRINGS = {
     "trl_ada.config.AdaGRPOConfig": ("trl_ada.config", "AdaGRPOConfig"),
-    "trl_ada.async_grpo.config.AdaAsyncGRPOConfig": ("trl_ada.async_grpo.config", "AdaAsyncGRPOConfig"),
+    "trl_ada.async_grpo.async_grpo_config.AdaAsyncGRPOConfig": (
+        "trl_ada.async_grpo.async_grpo_config",
+        "AdaAsyncGRPOConfig",
+    ),
 }
 ENTRY = re.compile(r"^(\w+) \((.*)\):\s*$")
 

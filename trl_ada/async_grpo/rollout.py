@@ -4,7 +4,7 @@ happens per sampler, to policy versions and to the resume position.
 [`AdaRolloutLoop`] rides on TRL's `_AsyncRolloutLoop` through two seams, its work iterator (`_repeat_iterator`) and
 `_score_group`, and copies no TRL body. Where the sampler pools (`AsyncSampling.pooled`) the loop is built with
 `num_generations=1`, so every draw is a TRL group of its own; each generation batch is a streaming step of the sampler
-(`trl_ada.samplers.continuous.begin_streaming`) whose draws are completed by draw index, so a pool is its draws in
+(`trl_ada.samplers.streaming.begin_streaming`) whose draws are completed by draw index, so a pool is its draws in
 submission order, and the batch's `Selection` (the synchronous trainer's code) gives the kept draws and their
 advantages. Otherwise the loop trains on TRL's own groups and advantages, and DAPO drops a group without a signal.
 """
@@ -30,21 +30,21 @@ from typing import Any
 from .. import trl_seam
 from ..generation.faults import VLLMServerUnresponsive
 from ..reporting.metrics import advantage_metrics
-from ..rewards.registry import failing_reward_name
+from ..rewards.reward_registry import failing_reward_name
 from ..samplers import SamplerSettings, build_sampler, dapo, rules
 from ..samplers.accounting import PromptDraws, draw_rates
 from ..samplers.base import PromptResult, Sampler, draw_memories, finish_update, selection_draws
-from ..samplers.continuous import begin_streaming
 from ..samplers.signal import grpo_rule_holds
 from ..samplers.spo import StreamPriority, prompt_priority
+from ..samplers.streaming import begin_streaming
 from ..schedules import prompt_key, prompt_keys
-from .config import check_prompts_per_generation_batch, check_train_on, gates_refills
+from .async_grpo_config import check_prompts_per_generation_batch, check_train_on, gates_refills
 
 logger = logging.getLogger(__name__)
 
 GROUP_VERSION_KEY = "ada/async/group_version_oldest"
 """Key set in the `metrics` of each queued sample (TRL's samples have slots): the oldest policy version among its
-prompt's samples, by which `trl_ada.async_grpo.trainer.StaleGroups` keeps or drops them whole."""
+prompt's samples, by which `trl_ada.async_grpo.async_grpo_trainer.StaleGroups` keeps or drops them whole."""
 
 HEALTH_POLL_S = 1.0
 """While a request waits, how often the loop checks whether the server still answers (`_check_server_answers`)."""

@@ -103,7 +103,7 @@ def resolve_ks(args: argparse.Namespace) -> list[int]:
 def reward_columns(dataset: Any, reward_func: Any, reference_column: str) -> dict[str, list[Any]]:
     """The columns passed to the reward: every dataset column but ``prompt``, plus the reference under each name the
     reward needs that the dataset lacks."""
-    from trl_ada.rewards.registry import required_reward_columns
+    from trl_ada.rewards.reward_registry import required_reward_columns
 
     columns = {name: dataset[name] for name in dataset.column_names if name != "prompt"}
     needed = [name for name in required_reward_columns([reward_func]) if name not in columns]
@@ -181,7 +181,7 @@ def evaluate(args: argparse.Namespace, generator: Any = None, tokenizer: Any = N
     """Samples, scores and aggregates every dataset; writes the JSON and returns the results. ``generator``
     (``generator(prompts, n) -> list[list[str]]``) and ``tokenizer`` replace what --model_name_or_path would load."""
     from trl_ada.data import generator_from_args, load_prompt_dataset, tokenize_prompts
-    from trl_ada.rewards.registry import get_reward_funcs, score_completions
+    from trl_ada.rewards.reward_registry import get_reward_funcs, score_completions
 
     ks = resolve_ks(args)
     reward_func = get_reward_funcs([args.reward])[0]

@@ -239,7 +239,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 def check_args(args: argparse.Namespace) -> None:
     """Argument checks that need no data (fail fast, with the fix in the message)."""
     from trl_ada.rewards.code import CodeExecutionReward
-    from trl_ada.rewards.registry import get_reward_funcs
+    from trl_ada.rewards.reward_registry import get_reward_funcs
 
     if args.reward is not None:
         reward_func = get_reward_funcs([args.reward])[0]
@@ -270,7 +270,7 @@ def resolve_task(args: argparse.Namespace, columns: Sequence[str] = ()) -> str:
     """``"math"`` or ``"code"``: ``--task``, or for ``auto`` what the reward and the dataset's ``columns`` suggest
     (as ``--task``'s help says)."""
     from trl_ada.rewards.code import CodeExecutionReward
-    from trl_ada.rewards.registry import get_reward_funcs
+    from trl_ada.rewards.reward_registry import get_reward_funcs
 
     if args.task != "auto":
         return args.task
@@ -531,7 +531,7 @@ def reference_aliases(reward_func: Any, answer_column: str, output_columns: Sequ
     """Names besides ``solution`` under which the output must hold the reference answer for ``reward_func``: the
     answer column's own name when the reward reads it (``exact_match`` reads ``answer``). Raises `ValueError` when
     the reward reads a column the output will not have, naming it and the flags that fix it."""
-    from trl_ada.rewards.registry import required_reward_columns
+    from trl_ada.rewards.reward_registry import required_reward_columns
 
     needed = required_reward_columns([reward_func])
     aliases = [name for name in needed if name == answer_column and name != "solution"]
@@ -600,7 +600,7 @@ def difficulty_filter(
     """Samples ``num_samples`` completions per prompt, scores them and keeps the prompts inside ``band``, adding the
     columns ``num_correct`` and ``pass_rate`` (a prompt whose rewards are all ``None`` is "unscorable" and dropped).
     Returns the kept rows and ``{"too_hard", "too_easy", "unscorable", "histogram"}`` (prompts per correct count)."""
-    from trl_ada.rewards.registry import score_completions
+    from trl_ada.rewards.reward_registry import score_completions
 
     prompts = dataset["prompt"]
     completions = generator(prompts, num_samples)
@@ -640,7 +640,7 @@ def prepare(args: argparse.Namespace, generator: Any = None, tokenizer: Any = No
     (``generator(prompts, k) -> list[list[str]]``) and ``tokenizer`` replace what --model_name_or_path would load."""
     from trl_ada.data import generator_from_args, load_prompt_dataset, to_prompt_format, wants_chat_messages
     from trl_ada.rewards.code import CodeExecutionReward, code_execution_reward
-    from trl_ada.rewards.registry import get_reward_funcs
+    from trl_ada.rewards.reward_registry import get_reward_funcs
 
     check_args(args)
     band = band_of(args)

@@ -42,7 +42,7 @@ from ..data import dataset_columns, load_prompt_dataset, to_prompt_format, valid
 from ..generation.weight_sync import uses_zero3
 from ..reporting.card import check_license
 from ..reporting.plots import logged_mean, training_entries
-from ..rewards.registry import get_reward_funcs, required_reward_columns
+from ..rewards.reward_registry import get_reward_funcs, required_reward_columns
 from ..runtime.model_path import model_name_error
 from ..samplers.settings import SamplerFields
 from ..trainer import AdaGRPOTrainer

@@ -360,7 +360,7 @@ def write_trainer_card(
     args = trainer.args
     trainer_settings = [("train_on", args.train_on)]
     if trainer_name == ASYNC_TRAINER_NAME:
-        from ..async_grpo.config import ASYNC_ONLY_FIELDS
+        from ..async_grpo.async_grpo_config import ASYNC_ONLY_FIELDS
 
         trainer_settings += [(name, getattr(args, name)) for name in ASYNC_ONLY_FIELDS]
     output_dir = Path(args.output_dir)

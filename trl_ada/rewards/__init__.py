@@ -2,7 +2,7 @@
 
 Every function follows TRL's reward-function protocol: ``func(completions, **dataset_columns) -> list[float | None]``.
 The parts: [`trl_ada.rewards.text`] (completions as text), [`trl_ada.rewards.math`], [`trl_ada.rewards.code`] (run in
-[`trl_ada.rewards.sandbox`]) and [`trl_ada.rewards.registry`] (``REWARD_FUNCS``, ``--reward_funcs math_verify``). This
+[`trl_ada.rewards.sandbox`]) and [`trl_ada.rewards.reward_registry`] (``REWARD_FUNCS``, ``--reward_funcs math_verify``). This
 package re-exports their public names (``from trl_ada.rewards import math_verify_reward``), loaded on first use, so
 importing `trl_ada.rewards.sandbox` or `trl_ada.rewards.code` alone does not import TRL or torch.
 """
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the names `__getattr__` loads, for type checkers and reader
         reference_as_completion,
         reference_verifies,
     )
-    from .registry import (
+    from .reward_registry import (
         REWARD_FUNCS,
         failing_reward_name,
         get_reward_funcs,
@@ -47,12 +47,12 @@ _HOMES = {
     "CodeExecutionReward": ".code",
     "code_execution_reward": ".code",
     "exact_match_reward": "..tasks.arithmetic",
-    "REWARD_FUNCS": ".registry",
-    "failing_reward_name": ".registry",
-    "get_reward_funcs": ".registry",
-    "required_reward_columns": ".registry",
-    "resolve_reward_funcs": ".registry",
-    "score_completions": ".registry",
+    "REWARD_FUNCS": ".reward_registry",
+    "failing_reward_name": ".reward_registry",
+    "get_reward_funcs": ".reward_registry",
+    "required_reward_columns": ".reward_registry",
+    "resolve_reward_funcs": ".reward_registry",
+    "score_completions": ".reward_registry",
 }
 """Where each name this package exports lives."""
 

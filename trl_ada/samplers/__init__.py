@@ -8,7 +8,6 @@ from .sequential import SeqBalanceSampler, SeqPosSampler, SequentialSampler  # r
 
 # isort: on
 from .base import PromptResult, Sampler, SamplingStep, Selection, build_sampler
-from .continuous import ContinuousStep, ScheduleStats
 from .dapo import BatchExhaustedError, BatchFiller, DapoSampler  # registers "dapo"
 from .est import EstEmaSampler, EstSampler  # registers "est", "est_ema"
 from .gated import GatedRefillOptions, GatedRefillSampler  # registers "dapo_gated"
@@ -18,6 +17,7 @@ from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
 from .settings import SamplerFields, SamplerOptions, SamplerSettings, read_when
 from .simulate import SimulationResult, simulate
 from .spo import PromptPriority, SpoOptions, SpoSampler, StreamPriority  # registers "spo"
+from .streaming import ContinuousStep, ScheduleStats
 from .tracker import DecayedBetaTracker, PassRateEstimator
 
 __all__ = [

@@ -22,10 +22,10 @@ from .base import (
     learn_pass_rates,
     skip_metrics,
 )
-from .continuous import ContinuousStep
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
+from .streaming import ContinuousStep
 from .tracker import PassRateEstimator, checked_beta_parameters
 
 _PREDICTIVE = ("predictive", "tracked")

@@ -6,13 +6,15 @@ group_inputs, keys)`, has the driver ([`ScheduleDriver`]) generate and score wha
 is Algorithm 2's rounds and runs on any driver; `"continuous"` (`continuous.py`) sends each draw as its own request
 to a vLLM server and needs AdaGRPOTrainer's driver (`driver.py`, which also runs one training step's sampling).
 `base.py` is the interface both share; `pools.py` the rank-local pools they fill. The asynchronous rollout worker
-drives the pure step itself (`trl_ada.samplers.continuous.begin_streaming`), so the exit rule, the pools and the
+drives the pure step itself (`trl_ada.samplers.streaming.begin_streaming`), so the exit rule, the pools and the
 selection are the same code everywhere.
 """
 
 from __future__ import annotations
 
-from .base import (
+from .continuous import ContinuousSchedule
+from .rounds import RoundsSchedule
+from .schedule import (
     GenerationSchedule,
     RoundResult,
     ScheduledBatch,
@@ -21,8 +23,6 @@ from .base import (
     prompt_key,
     prompt_keys,
 )
-from .continuous import ContinuousSchedule
-from .rounds import RoundsSchedule
 
 __all__ = [
     "SCHEDULES",

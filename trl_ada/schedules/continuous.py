@@ -22,13 +22,13 @@ from accelerate.utils import broadcast_object_list, gather
 
 from ..generation.faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
 from ..generation.weight_sync import sync_server_weights_for_step
-from ..rewards.registry import failing_reward_name
+from ..rewards.reward_registry import failing_reward_name
 from ..samplers import ScheduleStats, Selection
 from ..trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
 from . import rounds
-from .base import ScheduledBatch, ScheduleDriver
 from .pools import PoolEntry
 from .rounds import RoundLayout
+from .schedule import ScheduledBatch, ScheduleDriver
 from .server_draws import ServerDrawError, ServerDraws
 
 _SCORE, _DONE, _FAILED = "score", "done", "failed"

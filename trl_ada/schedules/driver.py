@@ -20,9 +20,9 @@ from ..samplers.dapo import RefillWalk, fill_update, refill_gate
 from ..samplers.signal import trl_advantages_stand_in
 from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
-from .base import RoundResult, prompt_key, prompt_keys
 from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
-from .replay import forget_unindexed, replay_weights, take_replayed
+from .replay_rows import forget_unindexed, replay_weights, take_replayed
+from .schedule import RoundResult, prompt_key, prompt_keys
 
 logger = logging.getLogger(__name__)
 

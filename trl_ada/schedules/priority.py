@@ -12,7 +12,7 @@ from torch.utils.data import IterableDataset, Sampler
 
 from ..samplers.spo import PromptPriority
 from ..trl_seam import repeat_layout
-from .base import prompt_keys
+from .schedule import prompt_keys
 
 
 def weighted_sample(weights: Sequence[float], count: int, generator: torch.Generator) -> list[int]:

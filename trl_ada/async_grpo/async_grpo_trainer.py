@@ -33,7 +33,7 @@ from ..reporting.card import ASYNC_TRAINER_NAME
 from ..samplers import PassRateEstimator, build_sampler
 from ..samplers.predictor import PREDICTOR_DIR
 from ..trainer import AdaGRPOTrainer, AdaModelCard, init_argument_binder
-from .config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
+from .async_grpo_config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
 from .rollout import (
     GROUP_VERSION_KEY,
     AdaAsyncRolloutWorker,
