@@ -11,8 +11,8 @@ each starting one program at a time), it measures programs per second of:
   plumbing; not a security boundary);
 - ``bwrap``: `Sandbox()`, the bubblewrap sandbox (its private filesystem: a copy of the interpreter's files on a tmpfs);
 - ``bwrap_host_fs``: `Sandbox(filesystem="host")`, the same binding the host's ``/usr`` read-only instead;
-- ``bwrap_no_cgroup``: the same without its per-run memory cgroup (where the machine gives one), to tell what
-  moving the sandbox into it costs;
+- ``bwrap_no_cgroup``: the same without its per-run memory and cpu cgroups (where the machine gives them), to tell
+  what moving the sandbox into them costs;
 - ``reference``: with ``--reference FILE`` (repeatable: ``reference_<file stem>``), the bubblewrap sandbox of another version of
   ``trl_ada/rewards/sandbox.py`` (``git show REV:trl_ada/rewards/sandbox.py > FILE``), to price a change.
 
@@ -152,11 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = Sandbox()
     unisolated = Sandbox(isolation="none", python=sandbox.python)
     no_cgroup = Sandbox(python=sandbox.python)
-    no_cgroup.memory_cgroup = None
+    no_cgroup.memory_cgroup = no_cgroup.cpu_cgroup = None
     host_filesystem = Sandbox(python=sandbox.python, filesystem="host")
     references = {}
     for index, path in enumerate(args.reference):
-        spec = importlib.util.spec_from_file_location(f"reference_sandbox_{index}", path)
+        # Loaded inside the package, so the version's relative imports (``.sandbox_root``) resolve.
+        spec = importlib.util.spec_from_file_location(f"trl_ada.rewards._reference_sandbox_{index}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # its dataclasses look their module up there
         spec.loader.exec_module(module)
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "bwrap": sandbox_runner(sandbox, files, channel),
             "bwrap_host_fs": sandbox_runner(host_filesystem, files, channel),
         }
-        if sandbox.memory_cgroup is not None:
+        if sandbox.memory_cgroup is not None or sandbox.cpu_cgroup is not None:
             runners["bwrap_no_cgroup"] = sandbox_runner(no_cgroup, files, channel)
         for mode, reference in references.items():
             runners[mode] = sandbox_runner(reference, files, channel)

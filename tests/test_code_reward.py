@@ -100,18 +100,24 @@ def test_assert_plan_keeps_expected_values_out_of_the_sandbox():
     assert plan.steps[0] == ("import", "add")  # the tests see the program's `add`, not its other globals
     sources = json.dumps(plan.steps)
     assert "== 3" not in sources and "5 ==" not in sources  # only the expressions enter the sandbox
-    assert dict(plan.expected) == {2: 3, 3: 5}
+    assert dict(plan.checks) == {
+        2: ("compare", ("answer",), (("==", ("const", 3)),)),
+        3: ("compare", ("const", 5), (("==", ("answer",)),)),
+    }
     humaneval = (
         "METADATA = {}\n\ndef check(candidate):\n    assert candidate([1, 2]) == [2, 1]\n"
-        "    assert abs(candidate([0])[0]) < 1\n\ncheck(rev)"
+        "    assert abs(candidate([0])[0]) < 1\n    assert candidate([0]).count(0) == 1\n\ncheck(rev)"
     )
     plan = build_assert_plan(humaneval, "rev")
-    assert [kind for kind, _ in plan.steps] == ["import", "setup", "setup", "value", "assert"]
+    # `abs(...[0]) < 1` is computed outside on the answer's plain value; a method of the answer runs inside.
+    assert [kind for kind, _ in plan.steps] == ["import", "setup", "setup", "value", "value", "assert"]
+    assert plan.steps[4] == ("value", "candidate([0])")
     assert plan.steps[2] == ("setup", "candidate = rev")
     assert build_assert_plan(humaneval) == plan  # the entry point read from `check(rev)`
     # MBPP's `set(...) == set(...)`: the expected side is built outside, from literals and the builtins.
     plan = build_assert_plan("assert set(similar_elements((3, 4), (4, 5))) == set((4,))")
-    assert plan.steps[1] == ("value", "set(similar_elements((3, 4), (4, 5)))") and plan.expected == ((1, {4}),)
+    assert plan.steps[1] == ("value", "set(similar_elements((3, 4), (4, 5)))")
+    assert plan.checks == ((1, ("compare", ("answer",), (("==", ("const", {4})),))),)
     assert build_assert_plan("x = 1") is None
     with pytest.raises(ValueError, match="does not parse"):
         build_assert_plan("assert (")
@@ -284,9 +290,10 @@ def test_programs_cannot_mark_their_own_assert_tests_passed(reward):
 
 @needs_bwrap
 def test_a_non_literal_assert_is_checked_inside_and_reported_so(reward):
-    """The documented limit: an assert that is not `<expr> == <expected>` runs in the program's interpreter, so a
-    program that patches a module the test imports, or reaches the tests' namespace through its caller's frame,
-    passes it. `count_checks` exposes how many tests of a row are of that kind."""
+    """The documented limit: an assert that is not decided outside runs in the program's interpreter, so a program
+    that patches a module the test imports, reaches the tests' namespace through its caller's frame, or forges its
+    pass records and sinks the harness's (`os.dup2` over the channel), passes it. `count_checks` exposes how many
+    tests of a row are of that kind."""
     tests = "import math\nassert math.isclose(add(0.1, 0.2), 0.3)\nassert add(1, 2) == 3"
     assert reward.count_checks(tests) == {"value": 1, "assert": 1, "ignored": 0}
     forger = (
@@ -295,7 +302,10 @@ def test_a_non_literal_assert_is_checked_inside_and_reported_so(reward):
         "def add(a, b):\n    return 0"
     )
     patcher = "import math\nmath.isclose = lambda *a, **k: True\ndef add(a, b):\n    return 0"
-    abs_tests = "assert abs(add(5, 5) - 10) < 1e-9\nassert abs(add(1, 2) - 3) < 1e-9"
+    abs_tests = (  # in loops, so run inside
+        "for a, b, s in [(5, 5, 10)]:\n    assert abs(add(a, b) - s) < 1e-9\n"
+        "for a, b, s in [(1, 2, 3)]:\n    assert abs(add(a, b) - s) < 1e-9"
+    )
     frame_walker = "import sys\ndef add(a, b):\n    sys._getframe(1).f_globals['abs'] = lambda x: 0\n    return 0"
     # The forged records and the harness's own make two records for each test: they fail. Patching `math.isclose`
     # passes that test; the `== 3` test holds in both. The frame walker's first call comes after `abs` was looked
@@ -461,7 +471,7 @@ HUMANEVAL_TESTS = (
 def test_asserts_that_do_not_exercise_the_candidate_are_not_tests(reward):
     """`assert True, "..."` in HumanEval's `check` is no test (an empty function scored 0.4 on it), and a `check`
     nothing names an entry point for cannot be run against the program: `None`, not the 1.0 `print('hello')` got."""
-    assert reward.count_checks(HUMANEVAL_TESTS, "total") == {"value": 2, "assert": 1, "ignored": 2}
+    assert reward.count_checks(HUMANEVAL_TESTS, "total") == {"value": 3, "assert": 0, "ignored": 2}
     assert build_assert_plan(HUMANEVAL_TESTS) is None  # no entry point: no column value, no `check(name)` call
     assert build_assert_plan("assert True\nassert 1 + 1 == 2") is None  # asserts, none of them about a program
     honest = "def total(xs):\n    return sum(xs)"
@@ -474,8 +484,10 @@ def test_asserts_that_do_not_exercise_the_candidate_are_not_tests(reward):
     assert reward.last_row_outcomes == ["wrong_answer", "passed", "not_applicable", "not_applicable"]
 
 
-REBINDING_TESTS = (
-    "assert abs(half(-4) + 2) < 1e-9\nassert abs(half(3) - 1.5) < 1e-9\nassert sorted(evens([4, 1, 2])) in ([2, 4],)"
+REBINDING_TESTS = (  # in loops, so that `abs` and `sorted` are computed inside
+    "for x, y in [(-4, -2)]:\n    assert abs(half(x) - y) < 1e-9\n"
+    "for x, y in [(3, 1.5)]:\n    assert abs(half(x) - y) < 1e-9\n"
+    "for xs in [[4, 1, 2]]:\n    assert sorted(evens(xs)) in ([2, 4],)"
 )
 MBPP_TASK_2_TESTS = [  # verbatim
     "assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",

@@ -6,7 +6,8 @@ library; the sandbox is [`trl_ada.rewards.sandbox.Sandbox`] (bubblewrap). docs/c
 (the completion's last ```` ```python ```` block), how the tests are read (open-r1's ``verification_info``: one run
 per stdin/stdout case; MBPP/HumanEval assert ``tests``: one harness run per completion), what a row may cost, the
 outcomes, and why a program cannot mark its own tests passed: the verdict is decided outside the sandbox, and for
-``assert f(x) == <literal>`` tests only ``f(x)`` runs inside, its value compared outside as plain data.
+asserts that compare the program's answer with literals (``f(x) == 3``, ``(f(x) > 9) == True``, ``abs(f(x) - y) < e``)
+only ``f(x)`` runs inside, its value brought out as plain data and the whole comparison made outside.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import functools
 import json
 import logging
 import math
+import operator
 import os
 import re
 import threading
@@ -82,12 +84,13 @@ class StdioCase:
 class AssertPlan:
     """Assert-style tests split into what runs in the sandbox and what stays outside: ``steps`` go into the sandbox,
     in order, as ``(kind, src)``: ``import`` (bind the program's name ``src`` in the tests' namespace), ``setup`` (run;
-    its failure is no test's), ``value`` (a test: evaluate ``src``, report its value) or ``assert`` (a test: run
-    ``src``, report whether it raised). ``expected`` pairs each value step's index with its expected value, which never
-    leaves the trainer; ``ignored`` counts the asserts that do not exercise the program (run as set-up)."""
+    its failure is no test's), ``value`` (a test: evaluate ``src``, the program's answer, report it as plain data) or
+    ``assert`` (a test: run ``src``, report whether it raised). ``checks`` pairs each value step's index with the
+    test's condition over that plain value (a tree of tuples, see [`build_assert_plan`]), which never leaves the
+    trainer; ``ignored`` counts the asserts that do not exercise the program (run as set-up)."""
 
     steps: tuple[tuple[str, str], ...]
-    expected: tuple[tuple[int, Any], ...]
+    checks: tuple[tuple[int, tuple], ...]
     ignored: int = 0
 
     @property
@@ -97,10 +100,16 @@ class AssertPlan:
 
     @functools.cached_property
     def longest_reports(self) -> dict[int, int]:
-        """Per value step, the longest ``repr`` a value equal to the expected one can plausibly have (a few times
-        the expected value's own: ``1`` may come back as ``1.0`` or ``True``); a longer report is a wrong answer,
-        rejected before it is parsed."""
-        return {index: 8 * len(repr(value)) + 64 for index, value in self.expected}
+        """Per value step, the longest ``repr`` it may report: a few times the test's literals' own (``1`` may come
+        back as ``1.0`` or ``True``), and at least ``PREDICATE_REPORT_CHARS`` when the test is not a plain equality
+        (``5 in f(x)`` says little about the answer's size); a longer report is a wrong answer, rejected before it
+        is parsed."""
+        return {index: _longest_report(check) for index, check in self.checks}
+
+
+PREDICATE_REPORT_CHARS = 4096
+"""The longest report a value step may send for a test other than ``f(x) == <literal>``, unless its literals allow
+more (parsing 4 KiB of nested lists takes 2-8 ms)."""
 
 
 def normalize_output(text: str) -> list[str]:
@@ -229,15 +238,188 @@ def _bound_names(node: ast.AST) -> set[str]:
     return names
 
 
+# Builtins a test may apply to the program's answer inside the sandbox: each calls the program's code with nothing
+# but the answer's own values (no operand of the test), so what it returns is still the program's answer.
+_ANSWER_BUILTINS = frozenset(
+    "set frozenset tuple list sorted dict len sum min max abs round str int float bool".split()
+)
+
+
+def _is_answer(node: ast.expr, answers: frozenset[str], test_data: Any, rebound: frozenset[str]) -> bool:
+    """Whether ``node`` is the program's answer, which may be computed inside the sandbox and brought out as plain
+    data: a name imported from the program, a call of an answer (a program function) whose arguments are answers or
+    test data (``test_data(argument)``: nothing bound from the program), or one of ``_ANSWER_BUILTINS`` applied to
+    one answer. Anything else the test does to an answer (an operator, a subscript, an attribute, a method) hands the
+    program's code the test's operand and lets it answer for the test, so it is not an answer."""
+    if isinstance(node, ast.Name):
+        return node.id in answers
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    if isinstance(func, ast.Name) and func.id in _ANSWER_BUILTINS and func.id not in rebound | answers:
+        return (
+            len(node.args) == 1
+            and not node.keywords
+            and not isinstance(node.args[0], ast.Starred)
+            and _is_answer(node.args[0], answers, test_data, rebound)
+        )
+    arguments = [arg.value if isinstance(arg, ast.Starred) else arg for arg in node.args]
+    arguments += [keyword.value for keyword in node.keywords]
+    return _is_answer(func, answers, test_data, rebound) and all(
+        test_data(arg) or _is_answer(arg, answers, test_data, rebound) for arg in arguments
+    )
+
+
+# The comparisons the trainer makes on a plain value; `is` is left inside (an honest answer to `is None` is often an
+# object that is not plain data, and identity is no dunder a program can override).
+_COMPARISONS: dict[type, tuple[str, Any]] = {
+    ast.Eq: ("==", operator.eq),
+    ast.NotEq: ("!=", operator.ne),
+    ast.Lt: ("<", operator.lt),
+    ast.LtE: ("<=", operator.le),
+    ast.Gt: (">", operator.gt),
+    ast.GtE: (">=", operator.ge),
+    ast.In: ("in", lambda a, b: a in b),
+    ast.NotIn: ("not in", lambda a, b: a not in b),
+}
+_COMPARE_BY_NAME = dict(_COMPARISONS.values())
+_ARITHMETIC = {ast.Add: ("+", operator.add), ast.Sub: ("-", operator.sub)}
+_ARITHMETIC_BY_NAME = dict(_ARITHMETIC.values())
+
+
+def _outside_check(node: ast.expr, is_answer: Any, rebound: frozenset[str]) -> tuple[tuple, list[ast.expr]] | None:
+    """The part of an assert's condition the trainer computes on the answer's plain value, as a tree of tuples, and
+    the answers it holds; ``None`` when part of it is neither an answer, a literal (see ``_expected_value``) nor one
+    of the cheap operations on plain data below (comparisons, ``not``, ``+``/``-``, a literal subscript, ``abs``,
+    ``round``), so that the test must run inside."""
+    if is_answer(node):
+        return ("answer",), [node]
+    is_expected, value = _expected_value(node, rebound)
+    if is_expected:
+        return ("const", value), []
+    parts: list[tuple[tuple, list[ast.expr]] | None]
+    if isinstance(node, ast.Compare) and all(type(op) in _COMPARISONS for op in node.ops):
+        parts = [_outside_check(operand, is_answer, rebound) for operand in (node.left, *node.comparators)]
+        if any(part is None for part in parts):
+            return None
+        names = [_COMPARISONS[type(op)][0] for op in node.ops]
+        pairs = tuple((name, part[0]) for name, part in zip(names, parts[1:]))
+        return ("compare", parts[0][0], pairs), [answer for part in parts for answer in part[1]]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
+        part = _outside_check(node.operand, is_answer, rebound)
+        kind = {ast.Not: "not", ast.USub: "neg", ast.UAdd: "pos"}[type(node.op)]
+        return None if part is None else ((kind, part[0]), part[1])
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _outside_check(node.left, is_answer, rebound), _outside_check(node.right, is_answer, rebound)
+        if left is None or right is None:
+            return None
+        return ("arithmetic", _ARITHMETIC[type(node.op)][0], left[0], right[0]), left[1] + right[1]
+    if isinstance(node, ast.Subscript):
+        part = _outside_check(node.value, is_answer, rebound)
+        key = _literal_key(node.slice, rebound)
+        return None if part is None or key is None else (("item", part[0], key), part[1])
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("abs", "round")
+        and node.func.id not in rebound
+        and not node.keywords
+        and 1 <= len(node.args) <= (2 if node.func.id == "round" else 1)
+        and not any(isinstance(arg, ast.Starred) for arg in node.args)
+    ):
+        part = _outside_check(node.args[0], is_answer, rebound)
+        digits = _expected_value(node.args[1], rebound) if len(node.args) == 2 else (True, None)
+        if part is None or not digits[0] or not (digits[1] is None or type(digits[1]) is int):
+            return None
+        return (node.func.id, part[0], digits[1]), part[1]
+    return None
+
+
+def _literal_key(node: ast.expr, rebound: frozenset[str]) -> Any:
+    """A subscript's key when it is a literal (or a slice of literals), wrapped in a one-tuple; else ``None``."""
+    if isinstance(node, ast.Slice):
+        bounds = [
+            (True, None) if bound is None else _expected_value(bound, rebound)
+            for bound in (node.lower, node.upper, node.step)
+        ]
+        return (slice(*(value for _, value in bounds)),) if all(ok for ok, _ in bounds) else None
+    is_expected, value = _expected_value(node, rebound)
+    return (value,) if is_expected else None
+
+
+def _decide(check: tuple, answer: Any) -> Any:
+    """A check's value for the answer's plain value (the trainer's side: plain data only, so no program code runs)."""
+    kind = check[0]
+    if kind == "answer":
+        return answer
+    if kind == "const":
+        return check[1]
+    if kind == "compare":
+        left = _decide(check[1], answer)
+        for name, part in check[2]:
+            right = _decide(part, answer)
+            if not _COMPARE_BY_NAME[name](left, right):
+                return False
+            left = right
+        return True
+    if kind == "not":
+        return not _decide(check[1], answer)
+    if kind == "neg":
+        return -_decide(check[1], answer)
+    if kind == "pos":
+        return +_decide(check[1], answer)
+    if kind == "arithmetic":
+        return _ARITHMETIC_BY_NAME[check[1]](_decide(check[2], answer), _decide(check[3], answer))
+    if kind == "item":
+        return _decide(check[1], answer)[check[2][0]]
+    if kind == "abs":
+        return abs(_decide(check[1], answer))
+    if kind == "round":
+        value = _decide(check[1], answer)
+        return round(value) if check[2] is None else round(value, check[2])
+    raise ValueError(f"unknown check {kind!r}")
+
+
+def _constants(check: tuple) -> list[Any]:
+    """The literals of a check."""
+    kind = check[0]
+    if kind == "const":
+        return [check[1]]
+    if kind == "compare":
+        return _constants(check[1]) + [value for _, part in check[2] for value in _constants(part)]
+    if kind == "arithmetic":
+        return _constants(check[2]) + _constants(check[3])
+    if kind == "item":
+        return _constants(check[1]) + [check[2][0]]
+    if kind in ("not", "neg", "pos", "abs", "round"):
+        return _constants(check[1])
+    return []
+
+
+def _longest_report(check: tuple) -> int:
+    """The longest report a value step with this check may send (see ``AssertPlan.longest_reports``)."""
+    longest = 8 * sum(len(repr(value)) for value in _constants(check)) + 64
+    equality = check[0] == "compare" and len(check[2]) == 1 and check[2][0][0] == "=="
+    if equality and {check[1][0], check[2][0][1][0]} == {"answer", "const"}:
+        return longest
+    return max(longest, PREDICATE_REPORT_CHARS)
+
+
 @functools.lru_cache(maxsize=4096)
 def build_assert_plan(tests: str, entry_point: str | None = None) -> AssertPlan | None:
-    """Splits assert-style test code into sandbox steps and expected values (see [`AssertPlan`]).
+    """Splits assert-style test code into sandbox steps and the checks made outside it (see [`AssertPlan`]).
 
     The names the tests use but neither define nor find among Python's builtins (and ``entry_point``) are imported
     from the program. A test is a top-level statement (or one of ``check``'s) that contains an ``assert`` and uses one
-    of those names, directly or through a name bound from them; other statements run as set-up. Returns ``None`` when
-    no test is left, or when the code defines ``check(candidate)`` but names no entry point. Raises ``ValueError``
-    when the code does not parse (a data problem: fix or drop the row).
+    of those names, directly or through a name bound from them; other statements run as set-up. A test is a ``value``
+    step when its condition holds exactly one of the program's answers (``f(x)``, see ``_is_answer``) and is
+    otherwise made of literals and of what the trainer can compute on plain data: comparisons (``==``, ``!=``,
+    ``<``, ``<=``, ``>``, ``>=``, ``in``, ``not in``, chained), ``not``, ``+``, ``-``, a literal subscript, ``abs``
+    and ``round``, with a comparison on top. Only the answer enters the sandbox; the rest is the check, kept here
+    as a tree of tuples (``("answer",)``, ``("const", value)``, ``("compare", left, ((op, right), ...))``, ...) and
+    applied to the answer's plain value. Any other test is an ``assert`` step, run whole inside. Returns ``None``
+    when no test is left, or when the code defines ``check(candidate)`` but names no entry point. Raises
+    ``ValueError`` when the code does not parse (a data problem: fix or drop the row).
     """
     try:
         module = ast.parse(tests)
@@ -264,6 +446,8 @@ def build_assert_plan(tests: str, entry_point: str | None = None) -> AssertPlan 
     if check is not None and not entry_point:
         return None  # nothing says which of the program's functions `check` tests
     rebound = frozenset(_bound_names(module))
+    if any(isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names) for node in ast.walk(module)):
+        rebound |= _BUILTIN_NAMES  # a star import may rebind any builtin, so none is known to be Python's own
     # The program's names: used by the tests, defined by neither the tests nor Python.
     imported = (_loaded_names(module) - rebound - _BUILTIN_NAMES) | ({entry_point} if entry_point else set())
     steps: list[tuple[str, str]] = [("import", name) for name in sorted(imported)]
@@ -277,7 +461,12 @@ def build_assert_plan(tests: str, entry_point: str | None = None) -> AssertPlan 
     else:
         statements = body
     from_program = set(imported)  # names bound from the program, directly or through other such names
-    expected: list[tuple[int, Any]] = []
+    answers = frozenset(imported)  # the program's own objects; names a statement binds from them are the tests'
+
+    def is_answer(node: ast.expr) -> bool:
+        return _is_answer(node, answers, lambda arg: not _loaded_names(arg) & from_program, rebound)
+
+    checks: list[tuple[int, tuple]] = []
     ignored = 0
     for statement in statements:
         used = _loaded_names(statement.test if isinstance(statement, ast.Assert) else statement)
@@ -291,17 +480,28 @@ def build_assert_plan(tests: str, entry_point: str | None = None) -> AssertPlan 
             continue
         step: tuple[str, str] = ("assert", ast.unparse(statement))
         test = statement.test if isinstance(statement, ast.Assert) else None
-        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
-            for expression, other in ((test.left, test.comparators[0]), (test.comparators[0], test.left)):
-                is_expected, value = _expected_value(other, rebound)
-                if is_expected and _loaded_names(expression) & from_program:
-                    expected.append((len(steps), value))
-                    step = ("value", ast.unparse(expression))
-                    break
+        # A value step only when the assert's condition is a comparison the trainer can make on the answer's plain
+        # value; else the program's own objects would decide it (`__gt__`, `__contains__`, `__sub__` answering
+        # whatever passes).
+        try:
+            outside = (
+                _outside_check(test, is_answer, rebound) if isinstance(test, (ast.Compare, ast.UnaryOp)) else None
+            )
+        except RecursionError:  # a condition nested too deeply to walk is left to run inside
+            outside = None
+        if outside is not None and len(outside[1]) == 1 and _is_comparison(outside[0]):
+            checks.append((len(steps), outside[0]))
+            step = ("value", ast.unparse(outside[1][0]))
         steps.append(step)
     if not any(kind in ("value", "assert") for kind, _ in steps):
         return None
-    return AssertPlan(tuple(steps), tuple(expected), ignored)
+    return AssertPlan(tuple(steps), tuple(checks), ignored)
+
+
+def _is_comparison(check: tuple) -> bool:
+    """Whether a check's verdict is a comparison (possibly negated), not the truth of a bare value: the truth of an
+    answer that is not plain data (an object, a generator) is still the test's to ask, inside."""
+    return check[0] == "compare" or (check[0] == "not" and _is_comparison(check[1]))
 
 
 # The harness that runs inside the sandbox for assert tests. It holds no secret: the expected values are not in it.
@@ -764,7 +964,7 @@ def _assert_verdicts(result: SandboxResult, plan: AssertPlan) -> list[Outcome]:
         # A run that did not end by itself in time and within its limits fails every test, whatever it reported
         # first (as a stdin/stdout case does): passing, then spinning in an `atexit` handler, is a timeout.
         return [_SANDBOX_STATUS_OUTCOME[result.status]]
-    expected = dict(plan.expected)
+    checks = dict(plan.checks)
     longest = plan.longest_reports
     verdicts: list[Outcome] = []
     for index in plan.check_indices:
@@ -782,10 +982,8 @@ def _assert_verdicts(result: SandboxResult, plan: AssertPlan) -> list[Outcome]:
                 if error == "MemoryError"
                 else "runtime_error"
             )
-        elif index in expected:
-            verdicts.append(
-                "passed" if _same_value(record.get("repr"), expected[index], longest[index]) else "wrong_answer"
-            )
+        elif index in checks:
+            verdicts.append("passed" if _passes(record.get("repr"), checks[index], longest[index]) else "wrong_answer")
         else:
             verdicts.append("passed" if record.get("ok") is True else "wrong_answer")
     return verdicts
@@ -796,8 +994,8 @@ def _is_syntax_error(stderr: str) -> bool:
     return tail.startswith(_SYNTAX_ERRORS)
 
 
-def _same_value(reported: Any, expected: Any, longest: int) -> bool:
-    """Whether a value reported from the sandbox (a ``repr``) equals the expected one, compared as plain data. A
+def _passes(reported: Any, check: tuple, longest: int) -> bool:
+    """Whether a value reported from the sandbox (a ``repr``) passes its test's check, made on it as plain data. A
     report longer than ``longest`` characters is not parsed (parsing attacker-sized text costs seconds)."""
     if not isinstance(reported, str) or len(reported) > longest:
         return False
@@ -806,8 +1004,8 @@ def _same_value(reported: Any, expected: Any, longest: int) -> bool:
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
     try:
-        return bool(value == expected)
-    except Exception:  # e.g. comparing deeply nested data
+        return bool(_decide(check, value))
+    except Exception:  # e.g. ordering a list against a number, comparing deeply nested data
         return False
 
 
@@ -819,6 +1017,7 @@ __all__ = [
     "OUTCOMES",
     "CASE_OUTPUT_FACTOR",
     "CASE_OUTPUT_SLACK_BYTES",
+    "PREDICATE_REPORT_CHARS",
     "ROW_WALL_FACTOR",
     "AssertPlan",
     "CodeExecutionReward",

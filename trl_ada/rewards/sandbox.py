@@ -9,8 +9,8 @@ Pure Python and the standard library; Linux only. The interface is small::
 Under ``isolation="bwrap"`` (the default) a run sees a private read-only filesystem (``trl_ada.rewards.sandbox_root``;
 ``filesystem="host"`` binds the host's ``/usr`` instead), a fresh ``tmpfs`` at ``/tmp`` as its only writable place,
 no network, its own namespaces, a seccomp filter, a clean environment, a uid of its own when the trainer is root,
-``prlimit`` limits and, where one can be made, a memory cgroup; nothing it starts outlives the call. docs/code-rl.md
-("The sandbox: what is and is not contained") says what each of these closes, and why. ``isolation="none"`` runs the
+``prlimit`` limits and, where they can be made, memory and cpu cgroups; nothing it starts outlives the call.
+docs/code-rl.md ("The sandbox: what is and is not contained") says what each of these closes, and why. ``isolation="none"`` runs the
 program in a plain subprocess with the same limits: it is **not a security boundary** (it exists for machines without
 user namespaces and for measuring the sandbox's overhead) and it logs a warning when constructed.
 """
@@ -61,8 +61,14 @@ _THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS
 _READ_CHUNK = 65536
 
 # System calls a sandboxed program gets EPERM for: System V IPC and memfds hold memory no process maps (RLIMIT_AS
-# does not count it); the keyring calls reach the trainer's session keyring; message queues, inotify and file locks
-# (``flock``, ``_DENIED_FCNTL_COMMANDS``) are channels between concurrent sandboxes. Per architecture:
+# does not count it); the keyring calls reach the trainer's session keyring; message queues, inotify, fanotify, file
+# locks (``flock``, ``_DENIED_FCNTL_COMMANDS``) and the futex2 calls (``futex_waitv``, whose keys on a mapped file of
+# the shared copy every sandbox reaches) are channels between concurrent sandboxes; ``mlock`` moves machine-wide
+# counters that outlive the call; AIO contexts and ``io_uring`` draw on machine-wide budgets; ``ptrace``, the
+# ``process_vm`` calls and pidfds reach the sandbox's init (a pidfd's inode number also counts every process the
+# machine has started); ``userfaultfd`` stalls the kernel on a page fault of the program's choosing; sockets hold
+# buffer memory no limit counts (a program needs none: it has no network) and carry a machine-wide cookie counter;
+# ``sysinfo`` reads the machine's memory and thread counts. Per architecture:
 # (AUDIT_ARCH_* of seccomp_data.arch, {name: number}, first number of a second ABI sharing that arch value (x32)).
 _DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
     "x86_64": (
@@ -72,7 +78,13 @@ _DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
             "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "add_key": 248,
             "request_key": 249, "keyctl": 250, "memfd_create": 319, "memfd_secret": 447, "flock": 73,
             "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
-            "mq_getsetattr": 245, "inotify_init": 253, "inotify_init1": 294,
+            "mq_getsetattr": 245, "inotify_init": 253, "inotify_init1": 294, "fanotify_init": 300,
+            "fanotify_mark": 301, "futex_waitv": 449, "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456,
+            "mlock": 149, "munlock": 150, "mlockall": 151, "munlockall": 152, "mlock2": 325, "io_setup": 206,
+            "io_destroy": 207, "io_getevents": 208, "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333,
+            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 323,
+            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_open": 434, "pidfd_getfd": 438,
+            "socket": 41, "socketpair": 53, "sysinfo": 99,
         },
         0x40000000,
     ),
@@ -83,15 +95,51 @@ _DENIED_SYSCALLS: dict[str, tuple[int, dict[str, int], int | None]] = {
             "semtimedop": 192, "semop": 193, "shmget": 194, "shmctl": 195, "shmat": 196, "shmdt": 197,
             "add_key": 217, "request_key": 218, "keyctl": 219, "memfd_create": 279, "memfd_secret": 447,
             "flock": 32, "mq_open": 180, "mq_unlink": 181, "mq_timedsend": 182, "mq_timedreceive": 183,
-            "mq_notify": 184, "mq_getsetattr": 185, "inotify_init1": 26,
+            "mq_notify": 184, "mq_getsetattr": 185, "inotify_init1": 26, "fanotify_init": 262, "fanotify_mark": 263,
+            "futex_waitv": 449, "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456, "mlock": 228,
+            "munlock": 229, "mlockall": 230, "munlockall": 231, "mlock2": 284, "io_setup": 0, "io_destroy": 1,
+            "io_submit": 2, "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "io_uring_setup": 425,
+            "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 282, "ptrace": 117,
+            "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_open": 434, "pidfd_getfd": 438,
+            "socket": 198, "socketpair": 199, "sysinfo": 179,
         },
         None,
     ),
 }  # fmt: skip
 # ``fcntl``'s number per architecture, and the commands of it that get EPERM: record locks, classic and open-file
-# description ones (F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW); its other commands work.
+# description ones (F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW), leases (F_SETLEASE,
+# F_GETLEASE), directory notifications (F_NOTIFY) and an inode's write hints (F_GET_RW_HINT, F_SET_RW_HINT and their
+# per-file forms): each is state on a file of the shared copy that another sandbox can set or see. Its other commands
+# work.
 _FCNTL_SYSCALL = {"x86_64": 72, "aarch64": 25}
-_DENIED_FCNTL_COMMANDS = (5, 6, 7, 36, 37, 38)
+_DENIED_FCNTL_COMMANDS = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026, 1035, 1036, 1037, 1038)
+# ``futex``'s number per architecture: a wait without FUTEX_PRIVATE_FLAG keys on the page of a mapped file every
+# sandbox maps, so it gets EAGAIN (which glibc retries rather than aborting) and no shared key ever has a waiter to
+# wake or count, while shared wakes (FUTEX_WAKE, FUTEX_WAKE_OP, FUTEX_UNLOCK_PI, FUTEX_WAKE_BITSET) stay allowed.
+_FUTEX_SYSCALL = {"x86_64": 202, "aarch64": 98}
+_FUTEX_PRIVATE_FLAG, _FUTEX_CLOCK_REALTIME = 128, 256
+_SHARED_FUTEX_COMMANDS = (1, 5, 7, 10)
+# ``clone`` with CLONE_PIDFD gets EPERM (a pidfd, as ``pidfd_open``'s); ``clone3``, whose flags sit in memory a filter
+# cannot read, gets ENOSYS, so glibc falls back to ``clone``.
+_CLONE_SYSCALL = {"x86_64": 56, "aarch64": 220}
+_CLONE3_SYSCALL = {"x86_64": 435, "aarch64": 435}
+_CLONE_PIDFD = 0x1000
+# Machine-wide counters in /proc that a program can move precisely and another read back (page and memory events,
+# interrupts, the machine's thread count) are masked by empty files, and /proc/sys and /proc/pressure by empty
+# read-only directories; /proc/stat (forks, context switches) is replaced by zeros with one ``cpuN`` line per CPU,
+# where glibc counts the CPUs for ``os.cpu_count()`` when /sys is absent. Files that only tell how busy the machine
+# is (``uptime``, ``softirqs``, ``schedstat``) stay, since a program learns as much by timing its own work.
+_MASKED_PROC_FILES = ("vmstat", "meminfo", "zoneinfo", "buddyinfo", "interrupts", "loadavg")
+_MASKED_PROC_DIRECTORIES = ("sys", "pressure")
+# The devices of the sandbox's /dev (bound from the host's), and its links; no pseudo-terminals, whose machine-wide
+# count /proc/sys/kernel/pty/nr would tell.
+_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+_DEVICE_LINKS = {
+    "fd": "/proc/self/fd",
+    "stdin": "/proc/self/fd/0",
+    "stdout": "/proc/self/fd/1",
+    "stderr": "/proc/self/fd/2",
+}
 
 
 @dataclass(frozen=True)
@@ -111,10 +159,13 @@ class SandboxLimits:
         scratch_bytes: Size of the writable ``tmpfs`` at ``/tmp`` (RAM), files given to ``run`` included.
         max_processes: Processes and threads of the sandbox's user inside its namespace (``RLIMIT_NPROC``), the
             sandbox's own init and the program included; a fork bomb gets ``EAGAIN`` past it. BLAS/OpenMP thread
-            pools are set to one thread (``OMP_NUM_THREADS=1`` and the like) so numpy imports within it.
+            pools are set to one thread (``OMP_NUM_THREADS=1`` and the like) so numpy imports within it. Without a
+            cpu cgroup (see ``cpus``) this is also what bounds the CPUs a run keeps busy at once.
         max_open_files: File descriptors per process (``RLIMIT_NOFILE``).
         output_bytes: Bytes kept of each of stdout, stderr and the channel; a program writing more is killed
             (status ``output_limit``).
+        cpus: CPUs the whole sandbox may use at once (a CFS quota of ``cpus`` times its period), where a cpu cgroup
+            can be made (``Sandbox.cpu_cgroup``); its processes then share that time, however many they are.
     """
 
     wall_time_s: float = 10.0
@@ -125,12 +176,16 @@ class SandboxLimits:
     max_processes: int = 8
     max_open_files: int = 256
     output_bytes: int = 1 << 20
+    cpus: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("wall_time_s", "cpu_time_s", "memory_bytes", "file_size_bytes", "scratch_bytes", "output_bytes"):
+        positive = ("wall_time_s", "cpu_time_s", "memory_bytes", "file_size_bytes", "scratch_bytes", "output_bytes")
+        for name in (*positive, "cpus"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}.")
+        if not math.isfinite(self.cpus):
+            raise ValueError(f"SandboxLimits.cpus must be a finite number of CPUs, got {self.cpus!r}.")
         if self.memory_bytes < 64 << 20:
             raise ValueError(
                 f"SandboxLimits.memory_bytes={self.memory_bytes} is below 64 MiB, where the Python interpreter itself "
@@ -241,6 +296,9 @@ class Sandbox:
         memory_cgroup: The cgroup v1 memory directory under which each run gets its own capped cgroup (this
             process's own, when it may create cgroups there); ``None`` when there is none: memory is then bounded
             per process only (see ``SandboxLimits.memory_bytes``).
+        cpu_cgroup: The cgroup v1 cpu directory under which each run gets its own cgroup with a quota of
+            ``SandboxLimits.cpus`` (this process's own, when it may create cgroups there); ``None`` when there is
+            none: a run may then keep up to ``max_processes - 1`` CPUs busy, each process for ``cpu_time_s``.
     """
 
     def __init__(
@@ -297,7 +355,17 @@ class Sandbox:
             )
         self.python = self._resolve_python(python)
         self._seccomp_program: bytes | None = None
-        self.memory_cgroup: str | None = _memory_cgroup_parent() if isolation == "bwrap" else None
+        self.memory_cgroup: str | None = (
+            _cgroup_parent("memory", "memory.limit_in_bytes") if isolation == "bwrap" else None
+        )
+        self.cpu_cgroup: str | None = _cgroup_parent("cpu", "cpu.cfs_quota_us") if isolation == "bwrap" else None
+        self._proc_masks = [name for name in _MASKED_PROC_FILES if os.path.isfile(f"/proc/{name}")]
+        self._proc_hidden_directories = [name for name in _MASKED_PROC_DIRECTORIES if os.path.isdir(f"/proc/{name}")]
+        cpu_lines = "".join(f"cpu{index} 0 0 0 0 0 0 0 0 0 0\n" for index in range(os.cpu_count() or 1))
+        self._proc_stat = (
+            f"cpu  0 0 0 0 0 0 0 0 0 0\n{cpu_lines}intr 0\nctxt 0\nbtime 0\nprocesses 0\nprocs_running 1\n"
+            "procs_blocked 0\nsoftirq 0 0 0 0 0 0 0 0 0 0 0\n"
+        ).encode()
         self._root: PrivateRoot | None = None
         self._root_args: list[str] = []
         if isolation == "bwrap" and filesystem == "private":
@@ -364,6 +432,7 @@ class Sandbox:
             f"--fsize={limits.file_size_bytes}",
             f"--nproc={limits.max_processes}",
             f"--nofile={limits.max_open_files}",
+            "--memlock=0",
             "--core=0",
             "--",
         ]
@@ -381,14 +450,29 @@ class Sandbox:
         channel_fd: int | None,
         status_fd: int,
         seccomp_fd: int | None,
+        proc_stat_fd: int,
     ) -> list[str]:
         args = ["--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session"]
         args += ["--uid", "1000", "--gid", "1000", "--hostname", "sandbox"]
         args += self._root_args or self._host_binds()
-        args += ["--dev", "/dev", "--proc", "/proc", "--size", str(self.limits.scratch_bytes), "--tmpfs", SCRATCH_DIR]
+        # /dev made by hand rather than with --dev, which adds /dev/ptmx and a devpts instance.
+        args += ["--tmpfs", "/dev"]
+        for device in _DEVICES:
+            args += ["--dev-bind", f"/dev/{device}", f"/dev/{device}"]
+        for link, target in _DEVICE_LINKS.items():
+            args += ["--symlink", target, f"/dev/{link}"]
+        args += ["--dir", "/dev/shm", "--proc", "/proc", "--ro-bind-data", str(proc_stat_fd), "/proc/stat"]
+        for name in self._proc_masks:
+            args += ["--dev-bind", "/dev/null", f"/proc/{name}"]
+        for name in self._proc_hidden_directories:
+            args += ["--tmpfs", f"/proc/{name}"]
+        args += ["--size", str(self.limits.scratch_bytes), "--tmpfs", SCRATCH_DIR]
         for name, fd in files.items():
             args += ["--file", str(fd), f"{SCRATCH_DIR}/{name}"]
-        args += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", SCRATCH_DIR, "--clearenv"]
+        args += ["--remount-ro", "/", "--remount-ro", "/dev"]
+        for name in self._proc_hidden_directories:
+            args += ["--remount-ro", f"/proc/{name}"]
+        args += ["--chdir", SCRATCH_DIR, "--clearenv"]
         for key, value in self._env(channel_fd, SCRATCH_DIR).items():
             args += ["--setenv", key, value]
         # bubblewrap reports there the host PID of the sandbox's init and, once the program has run, its exit status:
@@ -483,6 +567,7 @@ class Sandbox:
         file_fds: dict[str, int] = {}
         read_fd = write_fd = seccomp_fd = None
         cgroup: _MemoryCgroup | None = None
+        cpu_cgroup: _CpuCgroup | None = None
         uid_lease: _UidLease | None = None
         status_read, status_write = os.pipe()
         open_fds = {status_read, status_write}
@@ -501,6 +586,7 @@ class Sandbox:
                 file_fds[name] = memfd(f"sandbox-{name}", content.encode() if isinstance(content, str) else content)
             if self._seccomp_program is not None:
                 seccomp_fd = memfd("sandbox-seccomp", self._seccomp_program)
+            proc_stat_fd = memfd("sandbox-proc-stat", self._proc_stat)
             if channel:
                 read_fd, write_fd = os.pipe()
                 open_fds.update((read_fd, write_fd))
@@ -515,7 +601,7 @@ class Sandbox:
                 user = {"user": uid_lease.uid, "group": uid_lease.uid, "extra_groups": []}
             # bubblewrap reads its options from a memfd, so the sandbox's init (bubblewrap, /proc/1/cmdline inside)
             # shows none of the host's paths or descriptors; only the command it runs is on its command line.
-            options = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd)
+            options = self._bwrap_args(file_fds, write_fd, status_write, seccomp_fd, proc_stat_fd)
             options_fd = memfd("sandbox-args", b"".join(option.encode() + b"\0" for option in options))
             command = [self._bwrap, "--args", str(options_fd), "--", *self._limit_args()]
             if self.memory_cgroup is not None:
@@ -525,8 +611,18 @@ class Sandbox:
                         cgroup.let_enter(uid_lease.uid)
                 except OSError as error:
                     return SandboxResult("sandbox_error", None, detail=f"could not create a memory cgroup: {error}")
-                command = cgroup.entering(self._shell, command)
-            pass_fds = [*file_fds.values(), *write_ends, options_fd, *([seccomp_fd] if seccomp_fd is not None else [])]
+            if self.cpu_cgroup is not None:
+                try:
+                    cpu_cgroup = _CpuCgroup(self.cpu_cgroup, self.limits.cpus)
+                    if uid_lease is not None:
+                        cpu_cgroup.let_enter(uid_lease.uid)
+                except (OSError, ValueError) as error:
+                    return SandboxResult("sandbox_error", None, detail=f"could not create a cpu cgroup: {error}")
+            run_cgroups = [group for group in (cgroup, cpu_cgroup) if group is not None]
+            if run_cgroups:
+                command = _entering(self._shell, run_cgroups, command)
+            pass_fds = [*file_fds.values(), *write_ends, options_fd, proc_stat_fd]
+            pass_fds += [seccomp_fd] if seccomp_fd is not None else []
             return self._communicate(
                 command + argv,
                 stdin,
@@ -543,8 +639,9 @@ class Sandbox:
         finally:
             for fd in open_fds:
                 os.close(fd)
-            if cgroup is not None:
-                cgroup.remove()
+            for group in (cgroup, cpu_cgroup):
+                if group is not None:
+                    group.remove()
             if uid_lease is not None:
                 uid_lease.release()
 
@@ -882,9 +979,10 @@ class _UidLease:
 _cgroups_to_remove: list[str] = []  # of runs whose processes had not all exited when the run ended
 
 
-def _memory_cgroup_parent() -> str | None:
-    """This process's directory in the cgroup v1 memory hierarchy when it may create cgroups there (root on a host
-    or VM with cgroup v1 or hybrid), else ``None``."""
+def _cgroup_parent(controller: str, control_file: str) -> str | None:
+    """This process's directory in the cgroup v1 hierarchy of ``controller`` (``memory``, ``cpu``) when it may create
+    cgroups there (root on a host or VM with cgroup v1 or hybrid) and the directory has ``control_file``, else
+    ``None``."""
     try:
         with open("/proc/self/mountinfo") as handle:
             mounts = [line.split() for line in handle]
@@ -894,26 +992,26 @@ def _memory_cgroup_parent() -> str | None:
         return None
     for fields in mounts:
         tail = fields[fields.index("-") + 1 :] if "-" in fields else []
-        if len(tail) < 3 or tail[0] != "cgroup" or "memory" not in tail[2].split(","):
+        if len(tail) < 3 or tail[0] != "cgroup" or controller not in tail[2].split(","):
             continue
         root, mount_point = fields[3], fields[4]
         for membership in memberships:
-            if len(membership) != 3 or "memory" not in membership[1].split(","):
+            if len(membership) != 3 or controller not in membership[1].split(","):
                 continue
             path = membership[2]
             if not (path + "/").startswith(root.rstrip("/") + "/"):
                 continue
             parent = os.path.join(mount_point, path[len(root.rstrip("/")) :].lstrip("/"))
-            if os.path.isfile(os.path.join(parent, "memory.limit_in_bytes")) and os.access(parent, os.W_OK):
+            if os.path.isfile(os.path.join(parent, control_file)) and os.access(parent, os.W_OK):
                 return parent
     return None
 
 
-class _MemoryCgroup:
-    """The capped memory cgroup (v1) of one run: every process of the sandbox and the kernel memory they cause are
-    charged to it. bubblewrap is started in it (``entering``), so it is the root of the sandbox's cgroup namespace."""
+class _RunCgroup:
+    """A cgroup (v1) of one run, in the hierarchy of ``parent``: bubblewrap is started in it (``_entering``), so it
+    is the root of the sandbox's cgroup namespace."""
 
-    def __init__(self, parent: str, limit_bytes: int) -> None:
+    def __init__(self, parent: str) -> None:
         for path in list(_cgroups_to_remove):  # earlier runs' leftovers, empty by now
             try:
                 os.rmdir(path)
@@ -923,15 +1021,6 @@ class _MemoryCgroup:
         # A random name, which nothing inside the sandbox sees; a later run gets another.
         self.path = os.path.join(parent, f"trl-ada-sandbox-{os.urandom(8).hex()}")
         os.mkdir(self.path)
-        try:
-            self._write("memory.limit_in_bytes", limit_bytes)
-            try:  # with swap accounting, swap counts too (memsw >= memory)
-                self._write("memory.memsw.limit_in_bytes", limit_bytes)
-            except OSError:
-                pass
-        except OSError:
-            os.rmdir(self.path)
-            raise
 
     def _write(self, name: str, value: int) -> None:
         with open(os.path.join(self.path, name), "w") as handle:
@@ -941,24 +1030,8 @@ class _MemoryCgroup:
         """Lets ``uid`` (the run's) move its own process in, through the cgroup's ``tasks`` file."""
         os.chown(os.path.join(self.path, "tasks"), uid, uid)
 
-    def entering(self, shell: str, command: list[str]) -> list[str]:
-        """``command`` started in the cgroup: a shell writes ``0`` (itself) to ``tasks``, then execs it, and fails with
-        the kernel's message if it cannot. Moving only itself skips the kernel's global lock that a move by PID takes
-        (an RCU grace period each time)."""
-        return [shell, "-c", 'echo 0 >"$0" && exec "$@"', os.path.join(self.path, "tasks"), *command]
-
-    def oom_killed(self) -> bool:
-        """Whether the kernel killed a process of the sandbox at the cgroup's limit."""
-        try:
-            with open(os.path.join(self.path, "memory.oom_control")) as handle:
-                counters = dict(line.split(None, 1) for line in handle if line.strip())
-        except OSError:
-            return False
-        return counters.get("oom_kill", "0").strip() != "0"
-
     def remove(self) -> None:
-        """Removes the cgroup once the sandbox's processes are gone, without ``memory.force_empty`` (it would evict
-        pages the next runs need: docs/code-rl.md)."""
+        """Removes the cgroup once the sandbox's processes are gone."""
         deadline = time.monotonic() + 1
         while True:
             try:
@@ -973,6 +1046,57 @@ class _MemoryCgroup:
                 time.sleep(0.001)
 
 
+class _MemoryCgroup(_RunCgroup):
+    """The capped memory cgroup (v1) of one run: every process of the sandbox and the kernel memory they cause are
+    charged to it. It is removed without ``memory.force_empty``, which would evict pages the next runs need
+    (docs/code-rl.md)."""
+
+    def __init__(self, parent: str, limit_bytes: int) -> None:
+        super().__init__(parent)
+        try:
+            self._write("memory.limit_in_bytes", limit_bytes)
+            try:  # with swap accounting, swap counts too (memsw >= memory)
+                self._write("memory.memsw.limit_in_bytes", limit_bytes)
+            except OSError:
+                pass
+        except OSError:
+            os.rmdir(self.path)
+            raise
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of the sandbox at the cgroup's limit."""
+        try:
+            with open(os.path.join(self.path, "memory.oom_control")) as handle:
+                counters = dict(line.split(None, 1) for line in handle if line.strip())
+        except OSError:
+            return False
+        return counters.get("oom_kill", "0").strip() != "0"
+
+
+class _CpuCgroup(_RunCgroup):
+    """The cpu cgroup (v1) of one run, with a CFS quota of ``cpus`` CPUs: the sandbox's processes share that much CPU
+    time per period, however many they are."""
+
+    def __init__(self, parent: str, cpus: float) -> None:
+        super().__init__(parent)
+        try:
+            with open(os.path.join(self.path, "cpu.cfs_period_us")) as handle:
+                period_us = int(handle.read())
+            self._write("cpu.cfs_quota_us", max(1000, round(cpus * period_us)))  # the kernel's smallest quota: 1 ms
+        except (OSError, ValueError):
+            os.rmdir(self.path)
+            raise
+
+
+def _entering(shell: str, cgroups: Sequence[_RunCgroup], command: list[str]) -> list[str]:
+    """``command`` started in ``cgroups``: a shell writes ``0`` (itself) to each one's ``tasks`` file, then execs it,
+    and fails with the kernel's message if it cannot. Moving only itself skips the kernel's global lock that a move by
+    PID takes (an RCU grace period each time)."""
+    tasks = [os.path.join(group.path, "tasks") for group in cgroups]
+    script = " && ".join(['echo 0 >"$0"', *['echo 0 >"$1" && shift'] * (len(tasks) - 1), 'exec "$@"'])
+    return [shell, "-c", script, *tasks, *command]
+
+
 def _wait_readable(fd: int, deadline: float) -> bool:
     """Waits until ``fd`` is readable (data or end of file); ``False`` at the deadline."""
     with selectors.DefaultSelector() as selector:
@@ -982,17 +1106,22 @@ def _wait_readable(fd: int, deadline: float) -> bool:
 
 def _seccomp_program(machine: str) -> bytes | None:
     """The classic-BPF program for bubblewrap's ``--seccomp``: EPERM for the calls of ``_DENIED_SYSCALLS`` on
-    ``machine`` (``platform.machine()``), for ``fcntl``'s lock commands, and for every call of another ABI (32-bit,
-    x32), whose numbers differ; ``None`` on an architecture without a table."""
+    ``machine`` (``platform.machine()``), for ``fcntl``'s commands of ``_DENIED_FCNTL_COMMANDS``, for ``clone`` with
+    CLONE_PIDFD and for every call of another ABI (32-bit, x32), whose numbers differ; EAGAIN for a ``futex`` wait on a
+    shared key; ENOSYS for ``clone3``; ``None`` on an architecture without a table."""
     if machine not in _DENIED_SYSCALLS:
         return None
     arch, numbers, second_abi = _DENIED_SYSCALLS[machine]
-    # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_RET|BPF_K
-    load_word, jump_equal, jump_greater_equal, ret = 0x20, 0x15, 0x35, 0x06
-    # Offsets in struct seccomp_data: nr, arch, then args[] from 16, 8 bytes each (the command is fcntl's args[1],
-    # an int: its low word, which comes first on a little-endian machine).
+    # BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JGE|BPF_K, BPF_JMP|BPF_JSET|BPF_K, BPF_ALU|BPF_AND|BPF_K,
+    # BPF_RET|BPF_K
+    load_word, jump_equal, jump_greater_equal, jump_set, alu_and, ret = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06
+    allow, errno_action = 0x7FFF0000, 0x00050000  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO
+    # Offsets in struct seccomp_data: nr, arch, then args[] from 16, 8 bytes each; the arguments read here are ints
+    # (fcntl's command, futex's operation) or flags in the low word (clone's), which comes first on a little-endian
+    # machine.
     nr_offset, arch_offset = 0, 4
-    command_offset = 16 + 8 + (0 if sys.byteorder == "little" else 4)
+    low_word = 0 if sys.byteorder == "little" else 4
+    first_argument, second_argument = 16 + low_word, 16 + 8 + low_word
     # Instructions as (code, value, label taken, label not taken); labels are resolved to relative jumps below.
     code: list[tuple[int, int, str | None, str | None]] = [
         (load_word, arch_offset, None, None),
@@ -1003,13 +1132,29 @@ def _seccomp_program(machine: str) -> bytes | None:
         code.append((jump_greater_equal, second_abi, "deny", None))
     code += [(jump_equal, number, "deny", None) for number in sorted(set(numbers.values()))]
     code.append((jump_equal, _FCNTL_SYSCALL[machine], "fcntl", None))
-    code.append((ret, 0x7FFF0000, None, None))  # SECCOMP_RET_ALLOW
+    code.append((jump_equal, _FUTEX_SYSCALL[machine], "futex", None))
+    code.append((jump_equal, _CLONE_SYSCALL[machine], "clone", None))
+    code.append((jump_equal, _CLONE3_SYSCALL[machine], "enosys", None))
+    code.append((ret, allow, None, None))
     labels = {"fcntl": len(code)}
-    code.append((load_word, command_offset, None, None))
+    code.append((load_word, second_argument, None, None))
     code += [(jump_equal, command, "deny", None) for command in _DENIED_FCNTL_COMMANDS]
-    code.append((ret, 0x7FFF0000, None, None))
+    code.append((ret, allow, None, None))
+    labels["futex"] = len(code)
+    code.append((load_word, second_argument, None, None))
+    code.append((jump_set, _FUTEX_PRIVATE_FLAG, "allow", None))
+    code.append((alu_and, 0xFFFFFFFF & ~_FUTEX_CLOCK_REALTIME, None, None))
+    code += [(jump_equal, command, "allow", None) for command in _SHARED_FUTEX_COMMANDS]
+    code.append((ret, errno_action | errno.EAGAIN, None, None))
+    labels["clone"] = len(code)
+    code.append((load_word, first_argument, None, None))
+    code.append((jump_set, _CLONE_PIDFD, "deny", "allow"))
+    labels["allow"] = len(code)
+    code.append((ret, allow, None, None))
+    labels["enosys"] = len(code)
+    code.append((ret, errno_action | errno.ENOSYS, None, None))
     labels["deny"] = len(code)
-    code.append((ret, 0x00050000 | errno.EPERM, None, None))  # SECCOMP_RET_ERRNO
+    code.append((ret, errno_action | errno.EPERM, None, None))
 
     def offset(index: int, label: str | None) -> int:
         return 0 if label is None else labels[label] - index - 1
