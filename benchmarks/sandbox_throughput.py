@@ -1,7 +1,7 @@
 """
-Throughput of the code sandbox (`trl_ada.sandbox`), as ratios against a plain subprocess measured in the same run.
+Throughput of the code sandbox (`trl_ada.rewards.sandbox`), as ratios against a plain subprocess measured in the same run.
 
-For two programs, a trivial one (two asserts) and a typical reward run (the assert harness of `trl_ada.code_reward`
+For two programs, a trivial one (two asserts) and a typical reward run (the assert harness of `trl_ada.rewards.code`
 loading a solution that sieves primes and answering four `f(x) == literal` tests), at 1 and 2 workers (threads
 each starting one program at a time), it measures programs per second of:
 

@@ -2,7 +2,7 @@
 Train with Reinforce-Ada: `accelerate launch scripts/train_ada.py [flags | --config recipe]`.
 
 A thin entry over `trl_ada.cli.train`, which holds the job's code and documents it; the installed package runs the same
-job as `trl-ada train` (one process) or `accelerate launch -m trl_ada.train` (several).
+job as `trl-ada train` (one process) or `accelerate launch -m trl_ada.cli.train` (several).
 
 With no model and no dataset (on the command line or in the config) it runs the embedded default: the tiny
 arithmetic model shipped with trl-ada learns a verifiable arithmetic task of graded difficulty on CPU, in a few

@@ -1,5 +1,5 @@
 """Launched on two processes by tests/test_train_script.py: `exit_run.py OUT_DIR [flags]` runs scripts/train_ada.py
-with the flags, exactly as `accelerate launch scripts/train_ada.py [flags]` does (`trl_ada.train`'s own exit path),
+with the flags, exactly as `accelerate launch scripts/train_ada.py [flags]` does (`trl_ada.cli.train`'s own exit path),
 watched at the moment the process group is destroyed.
 
 Writes `rank{N}.json` with the script's exit status and the number of `DistributedDataParallel` modules still alive

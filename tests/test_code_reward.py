@@ -1,4 +1,4 @@
-"""The code-execution reward (`trl_ada.code_reward`): program extraction, the two test formats, outcome counts, and
+"""The code-execution reward (`trl_ada.rewards.code`): program extraction, the two test formats, outcome counts, and
 programs that try to mark their own tests as passed (each must get its honest score while a correct program scores 1
 in the same batch)."""
 

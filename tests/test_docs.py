@@ -177,12 +177,12 @@ def test_config_headers_tell_num_processes_only_where_it_is_used():
 @pytest.mark.slow
 def test_trls_single_gpu_config_starts_one_process_whatever_num_processes_says(tmp_path):
     # TRL's single_gpu.yaml says num_processes: 8 with distributed_type "NO": accelerate starts one process. Run as the
-    # README tells installed-package users (TRL's config, `-m trl_ada.train`), from outside the checkout.
+    # README tells installed-package users (TRL's config, `-m trl_ada.cli.train`), from outside the checkout.
     config = trl_accelerate_configs() / "single_gpu.yaml"
     assert yaml.safe_load(config.read_text())["num_processes"] == 8
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     command = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--config_file", str(config)]
-    command += ["-m", "trl_ada.train", "--max_steps", "1", "--heldout_size", "0", "--arithmetic_train_size", "64"]
+    command += ["-m", "trl_ada.cli.train", "--max_steps", "1", "--heldout_size", "0", "--arithmetic_train_size", "64"]
     command += ["--output_dir", str(tmp_path / "out")]
     result = subprocess.run(
         command, cwd=tmp_path, env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=300

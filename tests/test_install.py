@@ -129,7 +129,7 @@ def wheel_metadata(wheel: Path):
 @pytest.mark.slow
 def test_wheel_ships_the_card_template_the_tiny_model_and_the_recipes(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert "trl_ada/train.py" in names and "trl_ada/cli/__init__.py" in names and "trl_ada/cli/train.py" in names
+    assert "trl_ada/train.py" not in names and "trl_ada/cli/__init__.py" in names and "trl_ada/cli/train.py" in names
     assert "trl_ada/cli/prepare_data.py" in names and "trl_ada/cli/evaluate.py" in names  # prepare-data / evaluate
     assert "trl_ada/hub_cards/reinforce_ada_model_card.md" in names
     for asset in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
@@ -146,7 +146,7 @@ def test_wheel_ships_the_card_template_the_tiny_model_and_the_recipes(wheel):
 def test_trl_ada_train_runs_from_the_installed_wheel_outside_the_checkout(installed, tmp_path):
     # The package, its card template and its recipes come from the virtualenv, not from this checkout.
     probe = (
-        "import json, trl_ada, trl_ada.hub_cards, trl_ada.train as t\n"
+        "import json, trl_ada, trl_ada.hub_cards, trl_ada.cli.train as t\n"
         "try:\n"
         "    t.resolve_config('no/such_recipe')\n"
         "    unknown = None\n"
@@ -183,7 +183,7 @@ def test_trl_ada_train_runs_from_the_installed_wheel_outside_the_checkout(instal
 
 @pytest.mark.slow
 def test_installed_train_runs_under_accelerate_launch_on_two_processes(installed, tmp_path):
-    # `accelerate launch -m trl_ada.train ...`: the documented multi-process form for the installed package. Two CPU
+    # `accelerate launch -m trl_ada.cli.train ...`: the documented multi-process form for the installed package. Two CPU
     # processes as configs/accelerate/cpu_two_processes.yaml sets them up, without that file.
     out = tmp_path / "two"
     command = [
@@ -197,7 +197,7 @@ def test_installed_train_runs_under_accelerate_launch_on_two_processes(installed
         "--main_process_port",
         "0",
         "-m",
-        "trl_ada.train",
+        "trl_ada.cli.train",
         "--max_steps",
         "1",
         "--heldout_size",

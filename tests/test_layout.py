@@ -24,36 +24,6 @@ PACKAGE = ROOT / "trl_ada"
 
 # The public names each moved module had (its __all__ and the other public names of its top level), by their new home.
 OLD_NAMES = {
-    "trl_ada.code_reward": {
-        "trl_ada.rewards.code": [
-            "HARNESS",
-            "OUTCOMES",
-            "AssertPlan",
-            "CodeExecutionReward",
-            "Outcome",
-            "StdioCase",
-            "available_cpus",
-            "build_assert_plan",
-            "code_execution_reward",
-            "extract_program",
-            "normalize_output",
-            "parse_verification_info",
-        ],
-        "trl_ada.rewards.sandbox": ["Isolation", "Sandbox", "SandboxLimits", "SandboxResult"],
-    },
-    "trl_ada.sandbox": {
-        "trl_ada.rewards.sandbox": [
-            "INSTALL_HINT",
-            "PROGRAM_FILE",
-            "SCRATCH_DIR",
-            "Isolation",
-            "Sandbox",
-            "SandboxLimits",
-            "SandboxResult",
-            "Status",
-            "bwrap_available",
-        ],
-    },
     "trl_ada.rewards": {  # was one module, now the package
         "trl_ada.rewards.text": ["RewardFunc", "accept_text_completions", "as_messages", "completion_text"],
         "trl_ada.rewards.math": [
@@ -75,23 +45,7 @@ OLD_NAMES = {
         "trl_ada.rewards.code": ["CodeExecutionReward", "code_execution_reward"],
         "trl_ada.tasks.arithmetic": ["exact_match_reward"],
     },
-    "trl_ada.train": {  # `accelerate launch -m trl_ada.train`, scripts/train_ada.py's old import
-        "trl_ada.cli.train": [
-            "AdaScriptArguments",
-            "cli_main",
-            "help_text",
-            "main",
-            "make_parser",
-            "resolve_config",
-            "sharded_parameters",
-            "shipped_recipes",
-            "with_config_resolved",
-        ],
-    },
 }
-
-SHIMS = ("trl_ada/code_reward.py", "trl_ada/sandbox.py", "trl_ada/train.py")
-"""The top-level modules that only re-export (kept for the paths users type)."""
 
 
 @pytest.mark.parametrize("old", sorted(OLD_NAMES))
@@ -103,32 +57,22 @@ def test_every_old_public_name_is_the_same_object_at_its_new_home(old):
             assert getattr(module, name) is getattr(home, name), f"{old}.{name} is not {new}.{name}"
 
 
-def test_the_old_modules_declare_the_same_all():
-    from trl_ada import code_reward, rewards, sandbox
-    from trl_ada.rewards import code, reward_registry
-    from trl_ada.rewards import sandbox as new_sandbox
+def test_the_reward_package_declares_what_it_re_exports():
+    from trl_ada import rewards
+    from trl_ada.rewards import reward_registry
 
-    assert code_reward.__all__ == code.__all__
-    assert sandbox.__all__ == new_sandbox.__all__
     assert set(rewards.__all__) <= set(dir(rewards))
     assert "get_reward_funcs" in rewards.__all__ and reward_registry.get_reward_funcs is rewards.get_reward_funcs
 
 
-@pytest.mark.parametrize("shim", SHIMS)
-def test_a_shim_is_thin(shim):
-    """A re-export only: a docstring naming where the code lives now, imports, `__all__`, and (train.py) the
-    `python -m` guard. No function, class or other logic."""
-    tree = ast.parse((ROOT / shim).read_text())
-    docstring = ast.get_docstring(tree)
-    assert docstring and docstring.startswith("Moved: ") and "trl_ada." in docstring
-    for node in tree.body[1:]:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            continue
-        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
-            continue
-        if isinstance(node, ast.If) and ast.unparse(node) == "if __name__ == '__main__':\n    sys.exit(cli_main())":
-            continue
-        pytest.fail(f"{shim} holds more than re-exports: {ast.unparse(node)[:200]}")
+def test_no_module_is_a_shim_or_shares_a_name_with_another():
+    """Each module is where its code lives: none only re-exports another (a "Moved:" shim), and no two modules of
+    the package (`__init__.py` and `__main__.py` aside) share a file name, so a name says which one is meant."""
+    modules = sorted(PACKAGE.rglob("*.py"))
+    docstrings = {path: ast.get_docstring(ast.parse(path.read_text())) or "" for path in modules}
+    assert [str(path.relative_to(ROOT)) for path, text in docstrings.items() if text.startswith("Moved")] == []
+    names = [path.name for path in modules if path.name not in ("__init__.py", "__main__.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
 
 
 def test_dotted_reward_paths_users_type_still_resolve():
@@ -140,21 +84,20 @@ def test_dotted_reward_paths_users_type_still_resolve():
     paths = [
         "trl_ada.rewards.math_verify_reward",
         "trl_ada.rewards.exact_match_reward",
-        "trl_ada.code_reward.code_execution_reward",
         "trl_ada.rewards.math.math_verify_reward",
         "trl_ada.rewards.code.code_execution_reward",
         "trl_ada.tasks.arithmetic.exact_match_reward",
     ]
-    expected = [math_verify_reward, exact_match_reward, code_execution_reward]
-    assert get_reward_funcs(paths) == expected + [math_verify_reward, code_execution_reward, exact_match_reward]
-    assert get_reward_funcs(["math_verify", "exact_match", "code_execution"]) == expected
+    expected = [math_verify_reward, exact_match_reward, math_verify_reward, code_execution_reward, exact_match_reward]
+    assert get_reward_funcs(paths) == expected
+    named = [math_verify_reward, exact_match_reward, code_execution_reward]
+    assert get_reward_funcs(["math_verify", "exact_match", "code_execution"]) == named
     assert resolve_reward_funcs(["trl_ada.rewards.math_verify_reward"]) == [math_verify_reward]
 
 
 def test_the_reward_package_and_the_sandbox_stay_import_light():
     code = (
-        "import sys, trl_ada.rewards, trl_ada.rewards.sandbox, trl_ada.rewards.code, trl_ada.sandbox, "
-        "trl_ada.code_reward\n"
+        "import sys, trl_ada.rewards, trl_ada.rewards.sandbox, trl_ada.rewards.code\n"
         "print(sorted({'torch', 'trl'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -189,13 +132,9 @@ def test_python_dash_m_trl_ada_cli_is_the_command():
     assert result.stdout.startswith("usage: trl-ada")
 
 
-def test_python_dash_m_trl_ada_train_runs_the_job():
+def test_python_dash_m_trl_ada_cli_train_runs_the_job():
     # Running it imports torch and TRL (tests/test_docs.py and tests/test_install.py launch it); here: what it calls.
-    import trl_ada.cli.train
-    import trl_ada.train
-
-    assert trl_ada.train.cli_main is trl_ada.cli.train.cli_main
-    guard = ast.parse((PACKAGE / "train.py").read_text()).body[-1]
+    guard = ast.parse((PACKAGE / "cli" / "train.py").read_text()).body[-1]
     assert ast.unparse(guard) == "if __name__ == '__main__':\n    sys.exit(cli_main())"
 
 
@@ -219,7 +158,7 @@ def test_the_scripts_run_the_cli_modules(script, module, function):
 # ---------------------------------------------------------------------------------------------------------------------
 
 MAX_TOP_LEVEL_MODULES = 10
-"""Modules beside `trl_ada/__init__.py`, shims included (issue 34 counted 20 before the regrouping)."""
+"""Modules beside `trl_ada/__init__.py` (issue 34 counted 20 before the regrouping)."""
 
 
 def test_the_top_level_holds_at_most_ten_modules():

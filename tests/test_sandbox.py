@@ -1,4 +1,4 @@
-"""The code sandbox (`trl_ada.sandbox`) against hostile programs: each attack must fail, leak nothing, return within
+"""The code sandbox (`trl_ada.rewards.sandbox`) against hostile programs: each attack must fail, leak nothing, return within
 its limits and leave no process behind.
 
 Every test is bounded: small limits (a fork bomb meets a process limit of 16, a memory bomb an address-space limit),
@@ -711,7 +711,7 @@ def test_no_isolation_still_bounds_time_but_is_not_a_boundary(tmp_path):
 
 
 def test_sandbox_module_has_no_heavy_imports():
-    code = "import sys, trl_ada.sandbox, trl_ada.code_reward; print(sorted({'torch', 'trl'} & set(sys.modules)))"
+    code = "import sys, trl_ada.rewards.sandbox, trl_ada.rewards.code; print(sorted({'torch', 'trl'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
     assert sandbox_module.Sandbox is Sandbox

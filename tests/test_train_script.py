@@ -246,7 +246,7 @@ def test_accelerate_launch_with_the_shipped_two_process_config(shipped_config_ru
 @pytest.mark.slow
 def test_the_two_process_job_frees_its_ddp_model_before_destroying_the_process_group(shipped_config_run):
     # A DDP reducer still alive when `destroy_process_group` runs is freed at interpreter exit, where it can deadlock
-    # with gloo's worker thread: `accelerate launch -m trl_ada.train` hung at exit in about one CPU run in seven. The
+    # with gloo's worker thread: `accelerate launch -m trl_ada.cli.train` hung at exit in about one CPU run in seven. The
     # exit path now drops the trainer and the accelerator's references first; tests/exit_run.py counts the live DDP
     # modules at the moment the group is destroyed, on each process.
     reports = [json.loads((shipped_config_run / f"rank{rank}.json").read_text()) for rank in range(2)]

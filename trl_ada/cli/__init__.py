@@ -272,7 +272,7 @@ def _plan_table(plans: Sequence[SamplerPlan], path: Path, seed: int) -> str:
 HANDED_OFF_COMMANDS = {
     "train": "Train with Reinforce-Ada (the main job; same flags and YAML recipes as scripts/train_ada.py). "
     "`--config` takes a file or a shipped recipe name (qwen2.5-math-1.5b/seq_balance). With no model and no "
-    "dataset: the embedded tiny arithmetic run on CPU. Several processes: accelerate launch -m trl_ada.train.",
+    "dataset: the embedded tiny arithmetic run on CPU. Several processes: accelerate launch -m trl_ada.cli.train.",
     "prepare-data": "Prepare an OpenR1-Math-style training set as the paper does (deduplicate, drop unverifiable "
     "references, difficulty band from base-model samples); what the shipped recipes read. Same flags as "
     "scripts/prepare_data.py.",

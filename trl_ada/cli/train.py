@@ -1,5 +1,5 @@
 """
-Train with Reinforce-Ada: the main job of `trl-ada train`, `accelerate launch -m trl_ada.train` and
+Train with Reinforce-Ada: the main job of `trl-ada train`, `accelerate launch -m trl_ada.cli.train` and
 `scripts/train_ada.py`. With no model and no dataset it runs the embedded default (trl-ada's tiny arithmetic model on
 CPU); otherwise every flag of TRL's `trl grpo` works, plus `AdaGRPOConfig`'s knobs and `--config` YAML files or shipped
 recipes. Mistakes in the input stop it with one message that lists every one, each with the flag that fixes it,
@@ -958,7 +958,7 @@ def model_name_in_argv(argv: Sequence[str]) -> str | None:
 
 
 def cli_main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Parse `argv` (default: `sys.argv[1:]`) and train: `trl-ada train`, `python -m trl_ada.train` and the script.
+    """Parse `argv` (default: `sys.argv[1:]`) and train: `trl-ada train`, `python -m trl_ada.cli.train` and the script.
     Mistakes in the input are reported together, each with the flag that fixes it, with exit status 2, before any
     model is loaded (one mistake in one line)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

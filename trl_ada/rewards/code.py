@@ -864,7 +864,7 @@ class CodeExecutionReward:
         if counts["sandbox_error"]:
             logger.warning(
                 "%d programs could not be run: the sandbox failed to start. They score None (unscorable), not 0; "
-                "fix the sandbox (see trl_ada.sandbox) if this repeats.",
+                "fix the sandbox (see trl_ada.rewards.sandbox) if this repeats.",
                 counts["sandbox_error"],
             )
         log_metric = kwargs.get("log_metric")

@@ -273,7 +273,7 @@ def pass_rate_by_level(
     if any(score is None for score in scores):  # unscorable (the sandbox did not start): no pass rate to report
         raise RuntimeError(
             f"{sum(score is None for score in scores)} of {len(scores)} programs could not be scored (outcomes "
-            f"{outcomes}); the sandbox failed to start: fix it (see trl_ada.sandbox) and rerun the evaluation."
+            f"{outcomes}); the sandbox failed to start: fix it (see trl_ada.rewards.sandbox) and rerun the evaluation."
         )
     by_key = dict(zip(unique, scores, strict=True)) if deduplicate else None
     rewards = [float(by_key[key]) for key in keys] if by_key is not None else [float(s) for s in scores]
