@@ -711,7 +711,9 @@ def test_no_isolation_still_bounds_time_but_is_not_a_boundary(tmp_path):
 
 
 def test_sandbox_module_has_no_heavy_imports():
-    code = "import sys, trl_ada.rewards.sandbox, trl_ada.rewards.code; print(sorted({'torch', 'trl'} & set(sys.modules)))"
+    code = (
+        "import sys, trl_ada.rewards.sandbox, trl_ada.rewards.code; print(sorted({'torch', 'trl'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
     assert sandbox_module.Sandbox is Sandbox
