@@ -604,30 +604,17 @@ def run_phase1_process(args, work: Path, spec: dict[str, Any], timeout_s: float)
     write_json(spec_path, spec)
     log_path = work / "logs" / f"phase1-{slug(name)}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    log(f"{name}: starting (timeout {timeout_s:.0f} s)")
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)]
     start = time.perf_counter()
-    status = None
-    with open(log_path, "wb") as handle:
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--worker", str(spec_path)],
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=base_env(args, work),
-            cwd=REPO_ROOT,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_process(proc, name)
-            status = "timeout"
+    returncode = run_logged(args, work, name, command, log_path, timeout_s)
+    status = "timeout" if returncode is None else None
     report_path = Path(spec["report"])
     result = json.loads(report_path.read_text()) if report_path.is_file() else {}
     result.pop("spec", None)
     result["wall_s"] = round(time.perf_counter() - start, 1)
     result["timeout_s"] = round(timeout_s)
-    if status or proc.returncode:
-        result["status"] = status or f"exit {proc.returncode}"
+    if status or returncode:
+        result["status"] = status or f"exit {returncode}"
         if "CUDA out of memory" in log_path.read_text(errors="replace"):
             result["status"] += " (cuda-oom)"
         result["tail"] = tail(log_path, 25)
@@ -903,6 +890,26 @@ def tail(path: Path, lines: int = 40) -> str:
         return ""
 
 
+def run_logged(args, work: Path, name: str, command: list[str], log_path: Path, timeout_s: float) -> int | None:
+    """Run `command` in a session of its own with its output in `log_path`, stopped at `timeout_s`: its exit code, or
+    `None` when it was stopped."""
+    log(f"{name}: starting (timeout {timeout_s:.0f} s)")
+    with open(log_path, "wb") as handle:
+        proc = subprocess.Popen(
+            command,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=base_env(args, work),
+            cwd=REPO_ROOT,
+            start_new_session=True,
+        )
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            stop_process(proc, name)
+            return None
+
+
 def stop_process(proc: subprocess.Popen, name: str) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -1035,26 +1042,14 @@ def run_training(args, work: Path, name: str, script_args: list[str], timeout_s:
         log(f"{name}: skipped, {timeout_s:.0f} s left in the budget")
         return result
     command = [sys.executable, str(HELPER), *script_args]
-    log(f"{name}: starting (timeout {timeout_s:.0f} s)")
     start = time.perf_counter()
-    with open(log_path, "wb") as handle:
-        proc = subprocess.Popen(
-            command,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            env=base_env(args, work),
-            cwd=REPO_ROOT,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            stop_process(proc, name)
-            result["status"] = "timeout"
+    returncode = run_logged(args, work, name, command, log_path, timeout_s)
+    if returncode is None:
+        result["status"] = "timeout"
     result["wall_s"] = round(time.perf_counter() - start, 1)
     text = log_path.read_text(errors="replace")
     if "status" not in result:
-        result["status"] = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+        result["status"] = "ok" if returncode == 0 else f"exit {returncode}"
     for needle, label in (
         ("Duplicate GPU detected", "nccl-duplicate-gpu"),
         ("which needs a CUDA device", "no-cuda"),
