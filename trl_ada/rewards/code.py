@@ -109,7 +109,7 @@ class AssertPlan:
 
 PREDICATE_REPORT_CHARS = 4096
 """The longest report a value step may send for a test other than ``f(x) == <literal>``, unless its literals allow
-more (parsing 4 KiB of nested lists takes 2-8 ms)."""
+more: it bounds what the trainer parses for one test."""
 
 
 def normalize_output(text: str) -> list[str]:
