@@ -63,8 +63,21 @@ def answer_tests(value: int) -> str:
     return f"assert answer() == {value}"
 
 
+VALUES = random.Random(0)
+"""The answers the writers hide (seeded: a failure reruns with the same values)."""
+
+
 def with_value(template: str, value: int) -> str:
     return template.replace("__VALUE__", str(value))
+
+
+def assert_no_channel(reward: CodeExecutionReward, writer: str, reader: str, channel: str) -> None:
+    """The writer (a template holding ``__VALUE__``) scores 1.0 with a value in 1..63, the reader alone 0.0 (the
+    control), and the reader beside the writer 0.0: nothing of the writer's answer reaches it through `channel`."""
+    value = VALUES.randrange(1, 64)
+    alone, writer_score, reader_score = side_by_side(reward, with_value(writer, value), reader, value)
+    assert (alone, writer_score) == (0.0, 1.0), reward.last_row_outcomes
+    assert reader_score == 0.0, f"the reader received the writer's answer through {channel}"
 
 
 def side_by_side(reward: CodeExecutionReward, writer: str, reader: str, value: int) -> tuple[float, float, float]:
@@ -133,10 +146,7 @@ def answer():
 def test_shared_futex_keys_on_the_copys_files_carry_nothing(reward):
     """A writer waits on futex keys of a page of a stdlib file, one per set bit of its answer; the reader wakes each key
     and counts who woke. Shared waits are refused (EAGAIN), so no key of the copy ever has a waiter."""
-    value = random.randrange(1, 64)
-    alone, writer, reader = side_by_side(reward, with_value(FUTEX_WRITER, value), FUTEX_READER, value)
-    assert (alone, writer) == (0.0, 1.0), reward.last_row_outcomes
-    assert reader == 0.0, "the reader received the writer's answer through shared futex keys"
+    assert_no_channel(reward, FUTEX_WRITER, FUTEX_READER, "shared futex keys")
 
 
 FANOTIFY_FILES = (
@@ -182,10 +192,7 @@ def answer():
 def test_fanotify_marks_on_the_copys_files_carry_nothing(reward):
     """The reader marks six stdlib files for open events; the writer opens those of its answer's set bits. fanotify is
     refused as inotify is."""
-    value = random.randrange(1, 64)
-    alone, writer, reader = side_by_side(reward, with_value(FANOTIFY_WRITER, value), FANOTIFY_READER, value)
-    assert (alone, writer) == (0.0, 1.0), reward.last_row_outcomes
-    assert reader == 0.0, "the reader received the writer's answer through fanotify"
+    assert_no_channel(reward, FANOTIFY_WRITER, FANOTIFY_READER, "fanotify")
 
 
 DNOTIFY_DIRECTORIES = (
@@ -239,10 +246,7 @@ def answer():
 def test_directory_notifications_on_the_copy_carry_nothing(reward):
     """The reader asks ``fcntl(F_NOTIFY)`` for reads in six stdlib directories; the writer reads a file in those of its
     answer's set bits. F_NOTIFY is refused, as are leases."""
-    value = random.randrange(1, 64)
-    alone, writer, reader = side_by_side(reward, with_value(DNOTIFY_WRITER, value), DNOTIFY_READER, value)
-    assert (alone, writer) == (0.0, 1.0), reward.last_row_outcomes
-    assert reader == 0.0, "the reader received the writer's answer through F_NOTIFY"
+    assert_no_channel(reward, DNOTIFY_WRITER, DNOTIFY_READER, "F_NOTIFY")
 
 
 PTY_WRITER = """
@@ -279,10 +283,7 @@ def answer():
 def test_the_machines_pseudo_terminal_count_carries_nothing(reward):
     """The writer opens as many pseudo-terminals as its answer; the reader watches the machine-wide count in
     /proc/sys/kernel/pty/nr. The sandbox has neither /dev/ptmx nor /proc/sys."""
-    value = random.randrange(1, 64)
-    alone, writer, reader = side_by_side(reward, with_value(PTY_WRITER, value), PTY_READER, value)
-    assert (alone, writer) == (0.0, 1.0), reward.last_row_outcomes
-    assert reader == 0.0, "the reader received the writer's answer through the pseudo-terminal count"
+    assert_no_channel(reward, PTY_WRITER, PTY_READER, "the pseudo-terminal count")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -337,7 +338,7 @@ def answer():
 def test_locked_memory_leaves_no_count_for_a_later_program(reward):
     """A writer moves /proc/vmstat's ``unevictable_pgs_mlocked`` to its answer (modulo 64) by locking its own pages; a
     reader scored afterwards by another reward reads it back. No memory can be locked, and /proc/vmstat is empty."""
-    value = random.choice([v for v in range(1, 64) if v != _host_mlocked() % 64])
+    value = VALUES.choice([v for v in range(1, 64) if v != _host_mlocked() % 64])
     tests = answer_tests(value)
     assert reward.score([fenced(MLOCK_READER)], tests=[tests]) == [0.0]  # the control: before the writer
     assert reward.score([fenced(with_value(MLOCK_WRITER, value))], tests=[tests]) == [1.0]
@@ -388,7 +389,7 @@ def test_socket_cookies_leave_nothing_for_a_later_program(reward):
     just below its answer (modulo 64); a reader scored afterwards reads the next one. A program can make no socket."""
     cpu = min(os.sched_getaffinity(0))
     taken = {(_host_cookie(cpu) + step) % 64 for step in (1, 2)}  # what the control reader could draw
-    value = random.choice([v for v in range(1, 64) if v not in taken])
+    value = VALUES.choice([v for v in range(1, 64) if v not in taken])
     writer = with_value(COOKIE_WRITER, value).replace("__CPU__", str(cpu))
     reader = COOKIE_READER.replace("__CPU__", str(cpu))
     tests = answer_tests(value)
@@ -434,7 +435,7 @@ def test_a_program_cannot_take_the_machines_aio_contexts(reward):
     """A program takes every AIO context of the machine's ``fs.aio-max-nr`` and holds them: the trainer's own
     ``io_setup`` would fail with EAGAIN meanwhile. ``io_setup`` (and ``io_uring_setup``) are refused in the sandbox."""
     assert _host_io_setup() == 0  # the control: the trainer can make one before
-    value = random.randrange(1, 64)
+    value = VALUES.randrange(1, 64)
     scores = {}
     run = threading.Thread(
         target=lambda: scores.setdefault(
