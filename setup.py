@@ -69,5 +69,13 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS_REQUIRE,
     # `trl-ada simulate` (no torch) and `trl-ada train` (the main job, `trl_ada.cli.train`).
-    entry_points={"console_scripts": ["trl-ada=trl_ada.cli:main"]},
+    entry_points={
+        "console_scripts": ["trl-ada=trl_ada.cli:main"],
+        # trl-ada's experimental samplers are plug-ins like any other: registered by name, imported when first named.
+        "trl_ada.samplers": [
+            "spo = trl_ada.experimental.spo",
+            "knapsack = trl_ada.experimental.knapsack",
+            "dapo_gated = trl_ada.experimental.dapo_gated",
+        ],
+    },
 )

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI stage: trl-ada on another TRL release, in its own virtualenv, with exactly the versions of constraints/trl-X.txt.
 #
-#   bash .ci/trl_stage.sh 1.15                     # create/reuse .venv-trl-1.15, install, run the trainer tests
+#   bash .ci/trl_stage.sh 1.14                     # create/reuse .venv-trl-1.14, install, run the trainer tests
 #   bash .ci/trl_stage.sh 1.14 -k uniform          # extra arguments go to pytest
+#   TRL_STAGE_SCOPE=seam bash .ci/trl_stage.sh 1.15  # 1.15 on CPU: the seam's checks only (TRL_STAGE_SCOPE below)
 #   TRL_STAGE_REBUILD=1 bash .ci/trl_stage.sh 1.15 # throw the venv away and build it again
 #   TRL_STAGE_VENV=/path/to/venv bash .ci/trl_stage.sh 1.15
 #
@@ -14,7 +15,7 @@
 #
 # Tests (the ones that depend on TRL's private API): `uniform` reproduces GRPOTrainer bit for bit, seq_balance on one
 # process and on two (gloo), est and DAPO, checkpoint save/resume, the model card, and the TRL seam (no opt-out: the
-# release must be inside trl_seam.SUPPORTED_TRL).
+# release must be inside trl_seam.SUPPORTED_TRL). TRL_STAGE_SCOPE (below) narrows the list.
 # Exits non-zero when the setup fails, a test fails, or no test ran.
 set -euo pipefail
 
@@ -58,23 +59,29 @@ TESTS=(
     # setup.py's Python floor is one this stack's packages accept
     tests/test_install.py::test_python_floor_is_one_every_tested_package_installed_here_accepts
 )
-# TRL_STAGE_SCOPE=seam: only the single-process files that call TRL's private API (the seam table, the trainer's
-# overrides, weight sync, the async worker's protocols, the install checks). CI uses it for 1.15, the release between
-# the floor (1.14) and the main suite's 1.16: the multi-process runs exercise accelerate and gloo, which that release
-# does not change, and cost about three minutes.
-# TRL_STAGE_SCOPE=floor: the seam list plus the runs at the floor's accelerate and transformers (two processes over
-# gloo, checkpoint save and resume, the model card), which are what an old stack changes. It leaves out the hardening
-# and tool-loop files (about a third of the whole list's time), which run at 1.16 in the main suite.
+# TRL_STAGE_SCOPE=seam: the TRL seam's own checks, which build no trainer: the touchpoint tables, the seam's tests,
+# the async rollout worker's protocols and the install checks. CI uses it for 1.15, the release between the floor
+# (1.14) and the main suite's 1.16, whose GRPOTrainer cannot train on CPU: its fused LM head computes log-probabilities
+# with a Triton kernel only, so trl-ada refuses 1.15 off CUDA/XPU (trl_seam.check_fused_lm_head_runs) and a test that
+# builds a synchronous GRPOTrainer there skips, saying why (tests/conftest.py).
+# TRL_STAGE_SCOPE=floor: the seam list plus the single-process trainer files that call TRL's private API (the
+# trainer's overrides, weight sync, rollout_func, the async trainer) and the runs at the floor's accelerate and
+# transformers (two processes over gloo, checkpoint save and resume, the model card), which are what an old stack
+# changes. It leaves out the hardening and tool-loop files (about a third of the whole list's time), which run at 1.16
+# in the main suite.
 SEAM_TESTS=(
-    tests/test_trainer.py tests/test_trainer_est_dapo.py tests/test_trl_drop_in.py tests/test_trl_seam.py
-    tests/test_trl_touchpoints.py tests/test_trl_async_touchpoints.py tests/test_weight_sync.py
-    tests/test_rollout_func.py tests/test_async_rollout.py
-    tests/test_async_trainer.py tests/test_async_injection.py tests/test_tree_attention.py "${TESTS[@]: -3}"
+    tests/test_trl_seam.py tests/test_trl_touchpoints.py tests/test_trl_async_touchpoints.py tests/test_async_rollout.py
+    "${TESTS[@]: -3}"
 )
+TRAINER_TESTS=(
+    tests/test_trainer.py tests/test_trainer_est_dapo.py tests/test_trl_drop_in.py tests/test_weight_sync.py
+    tests/test_rollout_func.py tests/test_async_trainer.py tests/test_async_injection.py tests/test_tree_attention.py
+)
+OLD_STACK_TESTS=(tests/test_multiprocess.py tests/test_resume.py tests/test_card.py)
 case "${TRL_STAGE_SCOPE:-all}" in
     all) ;;
     seam) TESTS=("${SEAM_TESTS[@]}") ;;
-    floor) TESTS=("${SEAM_TESTS[@]}" tests/test_multiprocess.py tests/test_resume.py tests/test_card.py) ;;
+    floor) TESTS=("${SEAM_TESTS[@]}" "${TRAINER_TESTS[@]}" "${OLD_STACK_TESTS[@]}") ;;
     *) die "TRL_STAGE_SCOPE is 'all' (default), 'floor' or 'seam', not '${TRL_STAGE_SCOPE}'" ;;
 esac
 RECIPE_VERSION=2

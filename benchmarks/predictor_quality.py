@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trl_ada.samplers import LearnedPassRatePredictor, PromptKey
-from trl_ada.samplers.predictor import calibration
+from trl_ada.samplers import PromptKey
+from trl_ada.samplers.predictor import LearnedPassRatePredictor, calibration
 from trl_ada.tasks.arithmetic import LEVELS, make_problems
 
 logger = logging.getLogger("predictor_quality")

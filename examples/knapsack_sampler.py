@@ -21,7 +21,8 @@ import heapq
 from dataclasses import dataclass
 from typing import Any
 
-from trl_ada.samplers import DecayedBetaTracker, Sampler, SamplerOptions, register_sampler
+from trl_ada.samplers import Sampler, SamplerOptions, register_sampler
+from trl_ada.samplers.tracker import DecayedBetaTracker
 
 
 @dataclass(kw_only=True)

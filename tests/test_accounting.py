@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from trl_ada.samplers import BatchFiller, SamplerSettings, build_sampler
+from trl_ada.samplers import SamplerSettings, build_sampler
 from trl_ada.samplers.accounting import BANDS, PromptDraws, band_of, draw_metrics, draw_rates
+from trl_ada.samplers.dapo import BatchFiller
 
 
 def finish(settings, pools):

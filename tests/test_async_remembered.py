@@ -22,7 +22,7 @@ from test_async_worker_hardening import make_loop  # noqa: E402
 
 from trl_ada.async_grpo.async_grpo_trainer import async_sampling  # noqa: E402
 from trl_ada.async_grpo.rollout import PriorityWalk  # noqa: E402
-from trl_ada.samplers import SpoOptions  # noqa: E402
+from trl_ada.experimental.spo import SpoOptions  # noqa: E402
 from trl_ada.schedules import prompt_key  # noqa: E402
 
 

@@ -496,7 +496,7 @@ def test_spo_trains_in_the_asynchronous_trainer_and_saves_its_tracker(
     import json
 
     from trl_ada.checkpoints import SAMPLER_STATE_NAME
-    from trl_ada.samplers import SpoOptions
+    from trl_ada.experimental.spo import SpoOptions
 
     trainer, collated, logged = train(
         tmp_path, monkeypatch, server, model_dir, tokenizer, dataset,

@@ -336,9 +336,9 @@ def test_the_card_describes_the_sampler_the_run_used(tmp_path, sampler, says):
 def test_a_plug_in_sampler_is_named_by_its_class_unless_it_describes_itself(tmp_path, monkeypatch):
     from dataclasses import dataclass
 
-    from trl_ada.samplers import SamplerSettings, SeqBalanceSampler
+    from trl_ada.samplers import SamplerSettings
     from trl_ada.samplers.registry import SAMPLERS
-    from trl_ada.samplers.sequential import SeqBalanceOptions
+    from trl_ada.samplers.sequential import SeqBalanceOptions, SeqBalanceSampler
 
     class CardPlugin(SeqBalanceSampler):  # draws as it likes; inherits seq_balance's description
         name = "card_plugin"

@@ -1,23 +1,22 @@
-"""Config-level hardening: seeded vLLM generation, the pass-rate prior's names and checks, and the rule for knobs that
-the chosen sampler does not read. Everything here fails at construction, before any model is loaded."""
+"""Config-level hardening: seeded vLLM generation, the pass-rate prior's checks (and its old names, now refused), and the
+rule for knobs that the chosen sampler does not read. Everything here fails at construction, before any model is
+loaded."""
 
 import json
 import math
-import warnings
 from dataclasses import fields
 
 import pytest
 from trl import GRPOConfig
 
 from trl_ada import AdaGRPOConfig
-from trl_ada.config import ADA_ONLY_FIELDS, DEPRECATED_NAMES
+from trl_ada.config import ADA_ONLY_FIELDS
 from trl_ada.samplers import SamplerSettings, build_sampler
 from trl_ada.samplers.settings import (
     KNOB_FIELDS,
     SETTINGS_DEFAULTS,
     TRL_OWNED_KNOBS,
     UNIVERSAL_KNOBS,
-    knob_extras,
     option_fields,
 )
 
@@ -91,18 +90,14 @@ def test_an_upgraded_grpo_config_with_a_generation_seed_falls_back_to_uniform(tm
         ({"round_policy": "tracked", "pass_rate_decay": 5.0}, "pass_rate_decay must lie in"),
         ({"round_policy": "tracked", "pass_rate_decay": math.nan}, "pass_rate_decay must lie in"),
         ({"sampler": "est", "pass_rate_decay": 0.0}, "pass_rate_decay must lie in"),
-        # the old name under seq_balance: the value reached step 1 as a `math domain error` before
-        ({"round_policy": "predictive", "est_prior_alpha": 0.0}, "pass_rate_prior_alpha must be a positive"),
         # where nothing reads the prior, any other value is an error too (the knob rule)
         ({"pass_rate_prior_alpha": 0.0}, "has no effect with sampler='seq_balance', round_policy='fixed'"),
         ({"round_policy": "predictive", "pass_rate_decay": 5.0}, "has no effect"),
     ],
 )
 def test_the_pass_rate_prior_is_checked_wherever_it_is_read(tmp_path, kwargs, message):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        with pytest.raises(ValueError, match=message):
-            config(tmp_path, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        config(tmp_path, **kwargs)
 
 
 @pytest.mark.parametrize("tolerance", [math.inf, math.nan, -1e-6])
@@ -113,27 +108,42 @@ def test_the_zero_variance_tolerance_is_a_finite_non_negative_number(tmp_path, t
     assert config(tmp_path, zero_variance_tolerance=0.0).zero_variance_tolerance == 0.0
 
 
-@pytest.mark.parametrize(("old", "new"), sorted(DEPRECATED_NAMES.items()))
-def test_an_old_name_is_carried_over_with_a_future_warning(tmp_path, old, new):
-    with pytest.warns(FutureWarning, match=f"{old} is deprecated.*now {new}"):
-        args = config(tmp_path, sampler="est", **{old: 0.5})
-    assert getattr(args, new) == 0.5 and getattr(args, old) is None
-    assert getattr(args.sampler_settings(), new) == 0.5  # and it reaches the sampler
-    with pytest.warns(FutureWarning):
-        assert getattr(config(tmp_path, sampler="est", **{old: 0.5, new: 0.5}), new) == 0.5  # agreeing: fine
-    with pytest.raises(ValueError, match=f"{old}=0.5 and {new}=0.25 disagree.*Set only {new}"):
-        config(tmp_path, sampler="est", **{old: 0.5, new: 0.25})
+def test_every_default_meets_its_knob_requirement():
+    # Every knob's value is checked after the unread-knob rule, which holds an unread knob at its default: so every
+    # default passes its own check, and checking all of them checks the ones read.
+    SamplerSettings().check_values()
+    assert AdaGRPOConfig.__dataclass_fields__["continuous_max_in_flight"].default >= 1  # the trainer's own check
 
 
-def test_the_cli_keeps_the_old_decay_flag(capsys):
+OLD_NAMES = ("est_decay", "est_prior_alpha", "est_prior_beta")
+"""The first names of pass_rate_decay, pass_rate_prior_alpha and pass_rate_prior_beta, once accepted with a warning."""
+
+
+@pytest.mark.parametrize("old", OLD_NAMES)
+def test_an_old_name_is_an_unknown_keyword(tmp_path, old):
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{old}'"):
+        AdaGRPOConfig(output_dir=str(tmp_path), **{old: 0.9})
+    assert old not in {f.name for f in fields(AdaGRPOConfig)} and f" {old} (" not in AdaGRPOConfig.__doc__
+
+
+def test_the_command_lines_refuse_the_old_decay_flag(tmp_path, capsys, monkeypatch):
+    import transformers
+
     from trl_ada.cli import main
 
-    argv = ["simulate", "--sampler", "est", "--pass-rates", "0.5", "--trials", "20", "--steps", "2"]
-    with pytest.warns(FutureWarning, match="--pass-rate-decay"):
-        assert main([*argv, "--est-decay", "0.5"]) == 0
-    with pytest.raises(SystemExit):
-        main([*argv, "--est-decay", "0.5", "--pass-rate-decay", "0.25"])
-    assert "disagree" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(["simulate", "--sampler", "est", "--pass-rates", "0.5", "--est-decay", "0.5"])
+    assert refused.value.code == 2 and "unrecognized arguments: --est-decay 0.5" in capsys.readouterr().err
+
+    def loaded(*args, **kwargs):
+        raise AssertionError("a model was loaded before the command line was checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", loaded)
+    try:
+        code = main(["train", "--est_decay", "0.9", "--output_dir", str(tmp_path)])
+    except SystemExit as exit:  # argparse stops the parse at its first mistake
+        code = exit.code
+    assert code == 2 and "unrecognized arguments: --est_decay 0.9" in capsys.readouterr().err
 
 
 def test_sampler_state_written_before_the_rename_still_loads():
@@ -199,9 +209,7 @@ def test_every_knob_is_either_read_by_every_sampler_or_in_the_table():
     # The knobs only some configurations read: every declared knob but the universal ones (sampler classes say which
     # they read), plus the trainer-level ones.
     only_some = set(KNOB_FIELDS) - UNIVERSAL_KNOBS
-    conditional = {
-        f.name for f in fields(AdaGRPOConfig) if f.name in ADA_ONLY_FIELDS and knob_extras(f).get("read_if")
-    }
+    conditional = set(ADA_ONLY_FIELDS) - {"generation_schedule", "train_on"}  # those two: read by every configuration
     assert set(UNREAD_READ_VALUE) == only_some | conditional  # a knob added needs a case here
     assert {f.name for f in fields(SamplerSettings)} == set(KNOB_FIELDS)
     config_fields = {f.name: f for f in fields(AdaGRPOConfig)}
@@ -226,7 +234,7 @@ def test_the_config_docstring_and_help_are_the_knob_declarations():
     # The hand-written docstring documents every knob with its default and its --help text, so the two cannot drift.
     from transformers import HfArgumentParser
 
-    from trl_ada.samplers import SamplerFields
+    from trl_ada.samplers.settings import SamplerFields
 
     doc = " ".join(AdaGRPOConfig.__doc__.split())
     parser_help = " ".join(HfArgumentParser(AdaGRPOConfig).format_help().split())
@@ -237,7 +245,7 @@ def test_the_config_docstring_and_help_are_the_knob_declarations():
         assert help_text in doc, declared.name
         assert help_text.split("`")[0][:40] in parser_help, declared.name
     # the config's own knobs too, and nothing is documented twice
-    for name in ("generation_schedule", "continuous_max_in_flight", *DEPRECATED_NAMES):
+    for name in ADA_ONLY_FIELDS:
         assert doc.count(f" {name} (") == 1, name
 
 
@@ -250,16 +258,17 @@ def test_the_schedule_choices_are_the_schedules_there_are():
 
 
 def test_the_sampler_help_names_every_built_in_sampler_and_every_one_that_takes_sampler_kwargs():
-    from trl_ada.samplers.registry import SAMPLERS
+    from trl_ada.samplers.registry import load_plugins
 
-    built_in = {name: cls for name, cls in SAMPLERS.items() if cls.__module__.startswith("trl_ada.samplers.")}
-    assert {"uniform", "dapo", "knapsack", "dapo_gated"} <= set(built_in)
+    # The core's samplers and trl-ada's experimental plug-ins.
+    built_in = {name: cls for name, cls in load_plugins().items() if cls.__module__.startswith("trl_ada.")}
+    assert {"uniform", "dapo", "knapsack", "dapo_gated", "spo"} <= set(built_in)
     sampler_help = KNOB_FIELDS["sampler"].metadata["help"]
     kwargs_help = KNOB_FIELDS["sampler_kwargs"].metadata["help"]
     for name, cls in built_in.items():
         assert f'`"{name}"`' in sampler_help, name
         if set(option_fields(cls.Options)) - set(KNOB_FIELDS):
-            assert f'`"{name}"`' in kwargs_help and f"trl_ada.samplers.{cls.Options.__name__}" in kwargs_help
+            assert f'`"{name}"`' in kwargs_help and f"{cls.Options.__module__}.{cls.Options.__name__}" in kwargs_help
 
 
 @pytest.mark.parametrize("learning_rate", [-1e-4, float("nan"), float("inf")])

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trl_ada.samplers import ContinuousStep, SamplerSettings, build_sampler, rules, simulate
+from trl_ada.samplers import SamplerSettings, build_sampler, rules, simulate
 from trl_ada.samplers.simulate import ARRIVALS, GENERATION_SCHEDULES, run_population
-from trl_ada.samplers.streaming import SingleRequestStep, begin_streaming
+from trl_ada.samplers.streaming import ContinuousStep, SingleRequestStep, begin_streaming
 
 # Draw outcome: (reward, masked, length). Lengths only decide the arrival order.
 Draw = tuple[float, bool, float]

@@ -5,8 +5,7 @@ import random
 import pytest
 from test_est_dapo import selection_for
 
-from trl_ada.samplers import BatchExhaustedError
-from trl_ada.samplers.dapo import RefillWalk, fill_update
+from trl_ada.samplers.dapo import BatchExhaustedError, RefillWalk, fill_update
 
 
 def shuffled(size):

@@ -4,15 +4,9 @@ import random
 
 import pytest
 
-from trl_ada.samplers import (
-    BatchExhaustedError,
-    BatchFiller,
-    DecayedBetaTracker,
-    SamplerSettings,
-    build_sampler,
-    rules,
-    simulate,
-)
+from trl_ada.samplers import SamplerSettings, build_sampler, rules, simulate
+from trl_ada.samplers.dapo import BatchExhaustedError, BatchFiller
+from trl_ada.samplers.tracker import DecayedBetaTracker
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tracker

@@ -256,7 +256,7 @@ def test_a_frozen_server_on_the_continuous_schedule_is_a_vllm_server_error_on_ev
     tmp_path, frozen_server, monkeypatch
 ):
     import trl_ada.schedules.continuous as schedule
-    from trl_ada.samplers import ScheduleStats
+    from trl_ada.samplers.streaming import ScheduleStats
 
     checkpoint = tmp_path / "checkpoint-2"
     checkpoint.mkdir()

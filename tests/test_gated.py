@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from trl_ada.samplers import BatchExhaustedError, SamplerSettings, build_sampler
-from trl_ada.samplers.dapo import RefillWalk, fill_update, refill_gate
-from trl_ada.samplers.gated import mixed_chance
+from trl_ada.experimental.dapo_gated import mixed_chance
+from trl_ada.samplers import SamplerSettings, build_sampler
+from trl_ada.samplers.dapo import BatchExhaustedError, RefillWalk, fill_update, refill_gate
 
 
 def settings(**options):
@@ -134,7 +134,7 @@ def test_the_gate_changes_only_which_refill_prompts_are_drawn():
 def test_the_fitted_prior_recovers_the_spread_of_the_prompts_pass_rates():
     import random
 
-    from trl_ada.samplers.gated import FITTED_WEIGHT_BOUNDS, fitted_prior
+    from trl_ada.experimental.dapo_gated import FITTED_WEIGHT_BOUNDS, fitted_prior
 
     rng = random.Random(0)
     counts = []

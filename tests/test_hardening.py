@@ -17,7 +17,7 @@ import trl_ada.schedules.driver as driver_module
 import trl_ada.schedules.rounds as rounds_module
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.checkpoints import SAMPLER_STATE_NAME, latest_complete_checkpoint
-from trl_ada.samplers import DecayedBetaTracker
+from trl_ada.samplers.tracker import DecayedBetaTracker
 from trl_ada.tiny import build_tiny_model
 
 

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_properties import examples
 
+from trl_ada.experimental.knapsack import allocate, value
 from trl_ada.samplers import SamplerSettings, build_sampler, sampler_names
 from trl_ada.samplers.base import describe
-from trl_ada.samplers.knapsack import allocate, value
 from trl_ada.samplers.simulate import run_population
 
 

@@ -332,3 +332,70 @@ def test_no_import_cycle_in_the_whole_package():
     graph = import_graph()
     components = strongly_connected_components(graph)
     assert not components, "import circles in trl_ada:\n" + cycles_report(graph, components)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The core and its plug-ins
+# ---------------------------------------------------------------------------------------------------------------------
+
+MAX_PUBLIC_SAMPLER_NAMES = 15
+"""`trl_ada.samplers.__all__`: the sampler contract and the few functions that build and try samplers."""
+
+EXPERIMENTAL_SAMPLERS = {"spo": "spo", "knapsack": "knapsack", "dapo_gated": "dapo_gated"}
+"""Sampler name -> its module under `trl_ada/experimental/`."""
+
+
+def test_the_public_sampler_namespace_is_the_contract():
+    import trl_ada.samplers as samplers
+
+    assert len(samplers.__all__) <= MAX_PUBLIC_SAMPLER_NAMES, samplers.__all__
+    # Nothing else public at the package's top level: the core samplers are reached by name or by their module.
+    public = {name for name in vars(samplers) if not name.startswith("_")}
+    modules = {name for name in public if type(getattr(samplers, name)).__name__ == "module"}
+    assert public - modules == set(samplers.__all__)
+
+
+def test_the_core_imports_no_plug_in():
+    graph = import_graph()
+    core = {name for name in graph if not name.startswith("trl_ada.experimental")}
+    reaching = {name: sorted(t for t in graph[name] if t.startswith("trl_ada.experimental")) for name in core}
+    assert not {name: targets for name, targets in reaching.items() if targets}
+
+
+def test_the_experimental_samplers_import_only_public_names():
+    """Each plug-in imports trl-ada as a package of yours would: absolute imports of names without a leading underscore,
+    from modules without one, and nothing from another plug-in."""
+    for path in sorted((PACKAGE / "experimental").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("trl_ada")):
+                where = f"{path.name}:{node.lineno}"
+                assert node.level == 0, f"{where}: a relative import; import from trl_ada's public modules"
+                parts = node.module.split(".")
+                assert not any(part.startswith("_") for part in parts), f"{where}: private module {node.module}"
+                assert not node.module.startswith("trl_ada.experimental"), f"{where}: imports another plug-in"
+                private = [alias.name for alias in node.names if alias.name.startswith("_")]
+                assert not private, f"{where}: private names {private}"
+            elif isinstance(node, ast.Import):
+                assert not any(alias.name.startswith("trl_ada") for alias in node.names), path.name
+
+
+def test_the_experimental_samplers_are_registered_by_entry_point_when_first_named():
+    declared = {entry.name: entry.value for entry in entry_points(group="trl_ada.samplers")}
+    assert {name: f"trl_ada.experimental.{module}" for name, module in EXPERIMENTAL_SAMPLERS.items()}.items() <= (
+        declared.items()
+    ), declared
+    setup_py = (ROOT / "setup.py").read_text()
+    for name, module in EXPERIMENTAL_SAMPLERS.items():
+        assert f'"{name} = trl_ada.experimental.{module}"' in setup_py
+    # In a fresh process, importing the core registers none of them; naming one imports its module.
+    code = (
+        "import sys; import trl_ada.samplers as s; from trl_ada.samplers.registry import SAMPLERS, sampler_class\n"
+        f"names = {sorted(EXPERIMENTAL_SAMPLERS)!r}\n"
+        "assert not set(names) & set(SAMPLERS), SAMPLERS\n"
+        "assert not [m for m in sys.modules if m.startswith('trl_ada.experimental.')]\n"
+        "assert set(names) <= set(s.sampler_names()), s.sampler_names()\n"
+        "for name in names: assert sampler_class(name).__module__.startswith('trl_ada.experimental.'), name\n"
+        "assert 'torch' not in sys.modules and 'trl' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -152,7 +152,8 @@ def registry_snapshot():
 
 
 PLUG_IN_SOURCE = """
-from trl_ada.samplers import UniformSampler, register_sampler
+from trl_ada.samplers import register_sampler
+from trl_ada.samplers.uniform import UniformSampler
 
 
 @register_sampler("my_uniform")
@@ -173,7 +174,10 @@ def load_file_as(monkeypatch, module_name, path):
 
 
 def test_a_class_named_like_a_built_in_cannot_take_its_name(registry_snapshot):
-    from trl_ada.samplers import SAMPLERS, EstSampler, UniformSampler, register_sampler
+    from trl_ada.samplers import register_sampler
+    from trl_ada.samplers.est import EstSampler
+    from trl_ada.samplers.registry import SAMPLERS
+    from trl_ada.samplers.uniform import UniformSampler
 
     class Impostor(UniformSampler):
         __module__ = "someone_elses_plugins"
@@ -202,7 +206,7 @@ def test_the_same_definition_registers_again_and_another_file_does_not(registry_
 def test_an_import_path_resolves_from_the_working_directory(registry_snapshot, tmp_path, monkeypatch):
     # As `trl-ada train --sampler cwd_only_sampler:CwdOnly` in a directory holding the module: a console script does
     # not have the working directory on sys.path (`python -m` would), `trl grpo` imports --reward_funcs from it.
-    from trl_ada.samplers import sampler_class
+    from trl_ada.samplers.registry import sampler_class
 
     (tmp_path / "cwd_only_sampler.py").write_text(
         PLUG_IN_SOURCE.replace("my_uniform", "cwd_only").replace("MyUniform", "CwdOnly")

@@ -12,8 +12,14 @@ from unittest import mock
 import pytest
 
 from trl_ada.reporting.plots import write_training_plots
-from trl_ada.samplers import LearnedPassRatePredictor, PromptKey, SamplerSettings, build_sampler
-from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE, calibration, prompt_text
+from trl_ada.samplers import PromptKey, SamplerSettings, build_sampler
+from trl_ada.samplers.predictor import (
+    PREDICTOR_DIR,
+    PREDICTOR_FILE,
+    LearnedPassRatePredictor,
+    calibration,
+    prompt_text,
+)
 from trl_ada.tasks.arithmetic import make_problems
 
 # The per-level temperature-1 pass rates of the shipped tiny model (its build_report.json, final.t1), rounded.
@@ -54,7 +60,7 @@ def test_an_untrained_predictor_reads_the_prior_mean():
 
 
 def test_features_use_a_stable_hash_not_pythons_salted_one():
-    code = "from trl_ada.samplers import LearnedPassRatePredictor as P;print(P().features(' 47* 85=')[:5])"
+    code = "from trl_ada.samplers.predictor import LearnedPassRatePredictor as P;print(P().features(' 47* 85=')[:5])"
     outputs = {
         subprocess.run(
             [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True

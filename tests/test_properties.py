@@ -27,8 +27,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trl_ada.samplers import DecayedBetaTracker, SamplerSettings, build_sampler, rules
+from trl_ada.samplers import SamplerSettings, build_sampler, rules
 from trl_ada.samplers.signal import trl_advantages_stand_in
+from trl_ada.samplers.tracker import DecayedBetaTracker
 
 NAN = math.nan
 STD_EPSILON = 1e-4  # TRL's GRPOTrainer: advantages / (std + 1e-4)

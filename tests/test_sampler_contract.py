@@ -5,6 +5,7 @@ names the knobs it reads, one unread-knob rule for both configs, and knob help a
 
 from __future__ import annotations
 
+import inspect
 import re
 import textwrap
 from dataclasses import dataclass, fields
@@ -13,16 +14,10 @@ from pathlib import Path
 import pytest
 
 from trl_ada import AdaGRPOConfig
-from trl_ada.samplers import (
-    SAMPLERS,
-    Sampler,
-    SamplerOptions,
-    SamplerSettings,
-    build_sampler,
-    register_sampler,
-)
+from trl_ada.samplers import Sampler, SamplerOptions, SamplerSettings, build_sampler, register_sampler
 from trl_ada.samplers.base import draw_memories
-from trl_ada.samplers.settings import UNIVERSAL_KNOBS, knob_extras
+from trl_ada.samplers.registry import SAMPLERS
+from trl_ada.samplers.settings import UNIVERSAL_KNOBS
 
 PACKAGE = Path(__file__).resolve().parents[1] / "trl_ada"
 
@@ -158,15 +153,34 @@ def test_the_unread_knob_rule_is_one_function_for_both_configs(tmp_path):
         config(tmp_path, sampler="uniform", dapo_refill=True)
 
 
-def _declared_helps() -> dict[str, str]:
+def _declared_knobs() -> list:
+    """Every field trl-ada declares (on the settings and both configs); TRL's own fields keep TRL's text."""
     from trl_ada.async_grpo.async_grpo_config import AdaAsyncGRPOConfig
 
-    helps = {}
+    declared = []
     for cls in (SamplerSettings, AdaGRPOConfig, AdaAsyncGRPOConfig):
-        for declared in fields(cls):
-            if knob_extras(declared):  # declared by trl-ada with `knob` (TRL's own fields keep TRL's text)
-                helps[declared.name] = declared.metadata["help"]
-    return helps
+        for owner in cls.__mro__:
+            if owner.__module__.startswith("trl_ada."):
+                own = inspect.get_annotations(owner)
+                declared += [f for f in fields(owner) if f.name in own]
+    return declared
+
+
+def _declared_helps() -> dict[str, str]:
+    return {declared.name: declared.metadata["help"] for declared in _declared_knobs()}
+
+
+def test_every_knob_is_declared_as_trl_declares_its_own():
+    # A dataclass field whose metadata is what HfArgumentParser hands argparse: the help, and a list of choices.
+    from transformers import HfArgumentParser
+
+    from trl_ada.async_grpo.async_grpo_config import AdaAsyncGRPOConfig
+
+    for declared in _declared_knobs():
+        assert set(declared.metadata) <= {"help", "choices"}, declared.name
+        assert isinstance(declared.metadata.get("choices", []), list), declared.name
+    for cls in (AdaGRPOConfig, AdaAsyncGRPOConfig):
+        HfArgumentParser(cls).format_help()
 
 
 def test_knob_help_reads_like_trl_at_most_four_lines_and_no_measurements():

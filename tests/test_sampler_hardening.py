@@ -12,7 +12,8 @@ import pytest
 from trl import GRPOConfig
 
 from trl_ada import AdaGRPOConfig
-from trl_ada.samplers import DecayedBetaTracker, SamplerSettings, build_sampler, rules
+from trl_ada.samplers import SamplerSettings, build_sampler, rules
+from trl_ada.samplers.tracker import DecayedBetaTracker
 
 LOSS_TYPES = ["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
 
@@ -287,8 +288,9 @@ SAMPLER_CONFIGS = [
 
 def metric_names_from_runs():
     """Every metric the samplers, the schedules' records and DAPO's filling report for a few short pure runs."""
-    from trl_ada.samplers import BatchFiller, ScheduleStats
+    from trl_ada.samplers.dapo import BatchFiller
     from trl_ada.samplers.simulate import run_population
+    from trl_ada.samplers.streaming import ScheduleStats
 
     population = [0.0, 0.05, 0.5, 0.95, 1.0, 0.3]
     names = set()

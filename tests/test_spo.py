@@ -9,8 +9,8 @@ from datasets import Dataset
 from test_trainer import recording
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.samplers import SamplerSettings, SpoOptions, SpoSampler, StreamPriority, build_sampler
-from trl_ada.samplers.spo import spo_priority
+from trl_ada.experimental.spo import SpoOptions, SpoSampler, spo_priority
+from trl_ada.samplers import ChoosesPrompts, GatesRefills, Sampler, SamplerSettings, build_sampler
 from trl_ada.schedules.priority import PriorityRepeatSampler, weighted_sample
 from trl_ada.tiny import build_tiny_model
 
@@ -87,27 +87,33 @@ def test_the_asynchronous_trainer_takes_spo_with_its_recipe(tmp_path):
     assert sampling.pooled and not sampling.trl_advantages
 
 
-class UnboundedPriority(SpoSampler):
-    """A plug-in that chooses its prompts but names no largest weight."""
+def test_a_sampler_that_declares_it_chooses_prompts_must_name_its_largest_weight():
+    # Both trainers read the capability from the declaration; the asynchronous worker draws each row with its weight
+    # over `max_priority()`, so a chooser without one cannot be built (before any config or model uses it).
+    class UnboundedPriority(ChoosesPrompts, Sampler):
+        def prompt_priorities(self, keys):
+            return [1.0] * len(keys)
 
-    max_priority = None
+        def request_size(self, step, index):
+            return 2
 
+    with pytest.raises(TypeError, match="abstract method '?max_priority"):
+        UnboundedPriority(SamplerSettings(sampler="uniform", num_generations=2))
 
-def test_the_asynchronous_trainer_refuses_a_prompt_chooser_without_a_largest_weight(tmp_path):
-    from trl_ada.async_grpo import AdaAsyncGRPOConfig
-    from trl_ada.samplers import register_sampler
-    from trl_ada.samplers.registry import SAMPLERS
+    class UngatedRefill(GatesRefills, Sampler):
+        pass
 
-    register_sampler("unbounded_priority_test")(UnboundedPriority)
-    try:
-        assert not issubclass(UnboundedPriority, StreamPriority)
-        with pytest.raises(ValueError, match="give the sampler a max_priority\\(\\) method"):
-            AdaAsyncGRPOConfig(
-                str(tmp_path), sampler="unbounded_priority_test", num_generations=2, use_cpu=True, bf16=False,
-                **SpoOptions.recipe,
-            )  # fmt: skip
-    finally:
-        SAMPLERS.pop("unbounded_priority_test")
+    with pytest.raises(TypeError, match="abstract method '?refill_passes_over"):
+        UngatedRefill(SamplerSettings(sampler="uniform", num_generations=2))
+
+    class Undeclared(Sampler):  # methods without the declaration are no capability
+        def prompt_priorities(self, keys):
+            return [1.0] * len(keys)
+
+        def max_priority(self):
+            return 1.0
+
+    assert not issubclass(Undeclared, ChoosesPrompts) and issubclass(SpoSampler, ChoosesPrompts)
 
 
 def test_weighted_draws_follow_the_weights():

@@ -7,9 +7,10 @@ import math
 import pytest
 
 from trl_ada import AdaGRPOConfig
-from trl_ada.samplers import LearnedPassRatePredictor, PromptKey, SamplerSettings, build_sampler
+from trl_ada.samplers import PromptKey, SamplerSettings, build_sampler
 from trl_ada.samplers.base import describe, draw_memories
 from trl_ada.samplers.dapo import BatchFiller
+from trl_ada.samplers.predictor import LearnedPassRatePredictor
 
 
 def tracked(**overrides):

@@ -10,7 +10,7 @@ from conftest import TINY_MODEL_KWARGS, starts_low_digit, tiny_args
 from test_trainer import recording
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
-from trl_ada.samplers import BatchExhaustedError
+from trl_ada.samplers.dapo import BatchExhaustedError
 from trl_ada.samplers.predictor import PREDICTOR_DIR, PREDICTOR_FILE
 from trl_ada.tiny import build_tiny_model
 

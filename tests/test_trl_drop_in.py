@@ -166,13 +166,18 @@ def test_a_plain_grpo_config_with_environment_owned_data_trains_uniform_with_a_w
 
 
 @needs_tools
-def test_a_pooling_sampler_rejects_environment_owned_data_after_trls_checks_before_any_set_up(tmp_path):
+def test_a_pooling_sampler_rejects_environment_owned_data_after_trls_checks_before_grpo_set_up(tmp_path):
     # TRL accepts these arguments (see the test above); seq_balance cannot pool draws of a row whose environment may
-    # invent a task per episode. The rejection comes after TRL's validation and before the Trainer sets anything up.
-    with (
-        mock.patch.object(transformers.Trainer, "create_accelerator_and_postprocess") as set_up,
-        pytest.raises(ValueError) as error,
-    ):
+    # invent a task per episode. The rejection comes after TRL's validation, at the end of `Trainer.__init__` (its
+    # `on_init_end` callbacks), before GRPOTrainer sets up its reference model, vLLM or metrics.
+    built = []
+    trainer_init = transformers.Trainer.__init__
+
+    def recording_init(self, *args, **kwargs):
+        built.append(self)
+        trainer_init(self, *args, **kwargs)
+
+    with mock.patch.object(transformers.Trainer, "__init__", recording_init), pytest.raises(ValueError) as error:
         build(
             "ada-seq_balance",
             tmp_path,
@@ -185,7 +190,9 @@ def test_a_pooling_sampler_rejects_environment_owned_data_after_trls_checks_befo
     message = str(error.value)
     assert "sampler='seq_balance' needs a train_dataset with environment_factory" in message
     assert "Pass such a train_dataset, or use sampler='uniform'" in message  # the fix
-    set_up.assert_not_called()
+    assert any(entry.name == "on_init_end" for entry in error.traceback)
+    (trainer,) = built
+    assert not hasattr(trainer, "beta") and not hasattr(trainer, "_metrics")  # GRPOTrainer's own set-up never ran
 
 
 def test_the_rejection_keeps_the_dataset_requirement_for_every_pooling_sampler(tmp_path):

@@ -5,7 +5,9 @@ import inspect
 import logging
 import pickle
 import re
+import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -79,43 +81,78 @@ def test_no_module_but_the_seam_touches_trl_private_api():
     assert not offenders, "\n".join(offenders)
 
 
-def test_the_trl_1_15_cpu_fallback_matches_trl_1_16s_own():
-    # TRL 1.15's fused LM head is Triton-only; the seam's plain-torch stand-in must compute what 1.16's fallback does.
-    import torch
-    import trl.trainer.utils as trl_utils
-
-    chunked_logprob = pytest.importorskip("trl.kernels.chunked_logprob")
-    if not hasattr(chunked_logprob, "_use_triton"):
-        pytest.skip(f"TRL {trl.__version__} has no CPU fallback of its own to compare with (1.16 has)")
-    reference = trl_utils._ChunkedLogProbFunction
-    stand_in = trl_seam._torch_chunked_logprob(None)
-    generator = torch.Generator().manual_seed(0)
-    for softcap, scale, temperature, with_bias in [(None, 1.0, 1.0, False), (30.0, 0.5, 0.7, True)]:
-        hidden = torch.randn(6, 16, generator=generator)
-        weight = torch.randn(50, 16, generator=generator)
-        bias = torch.randn(50, generator=generator) if with_bias else None
-        targets = torch.randint(0, 50, (6,), generator=generator)
-        results = []
-        for function in (reference, stand_in):
-            h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-            logprobs, entropy, log_sum_sq, mean_logits, is_top1 = function.apply(
-                h, w, bias, targets, temperature, 4, softcap, scale
-            )
-            (logprobs.sum() + entropy.sum()).backward()
-            results.append((logprobs, entropy, log_sum_sq, mean_logits, is_top1.float(), h.grad, w.grad))
-        for expected, actual in zip(*results):
-            torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-
-
 def test_setup_py_declares_the_seams_trl_range():
     setup_py = (PACKAGE.parent / "setup.py").read_text()
     declared = re.search(r'^SUPPORTED_TRL = "([^"]+)"', setup_py, flags=re.MULTILINE).group(1)
     assert SpecifierSet(declared) == trl_seam.SUPPORTED_TRL
 
 
-def test_the_fallback_is_installed_on_trl_1_15_only():
-    installed = trl_seam.install_fused_lm_head_fallback()
-    assert installed == (trl.__version__.startswith("1.15.")), trl.__version__
+def _as_if_trl(monkeypatch, release: str) -> None:
+    """Make `trl.trainer.utils` and `trl.kernels` look, to `trl_seam.fused_lm_head_is_triton_only`, like `release`'s."""
+    import trl.trainer.utils as trl_utils
+
+    if release == "1.14":  # no fused LM head
+        monkeypatch.delattr(trl_utils, "add_fused_lm_head", raising=False)
+        return
+    monkeypatch.setattr(trl_utils, "add_fused_lm_head", lambda *args, **kwargs: None, raising=False)
+    monkeypatch.setattr(trl_utils, "_ChunkedLogProbFunction", object(), raising=False)
+    if release == "1.15 without Triton":  # `from trl.kernels import ...` fails
+        monkeypatch.setitem(sys.modules, "trl.kernels", None)
+        return
+    chunked_logprob = types.ModuleType("trl.kernels.chunked_logprob")
+    if release == "1.16":  # its own torch fallback off CUDA/XPU
+        chunked_logprob._use_triton = lambda *args: False
+    kernels = types.ModuleType("trl.kernels")
+    kernels.chunked_logprob = chunked_logprob
+    monkeypatch.setitem(sys.modules, "trl.kernels", kernels)
+    monkeypatch.setitem(sys.modules, "trl.kernels.chunked_logprob", chunked_logprob)
+
+
+@pytest.mark.parametrize("device_type", ["cpu", "mps", "cuda", "xpu"])
+@pytest.mark.parametrize("release", ["1.14", "1.15", "1.15 without Triton", "1.16"])
+def test_only_trl_1_15_off_cuda_and_xpu_is_refused_with_the_fix(monkeypatch, release, device_type):
+    # TRL 1.15's GRPOTrainer computes log-probabilities with a Triton kernel only: on a CPU it cannot train at all.
+    _as_if_trl(monkeypatch, release)
+    refused = release.startswith("1.15") and device_type not in ("cuda", "xpu")
+    assert trl_seam.fused_lm_head_is_triton_only() == release.startswith("1.15")
+    if not refused:
+        trl_seam.check_fused_lm_head_runs(device_type)
+        return
+    with pytest.raises(RuntimeError) as error:
+        trl_seam.check_fused_lm_head_runs(device_type)
+    assert isinstance(error.value, trl_seam.FusedLMHeadNeedsGPUError)
+    message = str(error.value)
+    assert "Triton kernel that runs only on CUDA/XPU" in message and f"device is {device_type!r}" in message
+    assert 'pip install "trl>=1.16,<1.17"' in message and "1.14" in message and "GPU" in message
+
+
+@pytest.mark.parametrize("accelerator", [None, "cuda", "xpu"])
+def test_without_a_device_type_the_check_asks_torch_for_cuda_then_xpu(monkeypatch, accelerator):
+    import torch
+
+    _as_if_trl(monkeypatch, "1.15")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: accelerator == "cuda")
+    monkeypatch.setattr(torch, "xpu", types.SimpleNamespace(is_available=lambda: accelerator == "xpu"), raising=False)
+    if accelerator is not None:
+        trl_seam.check_fused_lm_head_runs()
+        return
+    with pytest.raises(trl_seam.FusedLMHeadNeedsGPUError, match="device is 'cpu'"):
+        trl_seam.check_fused_lm_head_runs()
+    monkeypatch.delattr(torch, "xpu")  # a torch build without `torch.xpu`
+    with pytest.raises(trl_seam.FusedLMHeadNeedsGPUError, match="device is 'cpu'"):
+        trl_seam.check_fused_lm_head_runs()
+
+
+def test_the_installed_trl_is_refused_on_a_cpu_only_if_it_is_1_15():
+    # No stand-ins: the installed TRL as it is (1.16 in the main environment, 1.15 and 1.14 in their CI stages).
+    on_1_15 = trl.__version__.startswith("1.15.")
+    assert trl_seam.fused_lm_head_is_triton_only() == on_1_15, trl.__version__
+    trl_seam.check_fused_lm_head_runs("cuda")
+    if on_1_15:
+        with pytest.raises(trl_seam.FusedLMHeadNeedsGPUError, match=f"TRL {re.escape(trl.__version__)}'s GRPOTrainer"):
+            trl_seam.check_fused_lm_head_runs("cpu")
+    else:
+        trl_seam.check_fused_lm_head_runs("cpu")
 
 
 def test_an_error_broadcast_to_the_processes_waiting_for_a_batch_is_raised_where_it_is_received():

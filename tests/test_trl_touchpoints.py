@@ -137,6 +137,20 @@ def _scores_completions_positionally() -> None:
     assert tuple(names[: len(expected)]) == expected, f"parameters {names}, expected to begin with {list(expected)}"
 
 
+def _fused_lm_head_is_read_as_the_seam_reads_it() -> None:
+    """`trl_seam.fused_lm_head_is_triton_only` says "Triton only" exactly when the installed `add_fused_lm_head` calls
+    `_ChunkedLogProbFunction` without asking `_use_triton` first."""
+    if not hasattr(trl_utils, "add_fused_lm_head"):
+        assert not trl_seam.fused_lm_head_is_triton_only()
+        return  # TRL 1.14: no fused LM head
+    if trl_utils._ChunkedLogProbFunction is not None:  # TRL 1.15 sets it to None where Triton is not installed
+        parameters(trl_utils._ChunkedLogProbFunction, "apply", ())()
+    contains(GRPOTrainer, "__init__", "add_fused_lm_head(self.model")()
+    contains(trl_utils, "add_fused_lm_head", "_ChunkedLogProbFunction.apply(")()
+    dispatches = "_use_triton(" in inspect.getsource(trl_utils.add_fused_lm_head)
+    assert trl_seam.fused_lm_head_is_triton_only() is not dispatches, f"asks _use_triton: {dispatches}"
+
+
 SETS_UP = trl_seam.GENERATION_SEAM if trl_seam.has_generation_seam(GRPOTrainer) else "_generate_and_score_completions"
 """The GRPOTrainer method that sets a batch up and calls `_generate`: the generation seam where TRL has it."""
 
@@ -373,15 +387,13 @@ TOUCHPOINTS = [
         contains(VLLMGeneration, "generate", "gather_object(", "self.vllm_client.generate(", "broadcast_object_list("),
     ),
     Touchpoint(
-        "trl.trainer.utils._ChunkedLogProbFunction",
-        "module variable",
-        "TRL 1.15's Triton-only fused LM head, which `trl_seam.install_fused_lm_head_fallback` replaces off CUDA/XPU "
-        "(1.14 has no fused head; the computation is compared with 1.16's own fallback in `tests/test_trl_seam.py`)",
-        lambda: (
-            None
-            if not hasattr(trl_utils, "add_fused_lm_head")
-            else parameters(trl_utils._ChunkedLogProbFunction, "apply", ())()
-        ),
+        "trl.trainer.utils.add_fused_lm_head._ChunkedLogProbFunction",
+        "behaviour, module variable",
+        "`GRPOTrainer.__init__` puts `add_fused_lm_head` on the model, whose forward computes log-probabilities with "
+        "`_ChunkedLogProbFunction`: a Triton kernel only in TRL 1.15, which `trl_seam.check_fused_lm_head_runs` "
+        "therefore refuses off CUDA/XPU; a release that falls back to torch there dispatches on "
+        "`trl.kernels.chunked_logprob._use_triton` (1.16), which the check reads; 1.14 has no fused head",
+        _fused_lm_head_is_read_as_the_seam_reads_it,
     ),
     Touchpoint(
         "unwrap_model_for_generation",
@@ -428,12 +440,14 @@ TOUCHPOINTS = [
         ),
     ),
     Touchpoint(
-        "Trainer.create_accelerator_and_postprocess",
-        "override (transformers)",
-        "the first method `Trainer.__init__` calls, after `GRPOTrainer.__init__` validated its arguments",
+        "Trainer.__init__.on_init_end",
+        "callback (transformers)",
+        "`Trainer.__init__` ends with its callbacks' `on_init_end`, and `GRPOTrainer.__init__` validates its arguments "
+        "before it calls `Trainer.__init__` and sets up its reference model and vLLM after: where trl-ada refuses a "
+        "pooling sampler on environment-owned data",
         all_of(
-            parameters(GRPOTrainer, "create_accelerator_and_postprocess", ()),
-            calls(transformers.Trainer, "__init__", "self.create_accelerator_and_postprocess()", times=1),
+            contains(transformers.Trainer, "__init__", "self.callback_handler.on_init_end("),
+            contains(GRPOTrainer, "__init__", "args.max_steps <= 0", "super().__init__(", "self.ref_model ="),
         ),
     ),
     Touchpoint(

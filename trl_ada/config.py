@@ -5,23 +5,16 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from dataclasses import MISSING, dataclass, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 
 from trl import GRPOConfig
 
-from .samplers import SamplerFields, SamplerSettings
+from .samplers import SamplerSettings
 from .samplers.rules import loss_normaliser
-from .samplers.settings import ReadIf, check_knob_values, check_knobs_read, knob
+from .samplers.settings import SamplerFields, check_choices, check_unread_knob
 from .samplers.signal import grpo_rule_holds
 from .samplers.simulate import GENERATION_SCHEDULES
-
-DEPRECATED_NAMES: dict[str, str] = {
-    "est_decay": "pass_rate_decay",
-    "est_prior_alpha": "pass_rate_prior_alpha",
-    "est_prior_beta": "pass_rate_prior_beta",
-}
-"""Old knob names still accepted (with a `FutureWarning`), and the names that replaced them."""
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +110,7 @@ TRAIN_ON_HELP = (
 class TrainOnField:
     """`train_on`, declared once for both trainers' configs (a trainer's knob: samplers downsample as they always do)."""
 
-    train_on: str = knob("downsample", TRAIN_ON_HELP, choices=TRAIN_ON_CHOICES)
+    train_on: str = field(default="downsample", metadata={"help": TRAIN_ON_HELP, "choices": list(TRAIN_ON_CHOICES)})
 
 
 ADA_ONLY_FIELDS = ("generation_schedule", "continuous_max_in_flight", "train_on")
@@ -142,12 +135,13 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
         sampler (`str`, *optional*, defaults to `"seq_balance"`):
             Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"`
             (GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` and `"est_ema"`
-            (budgets from pass rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`,
-            `"dapo_gated"` and `"spo"`. See the Samplers docs.
+            (budgets from pass rates), `"dapo"` (drops groups without a signal, refills); experimental plug-ins
+            (`trl_ada.experimental`): `"knapsack"`, `"dapo_gated"` and `"spo"`. See the Samplers docs.
         sampler_kwargs (`dict` or `str` or `None`, *optional*, defaults to `None`):
-            Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the
-            built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`), `"dapo_gated"`
-            (`trl_ada.samplers.GatedRefillOptions`) and `"spo"` (`trl_ada.samplers.SpoOptions`) take any.
+            Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of trl-ada's
+            samplers, only the experimental plug-ins take any: `"knapsack"`
+            (`trl_ada.experimental.knapsack.KnapsackOptions`), `"dapo_gated"`
+            (`trl_ada.experimental.dapo_gated.GatedRefillOptions`) and `"spo"` (`trl_ada.experimental.spo.SpoOptions`).
         round_size (`int`, *optional*, defaults to `8`):
             Number of completions generated per active prompt in each round (`M` in the paper). Must be at least 1. Read
             by `"seq_pos"` and `"seq_balance"`.
@@ -297,46 +291,26 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             kept, so the prompt weighs what its group would). `"pool"` needs `baseline="pool"` and a pool that can
             outgrow its group; the synchronous trainer leaves out a few draws so that TRL's batch splits evenly (see the
             docs).
-
-        > Deprecated names
-
-        est_decay (`float` or `None`, *optional*, defaults to `None`):
-            Deprecated. Use `pass_rate_decay` instead: a value given here is carried over with a `FutureWarning`, and
-            giving both names different values raises.
-        est_prior_alpha (`float` or `None`, *optional*, defaults to `None`):
-            Deprecated. Use `pass_rate_prior_alpha` instead (see `est_decay`).
-        est_prior_beta (`float` or `None`, *optional*, defaults to `None`):
-            Deprecated. Use `pass_rate_prior_beta` instead (see `est_decay`).
     """
 
-    generation_schedule: str = knob(
-        "rounds",
-        'How `"seq_pos"` and `"seq_balance"` generate their draws. Supported values are `"rounds"` (one generate call'
-        ' per round; every backend) and `"continuous"` (each prompt draws its own rounds as one-draw requests, '
-        "without waiting for the other prompts; vLLM server mode, single-turn completions, no DAPO refills). Both "
-        "give a prompt the same pool on the same draws.",
-        choices=GENERATION_SCHEDULES,
+    generation_schedule: str = field(
+        default="rounds",
+        metadata={
+            "help": 'How `"seq_pos"` and `"seq_balance"` generate their draws. Supported values are `"rounds"` (one '
+            'generate call per round; every backend) and `"continuous"` (each prompt draws its own rounds as '
+            "one-draw requests, without waiting for the other prompts; vLLM server mode, single-turn completions, "
+            "no DAPO refills). Both give a prompt the same pool on the same draws.",
+            "choices": list(GENERATION_SCHEDULES),
+        },
     )
-    continuous_max_in_flight: int = knob(
-        2048,
-        'Maximum number of draws in flight on the vLLM server with `generation_schedule="continuous"`. Further draws '
-        "wait in submission order. Must be at least 1. The process's soft open-file limit is raised to fit it, and "
-        "training fails at start, naming the fix, when the hard limit is lower.",
-        check=lambda v: v >= 1,
-        requirement="must be at least 1",
-        read_if=ReadIf(
-            lambda config: config.generation_schedule == "continuous",
-            "generation_schedule='continuous'",
-            ("generation_schedule",),
-        ),
+    continuous_max_in_flight: int = field(
+        default=2048,
+        metadata={
+            "help": 'Maximum number of draws in flight on the vLLM server with `generation_schedule="continuous"`. '
+            "Further draws wait in submission order. Must be at least 1. The process's soft open-file limit is "
+            "raised to fit it, and training fails at start, naming the fix, when the hard limit is lower.",
+        },
     )
-    est_decay: float | None = knob(
-        None,
-        "Deprecated. Use `pass_rate_decay` instead: a value given here is carried over with a `FutureWarning`, and "
-        "giving both names different values raises.",
-    )
-    est_prior_alpha: float | None = knob(None, "Deprecated. Use `pass_rate_prior_alpha` instead (see `est_decay`).")
-    est_prior_beta: float | None = knob(None, "Deprecated. Use `pass_rate_prior_beta` instead (see `est_decay`).")
 
     def __post_init__(self) -> None:
         with warnings.catch_warnings():
@@ -388,7 +362,6 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
         return upgraded
 
     def _validate_adaptive_sampling(self) -> None:
-        self._carry_deprecated_names()
         if not self.learning_rate >= 0.0 or math.isinf(self.learning_rate):  # NaN fails the first test
             raise ValueError(
                 f"learning_rate={self.learning_rate} would step against the gradient or nowhere meaningful; give a "
@@ -408,7 +381,6 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
                 "sampler='uniform' with its default baseline, objective, normalize_advantages and replay."
             )
         self._validate_generation_schedule(settings)
-        check_knobs_read(self, ADA_ONLY_FIELDS, settings)
         check_train_on(self.train_on, settings)
         if self.train_on == "pool":
             loss_normaliser(self.loss_type)  # the step scale reads what the loss divides by
@@ -438,27 +410,6 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             self.num_generations,
             rules,
         )
-
-    def _carry_deprecated_names(self) -> None:
-        """Move a value given under a deprecated name to its new name (`FutureWarning`); both names differing raises."""
-        for old, new in DEPRECATED_NAMES.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            current, default = getattr(self, new), self.__dataclass_fields__[new].default
-            if current != default and current != value:
-                raise ValueError(
-                    f"{old}={value!r} and {new}={current!r} disagree: {old} is the deprecated name of {new}. Set "
-                    f"only {new}."
-                )
-            warnings.warn(
-                f"{old} is deprecated and will be removed: it is now {new} (it also serves round_policy='predictive' "
-                f"and 'tracked', not only sampler='est'). Using {new}={value!r}; rename it in your config.",
-                FutureWarning,
-                stacklevel=4,
-            )
-            setattr(self, new, value)
-            setattr(self, old, None)
 
     def _generation_seed(self) -> Any:
         generation_kwargs = self.generation_kwargs
@@ -491,7 +442,14 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
         )
 
     def _validate_generation_schedule(self, settings: SamplerSettings) -> None:
-        check_knob_values(self, ADA_ONLY_FIELDS)  # the trainer-level knobs' own choices and requirements
+        # The trainer's own knobs (the sampler knobs are checked by the settings): choices, values, the unread rule.
+        check_choices(self, ["generation_schedule"])
+        if not self.continuous_max_in_flight >= 1:
+            raise ValueError(f"continuous_max_in_flight must be at least 1, got {self.continuous_max_in_flight}.")
+        check_choices(self, ["train_on"])
+        if self.generation_schedule != "continuous":
+            where = f"generation_schedule={self.generation_schedule!r}"
+            check_unread_knob(self, "continuous_max_in_flight", where, "generation_schedule='continuous'")
         if self.generation_schedule == "rounds":
             return
         if not settings.has_exit_rule or settings.refills:

@@ -33,10 +33,9 @@ from .reporting.metrics import advantage_metrics, reduce_log_window
 from .rewards.reward_registry import resolve_reward_funcs
 from .runtime.cpu_threads import apply_cpu_thread_default
 from .runtime.model_path import check_model_name
-from .samplers import PassRateEstimator, PromptPriority, Selection, build_sampler, rules
+from .samplers import ChoosesPrompts, PassRateEstimator, Selection, build_sampler, rules
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR
-from .samplers.spo import prompt_priority
 from .schedules.driver import PendingBatch, check_memory_can_act, log_selection, refill_walk, sample_step
 from .schedules.pools import PoolEntry, generate_fields
 from .schedules.priority import check_prompt_choice, priority_order
@@ -44,6 +43,7 @@ from .schedules.replay_rows import REPLAY_ROWS_NAME, forget_unindexed, load_repl
 from .schedules.server_draws import ensure_open_files
 from .trl_seam import (
     add_pending_extra_logs,
+    check_fused_lm_head_runs,
     environment_pool,
     get_config_model_id,
     has_generation_seam,
@@ -158,6 +158,23 @@ TRL_MODEL_METHOD_DEPRECATIONS = (
 """transformers' deprecation messages for the model methods TRL itself calls while training (filtered in `train`)."""
 
 
+class _RefuseEnvironmentOwnedData(TrainerCallback):
+    """Refuses a pooling sampler on data an environment owns, once GRPOTrainer has checked its own arguments (its errors
+    come first, as `GRPOTrainer`'s) and before it builds the reference model or starts vLLM."""
+
+    def __init__(self, sampler: str) -> None:
+        self.sampler = sampler
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        raise ValueError(
+            f"sampler={self.sampler!r} needs a train_dataset with environment_factory: it draws a varying number of "
+            "episodes per dataset row and pools them as draws of one task, so each row must name the task its "
+            "environment's reset(**row) sets up (e.g. a `seed` column), where GRPOTrainer lets an environment own "
+            "the data and invent a task per episode. Pass such a train_dataset, or use sampler='uniform' (plain "
+            "GRPO, which trains on environment-owned data as GRPOTrainer does)."
+        )
+
+
 class _ReduceLogWindow(TrainerCallback):
     """After each optimizer step, collapse the logging window's trl-ada counters and extrema into the one value they
     reduce to, so that GRPOTrainer's averaging of every window logs their sums, maxima and minima."""
@@ -252,10 +269,10 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         named = _bind_grpo_init_arguments(self, model, reward_funcs, args, *positional, **kwargs)
         if isinstance(model, str):
             check_model_name(model)  # before anything loads it: a missing directory fails in one line
+        check_fused_lm_head_runs("cpu" if getattr(args, "use_cpu", False) else None)
         train_dataset = named.get("train_dataset")
         environment_factory = named.get("environment_factory")
-        # Only plain GRPO can let an environment own the data: see `create_accelerator_and_postprocess`.
-        self._ada_environment_owns_data = environment_factory is not None and train_dataset is None
+        environment_owns_data = environment_factory is not None and train_dataset is None
         self._ada_warned: set[str] = set()
         # The sampler's state at the start of the current generation block, saved by a checkpoint inside the block.
         self._ada_state_before_block: dict[str, Any] | None = None
@@ -264,7 +281,7 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
         elif not isinstance(args, AdaGRPOConfig):
-            args = AdaGRPOConfig.from_grpo_config(args, environment_owns_data=self._ada_environment_owns_data)
+            args = AdaGRPOConfig.from_grpo_config(args, environment_owns_data=environment_owns_data)
         if environment_factory is None:
             check_prompt_column(train_dataset)  # with environments, GRPOTrainer lets reset() supply the prompt
         if args.generation_schedule == "continuous":
@@ -284,7 +301,7 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
                 "DAPO refilling draws extra prompts by index, which an IterableDataset does not allow. Pass a "
                 "map-style datasets.Dataset, or use sampler='seq_balance'."
             )
-        if issubclass(settings.sampler_class, PromptPriority):
+        if issubclass(settings.sampler_class, ChoosesPrompts):
             check_prompt_choice(settings.sampler, args, train_dataset)
         reward_funcs = resolve_reward_funcs(reward_funcs)
         self.ada_sampler = build_sampler(
@@ -292,6 +309,13 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         )
         # `replay="successes"`: the stored completions the sampler's index points to (`trl_ada.schedules.replay_rows`).
         self.ada_replay_rows: dict[str, PoolEntry] = {}
+        if environment_owns_data and settings.sampler != "uniform":
+            # Only plain GRPO can let an environment own the data; refused through the callbacks GRPOTrainer runs.
+            named["callbacks"] = [*(named.get("callbacks") or []), _RefuseEnvironmentOwnedData(settings.sampler)]
+            positional = ()
+            kwargs = {
+                name: value for name, value in named.items() if name not in ("self", "model", "reward_funcs", "args")
+            }
         with waiting_for_the_vllm_server(args, model):
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
         use_concise_console(self)
@@ -311,10 +335,9 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
     def _get_train_sampler(self, dataset=None):
         """Overridden so that a sampler that chooses its prompts (`sampler="spo"`) draws each generation batch's."""
         data_order = super()._get_train_sampler(dataset)
-        chooser = prompt_priority(self.ada_sampler)
-        if chooser is None:
+        if not isinstance(self.ada_sampler, ChoosesPrompts):
             return data_order
-        return priority_order(self, data_order, self.train_dataset if dataset is None else dataset, chooser)
+        return priority_order(self, data_order, self.train_dataset if dataset is None else dataset, self.ada_sampler)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any):
         """Overridden so that a resume never starts from a checkpoint it cannot load; otherwise it is
@@ -330,19 +353,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
             # TRL calls model methods transformers deprecates: nothing a user of this trainer can change.
             warnings.filterwarnings("ignore", message=TRL_MODEL_METHOD_DEPRECATIONS, category=FutureWarning)
             return super().train(resume_from_checkpoint, *args, **kwargs)
-
-    def create_accelerator_and_postprocess(self) -> None:
-        """Overridden as the one point where GRPOTrainer has checked its arguments and nothing is set up yet."""
-        sampler = self.ada_sampler.settings.sampler
-        if self._ada_environment_owns_data and sampler != "uniform":
-            raise ValueError(
-                f"sampler={sampler!r} needs a train_dataset with environment_factory: it draws a varying number of "
-                "episodes per dataset row and pools them as draws of one task, so each row must name the task its "
-                "environment's reset(**row) sets up (e.g. a `seed` column), where GRPOTrainer lets an environment "
-                "own the data and invent a task per episode. Pass such a train_dataset, or use sampler='uniform' "
-                "(plain GRPO, which trains on environment-owned data as GRPOTrainer does)."
-            )
-        super().create_accelerator_and_postprocess()
 
     # -- Overrides of GRPOTrainer's private methods (each calls its parent) --------------------------------------------
 

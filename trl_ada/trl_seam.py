@@ -34,7 +34,6 @@ OVERRIDDEN_METHODS: dict[str, tuple[str, ...]] = {
     "_save_optimizer_and_scheduler": ("output_dir",),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "create_model_card": ("model_name", "dataset_name", "tags"),
-    "create_accelerator_and_postprocess": (),
     "_get_train_sampler": ("dataset",),
 }
 
@@ -306,50 +305,13 @@ def last_loaded_step(trainer: Any) -> int:
     return trainer._last_loaded_step
 
 
-_LOGPROB_OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+class FusedLMHeadNeedsGPUError(RuntimeError):
+    """The installed TRL's `GRPOTrainer` cannot compute log-probabilities on this device (`check_fused_lm_head_runs`)."""
 
 
-def _torch_chunked_logprob(original: Any) -> type:
-    """TRL 1.15's `ChunkedLogProbFunction` call in plain torch off CUDA/XPU (what 1.16's own fallback computes)."""
-    import torch
-    import torch.nn.functional as F
-
-    def torch_logprob(
-        hidden, weight, bias, targets, temperature, _chunk_size, softcap=None, scale=1.0, outputs=_LOGPROB_OUTPUTS
-    ):
-        device = hidden.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
-        logits = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)).float()
-        logits = logits * scale
-        if softcap is not None:
-            logits = softcap * torch.tanh(logits / softcap)
-        logits = logits / temperature
-        log_norm = torch.logsumexp(logits, dim=-1)
-        logprobs = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - log_norm
-        entropy = log_sum_sq = mean_logits = is_top1 = None
-        if "entropy" in outputs:
-            entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-        with torch.no_grad():
-            if "log_sum_sq_probs" in outputs:
-                log_sum_sq = torch.logsumexp(2 * (logits - log_norm.unsqueeze(-1)), dim=-1)
-            if "mean_logits" in outputs:
-                mean_logits = logits.mean(-1)
-            if "is_top1" in outputs:
-                is_top1 = logits.argmax(-1) == targets
-        return logprobs, entropy, log_sum_sq, mean_logits, is_top1
-
-    class TorchChunkedLogProb:
-        @staticmethod
-        def apply(hidden, *arguments):
-            if original is not None and hidden.device.type in ("cuda", "xpu"):
-                return original.apply(hidden, *arguments)
-            return torch_logprob(hidden, *arguments)
-
-    return TorchChunkedLogProb
-
-
-def install_fused_lm_head_fallback() -> bool:
-    """On TRL 1.15.x (Triton-only fused LM head), let it run off CUDA/XPU; a no-op on other releases. True if installed."""
+def fused_lm_head_is_triton_only() -> bool:
+    """Whether the installed TRL's fused LM head (`add_fused_lm_head`, which `GRPOTrainer.__init__` puts on the model)
+    runs a Triton kernel only, on CUDA/XPU: TRL 1.15. TRL 1.14 has no fused head; 1.16's falls back to torch."""
     import trl.trainer.utils as trl_utils
 
     if not hasattr(trl_utils, "add_fused_lm_head") or not hasattr(trl_utils, "_ChunkedLogProbFunction"):
@@ -357,13 +319,35 @@ def install_fused_lm_head_fallback() -> bool:
     try:
         from trl.kernels import chunked_logprob
     except ImportError:  # 1.15 without Triton
-        chunked_logprob = None
-    if chunked_logprob is not None and hasattr(chunked_logprob, "_use_triton"):
-        return False  # 1.16: its own torch fallback
-    if getattr(trl_utils._ChunkedLogProbFunction, "__name__", "") == "TorchChunkedLogProb":
         return True
-    trl_utils._ChunkedLogProbFunction = _torch_chunked_logprob(trl_utils._ChunkedLogProbFunction)
-    return True
+    return not hasattr(chunked_logprob, "_use_triton")  # 1.16 has its own torch fallback
+
+
+def _accelerator_type() -> str:
+    """`"cuda"` or `"xpu"` when this machine has one (in that order), else `"cpu"`."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    xpu = getattr(torch, "xpu", None)
+    return "xpu" if xpu is not None and xpu.is_available() else "cpu"
+
+
+def check_fused_lm_head_runs(device_type: str | None = None) -> None:
+    """Raise `FusedLMHeadNeedsGPUError` when the installed TRL's `GRPOTrainer` would compute log-probabilities with its
+    Triton-only kernel (`fused_lm_head_is_triton_only`, TRL 1.15) on a device other than CUDA/XPU: `device_type`
+    (the type of the device the model trains on, as `torch.device(...).type` names it), or by default this machine's
+    accelerator (`"cpu"` when it has no CUDA/XPU device). Call it before any model is loaded."""
+    if not fused_lm_head_is_triton_only():
+        return
+    device_type = device_type or _accelerator_type()
+    if device_type in ("cuda", "xpu"):
+        return
+    raise FusedLMHeadNeedsGPUError(
+        f"TRL {trl.__version__}'s GRPOTrainer computes log-probabilities with a Triton kernel that runs only on "
+        f"CUDA/XPU, and this run's device is {device_type!r}. To train on CPU, install TRL 1.16 "
+        '(pip install "trl>=1.16,<1.17") or 1.14 (pip install "trl>=1.14,<1.15"); or run on a CUDA/XPU GPU.'
+    )
 
 
 check_trl_version()
@@ -398,14 +382,15 @@ def repeat_layout(data_order: Any) -> dict[str, int]:
 
 
 check_overridable(GRPOTrainer)
-install_fused_lm_head_fallback()
 
 __all__ = [
     "ALLOW_UNSUPPORTED_ENV",
+    "FusedLMHeadNeedsGPUError",
     "GENERATION_SEAM",
     "SUPPORTED_TRL",
     "RepeatSampler",
     "add_pending_extra_logs",
+    "check_fused_lm_head_runs",
     "check_overridable",
     "check_trl_version",
     "colocated_sleep_mode_vllm",

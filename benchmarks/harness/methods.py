@@ -12,7 +12,7 @@ DAPO: dict[str, Any] = {"sampler": "dapo", "num_generations": 4, "dapo_on_exhaus
 SEQ_BALANCE: dict[str, Any] = {"sampler": "seq_balance", "num_generations": 4, "round_size": 8, "max_rounds": 4}
 """Seq-balance as the paper runs it: update group n=4, rounds of 8, at most 4."""
 # The tournament's entries: Knapsack-RL (Li et al., arXiv 2509.25849) at GRPO n=4's budget per step, trained on every
-# draw; DAPO whose refill passes over prompts predicted to come back unmixed (trl_ada/samplers/gated.py).
+# draw; DAPO whose refill passes over prompts predicted to come back unmixed (trl_ada/experimental/dapo_gated.py).
 KNAPSACK: dict[str, Any] = {"sampler": "knapsack", "num_generations": 4}
 DAPO_GATED: dict[str, Any] = {**DAPO, "sampler": "dapo_gated"}
 # SPO's baseline (Xu et al., arXiv 2509.13232): each prompt's pass rate remembered from its earlier steps, advantages

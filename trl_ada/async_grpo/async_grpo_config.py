@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from ..config import TrainOnField, batch_rules, check_train_on, with_defaults
-from ..samplers import PromptPriority, SamplerFields, SamplerSettings, StreamPriority, sampler_class
-from ..samplers.dapo import RefillGate
-from ..samplers.settings import ReadIf, check_knobs_read, knob
+from ..samplers import GatesRefills, SamplerSettings
+from ..samplers.settings import SamplerFields, check_knobs_read, check_unread_knob
 
 logger = logging.getLogger(__name__)
 
 
 def gates_refills(settings: SamplerSettings) -> bool:
-    """Whether the sampler of the validated `settings` refills DAPO's batch through a gate ([`RefillGate`]), which
+    """Whether the sampler of the validated `settings` refills DAPO's batch through a gate ([`GatesRefills`]), which
     the worker's stream then passes through (`trl_ada.async_grpo.rollout.StreamGate`)."""
-    return settings.refills and issubclass(settings.sampler_class, RefillGate)
+    return settings.refills and issubclass(settings.sampler_class, GatesRefills)
 
 
 def worker_batch_rules(settings: SamplerSettings) -> str | None:
@@ -110,25 +109,26 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
             each prompt is a batch of its own and this must stay `None`.
     """
 
-    scale_rewards: str = knob(
-        "group",
-        'How the centred rewards are scaled, as `GRPOConfig.scale_rewards`: `"group"` divides them by the standard '
-        'deviation of the group (the only rule of TRL\'s asynchronous trainer), `"batch"` by that of the generation '
-        'batch, and `"none"` leaves them unscaled. `baseline="tracked"` or `"predicted"` needs `"batch"` or `"none"` '
-        '(SPO\'s recipe: `"none"` with `normalize_advantages=True`); the worker then computes every advantage itself.',
-        choices=("group", "batch", "none"),
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": 'How the centred rewards are scaled, as `GRPOConfig.scale_rewards`: `"group"` divides them by the '
+            'standard deviation of the group (the only rule of TRL\'s asynchronous trainer), `"batch"` by that of '
+            'the generation batch, and `"none"` leaves them unscaled. `baseline="tracked"` or `"predicted"` needs '
+            '`"batch"` or `"none"` (SPO\'s recipe: `"none"` with `normalize_advantages=True`); the worker then '
+            "computes every advantage itself.",
+            "choices": ["group", "batch", "none"],
+        },
     )
-    prompts_per_generation_batch: int | None = knob(
-        None,
-        'Number of prompts per generation batch when a rule reads the whole batch. Those rules are `sampler="est"`, '
-        '`"knapsack"` and `"dapo_gated"`, and `objective="log"` or `"power"` with `normalize_weights`. If `None`, it '
-        f"defaults to one optimizer step's prompts, and at least {MIN_PROMPTS_PER_GENERATION_BATCH}. Must be at least "
-        "2 with those rules; without them each prompt is a batch of its own and this must stay `None`.",
-        read_if=ReadIf(
-            lambda config: worker_batch_rules(config.sampler_settings()) is not None,
-            "sampler='est', 'knapsack' and 'dapo_gated' and objective='log' or 'power' with normalize_weights=True",
-            ("sampler", "objective", "normalize_weights"),
-        ),
+    prompts_per_generation_batch: int | None = field(
+        default=None,
+        metadata={
+            "help": "Number of prompts per generation batch when a rule reads the whole batch. Those rules are "
+            '`sampler="est"`, `"knapsack"` and `"dapo_gated"`, and `objective="log"` or `"power"` with '
+            "`normalize_weights`. If `None`, it defaults to one optimizer step's prompts, and at least "
+            f"{MIN_PROMPTS_PER_GENERATION_BATCH}. Must be at least 2 with those rules; without them each prompt is a "
+            "batch of its own and this must stay `None`.",
+        },
     )
 
     def __post_init__(self) -> None:
@@ -150,7 +150,12 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
 
     def _validate_adaptive_sampling(self) -> None:
         settings = self.sampler_settings()  # every knob's own check and the unread-knob rule, before any model loads
-        check_knobs_read(self, ASYNC_ONLY_FIELDS, settings)
+        if worker_batch_rules(settings) is None:  # only a rule that reads the whole batch reads the batch's size
+            where = ", ".join(f"{key}={getattr(self, key)!r}" for key in ("sampler", "objective", "normalize_weights"))
+            readers = (
+                "sampler='est', 'knapsack' and 'dapo_gated' and objective='log' or 'power' with normalize_weights=True"
+            )
+            check_unread_knob(self, "prompts_per_generation_batch", where, readers)
         check_train_on(self.train_on, settings)
         if self.prompts_per_generation_batch is not None:
             check_prompts_per_generation_batch(self.prompts_per_generation_batch, settings)
@@ -161,13 +166,6 @@ class AdaAsyncGRPOConfig(TrainOnField, SamplerFields, AsyncGRPOConfig):
 
     def sampler_settings(self) -> SamplerSettings:
         """The pure-Python sampler settings this config describes (raises `ValueError` on an invalid combination)."""
-        chosen = sampler_class(self.sampler)
-        if issubclass(chosen, PromptPriority) and not issubclass(chosen, StreamPriority):
-            raise ValueError(
-                f"sampler={self.sampler!r} chooses its prompts by weight, and the asynchronous worker draws them from "
-                "one stream in TRL's order, each row with its weight over the largest: give the sampler a "
-                "max_priority() method (trl_ada.samplers.StreamPriority), or use AdaGRPOTrainer."
-            )
         values = {f.name: getattr(self, f.name) for f in fields(SamplerSettings) if hasattr(self, f.name)}
         # Before the settings' own checks: a knob this trainer never reads is named as such, not as a combination.
         check_knobs_read(self, SYNC_ONLY_KNOBS, SamplerSettings(**values), not_read=SYNC_ONLY_KNOBS)

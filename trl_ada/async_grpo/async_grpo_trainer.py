@@ -260,6 +260,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
     ) -> None:
         """Overridden to build the sampler and choose the rollout worker before TRL builds and starts one."""
         named = _bind_async_init_arguments(self, model, reward_funcs, args, *positional, **kwargs)
+        trl_seam.check_fused_lm_head_runs("cpu" if getattr(args, "use_cpu", False) else None)
         if args is None:
             args = AdaAsyncGRPOConfig(f"{model.split('/')[-1]}-AdaAsync")
         elif not isinstance(args, AdaAsyncGRPOConfig):

@@ -31,11 +31,10 @@ from .. import trl_seam
 from ..generation.faults import VLLMServerUnresponsive
 from ..reporting.metrics import advantage_metrics
 from ..rewards.reward_registry import failing_reward_name
-from ..samplers import SamplerSettings, build_sampler, dapo, rules
+from ..samplers import ChoosesPrompts, SamplerSettings, build_sampler, dapo, rules
 from ..samplers.accounting import PromptDraws, draw_rates
 from ..samplers.base import PromptResult, Sampler, draw_memories, finish_update, selection_draws
 from ..samplers.signal import grpo_rule_holds
-from ..samplers.spo import StreamPriority, prompt_priority
 from ..samplers.streaming import begin_streaming
 from ..schedules import prompt_key, prompt_keys
 from .async_grpo_config import check_prompts_per_generation_batch, check_train_on, gates_refills
@@ -173,13 +172,13 @@ class StreamGate:
 
 
 class PriorityWalk:
-    """A prompt-choosing sampler's draw ([`StreamPriority`], `sampler="spo"`) on the worker's one prompt stream (the
+    """A prompt-choosing sampler's draw ([`ChoosesPrompts`], `sampler="spo"`) on the worker's one prompt stream (the
     dataset walk, in TRL's order, by row id): each row is drawn with probability its prompt's priority over the
     sampler's largest, else passed over and settled like a gate's (dropped and counted). Over the walk a prompt is then
     drawn in proportion to its priority, as the synchronous trainer's weighted draw does, and TRL's resume position
     keeps counting rows. A row's coin comes from (`seed`, row id), so it does not depend on when the row is met."""
 
-    def __init__(self, sampler: StreamPriority, dataset_size: int, seed: int) -> None:
+    def __init__(self, sampler: ChoosesPrompts, dataset_size: int, seed: int) -> None:
         if dataset_size < 1:
             raise ValueError("a prompt stream needs a non-empty dataset")
         self.sampler = sampler
@@ -364,7 +363,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         self._gate: StreamGate | PriorityWalk | None = None
         if gates_refills(ada_sampling.settings):
             self._gate = StreamGate(self.sampler, len(self.dataset))
-        elif prompt_priority(self.sampler) is not None:
+        elif isinstance(self.sampler, ChoosesPrompts):
             self._gate = PriorityWalk(self.sampler, len(self.dataset), ada_sampling.settings.seed)
         self._passed_over_rows: set[int] = set()
         self._kept_for_the_update: list[_KeptPrompt] = []  # `AsyncSampling.normalises_over_the_update`

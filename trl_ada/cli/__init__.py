@@ -14,7 +14,6 @@ import shutil
 import sys
 import types
 import typing
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import Field, fields
 from importlib.metadata import version
@@ -158,19 +157,9 @@ def _add_simulate(subparsers: argparse._SubParsersAction) -> None:
             help=help_text,
             **several,
         )
-    knobs.add_argument("--est-decay", type=float, help="Deprecated: use --pass-rate-decay.")
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
-    if args.est_decay is not None:
-        default_decay = SamplerSettings.__dataclass_fields__["pass_rate_decay"].default
-        if args.pass_rate_decay not in (default_decay, args.est_decay):
-            raise ValueError(
-                f"--est-decay {args.est_decay} and --pass-rate-decay {args.pass_rate_decay} disagree: --est-decay is "
-                "the deprecated name of --pass-rate-decay. Pass only --pass-rate-decay."
-            )
-        warnings.warn("--est-decay is deprecated: use --pass-rate-decay.", FutureWarning, stacklevel=2)
-        args.pass_rate_decay = args.est_decay
     if args.pass_rates_from is not None:
         return _run_plan(args)
     if args.sampler is not None and len(args.sampler) > 1:

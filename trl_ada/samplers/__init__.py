@@ -1,62 +1,40 @@
-"""Sampling strategies for Reinforce-Ada, each a plug-in that `@register_sampler("name")` registers as its module is
-imported. Pure Python: this package imports neither torch nor TRL."""
+"""The sampler contract and the core samplers of Reinforce-Ada (arXiv 2510.04996): `uniform` (GRPO), `seq_pos`,
+`seq_balance`, `est`, `est_ema` and `dapo`, each registered by `@register_sampler("name")` as its module is imported.
+Every other sampler is a plug-in on the same contract (`trl_ada.experimental`, or a package of your own: see
+docs/custom-sampler.md). Pure Python: this package imports neither torch nor TRL."""
 
 # isort: off
 # Registration order is `sampler_names()`'s order (the paper's samplers first): uniform, seq_pos, seq_balance, then the rest.
-from .uniform import UniformSampler  # registers "uniform"
-from .sequential import SeqBalanceSampler, SeqPosSampler, SequentialSampler  # registers "seq_pos", "seq_balance"
+from . import uniform  # noqa: F401 - registers "uniform"
+from . import sequential  # noqa: F401 - registers "seq_pos", "seq_balance"
 
 # isort: on
+from . import dapo, est  # noqa: F401 - registers "dapo", then "est" and "est_ema"
 from .base import PromptResult, Sampler, SamplingStep, Selection, build_sampler
-from .dapo import BatchExhaustedError, BatchFiller, DapoSampler  # registers "dapo"
-from .est import EstEmaSampler, EstSampler  # registers "est", "est_ema"
-from .gated import GatedRefillOptions, GatedRefillSampler  # registers "dapo_gated"
-from .knapsack import KnapsackOptions, KnapsackSampler  # registers "knapsack"
-from .predictor import LearnedPassRatePredictor, PromptKey
-from .registry import SAMPLERS, register_sampler, sampler_class, sampler_names
-from .settings import SamplerFields, SamplerOptions, SamplerSettings, read_when
-from .simulate import SimulationResult, simulate
-from .spo import PromptPriority, SpoOptions, SpoSampler, StreamPriority  # registers "spo"
-from .streaming import ContinuousStep, ScheduleStats
-from .tracker import DecayedBetaTracker, PassRateEstimator
+from .capabilities import ChoosesPrompts, GatesRefills
+from .predictor import PromptKey
+from .registry import register_sampler, sampler_names
+from .settings import SamplerOptions, SamplerSettings, read_when
+from .simulate import simulate
+from .tracker import PassRateEstimator
 
 __all__ = [
-    "SAMPLERS",
-    "BatchExhaustedError",
-    "BatchFiller",
-    "ContinuousStep",
-    "DapoSampler",
-    "DecayedBetaTracker",
-    "EstEmaSampler",
-    "EstSampler",
-    "GatedRefillOptions",
-    "GatedRefillSampler",
-    "KnapsackOptions",
-    "KnapsackSampler",
-    "LearnedPassRatePredictor",
+    # The contract a sampler plug-in is written against (docs/custom-sampler.md).
     "PassRateEstimator",
     "PromptKey",
-    "PromptPriority",
     "PromptResult",
     "Sampler",
-    "SamplerFields",
     "SamplerOptions",
     "SamplerSettings",
     "SamplingStep",
-    "ScheduleStats",
     "Selection",
-    "SeqBalanceSampler",
-    "SeqPosSampler",
-    "SequentialSampler",
-    "SimulationResult",
-    "SpoOptions",
-    "SpoSampler",
-    "StreamPriority",
-    "UniformSampler",
-    "build_sampler",
     "read_when",
     "register_sampler",
-    "sampler_class",
+    # The capabilities a sampler may declare beyond it.
+    "ChoosesPrompts",
+    "GatesRefills",
+    # Building and trying samplers.
+    "build_sampler",
     "sampler_names",
     "simulate",
 ]

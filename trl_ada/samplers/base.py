@@ -633,7 +633,7 @@ def group_baseline_phrase(settings: SamplerSettings) -> str:
     return _BASELINES[settings.baseline] if settings.baseline in REMEMBERED_BASELINES else "the group's mean reward"
 
 
-def _trained_on_phrase(trains_on_every_draw: bool, settings: SamplerSettings) -> str:
+def trained_on_phrase(trains_on_every_draw: bool, settings: SamplerSettings) -> str:
     """`describe`'s words for what a budgeted sampler (`est`, `knapsack`) trains on."""
     if trains_on_every_draw:
         return "every completion drawn is trained on (group sizes vary)"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from . import rules
 from .accounting import draw_metrics
 from .base import PromptResult, Selection, finish_update, group_baseline_phrase, selection_draws
+from .capabilities import GatesRefills
 from .registry import register_sampler
 from .settings import SamplerSettings
 from .uniform import UniformOptions, UniformSampler
@@ -51,17 +52,10 @@ class DapoSampler(UniformSampler):
     Options = DapoOptions
 
 
-@runtime_checkable
-class RefillGate(Protocol):
-    """A sampler whose DAPO refill passes over some prompts (`sampler="dapo_gated"`), asked of each by key."""
-
-    def refill_passes_over(self, key: Hashable) -> bool:
-        """Whether the refill should pass over this prompt."""
-
-
 def refill_gate(sampler: Any) -> Callable[[Hashable], bool] | None:
-    """The sampler's `refill_passes_over` where it is a [`RefillGate`], else `None` (the refill draws every prompt)."""
-    return sampler.refill_passes_over if isinstance(sampler, RefillGate) else None
+    """The sampler's `refill_passes_over` where it declares [`GatesRefills`], else `None` (the refill draws every
+    prompt)."""
+    return sampler.refill_passes_over if isinstance(sampler, GatesRefills) else None
 
 
 def group_has_signal(rewards: Sequence[float], settings: SamplerSettings) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from . import rules
-from .base import _BASELINES, SamplingStep, Selection, _trained_on_phrase, skip_metrics
+from .base import _BASELINES, SamplingStep, Selection, skip_metrics, trained_on_phrase
 from .budgeted import BudgetedSampler
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
@@ -85,7 +85,7 @@ class EstOptions(SamplerOptions):
         return self.est_max_samples
 
     def describe(self, settings: SamplerSettings) -> str:
-        trained_on = _trained_on_phrase(self.est_train_on == "all", settings)
+        trained_on = trained_on_phrase(self.est_train_on == "all", settings)
         power = self.est_sample_power
         return (
             f"Sampler `{settings.sampler}` (Reinforce-Ada-Est): each step gives every prompt a budget of completions "

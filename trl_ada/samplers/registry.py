@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 SamplerClass = TypeVar("SamplerClass", bound=type)
 
 SAMPLERS: dict[str, type] = {}
-"""Every registered sampler class by name, in registration order (the built-in ones first)."""
+"""Every registered sampler class by name, in registration order (the core ones first); an installed plug-in joins it
+when first named ([`sampler_class`]) or when [`load_plugins`] imports them all."""
 
 _IMPORTED: dict[str, type] = {}
 """Registered classes selected by an import path, by that path."""
@@ -101,9 +102,7 @@ def sampler_class(name: str) -> type:
 
 
 def _load_plugin(name: str) -> None:
-    from importlib.metadata import entry_points
-
-    for entry_point in entry_points(group=ENTRY_POINT_GROUP):
+    for entry_point in _entry_points():
         if entry_point.name == name:
             entry_point.load()  # importing the plug-in runs its @register_sampler
             return
@@ -148,5 +147,25 @@ def _import_module_or_from_working_directory(module_name: str) -> Any:
 
 
 def sampler_names() -> list[str]:
-    """The registered sampler names, built-in ones first."""
-    return list(SAMPLERS)
+    """Every selectable sampler name: the registered ones (the core first), then the plug-ins installed under the entry
+    point group `trl_ada.samplers` that no one has imported yet (trl-ada's own experimental ones among them)."""
+    names = list(SAMPLERS)
+    for entry_point in _entry_points():
+        if entry_point.name not in names:
+            names.append(entry_point.name)
+    return names
+
+
+def load_plugins() -> dict[str, type]:
+    """Import every installed plug-in sampler (entry point group `trl_ada.samplers`) and return [`SAMPLERS`]: for the
+    listings that read every sampler's class (which samplers read a knob, `trl-ada simulate --list`)."""
+    for name in sampler_names():
+        if name not in SAMPLERS:
+            sampler_class(name)
+    return SAMPLERS
+
+
+def _entry_points() -> list[Any]:
+    from importlib.metadata import entry_points
+
+    return list(entry_points(group=ENTRY_POINT_GROUP))

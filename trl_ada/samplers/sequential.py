@@ -22,6 +22,7 @@ from .base import (
     learn_pass_rates,
     skip_metrics,
 )
+from .capabilities import RunsRoundFree
 from .predictor import build_pass_rate_estimator
 from .registry import register_sampler
 from .settings import SamplerOptions, SamplerSettings, read_when
@@ -105,7 +106,7 @@ class SequentialOptions(SamplerOptions):
         return text
 
 
-class SequentialSampler(Sampler):
+class SequentialSampler(RunsRoundFree, Sampler):
     """
     Reinforce-Ada-Seq (Algorithm 2 of the paper): rounds of completions for every active prompt until its exit rule
     holds or its pool reaches `round_size * max_rounds`; each request is the round policy's (`demand`). An estimator
@@ -128,7 +129,7 @@ class SequentialSampler(Sampler):
                 raise ValueError(
                     f"round_policy={policy!r} takes a first-round prior from a pass-rate estimator's {method}(keys) "
                     f"(a list of (alpha, beta)); {type(estimator).__name__} has none. Use round_policy='tracked' or "
-                    "'predictive' with trl_ada.samplers.LearnedPassRatePredictor or an estimator with that method."
+                    "'predictive' with trl_ada.samplers.predictor.LearnedPassRatePredictor or an estimator with that method."
                 )
         if settings.skip_unmixed_above is not None and estimator is None:
             raise ValueError(

@@ -1,7 +1,8 @@
 """
-Every sampler knob, declared once: its type, default, help text and check. [`SamplerFields`] declares trl-ada's knobs
-(`AdaGRPOConfig` inherits it); [`SamplerSettings`] adds the three TRL owns and is what samplers read. A sampler names
-the knobs it reads as the fields of its `Options` ([`SamplerOptions`]); any other knob must keep its default
+Every sampler knob, declared once as TRL declares its own: a dataclass field with its default and `metadata={"help":
+...}` (and `"choices"`), its value checked in [`SamplerSettings.check_values`]. [`SamplerFields`] declares trl-ada's
+knobs (`AdaGRPOConfig` inherits it); [`SamplerSettings`] adds the three TRL owns and is what samplers read. A sampler
+names the knobs it reads as the fields of its `Options` ([`SamplerOptions`]); any other knob must keep its default
 ([`check_knobs_read`]). Pure Python: no torch, no TRL.
 """
 
@@ -11,351 +12,340 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
+from .capabilities import RunsRoundFree
 from .registry import sampler_class
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}(/[A-Za-z0-9][\w.-]{0,95})?")
 """What a Hub repo id looks like (`name` or `owner/name`); `pass_rate_predictor` accepts one to warm-start from."""
 
 
-def knob(
-    default: Any,
-    help: str,
-    *,
-    choices: Iterable[str] | None = None,
-    check: Callable[[Any], bool] | None = None,
-    requirement: str = "",
-    read_if: ReadIf | None = None,
-) -> Any:
-    """Declare a knob: a dataclass `field` with its default, help and choices. `check` / `requirement`: a predicate on
-    the value and what it requires ("must lie in (0, 1]"), checked where the knob is read. `read_if`: a [`ReadIf`] for
-    a knob read only under some setting (`power_alpha` under `objective="power"`)."""
-    # HfArgumentParser hands a field's metadata to argparse's add_argument, so only "help" and "choices" go there.
-    metadata: dict[str, Any] = {"help": help}
-    if choices is not None:
-        metadata["choices"] = list(choices)
-    declared = field(default=default, metadata=metadata)
-    _EXTRAS[declared] = {"check": check, "requirement": requirement, "read_if": read_if}
-    return declared
-
-
-@dataclass(frozen=True)
-class ReadIf:
-    """When a knob is read: `predicate(values)` on the object holding it, described for the unread-knob error."""
-
-    predicate: Callable[[Any], bool]
-    readers: str
-    """What reads the knob, for the error ("objective='power'")."""
-    depends_on: tuple[str, ...]
-    """The settings that decide it, named in the error."""
-
-
-_EXTRAS: dict[Field, dict[str, Any]] = {}
-"""The declarations' other parts, by field: a dataclass that inherits a field keeps the same `Field` object."""
-
-
-def knob_extras(declared: Field) -> dict[str, Any]:
-    """What [`knob`] declared beyond the help and the choices (empty for a field declared otherwise)."""
-    return _EXTRAS.get(declared, {})
-
-
-def check_knob_values(values: Any, names: Iterable[str]) -> None:
-    """Each knob's choices and requirement, for the knobs `names` of `values` (`ValueError` naming the knob)."""
+def check_choices(values: Any, names: Iterable[str]) -> None:
+    """Each knob of `names` on `values` among its declared `choices` (`ValueError` naming the knob and them)."""
     for name in names:
-        declared, value = values.__dataclass_fields__[name], getattr(values, name)
-        choices, extras = declared.metadata.get("choices"), knob_extras(declared)
+        choices, value = values.__dataclass_fields__[name].metadata.get("choices"), getattr(values, name)
         if choices is not None and value not in choices:
             raise ValueError(f"{name}={value!r} is not supported. Choose one of {choices}.")
-        if extras.get("check") is not None and not extras["check"](value):
-            raise ValueError(f"{name} {extras['requirement']}, got {value}.")
+
+
+def check_unread_knob(values: Any, name: str, where: str, readers: str, hint: str = "") -> None:
+    """The rule for a knob that the configuration `values` does not read: it keeps its default, or `ValueError` names
+    the knob, the settings that leave it unread (`where`) and what reads it (`readers`)."""
+    value, default = getattr(values, name), values.__dataclass_fields__[name].default
+    if value == default:  # NaN is never equal to a default: it is refused too
+        return
+    raise ValueError(
+        f"{name}={value!r} has no effect with {where}: only {readers} read(s) it. Remove {name} (default "
+        f"{default!r}). Use {readers} if you meant it to take effect." + (f" {hint}" if hint else "")
+    )
 
 
 def check_knobs_read(
     values: Any, names: Iterable[str], settings: SamplerSettings, not_read: Mapping[str, str] | None = None
 ) -> None:
-    """The one rule for knobs that only some configurations read, for both configs, the settings and the command
-    line: each knob of `names` on `values` that is not read must keep its default, or `ValueError` names the knob, the
-    settings that leave it unread and what reads it. `not_read`: knobs the trainer never reads, with the reason."""
+    """The unread-knob rule ([`check_unread_knob`]) for the sampler knobs `names` of `values` (either config, or the
+    settings themselves): `settings` decide which are read ([`SamplerSettings.reads`]). `not_read`: knobs the trainer
+    never reads, with the reason."""
     for name in names:
-        declared = values.__dataclass_fields__[name]
-        value, default = getattr(values, name), declared.default
-        if value == default:  # NaN is never equal to a default: it is checked too
+        value, default = getattr(values, name), values.__dataclass_fields__[name].default
+        if value == default:
             continue
         if not_read and name in not_read:
             raise ValueError(f"{name}={value!r}: {not_read[name]} Remove {name} (default {default!r}).")
-        read_if = knob_extras(declared).get("read_if")
-        if read_if is not None and not read_if.predicate(values):
-            where = ", ".join(f"{key}={getattr(values, key)!r}" for key in read_if.depends_on)
-            readers, hint = read_if.readers, ""
-        elif read_if is None and name in KNOB_FIELDS and not settings.reads(name):
+        if not settings.reads(name):
             where, readers = settings.unread_context(name)
-            hint = settings.sampler_class.Options.unread_hints.get(name, "")
-        else:
-            continue
-        raise ValueError(
-            f"{name}={value!r} has no effect with {where}: only {readers} read(s) it. Remove {name} (default "
-            f"{default!r}). Use {readers} if you meant it to take effect." + (f" {hint}" if hint else "")
-        )
-
-
-def _positive_finite(value: Any) -> bool:
-    return value > 0.0 and math.isfinite(value)
-
-
-def _at_least(minimum: int) -> dict[str, Any]:
-    """The `check` and `requirement` of an integer knob of at least `minimum`."""
-    requirement = f"must be at least {minimum}" if minimum else "must be non-negative"
-    return {"check": lambda v: v >= minimum, "requirement": requirement}
+            check_unread_knob(values, name, where, readers, settings.sampler_class.Options.unread_hints.get(name, ""))
 
 
 @dataclass
 class SamplerFields:
     """The knobs trl-ada adds to TRL's config, each declared once (see the module docstring)."""
 
-    sampler: str = knob(
-        "seq_balance",
-        'Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: `"uniform"` '
-        '(GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), `"est"` and `"est_ema"` '
-        '(budgets from pass rates), `"dapo"` (drops groups without a signal, refills), `"knapsack"`, `"dapo_gated"` '
-        'and `"spo"`. See the Samplers docs.',
+    sampler: str = field(
+        default="seq_balance",
+        metadata={
+            "help": "Sampling strategy, a name registered with `trl_ada.samplers.register_sampler`. Built in: "
+            '`"uniform"` (GRPO), `"seq_pos"`, `"seq_balance"` (rounds until a prompt meets its quotas), '
+            '`"est"` and `"est_ema"` (budgets from pass rates), `"dapo"` (drops groups without a signal, '
+            'refills); experimental plug-ins (`trl_ada.experimental`): `"knapsack"`, `"dapo_gated"` and `"spo"`. See '
+            "the Samplers docs.",
+        },
     )
-    sampler_kwargs: dict[str, Any] | str | None = knob(
-        None,
-        "Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. Of the "
-        'built-in samplers, only `"knapsack"` (`trl_ada.samplers.KnapsackOptions`), `"dapo_gated"` '
-        '(`trl_ada.samplers.GatedRefillOptions`) and `"spo"` (`trl_ada.samplers.SpoOptions`) take any.',
+    sampler_kwargs: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "Keyword arguments for the chosen sampler's own options dataclass, as a dict or a JSON string. "
+            'Of trl-ada\'s samplers, only the experimental plug-ins take any: `"knapsack"` '
+            '(`trl_ada.experimental.knapsack.KnapsackOptions`), `"dapo_gated"` '
+            '(`trl_ada.experimental.dapo_gated.GatedRefillOptions`) and `"spo"` (`trl_ada.experimental.spo.SpoOptions`).',
+        },
     )
-    round_size: int = knob(
-        8,
-        "Number of completions generated per active prompt in each round (`M` in the paper). Must be at least 1. Read"
-        ' by `"seq_pos"` and `"seq_balance"`.',
-        **_at_least(1),
+    round_size: int = field(
+        default=8,
+        metadata={
+            "help": "Number of completions generated per active prompt in each round (`M` in the paper). Must be at "
+            'least 1. Read by `"seq_pos"` and `"seq_balance"`.',
+        },
     )
-    max_rounds: int = knob(
-        4,
-        "Maximum number of rounds per generation batch. Must be at least 1, and `round_size * max_rounds`, the cap on"
-        ' the completions drawn for one prompt, must be at least `num_generations`. Read by `"seq_pos"` and '
-        '`"seq_balance"`.',
-        **_at_least(1),
+    max_rounds: int = field(
+        default=4,
+        metadata={
+            "help": "Maximum number of rounds per generation batch. Must be at least 1, and `round_size * "
+            "max_rounds`, the cap on the completions drawn for one prompt, must be at least "
+            '`num_generations`. Read by `"seq_pos"` and `"seq_balance"`.',
+        },
     )
-    positive_quota: int | None = knob(
-        None,
-        "Number of positive completions a prompt needs before it retires. If `None`, it defaults to `1` for "
-        '`"seq_pos"` and `num_generations // 2` for `"seq_balance"`. Must be at least 1, and the quotas together at '
-        "most `round_size * max_rounds`.",
+    positive_quota: int | None = field(
+        default=None,
+        metadata={
+            "help": "Number of positive completions a prompt needs before it retires. If `None`, it defaults to `1` "
+            'for `"seq_pos"` and `num_generations // 2` for `"seq_balance"`. Must be at least 1, and the '
+            "quotas together at most `round_size * max_rounds`.",
+        },
     )
-    negative_quota: int | None = knob(
-        None,
-        'Number of negative completions a prompt needs before it retires (`"seq_balance"` only). If `None`, it '
-        "defaults to `num_generations - num_generations // 2`, so that the quotas fill a balanced update group.",
+    negative_quota: int | None = field(
+        default=None,
+        metadata={
+            "help": 'Number of negative completions a prompt needs before it retires (`"seq_balance"` only). If '
+            "`None`, it defaults to `num_generations - num_generations // 2`, so that the quotas fill a "
+            "balanced update group.",
+        },
     )
-    positive_threshold: float = knob(
-        0.5,
-        "A completion counts as positive when its (weighted, summed) reward is strictly greater than this value. Must"
-        " be finite.",
-        check=math.isfinite,
-        requirement="must be a finite number",
+    positive_threshold: float = field(
+        default=0.5,
+        metadata={
+            "help": "A completion counts as positive when its (weighted, summed) reward is strictly greater than "
+            "this value. Must be finite.",
+        },
     )
-    baseline: str = knob(
-        "pool",
-        'Baseline subtracted from each reward: `"pool"` (the mean reward of all the prompt\'s draws, as in the paper), '
-        '`"group"` (the kept group\'s, as `GRPOTrainer`), `"tracked"` (the prompt\'s mean reward at earlier steps, '
-        "SPO's) or `\"predicted\"` (a learned predictor's). The last two need rewards in [0, 1] and "
-        '`scale_rewards="none"`.',
-        choices=("pool", "group", "tracked", "predicted"),
+    baseline: str = field(
+        default="pool",
+        metadata={
+            "help": 'Baseline subtracted from each reward: `"pool"` (the mean reward of all the prompt\'s draws, as '
+            'in the paper), `"group"` (the kept group\'s, as `GRPOTrainer`), `"tracked"` (the prompt\'s '
+            "mean reward at earlier steps, SPO's) or `\"predicted\"` (a learned predictor's). The last two "
+            'need rewards in [0, 1] and `scale_rewards="none"`.',
+            "choices": ["pool", "group", "tracked", "predicted"],
+        },
     )
-    objective: str = knob(
-        "linear",
-        "Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its pool. "
-        'Supported values are `"linear"` (weight 1), `"log"` (weight `1/p̂`, the paper\'s Seq estimator) and `"power"`'
-        ' (weight `α p̂^(α-1)`). Not read by `sampler="est"`, which weights through `est_sample_power`.',
-        choices=("linear", "log", "power"),
+    objective: str = field(
+        default="linear",
+        metadata={
+            "help": "Objective `f(p)` whose derivative weights each prompt, from `p̂`, the share of positives in its "
+            'pool. Supported values are `"linear"` (weight 1), `"log"` (weight `1/p̂`, the paper\'s Seq '
+            'estimator) and `"power"` (weight `α p̂^(α-1)`). Not read by `sampler="est"`, which weights '
+            "through `est_sample_power`.",
+            "choices": ["linear", "log", "power"],
+        },
     )
-    power_alpha: float = knob(
-        0.5,
-        'Exponent `α` of the `"power"` objective. Must lie in (0, 1]. Read only with `objective="power"`.',
-        check=lambda v: 0.0 < v <= 1.0,
-        requirement="must lie in (0, 1]",
-        read_if=ReadIf(
-            lambda s: s.reads("objective") and s.objective == "power", "objective='power'", ("sampler", "objective")
-        ),
+    power_alpha: float = field(
+        default=0.5,
+        metadata={
+            "help": 'Exponent `α` of the `"power"` objective. Must lie in (0, 1]. Read only with `objective="power"`.',
+        },
     )
-    max_weight: float = knob(
-        10.0,
-        'Upper clip of the per-prompt weight, applied before normalisation. Must be positive and finite: the `"log"` '
-        "weight `1/p̂` is unbounded as `p̂` goes to 0.",
-        check=_positive_finite,
-        requirement="must be a positive finite number (it bounds 1/p̂, which is infinite at p̂ = 0: an infinite "
-        "clip gives such a prompt an infinite weight, NaN advantages and, after normalisation, every other prompt a "
-        "zero weight); use e.g. the default 10.0",
+    max_weight: float = field(
+        default=10.0,
+        metadata={
+            "help": "Upper clip of the per-prompt weight, applied before normalisation. Must be positive and finite: "
+            'the `"log"` weight `1/p̂` is unbounded as `p̂` goes to 0.',
+        },
     )
-    normalize_weights: bool = knob(
-        True,
-        "Whether to rescale the per-prompt weights of an update to mean 1. The mean is over the prompts with a "
-        "non-zero advantage, so the objective changes how the update is spread over prompts, not its size. Has no "
-        'effect with `objective="linear"`.',
+    normalize_weights: bool = field(
+        default=True,
+        metadata={
+            "help": "Whether to rescale the per-prompt weights of an update to mean 1. The mean is over the prompts "
+            "with a non-zero advantage, so the objective changes how the update is spread over prompts, not "
+            'its size. Has no effect with `objective="linear"`.',
+        },
     )
-    normalize_advantages: bool | None = knob(
-        None,
-        "Whether to normalise the update's advantages, `(A - mean A) / (std A + 1e-4)` over the rows of the prompts "
-        'with a signal (SPO\'s batch normalisation), in place of `scale_rewards`, which must then be `"none"`. Meant '
-        'for `baseline="tracked"`, whose unmixed groups have no spread of their own. If `None`, it is `True` for '
-        '`sampler="spo"` (its recipe) and `False` otherwise.',
+    normalize_advantages: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Whether to normalise the update's advantages, `(A - mean A) / (std A + 1e-4)` over the rows of "
+            "the prompts with a signal (SPO's batch normalisation), in place of `scale_rewards`, which must "
+            'then be `"none"`. Meant for `baseline="tracked"`, whose unmixed groups have no spread of their '
+            'own. If `None`, it is `True` for `sampler="spo"` (its recipe) and `False` otherwise.',
+        },
     )
-    downsample: str = knob(
-        "balanced",
-        'How a pool is cut to `num_generations` completions. Supported values are `"balanced"` (up to '
-        "`num_generations // 2` positives, the rest negatives, topped up from the other side when one is short) and "
-        '`"random"`. Read by `"seq_pos"`, `"seq_balance"`, and by `"est"` and `"knapsack"` when they downsample.',
-        choices=("balanced", "random"),
+    downsample: str = field(
+        default="balanced",
+        metadata={
+            "help": 'How a pool is cut to `num_generations` completions. Supported values are `"balanced"` (up to '
+            "`num_generations // 2` positives, the rest negatives, topped up from the other side when one is "
+            'short) and `"random"`. Read by `"seq_pos"`, `"seq_balance"`, and by `"est"` and `"knapsack"` '
+            "when they downsample.",
+            "choices": ["balanced", "random"],
+        },
     )
-    zero_variance_tolerance: float = knob(
-        1e-6,
-        "Standard deviation at or below which rewards count as constant. A prompt whose baseline rewards (the pool "
-        'with `baseline="pool"`, the kept group with `"group"`) are constant has no signal and gets zero advantages. '
-        "Must be finite and non-negative.",
-        # inf would make every group constant (no signal anywhere), NaN none: both are typos, not tolerances.
-        check=lambda v: 0.0 <= v < math.inf,
-        requirement="must be a finite, non-negative number",
+    zero_variance_tolerance: float = field(
+        default=1e-6,
+        metadata={
+            "help": "Standard deviation at or below which rewards count as constant. A prompt whose baseline rewards "
+            '(the pool with `baseline="pool"`, the kept group with `"group"`) are constant has no signal and '
+            "gets zero advantages. Must be finite and non-negative.",
+        },
     )
-    round_policy: str = knob(
-        "fixed",
-        'How many completions an active prompt asks for in each round. Supported values are `"fixed"` (`round_size`, '
-        'as in the paper), `"predictive"` (`round_size` first, then the smallest request that meets the remaining '
-        'quotas with probability `round_confidence`) and `"tracked"` (the same from the first round on, with pass '
-        'rates remembered across epochs). Read by `"seq_pos"` and `"seq_balance"`.',
-        choices=("fixed", "predictive", "tracked"),
+    round_policy: str = field(
+        default="fixed",
+        metadata={
+            "help": 'How many completions an active prompt asks for in each round. Supported values are `"fixed"` '
+            '(`round_size`, as in the paper), `"predictive"` (`round_size` first, then the smallest request '
+            'that meets the remaining quotas with probability `round_confidence`) and `"tracked"` (the same '
+            'from the first round on, with pass rates remembered across epochs). Read by `"seq_pos"` and '
+            '`"seq_balance"`.',
+            "choices": ["fixed", "predictive", "tracked"],
+        },
     )
-    round_confidence: float = knob(
-        0.7,
-        "Target probability of finishing a prompt in its next round. Must lie in (0, 1). Read with "
-        '`round_policy="predictive"` or `"tracked"`.',
-        check=lambda v: 0.0 < v < 1.0,
-        requirement="must lie in (0, 1)",
+    round_confidence: float = field(
+        default=0.7,
+        metadata={
+            "help": "Target probability of finishing a prompt in its next round. Must lie in (0, 1). Read with "
+            '`round_policy="predictive"` or `"tracked"`.',
+        },
     )
-    pass_rate_decay: float = knob(
-        0.9,
-        "Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must lie in (0, "
-        '1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and `"dapo_gated"`, by '
-        '`round_policy="tracked"` and by `baseline="tracked"` or `"predicted"`.',
-        check=lambda v: 0.0 < v <= 1.0,
-        requirement="must lie in (0, 1] (1 keeps all history)",
+    pass_rate_decay: float = field(
+        default=0.9,
+        metadata={
+            "help": "Discount `λ` of a prompt's tracked counts at each visit: `N <- λN + n` and `K <- λK + k`. Must "
+            'lie in (0, 1]; `1` keeps the whole history. Read by `sampler="est"`, `"knapsack"` and '
+            '`"dapo_gated"`, by `round_policy="tracked"` and by `baseline="tracked"` or `"predicted"`.',
+        },
     )
-    pass_rate_prior_alpha: float = knob(
-        1.0,
-        "`α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an unseen prompt "
-        'reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and `"knapsack"`, by '
-        '`round_policy="predictive"` or `"tracked"` and by `baseline="tracked"` or `"predicted"`.',
-        check=_positive_finite,
-        requirement="must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1)",
+    pass_rate_prior_alpha: float = field(
+        default=1.0,
+        metadata={
+            "help": "`α` of the Beta prior of the pass-rate estimates. With it `p̂ = (K + α) / (N + α + β)`, so an "
+            'unseen prompt reads `α / (α + β)`. Must be positive and finite. Read by `sampler="est"` and '
+            '`"knapsack"`, by `round_policy="predictive"` or `"tracked"` and by `baseline="tracked"` or '
+            '`"predicted"`.',
+        },
     )
-    pass_rate_prior_beta: float = knob(
-        1.0,
-        "`β` of the Beta prior of the pass-rate estimates (see `pass_rate_prior_alpha`). Must be positive and finite.",
-        check=_positive_finite,
-        requirement="must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1)",
+    pass_rate_prior_beta: float = field(
+        default=1.0,
+        metadata={
+            "help": "`β` of the Beta prior of the pass-rate estimates (see `pass_rate_prior_alpha`). Must be "
+            "positive and finite.",
+        },
     )
-    pass_rate_predictor: str = knob(
-        "tracker",
-        'Source of the pass-rate estimates. Supported values are `"tracker"` (the decayed Beta counts), `"learned"` '
-        "(an online model of the prompt text, whose prediction is the prior of the counts), or a local directory or "
-        'Hub repo id holding a predictor saved by an earlier run, to warm-start from. Read by `sampler="est"` and '
-        '`"knapsack"`, by `round_policy="predictive"` or `"tracked"` and by `baseline="predicted"`.',
+    pass_rate_predictor: str = field(
+        default="tracker",
+        metadata={
+            "help": 'Source of the pass-rate estimates. Supported values are `"tracker"` (the decayed Beta counts), '
+            '`"learned"` (an online model of the prompt text, whose prediction is the prior of the counts), '
+            "or a local directory or Hub repo id holding a predictor saved by an earlier run, to warm-start "
+            'from. Read by `sampler="est"` and `"knapsack"`, by `round_policy="predictive"` or `"tracked"` '
+            'and by `baseline="predicted"`.',
+        },
     )
-    pass_rate_predictor_learning_rate: float = knob(
-        0.1,
-        "Adagrad step size of the learned pass-rate predictor. Must be positive and finite. Read only when "
-        '`pass_rate_predictor` is not `"tracker"`; a resumed run uses this value, not the checkpoint\'s.',
-        check=_positive_finite,
-        requirement="must be a positive finite number",
-        read_if=ReadIf(
-            lambda s: s.reads("pass_rate_predictor") and s.pass_rate_predictor != "tracker",
-            "pass_rate_predictor='learned' or a saved predictor",
-            ("sampler", "round_policy", "pass_rate_predictor"),
-        ),
+    pass_rate_predictor_learning_rate: float = field(
+        default=0.1,
+        metadata={
+            "help": "Adagrad step size of the learned pass-rate predictor. Must be positive and finite. Read only "
+            'when `pass_rate_predictor` is not `"tracker"`; a resumed run uses this value, not the '
+            "checkpoint's.",
+        },
     )
-    skip_unmixed_above: float | None = knob(
-        None,
-        "Skip adaptive sampling for prompts predicted to come back unmixed. A prompt whose predicted chance of an "
-        "all-right or all-wrong group, `p̂^n + (1 - p̂)^n` with `n = num_generations`, is above this value draws "
-        '`num_generations` (`est_min_samples` under `"est"`). If `None`, no prompt is skipped; otherwise it must lie '
-        'in (0, 1). Read by `"est"` and `round_policy="tracked"` (or `"predictive"` with a learned predictor).',
-        check=lambda v: v is None or 0.0 < v < 1.0,
-        requirement="must be None (off) or a probability in (0, 1)",
+    skip_unmixed_above: float | None = field(
+        default=None,
+        metadata={
+            "help": "Skip adaptive sampling for prompts predicted to come back unmixed. A prompt whose predicted "
+            "chance of an all-right or all-wrong group, `p̂^n + (1 - p̂)^n` with `n = num_generations`, is "
+            'above this value draws `num_generations` (`est_min_samples` under `"est"`). If `None`, no '
+            'prompt is skipped; otherwise it must lie in (0, 1). Read by `"est"` and '
+            '`round_policy="tracked"` (or `"predictive"` with a learned predictor).',
+        },
     )
-    est_sample_power: float = knob(
-        0.5,
-        "Exponent `s` of `sampler=\"est\"`'s budgets, `N_x ∝ p̂_x^-s`. The rest of the log objective's weight, `(p̂_x +"
-        " est_epsilon)^-(1-s)`, weights the gradient. Must lie in [0, 1]: `0.5` is the paper's hybrid, `1.0` pure "
-        "implicit weighting.",
-        check=lambda v: 0.0 <= v <= 1.0,
-        requirement="must lie in [0, 1]",
+    est_sample_power: float = field(
+        default=0.5,
+        metadata={
+            "help": "Exponent `s` of `sampler=\"est\"`'s budgets, `N_x ∝ p̂_x^-s`. The rest of the log objective's "
+            "weight, `(p̂_x + est_epsilon)^-(1-s)`, weights the gradient. Must lie in [0, 1]: `0.5` is the "
+            "paper's hybrid, `1.0` pure implicit weighting.",
+        },
     )
-    est_min_samples: int | None = knob(
-        None,
-        'Lower clip of a prompt\'s budget under `sampler="est"`. If `None`, it defaults to `2` with '
-        '`est_train_on="all"` and to `num_generations` with `"downsample"`, the smallest values allowed.',
+    est_min_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": 'Lower clip of a prompt\'s budget under `sampler="est"`. If `None`, it defaults to `2` with '
+            '`est_train_on="all"` and to `num_generations` with `"downsample"`, the smallest values allowed.',
+        },
     )
-    est_max_samples: int | None = knob(
-        None,
-        'Upper clip of a prompt\'s budget under `sampler="est"`. If `None`, it defaults to `4 * num_generations`.',
+    est_max_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": 'Upper clip of a prompt\'s budget under `sampler="est"`. If `None`, it defaults to `4 * '
+            "num_generations`.",
+        },
     )
-    est_mean_samples: float | None = knob(
-        None,
-        'Average number of completions drawn per prompt under `sampler="est"`. A step of `B` prompts draws `round(B *'
-        " est_mean_samples)`. Must lie in `[est_min_samples, est_max_samples]`. If `None`, it defaults to "
-        '`num_generations` with `est_train_on="all"`, the only value allowed there, and to `2 * num_generations` with'
-        ' `"downsample"`.',
+    est_mean_samples: float | None = field(
+        default=None,
+        metadata={
+            "help": 'Average number of completions drawn per prompt under `sampler="est"`. A step of `B` prompts '
+            "draws `round(B * est_mean_samples)`. Must lie in `[est_min_samples, est_max_samples]`. If "
+            '`None`, it defaults to `num_generations` with `est_train_on="all"`, the only value allowed '
+            'there, and to `2 * num_generations` with `"downsample"`.',
+        },
     )
-    est_epsilon: float = knob(
-        0.01,
-        '`ε` in the residual weight `(p̂_x + ε)^-(1-s)` of `sampler="est"`, which keeps it finite when a pool has no '
-        "positive. Must be positive and finite.",
-        check=_positive_finite,
-        requirement="must be a positive finite number",
+    est_epsilon: float = field(
+        default=0.01,
+        metadata={
+            "help": '`ε` in the residual weight `(p̂_x + ε)^-(1-s)` of `sampler="est"`, which keeps it finite when a '
+            "pool has no positive. Must be positive and finite.",
+        },
     )
-    est_train_on: str = knob(
-        "all",
-        'What `sampler="est"` trains on. Supported values are `"all"` (every completion drawn: group sizes vary and '
-        'the total stays `B * num_generations`, as in the paper) and `"downsample"` (draw `est_mean_samples` per '
-        "prompt on average, then cut each pool to `num_generations`).",
-        choices=("all", "downsample"),
+    est_train_on: str = field(
+        default="all",
+        metadata={
+            "help": 'What `sampler="est"` trains on. Supported values are `"all"` (every completion drawn: group '
+            'sizes vary and the total stays `B * num_generations`, as in the paper) and `"downsample"` (draw '
+            "`est_mean_samples` per prompt on average, then cut each pool to `num_generations`).",
+            "choices": ["all", "downsample"],
+        },
     )
-    dapo_refill: bool | None = knob(
-        None,
-        "Whether to drop prompts without a signal (see `zero_variance_tolerance`) and refill the batch from further "
-        'prompts, as DAPO does. If `None`, it is on for `sampler="dapo"` and `"dapo_gated"` and off otherwise; `True`'
-        ' also combines with `"seq_pos"` and `"seq_balance"`.',
+    dapo_refill: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Whether to drop prompts without a signal (see `zero_variance_tolerance`) and refill the batch "
+            'from further prompts, as DAPO does. If `None`, it is on for `sampler="dapo"` and `"dapo_gated"` '
+            'and off otherwise; `True` also combines with `"seq_pos"` and `"seq_balance"`.',
+        },
     )
-    dapo_max_refills: int = knob(
-        10,
-        "Maximum number of extra generation batches drawn per step to fill the batch (verl's `max_num_gen_batches`). "
-        "Must be non-negative. Read when DAPO refills are on.",
-        **_at_least(0),
+    dapo_max_refills: int = field(
+        default=10,
+        metadata={
+            "help": "Maximum number of extra generation batches drawn per step to fill the batch (verl's "
+            "`max_num_gen_batches`). Must be non-negative. Read when DAPO refills are on.",
+        },
     )
-    dapo_on_exhausted: str = knob(
-        "raise",
-        'What to do when `dapo_max_refills` is reached before the batch is full. Supported values are `"raise"` (as '
-        'in verl) and `"keep_partial"` (train on the prompts with a signal, padded with zero-advantage groups). Read '
-        'when DAPO refills are on; the asynchronous trainer supports only `"raise"`.',
-        choices=("raise", "keep_partial"),
+    dapo_on_exhausted: str = field(
+        default="raise",
+        metadata={
+            "help": "What to do when `dapo_max_refills` is reached before the batch is full. Supported values are "
+            '`"raise"` (as in verl) and `"keep_partial"` (train on the prompts with a signal, padded with '
+            "zero-advantage groups). Read when DAPO refills are on; the asynchronous trainer supports only "
+            '`"raise"`.',
+            "choices": ["raise", "keep_partial"],
+        },
     )
-    replay: str = knob(
-        "none",
-        'Replayed successes: `"successes"` gives a prompt whose draws all came back wrong its latest correct '
-        "completion from an earlier generation batch, in place of its last kept draw (trained on, never counted as a "
-        'draw); `"none"` replays nothing.',
-        choices=("none", "successes"),
+    replay: str = field(
+        default="none",
+        metadata={
+            "help": 'Replayed successes: `"successes"` gives a prompt whose draws all came back wrong its latest '
+            "correct completion from an earlier generation batch, in place of its last kept draw (trained "
+            'on, never counted as a draw); `"none"` replays nothing.',
+            "choices": ["none", "successes"],
+        },
     )
-    replay_buffer_size: int = knob(
-        1024,
-        'Prompts whose latest correct completion `replay="successes"` keeps, the least recently stored forgotten '
-        "first; each process holds the completions it generated. Must be at least 1.",
-        **_at_least(1),
-        read_if=ReadIf(lambda s: s.replay == "successes", "replay='successes'", ("replay",)),
+    replay_buffer_size: int = field(
+        default=1024,
+        metadata={
+            "help": 'Prompts whose latest correct completion `replay="successes"` keeps, the least recently stored '
+            "forgotten first; each process holds the completions it generated. Must be at least 1.",
+        },
     )
 
 
@@ -364,22 +354,27 @@ class SamplerSettings(SamplerFields):
     """Every knob a sampler reads, validated once by [`SamplerSettings.validated`]: trl-ada's ([`SamplerFields`]) plus
     the three TRL owns, with TRL's defaults. `AdaGRPOConfig.sampler_settings()` builds one from a config."""
 
-    num_generations: int = knob(
-        8,
-        "TRL's `num_generations`: the size `n` of the update group, i.e. the completions per prompt that enter the "
-        "loss. Adaptive samplers may draw more and downsample to it. Must be at least 2.",
-        check=lambda v: v is not None and v >= 2,
-        requirement="must be at least 2 to form a group with a baseline",
+    num_generations: int = field(
+        default=8,
+        metadata={
+            "help": "TRL's `num_generations`: the size `n` of the update group, i.e. the completions per prompt that "
+            "enter the loss. Adaptive samplers may draw more and downsample to it. Must be at least 2.",
+        },
     )
-    scale_rewards: str = knob(
-        "group",
-        'TRL\'s `scale_rewards`: how the centred rewards are scaled. `"group"` divides them by the standard deviation '
-        'of the group, `"batch"` by that of the batch, and `"none"` leaves them unscaled. With `baseline="pool"`, '
-        '`"group"` uses the pool\'s.',
-        choices=("group", "batch", "none"),
+    scale_rewards: str = field(
+        default="group",
+        metadata={
+            "help": 'TRL\'s `scale_rewards`: how the centred rewards are scaled. `"group"` divides them by the '
+            'standard deviation of the group, `"batch"` by that of the batch, and `"none"` leaves them '
+            'unscaled. With `baseline="pool"`, `"group"` uses the pool\'s.',
+            "choices": ["group", "batch", "none"],
+        },
     )
-    seed: int = knob(
-        42, "TRL's `seed`: the sampler's downsampling generator starts from it, the same on every process."
+    seed: int = field(
+        default=42,
+        metadata={
+            "help": "TRL's `seed`: the sampler's downsampling generator starts from it, the same on every process.",
+        },
     )
 
     @property
@@ -422,7 +417,7 @@ class SamplerSettings(SamplerFields):
     @property
     def has_exit_rule(self) -> bool:
         """Whether the sampler runs an exit rule prompt by prompt, so the round-free schedule can drive it."""
-        return hasattr(self.sampler_class, "begin_continuous")
+        return issubclass(self.sampler_class, RunsRoundFree)
 
     @property
     def rules_are_per_prompt(self) -> bool:
@@ -448,30 +443,41 @@ class SamplerSettings(SamplerFields):
         return name in UNIVERSAL_KNOBS or remembered or predicted or self.sampler_reads(name)
 
     def sampler_reads(self, name: str) -> bool:
-        """Whether the sampler itself (its `Options`, or the knob's own [`ReadIf`]) reads knob `name`."""
-        read_if = knob_extras(KNOB_FIELDS[name]).get("read_if")
-        if read_if is not None:
-            return read_if.predicate(self)
+        """Whether the sampler itself reads knob `name`: its `Options` declare it, or it is read under another knob's
+        setting ([`_read_under`])."""
+        read_under = self._read_under(name)
+        if read_under is not None:
+            return read_under[0]
         declared = option_fields(self.sampler_class.Options).get(name)
         if declared is None:
             return False
         condition = declared.metadata.get(READ_WHEN)
         return condition is None or self._option_value(condition[0]) in condition[1]
 
+    def _read_under(self, name: str) -> tuple[bool, tuple[str, ...], str] | None:
+        """For a knob read under a setting of other knobs, whatever the sampler: `(whether these settings read it, the
+        knobs that decide it, what reads it)`. `None` for every other knob (the sampler's `Options` decide)."""
+        if name == "power_alpha":
+            return self.reads("objective") and self.objective == "power", ("sampler", "objective"), "objective='power'"
+        if name == "pass_rate_predictor_learning_rate":
+            learned = self.reads("pass_rate_predictor") and self.pass_rate_predictor != "tracker"
+            readers = "pass_rate_predictor='learned' or a saved predictor"
+            return learned, ("sampler", "round_policy", "pass_rate_predictor"), readers
+        if name == "replay_buffer_size":
+            return self.replay == "successes", ("replay",), "replay='successes'"
+        return None
+
     def validated(self) -> SamplerSettings:
         """Check every knob and return a copy with the sampler's defaults filled in; raise `ValueError` naming the fix.
-        The order: the sampler's name, each knob's choices, unread knobs, each read knob's requirement, then the
-        `Options`. A sampler's `Options.recipe` first fills the knobs left at their defaults ([`with_recipe`])."""
+        The order: the sampler's name, each knob's choices, unread knobs, each knob's value ([`check_values`]), then
+        the `Options`. A sampler's `Options.recipe` first fills the knobs left at their defaults ([`with_recipe`])."""
         self.sampler_class  # noqa: B018 - an unknown sampler raises first, naming the registered ones
         filled = self.with_recipe()
         if filled != self:
             return filled.validated()
-        for f in fields(SamplerSettings):
-            choices = f.metadata.get("choices")
-            if choices is not None and getattr(self, f.name) not in choices:
-                raise ValueError(f"{f.name}={getattr(self, f.name)!r} is not supported. Choose one of {choices}.")
+        check_choices(self, KNOB_FIELDS)
         check_knobs_read(self, KNOB_FIELDS, self)
-        check_knob_values(self, [name for name in KNOB_FIELDS if self.reads(name)])
+        self.check_values()
         if self.normalize_advantages and self.scale_rewards != "none":
             raise ValueError(
                 f"normalize_advantages=True divides the advantages by their std over the update, and "
@@ -500,6 +506,60 @@ class SamplerSettings(SamplerFields):
         filled = {name: getattr(options, name) for name in option_fields(type(options)) if name in KNOB_FIELDS}
         return replace(settings, **filled)
 
+    def check_values(self) -> None:
+        """Each knob's requirement on its own value (`ValueError` naming the knob). An unread knob keeps its default
+        ([`check_knobs_read`], checked first) and every default meets its requirement: this checks the knobs read."""
+        if not self.round_size >= 1:
+            raise ValueError(f"round_size must be at least 1, got {self.round_size}.")
+        if not self.max_rounds >= 1:
+            raise ValueError(f"max_rounds must be at least 1, got {self.max_rounds}.")
+        if not math.isfinite(self.positive_threshold):
+            raise ValueError(f"positive_threshold must be a finite number, got {self.positive_threshold}.")
+        if not 0.0 < self.power_alpha <= 1.0:
+            raise ValueError(f"power_alpha must lie in (0, 1], got {self.power_alpha}.")
+        if not 0.0 < self.max_weight < math.inf:
+            raise ValueError(
+                "max_weight must be a positive finite number (it bounds 1/p̂, which is infinite at p̂ = 0: an infinite "
+                "clip gives such a prompt an infinite weight, NaN advantages and, after normalisation, every other "
+                f"prompt a zero weight); use e.g. the default 10.0, got {self.max_weight}."
+            )
+        # inf would make every group constant (no signal anywhere), NaN none: both are typos, not tolerances.
+        if not 0.0 <= self.zero_variance_tolerance < math.inf:
+            raise ValueError(
+                f"zero_variance_tolerance must be a finite, non-negative number, got {self.zero_variance_tolerance}."
+            )
+        if not 0.0 < self.round_confidence < 1.0:
+            raise ValueError(f"round_confidence must lie in (0, 1), got {self.round_confidence}.")
+        if not 0.0 < self.pass_rate_decay <= 1.0:
+            raise ValueError(f"pass_rate_decay must lie in (0, 1] (1 keeps all history), got {self.pass_rate_decay}.")
+        for name in ("pass_rate_prior_alpha", "pass_rate_prior_beta"):
+            if not 0.0 < getattr(self, name) < math.inf:
+                raise ValueError(
+                    f"{name} must be a positive finite number (a Beta prior keeps p̂ away from 0 and 1), got "
+                    f"{getattr(self, name)}."
+                )
+        if not 0.0 < self.pass_rate_predictor_learning_rate < math.inf:
+            raise ValueError(
+                "pass_rate_predictor_learning_rate must be a positive finite number, got "
+                f"{self.pass_rate_predictor_learning_rate}."
+            )
+        if not (self.skip_unmixed_above is None or 0.0 < self.skip_unmixed_above < 1.0):
+            raise ValueError(
+                f"skip_unmixed_above must be None (off) or a probability in (0, 1), got {self.skip_unmixed_above}."
+            )
+        if not 0.0 <= self.est_sample_power <= 1.0:
+            raise ValueError(f"est_sample_power must lie in [0, 1], got {self.est_sample_power}.")
+        if not 0.0 < self.est_epsilon < math.inf:
+            raise ValueError(f"est_epsilon must be a positive finite number, got {self.est_epsilon}.")
+        if not self.dapo_max_refills >= 0:
+            raise ValueError(f"dapo_max_refills must be non-negative, got {self.dapo_max_refills}.")
+        if not self.replay_buffer_size >= 1:
+            raise ValueError(f"replay_buffer_size must be at least 1, got {self.replay_buffer_size}.")
+        if not (self.num_generations is not None and self.num_generations >= 2):
+            raise ValueError(
+                f"num_generations must be at least 2 to form a group with a baseline, got {self.num_generations}."
+            )
+
     def with_recipe(self) -> SamplerSettings:
         """These settings with the sampler's `Options.recipe` in every knob left at its default, and
         `normalize_advantages=None` resolved. A recipe is the sampler's own setting of the knobs it shares (`spo`: a
@@ -517,14 +577,18 @@ class SamplerSettings(SamplerFields):
 
     def unread_context(self, name: str) -> tuple[str, str]:
         """`(the settings that make knob `name` unread, what reads it)`, for the unread-knob error."""
-        from .registry import SAMPLERS
+        from .registry import load_plugins
 
+        read_under = self._read_under(name)
+        if read_under is not None:
+            _, depends_on, readers = read_under
+            return ", ".join(f"{key}={getattr(self, key)!r}" for key in depends_on), readers
         condition = option_fields(self.sampler_class.Options).get(name)
         depends_on = () if condition is None else (condition.metadata[READ_WHEN][0],)
         context = ", ".join(f"{key}={self._option_value(key)!r}" for key in ("sampler", *depends_on))
         # Readers grouped by the setting they need: "sampler='seq_pos' or 'seq_balance' (with round_policy='tracked')".
         groups: dict[str, list[str]] = {}
-        for sampler_name, cls in SAMPLERS.items():
+        for sampler_name, cls in load_plugins().items():
             declared = option_fields(cls.Options).get(name)
             if declared is not None:
                 groups.setdefault(_condition_text(declared), []).append(repr(sampler_name))

@@ -49,8 +49,8 @@ DRAW_SETTINGS: frozenset[str] = frozenset(
         # Read by the weight rules only (power objective, est's residual weight, normalisation of the weights): the
         # per-update check sees the weights they give.
         "power_alpha", "normalize_weights", "est_sample_power", "est_epsilon", "zero_variance_tolerance",
-        # The trainer's schedule (when draws are made, not how they are scored), and deprecated names of the above.
-        "generation_schedule", "continuous_max_in_flight", "est_decay", "est_prior_alpha", "est_prior_beta",
+        # The trainer's schedule (when draws are made, not how they are scored).
+        "generation_schedule", "continuous_max_in_flight",
     }
 )  # fmt: skip
 """The knobs that change what is drawn or kept, or act only through a weight or a pool that the per-update check

@@ -23,7 +23,8 @@ from accelerate.utils import broadcast_object_list, gather
 from ..generation.faults import VLLMServerError, VLLMServerUnresponsive, vllm_server_message
 from ..generation.weight_sync import sync_server_weights_for_step
 from ..rewards.reward_registry import failing_reward_name
-from ..samplers import ScheduleStats, Selection
+from ..samplers import Selection
+from ..samplers.streaming import ScheduleStats
 from ..trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
 from . import rounds
 from .pools import PoolEntry

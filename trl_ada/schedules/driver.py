@@ -14,10 +14,11 @@ import numpy as np
 import torch
 from accelerate.utils import gather_object
 
-from ..samplers import PromptKey, Sampler, ScheduleStats, Selection, rules
+from ..samplers import PromptKey, Sampler, Selection, rules
 from ..samplers.base import fit_trained_rows
 from ..samplers.dapo import RefillWalk, fill_update, refill_gate
 from ..samplers.signal import trl_advantages_stand_in
+from ..samplers.streaming import ScheduleStats
 from ..trl_seam import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows

@@ -10,7 +10,7 @@ import datasets
 import torch
 from torch.utils.data import IterableDataset, Sampler
 
-from ..samplers.spo import PromptPriority
+from ..samplers import ChoosesPrompts
 from ..trl_seam import repeat_layout
 from .schedule import prompt_keys
 
@@ -69,8 +69,8 @@ class PriorityRepeatSampler(Sampler[int]):
         return (self.num_rows // self.batch_size) * self.batch_size * self.mini_repeat_count * self.repeat_count
 
 
-def priority_order(trainer: Any, data_order: Any, dataset: Any, sampler: PromptPriority) -> PriorityRepeatSampler:
-    """The training data order of an `AdaGRPOTrainer` whose sampler chooses its prompts: TRL's `data_order` laid out
+def priority_order(trainer: Any, data_order: Any, dataset: Any, sampler: ChoosesPrompts) -> PriorityRepeatSampler:
+    """The training data order of an `AdaGRPOTrainer` whose sampler chooses its prompts ([`ChoosesPrompts`]): TRL's `data_order` laid out
     the same, each generation batch's prompts drawn by the sampler's priorities over every row of `dataset` (as they
     stood when the loader fetched the batch before, a batch ahead)."""
     layout = repeat_layout(data_order)

@@ -9,8 +9,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
-from ..samplers import PromptKey, Sampler, ScheduleStats, Selection
+from ..samplers import PromptKey, Sampler, Selection
 from ..samplers.predictor import prompt_text
+from ..samplers.streaming import ScheduleStats
 
 __all__ = [
     "GenerationSchedule",

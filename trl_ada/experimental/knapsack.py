@@ -15,11 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from .base import SamplingStep, Selection, _trained_on_phrase
-from .budgeted import BudgetedSampler
-from .registry import register_sampler
-from .settings import SamplerOptions, SamplerSettings, read_when
-from .tracker import PassRateEstimator
+from trl_ada.samplers import (
+    PassRateEstimator,
+    SamplerOptions,
+    SamplerSettings,
+    SamplingStep,
+    Selection,
+    read_when,
+    register_sampler,
+)
+from trl_ada.samplers.base import trained_on_phrase
+from trl_ada.samplers.budgeted import BudgetedSampler
 
 PAPER = "Knapsack-RL (Li et al., arXiv 2509.25849)"
 
@@ -202,7 +208,7 @@ class KnapsackOptions(SamplerOptions):
         return self.max_draws
 
     def describe(self, settings: SamplerSettings) -> str:
-        trained_on = _trained_on_phrase(self.train_on == "all", settings)
+        trained_on = trained_on_phrase(self.train_on == "all", settings)
         return (
             f"Sampler `{settings.sampler}` ({PAPER}): each step spends {self.draws_per_prompt} completions per "
             "prompt on average, all drawn in one generate call. A prompt on its first visit gets "

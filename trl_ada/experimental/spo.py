@@ -5,34 +5,12 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
-from .base import Sampler, SamplingStep, group_baseline_phrase
-from .registry import register_sampler
-from .settings import REMEMBERED_BASELINES, SamplerOptions, SamplerSettings
-from .tracker import checked_estimates
-
-
-@runtime_checkable
-class PromptPriority(Protocol):
-    """A sampler that chooses which prompts a generation batch draws, by weight (`sampler="spo"`)."""
-
-    def prompt_priorities(self, keys: Sequence[Hashable]) -> list[float]:
-        """Each prompt's sampling weight, positive and finite, identical on every process."""
-
-
-@runtime_checkable
-class StreamPriority(PromptPriority, Protocol):
-    """A [`PromptPriority`] the asynchronous worker can draw on its one prompt stream: it names its largest weight,
-    over which the stream draws each row (`trl_ada.async_grpo.rollout.PriorityWalk`)."""
-
-    def max_priority(self) -> float:
-        """The largest weight `prompt_priorities` can return, positive and finite."""
-
-
-def prompt_priority(sampler: Any) -> PromptPriority | None:
-    """The sampler where it chooses its prompts ([`PromptPriority`]), else `None` (the dataset's shuffled order)."""
-    return sampler if isinstance(sampler, PromptPriority) else None
+from trl_ada.samplers import ChoosesPrompts, Sampler, SamplerOptions, SamplerSettings, SamplingStep, register_sampler
+from trl_ada.samplers.base import group_baseline_phrase
+from trl_ada.samplers.settings import REMEMBERED_BASELINES
+from trl_ada.samplers.tracker import checked_estimates
 
 
 def spo_priority(pass_rate: float, floor: float) -> float:
@@ -76,7 +54,7 @@ class SpoOptions(SamplerOptions):
 
 
 @register_sampler("spo")
-class SpoSampler(Sampler):
+class SpoSampler(ChoosesPrompts, Sampler):
     """SPO (arXiv 2509.13232): the smallest group per prompt, centred on the prompt's remembered pass rate, and
     prompts drawn by priority `sqrt(p̂(1-p̂)) + priority_floor` from that memory."""
 

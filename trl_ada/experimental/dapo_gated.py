@@ -12,11 +12,9 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .base import SamplingStep, Selection
-from .dapo import DapoOptions, DapoSampler
-from .registry import register_sampler
-from .settings import SamplerSettings
-from .tracker import DecayedBetaTracker
+from trl_ada.samplers import GatesRefills, SamplerSettings, SamplingStep, Selection, register_sampler
+from trl_ada.samplers.dapo import DapoOptions, DapoSampler
+from trl_ada.samplers.tracker import DecayedBetaTracker
 
 PRIORS = ("mean", "fitted")
 FITTED_WEIGHT_BOUNDS = (0.1, 1000.0)
@@ -106,7 +104,7 @@ class DrawHistory(DecayedBetaTracker):
 
 
 @register_sampler("dapo_gated")
-class GatedRefillSampler(DapoSampler):
+class GatedRefillSampler(GatesRefills, DapoSampler):
     """DAPO whose refill passes over prompts predicted to come back unmixed (see the module docstring); it draws, drops
     and refills as `sampler="dapo"`. Its draw history and running measurements are saved with the checkpoint."""
 
