@@ -4,7 +4,7 @@ from setuptools import find_packages, setup
 
 # Ranges, not pins: users install trl-ada into their own TRL stack, and pip must leave their torch and TRL alone. The
 # lower bounds are the oldest versions a CI stage runs (constraints/trl-1.14.txt); the only upper bound is TRL's next
-# minor, whose private GRPOTrainer API is unchecked (trl_ada/trl_seam.py). torch comes through TRL, not from us. CI
+# minor, whose private GRPOTrainer API is unchecked (trl_ada/trl_seam/). torch comes through TRL, not from us. CI
 # installs the exact versions of constraints/trl-*.txt, one file per tested stack.
 SUPPORTED_TRL = ">=1.14,<1.17"  # keep equal to trl_ada.trl_seam.SUPPORTED_TRL (a test checks)
 INSTALL_REQUIRES = [

@@ -197,7 +197,7 @@ def generate_calls(client: Any, prompt_pool: list[list[int]], reps: int) -> list
 def draw_requests(client: Any, prompt_pool: list[list[int]], reps: int) -> list[dict[str, float]]:
     """trl-ada's `ServerDraws` (the continuous schedule's requests, one per draw), K at once, `max_tokens=1`."""
     from trl_ada.schedules.server_draws import ServerDraws
-    from trl_ada.trl_seam import completions_payload
+    from trl_ada.trl_seam.vllm_generation import completions_payload
 
     payload = completions_payload(client, {"max_tokens": 1, "logprobs": 0, **SAMPLING}, prompt_pool[0])
     counts = (1, 4, 16, 32, 64)

@@ -229,7 +229,7 @@ SOURCES: dict[str, str] = {
         "one call at a time (TRL awaits each _score_group; sync reward functions run in asyncio.to_thread): 1 ms per "
         "call (ASSUMPTION) + 1.1 ms per completion (reward_s_per_completion, the authors' 16-process pool; a serial "
         "Math-Verify measured 5.75 ms mean here, see reward_s_per_completion); pools score every draw waiting in one "
-        "call (trl_seam.take_waiting_groups)"
+        "call (trl_seam.async_grpo_private.take_waiting_groups)"
     ),
     "async_release": (
         "trl-ada's worker (trl_ada/async_grpo/rollout.py): a generation batch queues its kept samples only once EVERY "

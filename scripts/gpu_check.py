@@ -1223,7 +1223,7 @@ def request_costs(url: str, timeout_s: float, reps: int = 3) -> dict[str, Any]:
 
     from trl_ada.schedules.server_draws import ServerDraws
     from trl_ada.tiny import build_char_tokenizer
-    from trl_ada.trl_seam import completions_payload
+    from trl_ada.trl_seam.vllm_generation import completions_payload
 
     deadline = time.monotonic() + timeout_s
     tokenizer = build_char_tokenizer()  # the model's (build_model)

@@ -19,7 +19,7 @@ from accelerate.utils import gather_object
 
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.samplers import rules
-from trl_ada.trl_seam import summed_rewards
+from trl_ada.trl_seam.grpo_private import summed_rewards
 
 SAMPLERS = ("uniform", "seq_pos", "seq_balance", "est", "est_ema", "dapo", "knapsack", "dapo_gated", "spo")
 AXES = {

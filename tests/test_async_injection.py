@@ -12,9 +12,9 @@ import torch
 
 pytest.importorskip("aiohttp")
 pytest.importorskip("trl.experimental.async_grpo")
-from trl_ada import trl_seam  # noqa: E402
+from trl_ada.trl_seam import async_grpo_private  # noqa: E402
 
-if not trl_seam.has_tree_packing():
+if not async_grpo_private.has_tree_packing():
     pytest.skip("TRL's async trainer trains on CPU from TRL 1.16 (tree packing)", allow_module_level=True)
 
 from async_fixtures import (  # noqa: E402

@@ -24,6 +24,7 @@ from trl_ada.samplers import SamplerSettings, build_sampler
 from trl_ada.samplers.accounting import BANDS
 from trl_ada.samplers.streaming import begin_streaming
 from trl_ada.schedules import prompt_keys
+from trl_ada.trl_seam import async_grpo_private
 
 pytest.importorskip("aiohttp")
 rollout_worker = pytest.importorskip("trl.experimental.async_grpo.async_rollout_worker")
@@ -215,7 +216,7 @@ def update_group(rewards: list[bool], group_id: int):
     groups = [draw_group(group_id, row, 0, d, 0) for d in range(len(rewards))]
     for group, right in zip(groups, rewards, strict=True):
         group.completions[0][0]["content"] = "right" if right else "wrong"
-    return trl_seam.merge_rollout_groups(groups)
+    return async_grpo_private.merge_rollout_groups(groups)
 
 
 def test_dapo_drops_groups_without_a_signal_and_keeps_trls_advantages(tokenizer):
@@ -252,23 +253,23 @@ def test_dapo_drops_groups_without_a_signal_and_keeps_trls_advantages(tokenizer)
 def test_merging_groups_keeps_each_conversation_and_its_reward_kwargs():
     row = {"prompt": [{"role": "user", "content": "q"}], "pass_rate": 0.25}
     groups = [draw_group(10 + d, row, 0, d, version=d) for d in range(3)]
-    merged = trl_seam.merge_rollout_groups(groups)
+    merged = async_grpo_private.merge_rollout_groups(groups)
     assert merged.completions_ids == [g.completions_ids[0] for g in groups]
     assert merged.reward_kwargs == {"pass_rate": [0.25] * 3}
     assert (merged.group_id, merged.model_version) == (10, 0)
     with pytest.raises(RuntimeError, match="returned 2 samples for 3 training sequences"):
-        trl_seam.samples_per_conversation(groups, [object(), object()])
+        async_grpo_private.samples_per_conversation(groups, [object(), object()])
 
 
 def test_a_changed_pinned_trl_method_fails_loudly(monkeypatch):
     source = inspect.getsource(rollout_worker)
-    trl_seam.check_async_pins(source)  # the installed TRL is one the pins were taken on
+    async_grpo_private.check_async_pins(source)  # the installed TRL is one the pins were taken on
     changed = source.replace("group_id += 1", "group_id += 2")
     monkeypatch.delenv(trl_seam.ALLOW_UNSUPPORTED_ENV, raising=False)
     with pytest.raises(ImportError, match="_repeat_iterator"):
-        trl_seam.check_async_pins(changed, version="9.9.9")
+        async_grpo_private.check_async_pins(changed, version="9.9.9")
     monkeypatch.setenv(trl_seam.ALLOW_UNSUPPORTED_ENV, "1")
-    trl_seam.check_async_pins(changed, version="9.9.9")  # warns instead
+    async_grpo_private.check_async_pins(changed, version="9.9.9")  # warns instead
 
 
 # -- train_on="pool": every draw of the pool is a training sample ---------------------------------------------------

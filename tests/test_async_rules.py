@@ -281,12 +281,13 @@ def test_the_trainer_builds_the_ada_worker_for_a_weighted_uniform_and_raises_trl
     )
     from transformers import AutoModelForCausalLM
 
-    from trl_ada import AdaAsyncGRPOTrainer, trl_seam
+    from trl_ada import AdaAsyncGRPOTrainer
     from trl_ada.async_grpo.rollout import AdaRolloutLoop
     from trl_ada.tasks.arithmetic import exact_match_reward, make_dataset
     from trl_ada.tiny import load_tiny_arith_model
+    from trl_ada.trl_seam import async_grpo_private
 
-    if not trl_seam.has_tree_packing():
+    if not async_grpo_private.has_tree_packing():
         pytest.skip("TRL's async trainer builds on CPU from TRL 1.16 (tree packing)")
 
     class ThreadAdaWorker(ThreadRolloutWorker):

@@ -31,10 +31,10 @@ from async_fixtures import (
 )
 from datasets import Dataset
 
-from trl_ada import trl_seam
 from trl_ada.samplers import SamplerSettings
 from trl_ada.samplers.dapo import BatchExhaustedError
 from trl_ada.schedules import prompt_keys
+from trl_ada.trl_seam import async_grpo_private
 
 pytest.importorskip("aiohttp")
 rollout_worker = pytest.importorskip("trl.experimental.async_grpo.async_rollout_worker")
@@ -132,9 +132,11 @@ def one_draw(group_id: int, right: bool, version: int = 0, prompt: int = 0, draw
 
 
 def update_group(rewards: list[bool], group_id: int):
-    from trl_ada import trl_seam
+    from trl_ada.trl_seam import async_grpo_private
 
-    return trl_seam.merge_rollout_groups([one_draw(group_id, right, draw=d) for d, right in enumerate(rewards)])
+    return async_grpo_private.merge_rollout_groups(
+        [one_draw(group_id, right, draw=d) for d, right in enumerate(rewards)]
+    )
 
 
 # -- item 13: async DAPO's bound -------------------------------------------------------------------------------------
@@ -454,7 +456,7 @@ class ThreadAdaWorker(ThreadRolloutWorker):
 
 
 @pytest.mark.wall_clock_limit(300)
-@pytest.mark.skipif(not trl_seam.has_tree_packing(), reason="TRL's async trainer trains on CPU from 1.16")
+@pytest.mark.skipif(not async_grpo_private.has_tree_packing(), reason="TRL's async trainer trains on CPU from 1.16")
 def test_a_save_writes_the_learned_predictor_and_the_rows_its_state_counted_ahead(
     tmp_path, tokenizer, wall_clock_guard
 ):

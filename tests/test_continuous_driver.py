@@ -252,7 +252,7 @@ def test_continuous_trainer_checks_the_open_file_limit_at_construction(
 def test_a_replay_mismatch_is_recorded_and_answered_in_the_requests_shape_when_asked():
     # On the main process inside a scoring batch, the other processes wait in the completions broadcast: a mismatch
     # must not raise there (it is raised after the batch), and the answer must have the request's shape.
-    from trl_ada.trl_seam import replayed_completions
+    from trl_ada.trl_seam.vllm_generation import replayed_completions
 
     class Client:  # `_post` is a method, as on TRL's VLLMClient: the replay shadows it on the instance
         def _post(self, url, **kwargs):

@@ -2,12 +2,12 @@
 The asynchronous trainer's TRL touchpoints, one named test each.
 
 Every private name, signature and behaviour of TRL's asynchronous trainer (`trl.experimental.async_grpo`) that
-`trl_ada.async_grpo` (directly or through `trl_ada/trl_seam.py`) relies on is a row of [`ASYNC_TOUCHPOINTS`]: what it
+`trl_ada.async_grpo` (directly or through `trl_ada/trl_seam/`) relies on is a row of [`ASYNC_TOUCHPOINTS`]: what it
 is, what trl-ada relies on, and a check against the installed TRL, so that an upstream change fails
 `test_trl_async_still_has[<touchpoint>]`. The methods trl-ada replaces or relies on line by line are pinned by source
-digest (`trl_seam.ASYNC_PINNED_SOURCES`); behaviours cheap to run on CPU are run on a bare loop or worker. The rows
-were checked against TRL 1.14.2, 1.15.0 and 1.16.0 (each release runs this file on CI). The synchronous trainer's
-touchpoints are `tests/test_trl_touchpoints.py`, whose helpers this module shares.
+digest (`trl_seam.async_grpo_private.ASYNC_PINNED_SOURCES`); behaviours cheap to run on CPU are run on a bare loop or
+worker. The rows were checked against TRL 1.14.2, 1.15.0 and 1.16.0 (each release runs this file on CI). The
+synchronous trainer's touchpoints are `tests/test_trl_touchpoints.py`, whose helpers this module shares.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import pytest
 import transformers
 from accelerate import PartialState
 from accelerate.data_loader import DataLoaderDispatcher
-from test_trl_touchpoints import Touchpoint, all_of, assigned, calls, contains, parameters
+from test_trl_touchpoints import SEAM_MODULES, Touchpoint, all_of, assigned, calls, contains, parameters
 from trl.experimental.async_grpo import AsyncGRPOTrainer, async_grpo_trainer, async_rollout_worker
 from trl.experimental.async_grpo.async_grpo_trainer import RolloutQueueDataset
 from trl.experimental.async_grpo.async_rollout_worker import (
@@ -42,21 +42,24 @@ from trl.experimental.async_grpo.async_rollout_worker import (
     _AsyncRolloutLoop,
 )
 
-from trl_ada import trl_seam
+import trl_ada
 from trl_ada.generation.faults import VLLMServerUnresponsive
+from trl_ada.trl_seam import async_grpo_private, batch_dispatch
 
-PACKAGE = Path(trl_seam.__file__).parent
+PACKAGE = Path(trl_ada.__file__).parent
 
-ASYNC_SEAM_MARKER = "# The asynchronous trainer"
-"""Where `trl_seam.py`'s asynchronous part begins (the synchronous touchpoints' test reads the part before it)."""
+ASYNC_SEAM_MODULES = ("async_grpo_private.py", "batch_dispatch.py")
+"""The modules of `trl_ada/trl_seam/` that hold the asynchronous trainer's touchpoints (the synchronous trainer's:
+`SEAM_MODULES` in `tests/test_trl_touchpoints.py`)."""
 
 
 def pinned(qualname: str) -> Callable[[], None]:
-    """`_AsyncRolloutLoop`'s method `qualname` has a source `trl_seam.ASYNC_PINNED_SOURCES` records for a release."""
+    """`_AsyncRolloutLoop`'s method `qualname` has a source `trl_seam.async_grpo_private.ASYNC_PINNED_SOURCES` records
+    for a release."""
 
     def check() -> None:
-        digest = trl_seam.source_digest(inspect.getsource(async_rollout_worker), qualname)
-        recorded = trl_seam.ASYNC_PINNED_SOURCES[qualname]
+        digest = async_grpo_private.source_digest(inspect.getsource(async_rollout_worker), qualname)
+        recorded = async_grpo_private.ASYNC_PINNED_SOURCES[qualname]
         assert digest in set(recorded.values()), f"{qualname}'s source ({digest}) is none of {recorded}"
 
     return check
@@ -207,7 +210,7 @@ def _sync_weight_calls_only_the_watched_server_calls() -> None:
             receiver = getattr(node.func, "value", None)
             if receiver is not None and ast.unparse(receiver) in ("self.vllm_client", "self.weight_transfer"):
                 called.add(node.func.attr)
-    assert called == set(trl_seam.WEIGHT_SYNC_CALLS), called
+    assert called == set(async_grpo_private.WEIGHT_SYNC_CALLS), called
 
 
 def _iterable_datasets_are_dispatched() -> None:
@@ -219,7 +222,7 @@ def _iterable_datasets_are_dispatched() -> None:
     prepared = prepare_data_loader(
         DataLoader(async_grpo_trainer._EmptyIterableDataset(), batch_size=1), put_on_device=True
     )
-    assert isinstance(prepared, DataLoaderDispatcher) and trl_seam.batches_are_dispatched(prepared)
+    assert isinstance(prepared, DataLoaderDispatcher) and batch_dispatch.batches_are_dispatched(prepared)
 
 
 def _peak_flops_is_asked_in_init_where_trl_has_it() -> None:
@@ -233,7 +236,7 @@ def _peak_flops_is_asked_in_init_where_trl_has_it() -> None:
 
 
 def _tree_attention_is_registered_by_name_where_trl_packs() -> None:
-    if not trl_seam.has_tree_packing():  # TRL 1.14, 1.15
+    if not async_grpo_private.has_tree_packing():  # TRL 1.14, 1.15
         assert "register_tree_attention" not in inspect.getsource(AsyncGRPOTrainer.__init__)
         return
     from trl.experimental.async_grpo import packing
@@ -303,7 +306,7 @@ ASYNC_TOUCHPOINTS = [
         "RolloutGroup",
         "dataclass",
         "per-conversation lists, `reward_kwargs` (dict of per-conversation lists), `model_version`, `group_id`, "
-        "`queued_at` (what `trl_seam.merge_rollout_groups` concatenates or keeps)",
+        "`queued_at` (what `trl_seam.async_grpo_private.merge_rollout_groups` concatenates or keeps)",
         lambda: assert_fields(
             RolloutGroup,
             (
@@ -437,8 +440,8 @@ ASYNC_TOUCHPOINTS = [
         "`_sync_weight()` is called at train begin and every `weight_sync_steps` on every process; only the main "
         "process calls the server, through `vllm_client` (LoRA: `pause`, `load_lora_adapter`, `resume`, "
         "`unload_lora_adapter`) or `weight_transfer` (`pause`, `send_weights(iterator)`, `resume`), between "
-        "`accelerator.wait_for_everyone()` barriers; ours watches those calls (`trl_seam.WEIGHT_SYNC_CALLS`) and "
-        "raises a lost server on every process after TRL's sync",
+        "`accelerator.wait_for_everyone()` barriers; ours watches those calls "
+        "(`trl_seam.async_grpo_private.WEIGHT_SYNC_CALLS`) and raises a lost server on every process after TRL's sync",
         all_of(
             parameters(AsyncGRPOTrainer, "_sync_weight", ()),
             assigned(AsyncGRPOTrainer, ("vllm_client", "weight_transfer")),
@@ -453,8 +456,8 @@ ASYNC_TOUCHPOINTS = [
         "AsyncGRPOTrainer.get_train_dataloader.DataLoaderDispatcher",
         "override (wraps), behaviour",
         "TRL's dataset is the main process's rollout queue (the others get an empty one) and accelerate dispatches "
-        "each batch from it (`DataLoaderDispatcher`, checked by `trl_seam.batches_are_dispatched`); the dispatcher "
-        "fetches a batch ahead, so while the main process waits for samples (where TRL calls "
+        "each batch from it (`DataLoaderDispatcher`, checked by `trl_seam.batch_dispatch.batches_are_dispatched`); "
+        "the dispatcher fetches a batch ahead, so while the main process waits for samples (where TRL calls "
         "`rollout_worker.check_health` every 5 s without one) every other process waits in the "
         "`broadcast_object_list` of `_fetch_batches`' `DISPATCHED_BATCH_INFO_ITEMS` objects (`[structure, stop]`, "
         "accelerate 1.x; the count: `tests/test_trl_seam.py`), which `fail_the_processes_waiting_for_a_batch` answers",
@@ -535,7 +538,8 @@ ASYNC_TOUCHPOINTS = [
         "async_grpo_trainer.AsyncRolloutWorker",
         "module name",
         "what `AsyncGRPOTrainer.__init__` instantiates (rank 0), with keyword arguments only, when no "
-        "`rollout_worker` is given (`trl_seam.async_rollout_worker_class` names another class there for `__init__`)",
+        "`rollout_worker` is given (`trl_seam.async_grpo_private.async_rollout_worker_class` names another class "
+        "there for `__init__`)",
         all_of(
             lambda: _assert(async_grpo_trainer.AsyncRolloutWorker is AsyncRolloutWorker, "another AsyncRolloutWorker"),
             parameters(AsyncGRPOTrainer, "__init__", ("model", "reward_funcs", "args")),
@@ -559,7 +563,8 @@ ASYNC_TOUCHPOINTS = [
         "`get_peak_flops_per_device(accelerator, dtype)` is called in `__init__`; it calls `torch.cuda.get_device_name` "
         "even off CUDA, so `trl_ada.async_grpo.async_grpo_trainer.peak_flops_unknown_off_cuda` swaps it for the duration of "
         "`__init__` (`None` off CUDA, as TRL returns for an unknown peak) and restores it; "
-        "`trl_seam.install_peak_flops_fallback` wraps it for good, for scripts that build TRL's own trainer on CPU",
+        "`trl_seam.async_grpo_private.install_peak_flops_fallback` wraps it for good, for scripts that build TRL's "
+        "own trainer on CPU",
         _peak_flops_is_asked_in_init_where_trl_has_it,
     ),
     Touchpoint(
@@ -581,7 +586,7 @@ def test_trl_async_still_has(touchpoint):
 
 def test_every_pinned_source_is_a_touchpoint():
     names = {touchpoint.name for touchpoint in ASYNC_TOUCHPOINTS}
-    assert sorted(set(trl_seam.ASYNC_PINNED_SOURCES) - names) == []
+    assert sorted(set(async_grpo_private.ASYNC_PINNED_SOURCES) - names) == []
 
 
 TRL_ASYNC_PRIVATE = re.compile(r"(?:\bdef |self\.)(_[a-z][a-z0-9_]*)")
@@ -593,13 +598,11 @@ ASYNC_ACCESS = re.compile(
 
 def test_every_private_name_of_trls_async_trainer_we_touch_is_a_touchpoint():
     # trl_ada.async_grpo rides on TRL's worker and trainer through private names (`_score_group`, `_process`, ...),
-    # directly or through trl_seam's asynchronous part: each one must be a row above, checked on every TRL release.
+    # directly or through trl_seam's asynchronous modules: each one must be a row above, checked on every TRL release.
     trl_private = set()
     for path in Path(async_rollout_worker.__file__).parent.glob("*.py"):
         trl_private |= set(TRL_ASYNC_PRIVATE.findall(path.read_text()))
-    seam = (PACKAGE / "trl_seam.py").read_text()
-    assert ASYNC_SEAM_MARKER in seam, f"trl_seam.py has no {ASYNC_SEAM_MARKER!r} line before its asynchronous part"
-    sources = {"trl_seam.py": seam.split(ASYNC_SEAM_MARKER, 1)[1]}
+    sources = {f"trl_seam/{name}": (PACKAGE / "trl_seam" / name).read_text() for name in ASYNC_SEAM_MODULES}
     sources |= {path.name: path.read_text() for path in sorted((PACKAGE / "async_grpo").glob("*.py"))}
     covered = " ".join(touchpoint.name for touchpoint in ASYNC_TOUCHPOINTS)
     untabled = []
@@ -611,8 +614,16 @@ def test_every_private_name_of_trls_async_trainer_we_touch_is_a_touchpoint():
     assert not untabled, f"TRL private names used by trl_ada.async_grpo but not in ASYNC_TOUCHPOINTS: {untabled}"
 
 
+def test_every_seam_module_is_read_by_one_of_the_touchpoint_tests():
+    # A module of trl_ada/trl_seam/ that neither test reads would escape both checks of the private names it uses.
+    modules = sorted(path.name for path in (PACKAGE / "trl_seam").glob("*.py"))
+    assert sorted({*SEAM_MODULES, *ASYNC_SEAM_MODULES}) == modules
+
+
 def test_a_changed_pinned_source_fails_its_check(monkeypatch):
     # The pins can fail: a source no release recorded.
-    monkeypatch.setitem(trl_seam.ASYNC_PINNED_SOURCES, "_AsyncRolloutLoop._repeat_iterator", {"0.0.0": "0" * 16})
+    monkeypatch.setitem(
+        async_grpo_private.ASYNC_PINNED_SOURCES, "_AsyncRolloutLoop._repeat_iterator", {"0.0.0": "0" * 16}
+    )
     with pytest.raises(AssertionError, match="is none of"):
         pinned("_AsyncRolloutLoop._repeat_iterator")()

@@ -1,4 +1,5 @@
-"""The TRL seam: every private TRL touchpoint goes through `trl_ada/trl_seam.py`, which refuses unsupported TRLs."""
+"""The TRL seam: every private TRL touchpoint goes through a module of `trl_ada/trl_seam/`, which refuses unsupported
+TRLs at import."""
 
 import ast
 import inspect
@@ -15,16 +16,18 @@ import trl
 from packaging.specifiers import SpecifierSet
 from trl import GRPOTrainer
 
+import trl_ada
 from trl_ada import trl_seam
 from trl_ada.generation.faults import VLLMServerError
+from trl_ada.trl_seam import batch_dispatch, grpo_private, vllm_generation
 
-PACKAGE = Path(trl_seam.__file__).parent
+PACKAGE = Path(trl_ada.__file__).parent
 
 
 def test_the_installed_trl_is_supported():
     assert trl.__version__ in trl_seam.SUPPORTED_TRL
     trl_seam.check_trl_version()
-    trl_seam.check_overridable(GRPOTrainer)
+    grpo_private.check_overridable(GRPOTrainer)
 
 
 @pytest.mark.parametrize("version", ["1.17.0", "2.0.0", "1.13.0", "1.17.0.dev0"])
@@ -51,17 +54,19 @@ def test_a_renamed_or_reshaped_private_method_is_caught():
     Renamed._generate = None  # as if TRL had renamed it
     Renamed._calculate_rewards = lambda self, inputs, prompts, completions: None  # lost a parameter
     with pytest.raises(ImportError, match=r"_generate is missing.*_calculate_rewards has no parameter"):
-        trl_seam.check_overridable(type("Fake", (), {k: getattr(Renamed, k) for k in dir(Renamed)}))
+        grpo_private.check_overridable(type("Fake", (), {k: getattr(Renamed, k) for k in dir(Renamed)}))
 
 
 def test_generate_output_round_trips_in_trls_layout():
-    output = trl_seam.make_generate_output(prompt_ids=[[1]], completion_ids=[[2, 3]], completions=["x"], logprobs=None)
-    assert len(output) == len(trl_seam.GENERATE_OUTPUT_FIELDS) == 8
+    output = grpo_private.make_generate_output(
+        prompt_ids=[[1]], completion_ids=[[2, 3]], completions=["x"], logprobs=None
+    )
+    assert len(output) == len(grpo_private.GENERATE_OUTPUT_FIELDS) == 8
     assert output == ([[1]], [[2, 3]], None, ["x"], None, {}, None, [])  # TRL's order and text-only defaults
-    fields = trl_seam.split_generate_output(output)
+    fields = grpo_private.split_generate_output(output)
     assert fields["completion_ids"] == [[2, 3]] and fields["extra_fields"] == {} and fields["tool_images"] == []
     with pytest.raises(TypeError, match="tool_masks"):
-        trl_seam.make_generate_output(tool_masks=[[1]])
+        grpo_private.make_generate_output(tool_masks=[[1]])
 
 
 PRIVATE_TRL = re.compile(
@@ -73,7 +78,7 @@ PRIVATE_TRL = re.compile(
 def test_no_module_but_the_seam_touches_trl_private_api():
     offenders = []
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "trl_seam.py" or "samplers" in path.parts:  # samplers import no TRL at all
+        if "trl_seam" in path.parts or "samplers" in path.parts:  # samplers import no TRL at all
             continue
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             if PRIVATE_TRL.search(line):
@@ -88,7 +93,8 @@ def test_setup_py_declares_the_seams_trl_range():
 
 
 def _as_if_trl(monkeypatch, release: str) -> None:
-    """Make `trl.trainer.utils` and `trl.kernels` look, to `trl_seam.fused_lm_head_is_triton_only`, like `release`'s."""
+    """Make `trl.trainer.utils` and `trl.kernels` look, to `trl_seam.grpo_private.fused_lm_head_is_triton_only`, like
+    `release`'s."""
     import trl.trainer.utils as trl_utils
 
     if release == "1.14":  # no fused LM head
@@ -114,13 +120,13 @@ def test_only_trl_1_15_off_cuda_and_xpu_is_refused_with_the_fix(monkeypatch, rel
     # TRL 1.15's GRPOTrainer computes log-probabilities with a Triton kernel only: on a CPU it cannot train at all.
     _as_if_trl(monkeypatch, release)
     refused = release.startswith("1.15") and device_type not in ("cuda", "xpu")
-    assert trl_seam.fused_lm_head_is_triton_only() == release.startswith("1.15")
+    assert grpo_private.fused_lm_head_is_triton_only() == release.startswith("1.15")
     if not refused:
-        trl_seam.check_fused_lm_head_runs(device_type)
+        grpo_private.check_fused_lm_head_runs(device_type)
         return
     with pytest.raises(RuntimeError) as error:
-        trl_seam.check_fused_lm_head_runs(device_type)
-    assert isinstance(error.value, trl_seam.FusedLMHeadNeedsGPUError)
+        grpo_private.check_fused_lm_head_runs(device_type)
+    assert isinstance(error.value, grpo_private.FusedLMHeadNeedsGPUError)
     message = str(error.value)
     assert "Triton kernel that runs only on CUDA/XPU" in message and f"device is {device_type!r}" in message
     assert 'pip install "trl>=1.16,<1.17"' in message and "1.14" in message and "GPU" in message
@@ -134,25 +140,27 @@ def test_without_a_device_type_the_check_asks_torch_for_cuda_then_xpu(monkeypatc
     monkeypatch.setattr(torch.cuda, "is_available", lambda: accelerator == "cuda")
     monkeypatch.setattr(torch, "xpu", types.SimpleNamespace(is_available=lambda: accelerator == "xpu"), raising=False)
     if accelerator is not None:
-        trl_seam.check_fused_lm_head_runs()
+        grpo_private.check_fused_lm_head_runs()
         return
-    with pytest.raises(trl_seam.FusedLMHeadNeedsGPUError, match="device is 'cpu'"):
-        trl_seam.check_fused_lm_head_runs()
+    with pytest.raises(grpo_private.FusedLMHeadNeedsGPUError, match="device is 'cpu'"):
+        grpo_private.check_fused_lm_head_runs()
     monkeypatch.delattr(torch, "xpu")  # a torch build without `torch.xpu`
-    with pytest.raises(trl_seam.FusedLMHeadNeedsGPUError, match="device is 'cpu'"):
-        trl_seam.check_fused_lm_head_runs()
+    with pytest.raises(grpo_private.FusedLMHeadNeedsGPUError, match="device is 'cpu'"):
+        grpo_private.check_fused_lm_head_runs()
 
 
 def test_the_installed_trl_is_refused_on_a_cpu_only_if_it_is_1_15():
     # No stand-ins: the installed TRL as it is (1.16 in the main environment, 1.15 and 1.14 in their CI stages).
     on_1_15 = trl.__version__.startswith("1.15.")
-    assert trl_seam.fused_lm_head_is_triton_only() == on_1_15, trl.__version__
-    trl_seam.check_fused_lm_head_runs("cuda")
+    assert grpo_private.fused_lm_head_is_triton_only() == on_1_15, trl.__version__
+    grpo_private.check_fused_lm_head_runs("cuda")
     if on_1_15:
-        with pytest.raises(trl_seam.FusedLMHeadNeedsGPUError, match=f"TRL {re.escape(trl.__version__)}'s GRPOTrainer"):
-            trl_seam.check_fused_lm_head_runs("cpu")
+        with pytest.raises(
+            grpo_private.FusedLMHeadNeedsGPUError, match=f"TRL {re.escape(trl.__version__)}'s GRPOTrainer"
+        ):
+            grpo_private.check_fused_lm_head_runs("cpu")
     else:
-        trl_seam.check_fused_lm_head_runs("cpu")
+        grpo_private.check_fused_lm_head_runs("cpu")
 
 
 def test_an_error_broadcast_to_the_processes_waiting_for_a_batch_is_raised_where_it_is_received():
@@ -160,7 +168,7 @@ def test_an_error_broadcast_to_the_processes_waiting_for_a_batch_is_raised_where
     # (type, message, attributes) there. tests/test_async_multiprocess.py runs it on two processes.
     error = VLLMServerError("The vLLM server at http://h:8000 stopped answering during generation of training step 3.")
     error.raised_on_every_process = True
-    sent = pickle.dumps(trl_seam._RaisedWhenReceived(error))
+    sent = pickle.dumps(batch_dispatch._RaisedWhenReceived(error))
     with pytest.raises(VLLMServerError) as received:
         pickle.loads(sent)
     assert str(received.value) == str(error) and received.value.raised_on_every_process is True
@@ -178,7 +186,7 @@ def test_accelerates_dispatcher_broadcasts_the_number_of_objects_the_seam_sends_
         and any(isinstance(target, ast.Name) and target.id == "batch_info" for target in node.targets)
         and isinstance(node.value, ast.List)
     }
-    assert lengths == {trl_seam.DISPATCHED_BATCH_INFO_ITEMS}, lengths
+    assert lengths == {batch_dispatch.DISPATCHED_BATCH_INFO_ITEMS}, lengths
     assert "broadcast_object_list(batch_info)" in source
 
 
@@ -207,7 +215,7 @@ def test_trls_server_generation_broadcasts_the_number_of_objects_the_seam_sends_
         and any(isinstance(target, ast.Name) and target.id == sent for target in node.targets)
         and isinstance(node.value, ast.List)
     }
-    assert lengths == {trl_seam.SERVER_COMPLETIONS_BROADCAST_ITEMS}, lengths
+    assert lengths == {vllm_generation.SERVER_COMPLETIONS_BROADCAST_ITEMS}, lengths
     requests = [
         node
         for node in ast.walk(tree)
@@ -233,9 +241,9 @@ def test_completions_the_main_process_could_not_get_are_raised_where_the_others_
         accelerate.utils, "broadcast_object_list", lambda items, from_process: broadcast.append((items, from_process))
     )
     error = VLLMServerError("The vLLM server at http://h:8000 stopped answering during sampling round 2.")
-    trl_seam.fail_the_processes_waiting_for_completions(error)
+    vllm_generation.fail_the_processes_waiting_for_completions(error)
     [(items, from_process)] = broadcast
-    assert from_process == 0 and len(items) == trl_seam.SERVER_COMPLETIONS_BROADCAST_ITEMS
+    assert from_process == 0 and len(items) == vllm_generation.SERVER_COMPLETIONS_BROADCAST_ITEMS
     with pytest.raises(VLLMServerError) as received:
         pickle.loads(pickle.dumps(items[0]))
     assert str(received.value) == str(error)

@@ -1,8 +1,8 @@
 """
 The synchronous trainer's TRL touchpoints, one named test each.
 
-Every private name, signature and inline behaviour of TRL that `AdaGRPOTrainer` (through `trl_ada/trl_seam.py`) relies
-on is a row of [`TOUCHPOINTS`]: what it is, what trl-ada relies on, and a check against the installed TRL, so that an
+Every private name, signature and inline behaviour of TRL that `AdaGRPOTrainer` (through `trl_ada/trl_seam/`) relies on
+is a row of [`TOUCHPOINTS`]: what it is, what trl-ada relies on, and a check against the installed TRL, so that an
 upstream change fails `test_trl_still_has[<touchpoint>]` instead of training silently wrong. The rows were checked
 against TRL 1.14.2, 1.15.0 and 1.16.0 (installed sources diffed method by method; each release runs this file on CI).
 The asynchronous trainer's touchpoints are `ASYNC_TOUCHPOINTS` in `tests/test_trl_async_touchpoints.py`.
@@ -28,9 +28,14 @@ from trl.models import unwrap_model_for_generation
 from trl.trainer import grpo_trainer
 from trl.trainer.utils import RepeatSampler, get_config_model_id
 
-from trl_ada import trl_seam
+import trl_ada
+from trl_ada.trl_seam import grpo_private
 
-PACKAGE = Path(trl_seam.__file__).parent
+PACKAGE = Path(trl_ada.__file__).parent
+
+SEAM_MODULES = ("__init__.py", "grpo_private.py", "vllm_generation.py")
+"""The modules of `trl_ada/trl_seam/` that hold the synchronous trainer's touchpoints (the asynchronous trainer's:
+`ASYNC_SEAM_MODULES` in `tests/test_trl_async_touchpoints.py`)."""
 
 
 def _function(owner: object, name: str) -> ast.FunctionDef:
@@ -138,29 +143,33 @@ def _scores_completions_positionally() -> None:
 
 
 def _fused_lm_head_is_read_as_the_seam_reads_it() -> None:
-    """`trl_seam.fused_lm_head_is_triton_only` says "Triton only" exactly when the installed `add_fused_lm_head` calls
-    `_ChunkedLogProbFunction` without asking `_use_triton` first."""
+    """`trl_seam.grpo_private.fused_lm_head_is_triton_only` says "Triton only" exactly when the installed
+    `add_fused_lm_head` calls `_ChunkedLogProbFunction` without asking `_use_triton` first."""
     if not hasattr(trl_utils, "add_fused_lm_head"):
-        assert not trl_seam.fused_lm_head_is_triton_only()
+        assert not grpo_private.fused_lm_head_is_triton_only()
         return  # TRL 1.14: no fused LM head
     if trl_utils._ChunkedLogProbFunction is not None:  # TRL 1.15 sets it to None where Triton is not installed
         parameters(trl_utils._ChunkedLogProbFunction, "apply", ())()
     contains(GRPOTrainer, "__init__", "add_fused_lm_head(self.model")()
     contains(trl_utils, "add_fused_lm_head", "_ChunkedLogProbFunction.apply(")()
     dispatches = "_use_triton(" in inspect.getsource(trl_utils.add_fused_lm_head)
-    assert trl_seam.fused_lm_head_is_triton_only() is not dispatches, f"asks _use_triton: {dispatches}"
+    assert grpo_private.fused_lm_head_is_triton_only() is not dispatches, f"asks _use_triton: {dispatches}"
 
 
-SETS_UP = trl_seam.GENERATION_SEAM if trl_seam.has_generation_seam(GRPOTrainer) else "_generate_and_score_completions"
+SETS_UP = (
+    grpo_private.GENERATION_SEAM
+    if grpo_private.has_generation_seam(GRPOTrainer)
+    else "_generate_and_score_completions"
+)
 """The GRPOTrainer method that sets a batch up and calls `_generate`: the generation seam where TRL has it."""
 
 
 def _generation_seam_if_present() -> None:
-    if not trl_seam.has_generation_seam(GRPOTrainer):
+    if not grpo_private.has_generation_seam(GRPOTrainer):
         return  # TRL 1.14 to 1.16: a round raises `_RoundGenerated` instead (the row above)
-    calls(GRPOTrainer, trl_seam.GENERATION_SEAM, "self._generate(prompts)", times=1)()
-    calls(GRPOTrainer, "_generate_and_score_completions", f"self.{trl_seam.GENERATION_SEAM}(inputs)", times=1)()
-    seam = _function(GRPOTrainer, trl_seam.GENERATION_SEAM)
+    calls(GRPOTrainer, grpo_private.GENERATION_SEAM, "self._generate(prompts)", times=1)()
+    calls(GRPOTrainer, "_generate_and_score_completions", f"self.{grpo_private.GENERATION_SEAM}(inputs)", times=1)()
+    seam = _function(GRPOTrainer, grpo_private.GENERATION_SEAM)
     found = {ast.unparse(node.value) for node in ast.walk(seam) if isinstance(node, ast.Return)}
     assert len(found) == 1 and found.pop().startswith("(prompts, prompt_ids_list,"), found
 
@@ -222,7 +231,7 @@ TOUCHPOINTS = [
         _set_up_precedes_generate,
     ),
     Touchpoint(
-        f"GRPOTrainer.{trl_seam.GENERATION_SEAM}",
+        f"GRPOTrainer.{grpo_private.GENERATION_SEAM}",
         "call (when present)",
         "the generation seam proposed upstream (`docs/upstream/grpo-generation-seam.patch`; TRL 1.14 to 1.16 lack it): "
         "`_prepare_and_generate(inputs)` sets the batch up, calls `self._generate(prompts)` once and returns the "
@@ -233,12 +242,12 @@ TOUCHPOINTS = [
     Touchpoint(
         GENERATE,
         "override, call",
-        "`_generate(prompts)` returns the tuple named by `trl_seam.GENERATE_OUTPUT_FIELDS`; calls "
+        "`_generate(prompts)` returns the tuple named by `trl_seam.grpo_private.GENERATE_OUTPUT_FIELDS`; calls "
         "`rollout_func(prompts, self)` when one is set (its `env_mask` comes back as `tool_mask`, its other keys "
         "as `extra_fields`)",
         all_of(
             parameters(GRPOTrainer, "_generate", ("prompts",)),
-            returns(GRPOTrainer, "_generate", trl_seam.GENERATE_OUTPUT_FIELDS),
+            returns(GRPOTrainer, "_generate", grpo_private.GENERATE_OUTPUT_FIELDS),
             calls(GRPOTrainer, "_generate", "self.rollout_func(prompts, self)"),
             contains(GRPOTrainer, "_generate", 'extra_fields.pop("env_mask", None)'),
         ),
@@ -304,7 +313,7 @@ TOUCHPOINTS = [
         "GRPOTrainer.truncation",
         "behaviour",
         "a completion not ending with `eos_token_ids` or the pad id hit `max_completion_length` "
-        "(`trl_seam.is_truncated`, TRL's inline test); `mask_truncated_completions` masks it",
+        "(`trl_seam.grpo_private.is_truncated`, TRL's inline test); `mask_truncated_completions` masks it",
         all_of(
             assigned(GRPOTrainer, ("eos_token_ids", "mask_truncated_completions")),
             contains(
@@ -318,7 +327,8 @@ TOUCHPOINTS = [
     Touchpoint(
         "GRPOTrainer.sum_then_normalize",
         "behaviour",
-        "`trl_seam.summed_rewards` is TRL's inline `sum_then_normalize` sum: `reward_weights`, NaN skipped",
+        "`trl_seam.grpo_private.summed_rewards` is TRL's inline `sum_then_normalize` sum: `reward_weights`, NaN "
+        "skipped",
         all_of(
             assigned(GRPOTrainer, ("reward_weights", "multi_objective_aggregation")),
             contains(
@@ -344,7 +354,8 @@ TOUCHPOINTS = [
     Touchpoint(
         "VLLMGeneration.generate",
         "call, attribute",
-        "server mode calls `vllm_client.generate` with its sampling attributes (`trl_seam.server_sampling_params`)",
+        "server mode calls `vllm_client.generate` with its sampling attributes "
+        "(`trl_seam.vllm_generation.server_sampling_params`)",
         all_of(
             parameters(VLLMGeneration, "generate", ("prompts", "images", "num_generations")),
             assigned(
@@ -390,16 +401,17 @@ TOUCHPOINTS = [
         "trl.trainer.utils.add_fused_lm_head._ChunkedLogProbFunction",
         "behaviour, module variable",
         "`GRPOTrainer.__init__` puts `add_fused_lm_head` on the model, whose forward computes log-probabilities with "
-        "`_ChunkedLogProbFunction`: a Triton kernel only in TRL 1.15, which `trl_seam.check_fused_lm_head_runs` "
-        "therefore refuses off CUDA/XPU; a release that falls back to torch there dispatches on "
-        "`trl.kernels.chunked_logprob._use_triton` (1.16), which the check reads; 1.14 has no fused head",
+        "`_ChunkedLogProbFunction`: a Triton kernel only in TRL 1.15, which "
+        "`trl_seam.grpo_private.check_fused_lm_head_runs` therefore refuses off CUDA/XPU; a release that falls back "
+        "to torch there dispatches on `trl.kernels.chunked_logprob._use_triton` (1.16), which the check reads; 1.14 "
+        "has no fused head",
         _fused_lm_head_is_read_as_the_seam_reads_it,
     ),
     Touchpoint(
         "unwrap_model_for_generation",
         "function",
         "`trl.models.unwrap_model_for_generation(model, accelerator, gather_deepspeed3_params, ...)`, entered once "
-        "around a step's rounds (`trl_seam.unwrap_for_generation`)",
+        "around a step's rounds (`trl_seam.grpo_private.unwrap_for_generation`)",
         parameters(unwrap_model_for_generation, "", ("model", "accelerator", "gather_deepspeed3_params")),
     ),
     Touchpoint(
@@ -473,9 +485,10 @@ def test_trl_still_has(touchpoint):
 
 
 def test_the_touchpoints_cover_every_method_the_seam_checks_at_import():
-    # `trl_seam.check_overridable` refuses, at import, a TRL without these; each must be a row of the table too.
+    # `trl_seam.grpo_private.check_overridable` refuses, at import, a TRL without these; each must be a row of the
+    # table too.
     names = " ".join(touchpoint.name for touchpoint in TOUCHPOINTS)
-    assert [name for name in trl_seam.OVERRIDDEN_METHODS if name not in names] == []
+    assert [name for name in grpo_private.OVERRIDDEN_METHODS if name not in names] == []
 
 
 TRL_ACCESS = re.compile(r"\b(?:trainer|self|generation|client|super\(\))\.(_[a-z][a-z0-9_]*)")
@@ -488,7 +501,7 @@ def test_every_private_trl_name_the_synchronous_trainer_touches_is_a_touchpoint(
     trl_private = set()
     for owner in (GRPOTrainer, VLLMGeneration, VLLMClient, transformers.Trainer):
         trl_private |= set(re.findall(r"(?:\bdef |self\.)(_[a-z][a-z0-9_]*)", _class_sources(owner)))
-    sources = [(PACKAGE / "trl_seam.py").read_text().split("# The asynchronous trainer")[0]]
+    sources = [(PACKAGE / "trl_seam" / name).read_text() for name in SEAM_MODULES]
     for pattern in ("trainer.py", "schedules/*.py", "generation/*.py"):
         sources += [path.read_text() for path in sorted(PACKAGE.glob(pattern))]
     ours = "\n".join(sources)
@@ -510,7 +523,7 @@ def test_a_changed_touchpoint_fails_its_check():
     with pytest.raises(AssertionError, match="expected to begin with"):
         parameters(Changed, "_generate", ("prompts",))()
     with pytest.raises(AssertionError):
-        returns(Changed, "_generate", trl_seam.GENERATE_OUTPUT_FIELDS)()
+        returns(Changed, "_generate", grpo_private.GENERATE_OUTPUT_FIELDS)()
     with pytest.raises(AssertionError, match="is made 0 times"):
         calls(Changed, "_generate", "self.rollout_func(prompts, self)")()
     with pytest.raises(AssertionError, match="never sets"):

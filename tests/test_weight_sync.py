@@ -31,7 +31,8 @@ import trl_ada.trainer as trainer_module
 from trl_ada import AdaGRPOConfig, AdaGRPOTrainer
 from trl_ada.generation.weight_sync import one_weight_sync_per_step
 from trl_ada.tiny import build_tiny_model
-from trl_ada.trl_seam import last_loaded_step, set_vllm_weights_sleeping
+from trl_ada.trl_seam.grpo_private import last_loaded_step
+from trl_ada.trl_seam.vllm_generation import set_vllm_weights_sleeping
 
 STEPS = 3
 MAX_ROUNDS = 3

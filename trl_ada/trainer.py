@@ -41,7 +41,7 @@ from .schedules.pools import PoolEntry, generate_fields
 from .schedules.priority import check_prompt_choice, priority_order
 from .schedules.replay_rows import REPLAY_ROWS_NAME, forget_unindexed, load_replay_rows, save_replay_rows
 from .schedules.server_draws import ensure_open_files
-from .trl_seam import (
+from .trl_seam.grpo_private import (
     add_pending_extra_logs,
     check_fused_lm_head_runs,
     environment_pool,

@@ -19,7 +19,6 @@ from accelerate.utils import broadcast_object_list
 from transformers import TrainerCallback
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
-from .. import trl_seam
 from ..checkpoints import SAMPLER_STATE_NAME, CheckpointError, read_sampler_state
 from ..generation.faults import (
     VLLMServerError,
@@ -33,6 +32,16 @@ from ..reporting.card import ASYNC_TRAINER_NAME
 from ..samplers import PassRateEstimator, build_sampler
 from ..samplers.predictor import PREDICTOR_DIR
 from ..trainer import AdaGRPOTrainer, AdaModelCard, init_argument_binder
+from ..trl_seam.async_grpo_private import (
+    WEIGHT_SYNC_CALLS,
+    WEIGHT_SYNC_CALLS_IN_CALLER_THREAD,
+    async_rollout_worker_class,
+    has_tree_packing,
+    install_peak_flops_fallback,
+    rows_trained_for_the_position,
+)
+from ..trl_seam.batch_dispatch import batches_are_dispatched, fail_the_processes_waiting_for_a_batch
+from ..trl_seam.grpo_private import check_fused_lm_head_runs
 from .async_grpo_config import AdaAsyncGRPOConfig, resolve_prompts_per_generation_batch
 from .rollout import (
     GROUP_VERSION_KEY,
@@ -145,18 +154,18 @@ def allow_cpu() -> None:
     (`AdaAsyncGRPOTrainer` needs no call)."""
     import torch
 
-    if trl_seam.has_tree_packing():
+    if has_tree_packing():
         from .tree_attention import use_cpu_tree_attention_if_no_kernel
 
         use_cpu_tree_attention_if_no_kernel()
     if not torch.cuda.is_available():
-        trl_seam.install_peak_flops_fallback()
+        install_peak_flops_fallback()
 
 
 def register_cpu_tree_attention_if_no_kernel() -> None:
     """Register the plain-torch tree attention as `"tree_fa3"` where TRL's GPU kernel is not available (TRL 1.16),
     after `AsyncGRPOTrainer.__init__` registered TRL's own; TRL's module is left as it is."""
-    if trl_seam.has_tree_packing():
+    if has_tree_packing():
         from .tree_attention import kernel_available, register_cpu_tree_attention
 
         if not kernel_available():
@@ -174,7 +183,7 @@ def peak_flops_unknown_off_cuda() -> Iterator[None]:
     if original is None or torch.cuda.is_available():
         yield
         return
-    trl_seam.install_peak_flops_fallback()
+    install_peak_flops_fallback()
     try:
         yield
     finally:
@@ -245,7 +254,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
     rollout_worker_class: type = AdaAsyncRolloutWorker
     """The worker built (with TRL's arguments plus `ada_sampling`) when the sampler pools and none is injected: TRL
     computes its worker's arguments inside `__init__`, so its module builds this class during that call only
-    (`trl_seam.async_rollout_worker_class`) rather than the trainer copying TRL's call."""
+    (`trl_seam.async_grpo_private.async_rollout_worker_class`) rather than the trainer copying TRL's call."""
     uniform_worker_class: type = RobustAsyncRolloutWorker
     """The worker built (with TRL's arguments: TRL's loop) for `sampler="uniform"` when none is injected."""
 
@@ -260,7 +269,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
     ) -> None:
         """Overridden to build the sampler and choose the rollout worker before TRL builds and starts one."""
         named = _bind_async_init_arguments(self, model, reward_funcs, args, *positional, **kwargs)
-        trl_seam.check_fused_lm_head_runs("cpu" if getattr(args, "use_cpu", False) else None)
+        check_fused_lm_head_runs("cpu" if getattr(args, "use_cpu", False) else None)
         if args is None:
             args = AdaAsyncGRPOConfig(f"{model.split('/')[-1]}-AdaAsync")
         elif not isinstance(args, AdaAsyncGRPOConfig):
@@ -285,7 +294,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
             scope.enter_context(peak_flops_unknown_off_cuda())
             if named.get("rollout_worker") is None:
                 worker = worker_class if uniform else functools.partial(worker_class, ada_sampling=self.ada_sampling)
-                scope.enter_context(trl_seam.async_rollout_worker_class(worker))
+                scope.enter_context(async_rollout_worker_class(worker))
             super().__init__(model, reward_funcs, args, *positional, **kwargs)
         register_cpu_tree_attention_if_no_kernel()
         if self.rollout_worker is not None:
@@ -316,7 +325,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
             if self.accelerator.num_processes > 1 and self._batches_dispatched:
                 setattr(failure, RAISED_ON_EVERY_PROCESS, True)
                 try:
-                    trl_seam.fail_the_processes_waiting_for_a_batch(failure)
+                    fail_the_processes_waiting_for_a_batch(failure)
                 except Exception as unsent:  # another process is gone already: no barrier to wait at then
                     setattr(failure, RAISED_ON_EVERY_PROCESS, False)
                     logger.error("The other processes could not be told (%s: %s).", type(unsent).__name__, unsent)
@@ -326,7 +335,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
         """Overridden to watch TRL's rollout queue: the worker's health at every wait, and rows gone stale."""
         dataloader = super().get_train_dataloader()
         # Only a dispatched batch has the other processes waiting in the broadcast that a worker failure answers.
-        self._batches_dispatched = trl_seam.batches_are_dispatched(dataloader)
+        self._batches_dispatched = batches_are_dispatched(dataloader)
         dataset = getattr(self, "_rollout_dataset", None)  # TRL's `RolloutQueueDataset` (main process only)
         if dataset is not None:
             dataset.check_health_fn = self._check_worker_health_while_training
@@ -467,7 +476,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
         timeout = float(self.args.vllm_server_timeout)
         targets = [server for server in servers if server is not None] if self.accelerator.is_main_process else []
         with server_calls_of_one_sync(
-            targets, trl_seam.WEIGHT_SYNC_CALLS, health_url, timeout, trl_seam.WEIGHT_SYNC_CALLS_IN_CALLER_THREAD
+            targets, WEIGHT_SYNC_CALLS, health_url, timeout, WEIGHT_SYNC_CALLS_IN_CALLER_THREAD
         ) as failures:
             super()._sync_weight()
         first_sync = self._weight_syncs == 0  # TRL's cold sync at train begin, before step `global_step + 1`
@@ -508,7 +517,7 @@ class AdaAsyncGRPOTrainer(AdaModelCard, AsyncGRPOTrainer):
             self._state_of_this_save = {"sampler": answer.sampler, ROWS_COUNTED_AHEAD: ahead}
         try:
             # TRL's save resumes past the rows the worker dropped, as if trained (see "the resume position" above).
-            with trl_seam.rows_trained_for_the_position(self, self._dropped_row_ids):
+            with rows_trained_for_the_position(self, self._dropped_row_ids):
                 super()._save_checkpoint(model, trial)
         finally:
             self._state_of_this_save = None

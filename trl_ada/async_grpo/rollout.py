@@ -27,7 +27,6 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import trl_seam
 from ..generation.faults import VLLMServerUnresponsive
 from ..reporting.metrics import advantage_metrics
 from ..rewards.reward_registry import failing_reward_name
@@ -37,6 +36,12 @@ from ..samplers.base import PromptResult, Sampler, draw_memories, finish_update,
 from ..samplers.signal import grpo_rule_holds
 from ..samplers.streaming import begin_streaming
 from ..schedules import prompt_key, prompt_keys
+from ..trl_seam.async_grpo_private import (
+    async_rollout_classes,
+    merge_rollout_groups,
+    samples_per_conversation,
+    take_waiting_groups,
+)
 from .async_grpo_config import check_prompts_per_generation_batch, check_train_on, gates_refills
 
 logger = logging.getLogger(__name__)
@@ -56,7 +61,7 @@ FAILURE_REPORT_ARRIVAL_S = 5.0
 MAX_EMPTY_BATCHES = 1000
 """Consecutive generation batches without a single draw (all prompts skipped) after which the worker gives up."""
 
-_AsyncRolloutLoop, AsyncRolloutWorker = trl_seam.async_rollout_classes()
+_AsyncRolloutLoop, AsyncRolloutWorker = async_rollout_classes()
 
 
 @dataclass(frozen=True)
@@ -432,9 +437,9 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
     async def _score_group(self, group: Any) -> list[Any]:
         if not self.ada_sampling.pooled:
             return await self._score_update_group(group)
-        groups = [group, *trl_seam.take_waiting_groups(self)]
-        samples = await self._scored(trl_seam.merge_rollout_groups(groups))
-        per_draw = trl_seam.samples_per_conversation(groups, samples)
+        groups = [group, *take_waiting_groups(self)]
+        samples = await self._scored(merge_rollout_groups(groups))
+        per_draw = samples_per_conversation(groups, samples)
         touched = {self._draws[one.group_id].batch for one in groups}
         for batch_id in touched:
             self._batches[batch_id].step.stats.scoring_batches += 1  # one reward call served this batch
@@ -600,7 +605,7 @@ class AdaRolloutLoop(_AsyncRolloutLoop):
         """A group of `num_generations` (TRL's): its own advantages; without a signal it is dropped under DAPO."""
         samples = await self._scored(group)
         settings = self.ada_sampling.settings
-        rewards = [r for r, _ in trl_seam.samples_per_conversation([group], samples)]
+        rewards = [r for r, _ in samples_per_conversation([group], samples)]
         has_signal = dapo.group_has_signal(rewards, settings)
         metrics: dict[str, float | tuple[float, float]] = {}
         if settings.refills:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ..checkpoints import latest_complete_checkpoint
-from ..trl_seam import fail_the_processes_waiting_for_completions
+from ..trl_seam.vllm_generation import fail_the_processes_waiting_for_completions
 
 T = TypeVar("T")
 

@@ -11,13 +11,11 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from ..trl_seam import (
+from ..trl_seam.grpo_private import last_loaded_step, set_last_loaded_step, unwrap_for_generation
+from ..trl_seam.vllm_generation import (
     colocated_sleep_mode_vllm,
-    last_loaded_step,
-    set_last_loaded_step,
     set_vllm_sleep_mode,
     set_vllm_weights_sleeping,
-    unwrap_for_generation,
     vllm_engine,
 )
 

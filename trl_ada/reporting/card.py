@@ -354,7 +354,7 @@ def write_trainer_card(
     """
     from datasets import Dataset, IterableDataset
 
-    from ..trl_seam import get_config_model_id
+    from ..trl_seam.grpo_private import get_config_model_id
 
     check_license(license)
     args = trainer.args

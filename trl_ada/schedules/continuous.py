@@ -4,10 +4,10 @@ server.
 The main process submits each prompt's blocks as one-draw requests (`ContinuousStep`, the pure rule, decides them) and
 scores every draw back since the last "scoring batch". Every process scores a batch with the trainer's round code
 (`rounds.run_round`: TRL's own `_generate`, its server request answered with the completions already drawn by
-`trl_seam.replayed_completions`) and runs the sampling step itself on the same gathered rewards, so only each batch's
-(prompt, draw) pairs cross processes and the selection and sampler state come out the same everywhere. A failure on
-the main process is announced to the others; one inside a scoring batch (a reward function, the replay) is raised after
-the batch's collectives complete, so no process waits for ever.
+`trl_seam.vllm_generation.replayed_completions`) and runs the sampling step itself on the same gathered rewards, so
+only each batch's (prompt, draw) pairs cross processes and the selection and sampler state come out the same
+everywhere. A failure on the main process is announced to the others; one inside a scoring batch (a reward function,
+the replay) is raised after the batch's collectives complete, so no process waits for ever.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from ..generation.weight_sync import sync_server_weights_for_step
 from ..rewards.reward_registry import failing_reward_name
 from ..samplers import Selection
 from ..samplers.streaming import ScheduleStats
-from ..trl_seam import completions_payload, replayed_completions, server_sampling_params, tokenize_prompts
+from ..trl_seam.grpo_private import tokenize_prompts
+from ..trl_seam.vllm_generation import completions_payload, replayed_completions, server_sampling_params
 from . import rounds
 from .pools import PoolEntry
 from .rounds import RoundLayout

@@ -19,7 +19,7 @@ from ..samplers.base import fit_trained_rows
 from ..samplers.dapo import RefillWalk, fill_update, refill_gate
 from ..samplers.signal import trl_advantages_stand_in
 from ..samplers.streaming import ScheduleStats
-from ..trl_seam import RepeatSampler, train_metrics
+from ..trl_seam.grpo_private import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
 from .replay_rows import forget_unindexed, replay_weights, take_replayed

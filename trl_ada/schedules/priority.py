@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import IterableDataset, Sampler
 
 from ..samplers import ChoosesPrompts
-from ..trl_seam import repeat_layout
+from ..trl_seam.grpo_private import repeat_layout
 from .schedule import prompt_keys
 
 

@@ -15,7 +15,7 @@ from accelerate.utils import gather_object
 
 from ..checkpoints import CheckpointError
 from ..samplers import PromptKey, Selection
-from ..trl_seam import completion_logprobs
+from ..trl_seam.grpo_private import completion_logprobs
 from .pools import LocalRow, PoolEntry
 
 REPLAY_ROWS_NAME = "ada_replay_rows_{rank}.json"

@@ -16,7 +16,7 @@ from accelerate.utils import gather_object
 
 from ..generation.faults import vllm_server_errors
 from ..rewards.reward_registry import failing_reward_name
-from ..trl_seam import environment_pool, is_truncated, summed_rewards, take_pending_extra_logs
+from ..trl_seam.grpo_private import environment_pool, is_truncated, summed_rewards, take_pending_extra_logs
 from .pools import LocalRow, PoolEntry, row_extra_fields
 from .schedule import RoundResult, ScheduledBatch, ScheduleDriver, ScheduleStats
 
