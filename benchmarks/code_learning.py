@@ -53,7 +53,6 @@ from harness.curves import CURVE_KEYS, first_reach, mean_curve
 from harness.methods import (
     DAPO,
     DAPO_GATED,
-    DAPO_REPLAY,
     KNAPSACK,
     SEQ_BALANCE,
     SPO,
@@ -89,8 +88,7 @@ METHODS: dict[str, tuple[str, dict[str, Any]]] = {
     # The tournament's entries, the arithmetic benchmark's configurations (harness/methods.py).
     "knapsack": ("Knapsack-RL", KNAPSACK),
     "dapo_gated": ("DAPO, gated refill", DAPO_GATED),
-    # The mechanisms that train on draws a group baseline wastes (harness/methods.py).
-    "dapo_replay": ("DAPO, replayed successes", DAPO_REPLAY),
+    # A mechanism that trains on draws a group baseline wastes (harness/methods.py).
     "spo": ("SPO n=2", SPO),
 }
 BUILT_IN_METHODS = dict(METHODS)

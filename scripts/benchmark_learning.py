@@ -70,6 +70,8 @@ from harness.methods import (
     add_method_arguments,
     check_method_arguments,
     method_settings,
+    refuse_removed,
+    removed_reason,
     update_group_rows,
 )
 from harness.report import LEARNING_PANELS, Panel, fmt, markdown_table, plot_curves
@@ -142,8 +144,9 @@ METHODS: dict[str, tuple[str, dict]] = {
     # batch's prompts drawn by sqrt(p(1-p)) + 0.05 from the tracker.
     "spo": ("SPO n=2", SPO),
     # Replayed successes (AR3PO, arXiv 2509.25808; ExGRPO, arXiv 2510.02245): a prompt whose draws all came back wrong
-    # trains on its latest stored correct completion, so DAPO keeps it instead of refilling, and Seq-balance's
-    # all-wrong pools get a positive.
+    # trained on its latest stored correct completion, so DAPO kept it instead of refilling, and Seq-balance's
+    # all-wrong pools got a positive. Removed from trl-ada (harness/methods.py, REMOVED_KNOBS): kept so that the
+    # reports of their runs in benchmarks/results rebuild; running them is refused.
     "dapo_replay": ("DAPO, replayed successes", DAPO_REPLAY),
     "seq_balance_replay": ("Seq-balance, replayed successes", {**SEQ_BALANCE, "replay": "successes"}),
     # SPO with a weak Beta(0.1, 0.1) prior: a prompt never solved reads close to 0, as SPO's tracker initialised from
@@ -181,6 +184,7 @@ def make_config(
     from trl_ada import AdaGRPOConfig
 
     overrides = METHODS[method][1]
+    refuse_removed(method, overrides, recorded=method in BUILT_IN_METHODS)
     rows_per_step = prompts_per_step * overrides["num_generations"]
     arguments = training_args(str(out / f"{method}-seed{seed}"), seed, steps, lr, rows_per_step, max_completion_length)
     return AdaGRPOConfig(**arguments, **overrides)
@@ -700,6 +704,10 @@ def main(argv: list[str] | None = None) -> int:
     elif args.reuse_runs:
         pending = [(m, s) for m, s in pending if not reusable(run_path(runs_dir, m, s), run_settings(settings, m))]
         logger.info("Reusing %d finished runs.", len(args.seeds) * len(args.methods) - len(pending))
+    for method in dict.fromkeys(m for m, _ in pending):  # before any run starts
+        reason = removed_reason(method, METHODS[method][1], recorded=method in BUILT_IN_METHODS)
+        if reason is not None:
+            parser.error(reason)
     common = child_arguments(args, steps, prompts_per_step, eval_samples)
     argv = [sys.executable, __file__, *common, "--run"]
     children = [Child(m, s, [*argv, m, str(s)], runs_dir / f"{m}-seed{s}.log") for m, s in pending]

@@ -27,21 +27,6 @@ def starts_with_one(completions, **kwargs):
     return [1.0 if c[:1] == "1" else 0.0 for c in completions]
 
 
-class FirstCompletionRight:
-    """A reward right on the first completion it scores (unless built with `scored` > 0) and wrong ever after: one
-    success per process (a reward instance scores its own process's completions), then none."""
-
-    __name__ = "first_completion_right"
-
-    def __init__(self, scored: int = 0):
-        self.scored = scored
-
-    def __call__(self, completions, **kwargs):
-        rewards = [1.0 if self.scored + i == 0 else 0.0 for i in range(len(completions))]
-        self.scored += len(completions)
-        return rewards
-
-
 def length_or_none(completions, level, **kwargs):
     """A second reward that uses a dataset column and abstains (None) on level-0 prompts."""
     return [None if lvl == 0 else min(len(c), 6) / 6 for c, lvl in zip(completions, level)]

@@ -14,7 +14,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 import torch  # noqa: E402
 from conftest import (  # noqa: E402
     TINY_MODEL_KWARGS,
-    FirstCompletionRight,
     env_reward,
     env_rollout,
     rollout_env_mask,
@@ -40,7 +39,6 @@ def fingerprint(completions, **kwargs):
 
 class Recording(AdaGRPOTrainer):
     def _log_selection(self, selection):
-        self.__dict__.setdefault("replay_selections", []).append(selection)
         self.__dict__.setdefault("selections", []).append(
             {
                 "kept": [list(r.kept) for r in selection.prompts],
@@ -135,10 +133,6 @@ def run(out_dir: Path, name: str, reward, extra: dict | None = None, **overrides
         if (checkpoint := out_dir / name / "checkpoint-2").is_dir()
         else [],
         "baseline_history": trainer.ada_sampler.state_dict().get("baseline_history"),
-        "replayed": [
-            [list(result.replayed) if result.replayed else None for result in selection.prompts]
-            for selection in trainer.__dict__.get("replay_selections", [])
-        ],
     }
 
 
@@ -267,22 +261,6 @@ def main() -> None:
             num_generations=2,
             per_device_train_batch_size=4,
             max_steps=4,
-        ),
-        # Two prompts, each right once in the first step (each process's first completion), then all wrong: every
-        # later step trains each prompt's stored success, held by the process that generated it and routed to the one
-        # that trains it (the fingerprint reward checks the row is that completion).
-        "replay": run(
-            out_dir,
-            "replay",
-            [FirstCompletionRight(), fingerprint],
-            {"train_dataset": make_dataset(2, seed=1)},
-            reward_weights=[1.0, 0.0],
-            sampler="uniform",
-            replay="successes",
-            per_device_train_batch_size=4,
-            max_steps=3,
-            save_strategy="steps",
-            save_steps=2,
         ),
         "sparse": run(
             out_dir,

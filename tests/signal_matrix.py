@@ -29,7 +29,6 @@ AXES = {
     "normalize_advantages": (False, True),
     "objective": ("linear", "log"),
     "train_on": ("downsample", "pool"),
-    "replay": ("none", "successes"),
     "dapo_refill": (None, True),
 }
 """The settings that change an advantage, each with every value (the power objective shares the log's weight path;
@@ -222,7 +221,7 @@ def check_update(update: dict, config) -> int:
             assert config.baseline == "pool" and config.sampler in POOLING_SAMPLERS, (
                 f"a constant group {r.tolist()} trained with advantages {a.tolist()}"
             )
-    if config.dapo_refill and config.baseline not in ("tracked", "predicted") and config.replay == "none":
+    if config.dapo_refill and config.baseline not in ("tracked", "predicted"):
         if config.sampler in ("dapo", "dapo_gated") or config.baseline == "group":
             # 6. DAPO trains no group without a signal, however small the tolerance: a constant group is only
             #    keep_partial's padding, which trains nothing, and there is no more of it than DAPO failed to fill.

@@ -17,13 +17,13 @@ from trl_ada.tasks.arithmetic import make_dataset  # noqa: E402
 from trl_ada.tiny import build_char_tokenizer  # noqa: E402
 
 BASE = {"baseline": "pool", "scale_rewards": "group", "normalize_advantages": False, "objective": "linear"}
-BASE |= {"train_on": "downsample", "replay": "none", "dapo_refill": None}
+BASE |= {"train_on": "downsample", "dapo_refill": None}
 CASES = [
     ({**BASE, "sampler": "spo", "baseline": "tracked", "scale_rewards": "none", "normalize_advantages": True}, {}),
     ({**BASE, "sampler": "dapo", "baseline": "tracked", "scale_rewards": "none"}, {"zero_variance_tolerance": 0.0}),
     ({**BASE, "sampler": "seq_balance", "scale_rewards": "none", "normalize_advantages": True}, {}),
     ({**BASE, "sampler": "seq_balance", "train_on": "pool"}, {"steps_per_generation": 2, "loss_type": "dapo"}),
-    ({**BASE, "sampler": "seq_balance", "replay": "successes", "objective": "log"}, {}),
+    ({**BASE, "sampler": "seq_balance", "objective": "log"}, {}),
     ({**BASE, "sampler": "est", "scale_rewards": "batch"}, {"steps_per_generation": 2}),
     ({**BASE, "sampler": "uniform"}, {}),
 ]

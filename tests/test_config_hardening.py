@@ -196,7 +196,6 @@ UNREAD_READ_VALUE = {
     "dapo_refill": ({"sampler": "uniform"}, {"sampler": "seq_balance"}, True),
     "dapo_max_refills": ({"sampler": "seq_balance"}, {"sampler": "dapo"}, 3),
     "dapo_on_exhausted": ({"sampler": "uniform"}, {"sampler": "seq_pos", "dapo_refill": True}, "keep_partial"),
-    "replay_buffer_size": ({}, {"replay": "successes"}, 8),
     "continuous_max_in_flight": (
         {},
         {"use_vllm": True, "vllm_mode": "server", "generation_schedule": "continuous"},

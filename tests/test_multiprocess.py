@@ -17,13 +17,13 @@ def two_process_reports(tmp_path_factory):
 
 
 def test_two_processes_ran(two_process_reports):
-    for scenario in ("balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "spo", "replay", "sparse"):
+    for scenario in ("balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "spo", "sparse"):
         assert [report[scenario]["num_processes"] for report in two_process_reports] == [2, 2]
         assert [report[scenario]["process_index"] for report in two_process_reports] == [0, 1]
 
 
 @pytest.mark.parametrize(
-    "scenario", ["balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "spo", "replay", "sparse"]
+    "scenario", ["balance", "routing", "rollout", "est", "dapo", "tracked", "pool", "spo", "sparse"]
 )
 def test_ranks_agree_on_every_selection(two_process_reports, scenario):
     rank0, rank1 = (report[scenario] for report in two_process_reports)
@@ -80,18 +80,6 @@ def test_spo_draws_the_same_prompts_by_priority_on_both_processes(two_process_re
         rows = local0 + local1
         prompts = rows[::2]
         assert rows[1::2] == prompts and len(set(prompts)) == 4
-
-
-def test_replayed_successes_are_routed_to_the_process_that_trains_them(two_process_reports):
-    rank0, rank1 = (report["replay"] for report in two_process_reports)
-    assert rank0["replayed"] == rank1["replayed"]
-    # The first step stores one success per process; each later step replays both prompts' (the sampler's index).
-    assert rank0["replayed"][0] == [None, None]
-    assert all(all(replayed is not None for replayed in step) for step in rank0["replayed"][1:])
-    assert rank0["rows_line_up"] == rank1["rows_line_up"] == [True] * 3
-    assert any(moved for moved in rank0["moved"][1:])  # some replayed row trained on the other process
-    # Each process wrote the completions it holds into the checkpoint.
-    assert {"ada_replay_rows_0.json", "ada_replay_rows_1.json"} <= set(rank0["checkpoint_files"])
 
 
 def test_balance_run_keeps_static_shapes(two_process_reports):

@@ -1,6 +1,6 @@
 """
 The signal-integrity matrix: for the accepted combinations of every setting that changes an advantage (sampler x
-baseline x scale_rewards x normalize_advantages x objective x train_on x replay x DAPO refills, with
+baseline x scale_rewards x normalize_advantages x objective x train_on x DAPO refills, with
 steps_per_generation, the zero-variance boundary and the loss's normaliser), the advantages in the batch TRL trains on
 are the sampler's and obey what their definitions imply (tests/signal_matrix.py says which checks). The trainer runs
 a set of combinations that holds every accepted pair of values (a pairwise covering set: the combinations are too
@@ -56,7 +56,7 @@ def split(case: dict) -> tuple[dict, dict]:
 
 @pytest.fixture(scope="module")
 def small_dataset():
-    # Four prompts, each four times: every prompt comes back within a few steps, so remembered baselines and replay
+    # Four prompts, each four times: every prompt comes back within a few steps, so remembered baselines
     # have history, and DAPO's refills still find rows to draw.
     from datasets import concatenate_datasets
 
@@ -107,7 +107,6 @@ def test_trl_stands_in_only_where_its_advantages_are_the_samplers():
         {"baseline": "tracked", "scale_rewards": "none"},
         {"normalize_advantages": True, "scale_rewards": "none"},
         {"objective": "log"},
-        {"replay": "successes"},
         {"max_weight": 0.5},
     ):
         changed = dataclasses.replace(settings, **knobs)
@@ -299,7 +298,7 @@ def test_the_pool_step_factor_gives_the_downsampled_rules_expected_gradient():
 def test_normalize_then_sum_is_refused_where_the_samplers_advantages_would_replace_trls():
     common = dict(output_dir="outputs/nts", use_cpu=True, bf16=False, report_to="none", num_generations=4)
     AdaGRPOConfig(**common, sampler="uniform", multi_objective_aggregation="normalize_then_sum")  # TRL's stands
-    for knobs in ({"replay": "successes"}, {"baseline": "tracked", "scale_rewards": "none"}, {"objective": "log"}):
+    for knobs in ({"baseline": "tracked", "scale_rewards": "none"}, {"objective": "log"}):
         with pytest.raises(ValueError, match="normalize_then_sum"):
             AdaGRPOConfig(**common, sampler="uniform", multi_objective_aggregation="normalize_then_sum", **knobs)
 

@@ -60,8 +60,8 @@ def fingerprint(**overrides):
         for k, v in selection.metrics.items()
         if "time" not in k and "/bin_" not in k and not k.startswith("draws/")
     )
-    # `PromptResult.unnormalised_weight`, `draw_shares` (empty unless `train_on="pool"`) and `replayed` (None unless
-    # `replay="successes"`), fields added since, are left out like the new metrics.
+    # `PromptResult.unnormalised_weight` and `draw_shares` (empty unless `train_on="pool"`), fields added since, are
+    # left out like the new metrics (`replayed`, added and removed since, no longer appears).
     text = re.sub(r", unnormalised_weight=[^,)]+", "", repr((selection.prompts, selection.pools, metrics)))
     text = text.replace(", draw_shares=()", "").replace(", replayed=None", "")
     return hashlib.sha256(text.encode()).hexdigest()[:16], selection

@@ -126,22 +126,6 @@ def all_of(*checks: Callable[[], None]) -> Callable[[], None]:
     return check
 
 
-def _scores_completions_positionally() -> None:
-    """`_get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, batch_size=...)`: TRL 1.16
-    names the parameters; 1.14 and 1.15 forward `(model, *args, batch_size=...)` to `_full_logits_logps`, which names
-    them in that order."""
-    signature = inspect.signature(GRPOTrainer._get_per_token_logps_and_entropies)
-    names = [p for p in signature.parameters if p != "self"]
-    if "args" in names and signature.parameters["args"].kind is inspect.Parameter.VAR_POSITIONAL:
-        assert names[0] == "model" and "batch_size" in names, names
-        parameters(
-            GRPOTrainer, "_full_logits_logps", ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size")
-        )()
-        return
-    expected = ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size")
-    assert tuple(names[: len(expected)]) == expected, f"parameters {names}, expected to begin with {list(expected)}"
-
-
 def _fused_lm_head_is_read_as_the_seam_reads_it() -> None:
     """`trl_seam.grpo_private.fused_lm_head_is_triton_only` says "Triton only" exactly when the installed
     `add_fused_lm_head` calls `_ChunkedLogProbFunction` without asking `_use_triton` first."""
@@ -461,14 +445,6 @@ TOUCHPOINTS = [
             contains(transformers.Trainer, "__init__", "self.callback_handler.on_init_end("),
             contains(GRPOTrainer, "__init__", "args.max_steps <= 0", "super().__init__(", "self.ref_model ="),
         ),
-    ),
-    Touchpoint(
-        "GRPOTrainer._get_per_token_logps_and_entropies",
-        "call",
-        "`(model, input_ids, attention_mask, logits_to_keep, batch_size=...)` returns the per-token log-probabilities "
-        "of the last `logits_to_keep` tokens first, at the generation temperature: what `replay_weights` scores a "
-        "replayed success with",
-        _scores_completions_positionally,
     ),
     Touchpoint(
         "GRPOTrainer.create_model_card",

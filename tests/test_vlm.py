@@ -134,13 +134,3 @@ def test_seq_balance_on_two_processes_keeps_rows_with_their_images(tmp_path):
     assert any(moved > 0 for moved in reports[0]["moved"])  # some kept rows changed process
     assert reports[0]["weights"] == reports[1]["weights"]
     assert reports[0]["weights"] != reports[0]["initial_weights"]
-
-
-def test_replay_with_image_prompts_is_refused_before_training(tmp_path, processor):
-    """Replayed completions are saved in checkpoints as JSON, which holds no image: refused at construction."""
-    config = AdaGRPOConfig(**tiny_args(tmp_path), sampler="uniform", replay="successes")
-    model, _ = build_tiny_vlm(processor, seed=0)
-    with pytest.raises(ValueError, match="replay='successes' saves each stored completion"):
-        AdaGRPOTrainer(
-            model, [contains_colour_letter], args=config, train_dataset=colour_dataset(4), processing_class=processor
-        )

@@ -45,11 +45,6 @@ def check_train_on(train_on: str, settings: SamplerSettings) -> None:
         raise ValueError(f"train_on={train_on!r} is not supported. Choose one of {list(TRAIN_ON_CHOICES)}.")
     if train_on == "downsample":
         return
-    if settings.replay != "none":
-        raise ValueError(
-            f"train_on='pool' trains on every draw of a pool, and replay={settings.replay!r} puts a stored success in "
-            "the place of one of them. Choose one: remove replay, or use train_on='downsample'."
-        )
     if settings.max_pool_size <= settings.num_generations:
         how = (
             f"round_size * max_rounds = {settings.max_pool_size} is num_generations, so the pool is the update group. "
@@ -263,13 +258,6 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             What to do when `dapo_max_refills` is reached before the batch is full. Supported values are `"raise"` (as
             in verl) and `"keep_partial"` (train on the prompts with a signal, padded with zero-advantage groups). Read
             when DAPO refills are on; the asynchronous trainer supports only `"raise"`.
-        replay (`str`, *optional*, defaults to `"none"`):
-            Replayed successes: `"successes"` gives a prompt whose draws all came back wrong its latest correct
-            completion from an earlier generation batch, in place of its last kept draw (trained on, never counted as a
-            draw); `"none"` replays nothing.
-        replay_buffer_size (`int`, *optional*, defaults to `1024`):
-            Prompts whose latest correct completion `replay="successes"` keeps, the least recently stored forgotten
-            first; each process holds the completions it generated. Must be at least 1.
 
         > Parameters of the generation schedule (read by `seq_pos` / `seq_balance`)
 
@@ -376,9 +364,9 @@ class AdaGRPOConfig(TrainOnField, SamplerFields, GRPOConfig):
             raise ValueError(
                 f"multi_objective_aggregation={self.multi_objective_aggregation!r} normalises each reward function "
                 "inside the group, which TRL applies only to its own group advantages: with any other sampler, "
-                "baseline, weight, normalisation or replay trl-ada trains its own advantages and the aggregation "
+                "baseline, weight or normalisation trl-ada trains its own advantages and the aggregation "
                 "would be replaced. Use multi_objective_aggregation='sum_then_normalize' (TRL's default), or "
-                "sampler='uniform' with its default baseline, objective, normalize_advantages and replay."
+                "sampler='uniform' with its default baseline, objective and normalize_advantages."
             )
         self._validate_generation_schedule(settings)
         check_train_on(self.train_on, settings)

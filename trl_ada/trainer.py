@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from accelerate import PartialState
-from accelerate.utils import broadcast_object_list, gather_object
+from accelerate.utils import broadcast_object_list
 from datasets import IterableDataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
@@ -37,9 +37,8 @@ from .samplers import ChoosesPrompts, PassRateEstimator, Selection, build_sample
 from .samplers.dapo import RefillWalk
 from .samplers.predictor import PREDICTOR_DIR
 from .schedules.driver import PendingBatch, check_memory_can_act, log_selection, refill_walk, sample_step
-from .schedules.pools import PoolEntry, generate_fields
+from .schedules.pools import generate_fields
 from .schedules.priority import check_prompt_choice, priority_order
-from .schedules.replay_rows import REPLAY_ROWS_NAME, forget_unindexed, load_replay_rows, save_replay_rows
 from .schedules.server_draws import ensure_open_files
 from .trl_seam.grpo_private import (
     add_pending_extra_logs,
@@ -276,7 +275,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         self._ada_warned: set[str] = set()
         # The sampler's state at the start of the current generation block, saved by a checkpoint inside the block.
         self._ada_state_before_block: dict[str, Any] | None = None
-        self._ada_replay_rows_before_block: dict[str, PoolEntry] | None = None
         if args is None:
             model_name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = AdaGRPOConfig(f"{model_name.split('/')[-1]}-Ada")
@@ -307,8 +305,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         self.ada_sampler = build_sampler(
             settings, pass_rate_estimator, resolve_pass_rate_predictor(settings), train_on=args.train_on
         )
-        # `replay="successes"`: the stored completions the sampler's index points to (`trl_ada.schedules.replay_rows`).
-        self.ada_replay_rows: dict[str, PoolEntry] = {}
         if environment_owns_data and settings.sampler != "uniform":
             # Only plain GRPO can let an environment own the data; refused through the callbacks GRPOTrainer runs.
             named["callbacks"] = [*(named.get("callbacks") or []), _RefuseEnvironmentOwnedData(settings.sampler)]
@@ -321,11 +317,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         use_concise_console(self)
         self.add_callback(_ReduceLogWindow(self))
         apply_cpu_thread_default(self.model, self.accelerator.device)
-        if settings.replay == "successes" and is_vlm(self):
-            raise ValueError(
-                "replay='successes' saves each stored completion in the checkpoints as JSON (data only), and a "
-                "vision-language model's prompts carry images, which it does not save. Use replay='none'."
-            )
         if args.generation_schedule == "continuous" and is_vlm(self):
             raise ValueError(
                 "generation_schedule='continuous' sends token ids only; a vision-language model's prompts carry "
@@ -363,9 +354,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         if self._blocks_span_steps:
             # TRL regenerates a generation block on resume; a checkpoint inside one saves the state from here.
             self._ada_state_before_block = copy.deepcopy(self._sampler_training_state())
-            # The stored successes of the same moment: a copy of the dict (an entry changes only in the step that
-            # stores it, which sets its behaviour log-probability).
-            self._ada_replay_rows_before_block = dict(self.ada_replay_rows)
         try:
             # Sample first, then let TRL build the batch from the kept rows: its prompts, logs and reward kwargs then
             # line up with the completions even when the kept prompts differ from `inputs` (DAPO refills, est).
@@ -471,13 +459,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
         """Overridden to write the sampler's state into each checkpoint, before its `trainer_state.json` and push."""
         super()._save_optimizer_and_scheduler(output_dir)
         inside_block = self._blocks_span_steps and micro_step(self) % self._generate_every != 0
-        if self.ada_sampler.replay is not None:
-            # Each process holds the completions it generated: each writes its own, as TRL's RNG states, from the
-            # moment the sampler state below is from.
-            rows = self._ada_replay_rows_before_block if inside_block else None
-            save_replay_rows(
-                self.ada_replay_rows if rows is None else rows, output_dir, self.accelerator.process_index
-            )
         if not self.args.should_save:
             return
         state = self._sampler_training_state()
@@ -519,8 +500,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
             return
         self.ada_sampler.load_state_dict(state["sampler"])
         self.ada_refills.load_state_dict(state["refill"])
-        if self.ada_sampler.replay is not None:
-            self._load_replay_rows(checkpoint)
 
     # -- Sampling ------------------------------------------------------------------------------------------------------
 
@@ -533,24 +512,6 @@ class AdaGRPOTrainer(AdaModelCard, GRPOTrainer):
     def _blocks_span_steps(self) -> bool:
         """Whether one generation block feeds several optimizer steps, so a checkpoint can fall inside one."""
         return self.args.gradient_accumulation_steps % self._generate_every != 0
-
-    def _load_replay_rows(self, checkpoint: str) -> None:
-        """Every process's stored successes from `checkpoint`; all processes fail together when one has no file."""
-        rows = load_replay_rows(checkpoint, self.accelerator.process_index, self.accelerator.device)
-        if not all(gather_object([rows is not None])):
-            raise CheckpointError(
-                f"Cannot resume replay='successes' from {checkpoint}: a process has no "
-                f"{REPLAY_ROWS_NAME.format(rank='<rank>')} there (each process writes its own). Resume from another "
-                "checkpoint (resume_from_checkpoint=True takes the newest loadable one), on the same number of processes."
-            )
-        # Keep what both the index (from before a generation block) and the completions hold; a success held by a
-        # process this run does not have (it resumes on fewer) cannot be routed and is forgotten.
-        index = self.ada_sampler.replay.stored
-        world = self.accelerator.num_processes
-        for key in [key for key in index if key not in rows or rows[key].holder >= world]:
-            del index[key]
-        forget_unindexed(rows, index)
-        self.ada_replay_rows = rows
 
     def _sampler_training_state(self) -> dict[str, Any]:
         return {"sampler": self.ada_sampler.state_dict(), "refill": self.ada_refills.state_dict()}

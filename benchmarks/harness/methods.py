@@ -19,9 +19,39 @@ DAPO_GATED: dict[str, Any] = {**DAPO, "sampler": "dapo_gated"}
 # normalised over the update; SPO itself: the smallest group TRL allows on that baseline, prompts drawn by priority.
 REMEMBERED_BASELINE: dict[str, Any] = {"baseline": "tracked", "scale_rewards": "none", "normalize_advantages": True}
 SPO: dict[str, Any] = {"sampler": "spo", "num_generations": 2, **REMEMBERED_BASELINE}
-# Replayed successes (AR3PO, arXiv 2509.25808; ExGRPO, arXiv 2510.02245): an all-wrong group trains on its prompt's
-# latest stored correct completion, so DAPO keeps it instead of refilling.
+# Replayed successes (AR3PO, arXiv 2509.25808; ExGRPO, arXiv 2510.02245): an all-wrong group trained on its prompt's
+# latest stored correct completion, so DAPO kept it instead of refilling. trl-ada 0.1.0 removed `replay`; the
+# definition stays so that the reports of its runs in benchmarks/results rebuild (`--report_only`, or `--reuse_runs`
+# with every run there), and running it is refused (`refuse_removed`).
 DAPO_REPLAY: dict[str, Any] = {**DAPO, "replay": "successes"}
+REMOVED_KNOBS: dict[str, str] = {
+    "replay": "replay was removed in trl-ada 0.1.0 (BENCHMARKS.md, 'Signal integrity': it tied the rule it extends, "
+    "and it cannot be a sampler plug-in)",
+}
+"""`AdaGRPOConfig` fields that trl-ada no longer has, and why: a method that sets one can be reported, not run."""
+
+
+def removed_reason(method: str, overrides: dict[str, Any], *, recorded: bool = True) -> str | None:
+    """Why a run of `method` with these `overrides` cannot start (a knob of `REMOVED_KNOBS`), or `None` when it can;
+    `recorded`: a built-in method, whose runs in benchmarks/results are what ran."""
+    knobs = [knob for knob in REMOVED_KNOBS if knob in overrides]
+    if not knobs:
+        return None
+    reason = f"{method} sets {', '.join(f'{knob}={overrides[knob]!r}' for knob in knobs)}: "
+    reason += "; ".join(REMOVED_KNOBS[knob] for knob in knobs)
+    if not recorded:
+        return reason + f". Drop {' and '.join(knobs)} from it."
+    return (
+        reason + "; the records in benchmarks/results are what ran. Rebuild their reports with --report_only (or "
+        "--reuse_runs, with every run already there)."
+    )
+
+
+def refuse_removed(method: str, overrides: dict[str, Any], *, recorded: bool = True) -> None:
+    """`ValueError` (`removed_reason`) when a run of `method` would set a knob trl-ada no longer has."""
+    reason = removed_reason(method, overrides, recorded=recorded)
+    if reason is not None:
+        raise ValueError(reason)
 
 
 def update_group_rows(overrides: dict[str, Any], prompts_per_step: int) -> int | None:

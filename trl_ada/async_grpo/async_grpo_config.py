@@ -66,8 +66,6 @@ def resolve_prompts_per_generation_batch(
 SYNC_ONLY_KNOBS = {
     "dapo_on_exhausted": "the asynchronous worker has no partial batch to keep (it fails once dapo_max_refills is "
     "reached), so it does not read it (AdaGRPOConfig does).",
-    "replay": "the asynchronous worker does not replay stored completions, so it does not read it (AdaGRPOConfig "
-    "does).",
 }
 """Sampler knobs of the synchronous trainer's refills that the asynchronous stream has no use for, and why."""
 

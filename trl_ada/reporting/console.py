@@ -14,10 +14,9 @@ CONSOLE_ADA_METRICS: tuple[str, ...] = (
     "ada/zero_variance_share/kept",
     "ada/advantages/abs_max",
     "ada/dapo/dropped_share",
-    "ada/replay/share",
 )
 """The trl-ada metrics a log line shows (when logged): draws per prompt, the update's share without a signal, the
-largest trained advantage, DAPO's drops and the replayed share."""
+largest trained advantage and DAPO's drops."""
 
 
 def console_view(logs: dict[str, Any]) -> dict[str, Any]:

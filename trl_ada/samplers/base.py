@@ -16,7 +16,6 @@ from typing import Any, ClassVar
 from . import rules
 from .accounting import PromptDraws, draw_metrics
 from .predictor import build_pass_rate_estimator, calibration, calibration_bins
-from .replay import SuccessReplay
 from .settings import REMEMBERED_BASELINES, SamplerOptions, SamplerSettings, option_fields
 from .tracker import DecayedBetaTracker, PassRateEstimator, checked_estimates
 
@@ -46,13 +45,10 @@ class PromptResult:
     draw_shares: tuple[float, ...] = ()
     """Per kept completion, the factor of its advantage (empty: every factor is 1). With `train_on="pool"` every draw
     is kept, scaled by the share of its outcome's draws the sampler's group took ([`rules.outcome_shares`])."""
-    replayed: tuple[int, float] | None = None
-    """With `replay="successes"`, for a prompt whose draws all came back wrong: `(age in batches, reward)` of the
-    stored success that replaced its last kept draw (its index in `kept` is the pool's length)."""
 
     def kept_rewards(self, pool: Sequence[float]) -> list[float]:
-        """The rewards of the kept completions, in `kept`'s order, the replayed success's included."""
-        return [pool[i] if i < len(pool) else self.replayed[1] for i in self.kept]
+        """The rewards of the kept completions, in `kept`'s order."""
+        return [pool[i] for i in self.kept]
 
     def advantage_of(self, reward: float) -> float:
         """`w * (r - b)` for a completion with `reward` ([`rules.advantage`]); exactly zero without a signal."""
@@ -72,8 +68,6 @@ class Selection:
     metrics: dict[str, float] = field(default_factory=dict)
     kept_constant: tuple[bool, ...] = ()
     """Per prompt: whether its kept group's rewards are constant (what `zero_variance_share/kept` averages)."""
-    replay_stored: tuple[int | None, ...] = ()
-    """With `replay="successes"`, per prompt: the draw of its pool stored as its latest success (None: none)."""
 
 
 class SamplingStep:
@@ -196,9 +190,7 @@ class SamplingStep:
                 for index, (group, pool) in enumerate(zip(kept, self.pools, strict=True))
             ]
             kept = [list(range(len(pool))) for pool in self.pools]
-        replayed = self._replayed(kept)
-        # A replayed success enters the baseline and the advantages only: never the pass rate or a memory of draws.
-        pools = [pool + [success[1]] if success else pool for pool, success in zip(self.pools, replayed, strict=True)]
+        pools = self.pools
         kept_rewards = [[pool[i] for i in idx] for pool, idx in zip(pools, kept, strict=True)]
 
         pool_stats = [rules.mean_and_std(pool) for pool in self.pools]
@@ -225,9 +217,9 @@ class SamplingStep:
 
         kept_constant = [rules.has_zero_variance(rewards, tolerance) for rewards in kept_rewards]
         prompts = [
-            PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful, weight, share, success)
-            for idx, (baseline, _), scale, weight, pass_rate, useful, share, success in zip(
-                kept, stats, scales, weights, pass_rates, has_signal, draw_shares, replayed, strict=True
+            PromptResult(tuple(idx), baseline, scale, weight, pass_rate, (), useful, weight, share)
+            for idx, (baseline, _), scale, weight, pass_rate, useful, share in zip(
+                kept, stats, scales, weights, pass_rates, has_signal, draw_shares, strict=True
             )
         ]
         results = list(finish_update(prompts, kept_rewards, settings))
@@ -235,7 +227,6 @@ class SamplingStep:
         if self.sampler.baseline_history is not None:
             metrics["baseline/tracked_share"] = sum(p is not None for p in remembered) / self.num_prompts
             self.sampler.baseline_history.update(self.keys, *self._reward_sums())
-        stored = self._store_successes()
         selection = Selection(
             prompts=tuple(results),
             pools=tuple(tuple(pool) for pool in self.pools),
@@ -245,44 +236,9 @@ class SamplingStep:
             group_size=settings.num_generations,
             metrics=metrics,
             kept_constant=tuple(kept_constant),
-            replay_stored=stored,
         )
         self.sampler.end_step(self, selection)
         return selection
-
-    def _replayed(self, kept: list[list[int]]) -> list[tuple[int, float] | None]:
-        """Put each all-wrong prompt's stored success in place of its last kept draw: its `(age, reward)`."""
-        replay = self.sampler.replay
-        if replay is None:
-            return [None] * self.num_prompts
-        if self.keys is None:
-            raise ValueError("replay='successes' remembers prompts by key: begin() the step with prompt_keys.")
-        replayed: list[tuple[int, float] | None] = []
-        for index, ((positives, negatives), key) in enumerate(zip(self.outcomes, self.keys, strict=True)):
-            success = replay.lookup(key) if positives == 0 and negatives > 0 and kept[index] else None
-            if success is None:
-                replayed.append(None)
-                continue
-            kept[index] = [*kept[index][:-1], len(self.pools[index])]
-            replayed.append((replay.age(success), success.reward))
-        return replayed
-
-    def _store_successes(self) -> tuple[int | None, ...]:
-        """Store each prompt's latest positive draw (not masked) as its success; the draws stored, per prompt."""
-        replay = self.sampler.replay
-        if replay is None:
-            return ()
-        threshold = self.settings.positive_threshold
-        stored: list[int | None] = []
-        for index, (pool, key) in enumerate(zip(self.pools, self.keys, strict=True)):
-            positives = [
-                i for i, r in enumerate(pool) if rules.is_positive(r, threshold) and i not in self.masked[index]
-            ]
-            stored.append(positives[-1] if positives else None)
-            if positives:
-                replay.store(key, pool[positives[-1]])
-        replay.batches += 1
-        return tuple(stored)
 
     def _reward_sums(self) -> tuple[list[int], list[float]]:
         """Per prompt, its scored draws (masked ones left out) and the sum of their rewards: what a remembered
@@ -447,10 +403,7 @@ def selection_draws(
     """Each prompt of a batch for [`draw_metrics`]; `in_update` (default: all) says which prompts the update took."""
     taken = in_update if in_update is not None else [True] * len(results)
     return [
-        # A replayed success is trained on but was not drawn: it is no draw of this pool.
-        PromptDraws(
-            result.pass_rate, len(pool), useful, len(result.kept) - (result.replayed is not None) if useful else 0
-        )
+        PromptDraws(result.pass_rate, len(pool), useful, len(result.kept) if useful else 0)
         for result, pool, chosen in zip(results, pools, taken, strict=True)
         for useful in (chosen and result.has_signal,)
     ]
@@ -524,7 +477,6 @@ class Sampler:
                 "or round_policy='predictive'/'tracked' of seq_pos/seq_balance."
             )
         self.estimator = estimator
-        self.replay = SuccessReplay(self.settings.replay_buffer_size) if self.settings.replay == "successes" else None
         # The trainer config's `train_on` (set by `build_sampler`): the group `keep` chooses, or the whole pool.
         self.train_on = "downsample"
         # A remembered baseline's memory, updated by `finish`; separate from the sampler's own estimator.
@@ -574,8 +526,6 @@ class Sampler:
         state: dict[str, Any] = {"rng": self.rng.getstate()}
         if self.baseline_history is not None:
             state["baseline_history"] = self.baseline_history.state_dict()
-        if self.replay is not None:
-            state["replay"] = self.replay.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -583,8 +533,6 @@ class Sampler:
         self.rng.setstate((version, tuple(internal), gauss))
         if self.baseline_history is not None and "baseline_history" in state:
             self.baseline_history.load_state_dict(state["baseline_history"])
-        if self.replay is not None and "replay" in state:
-            self.replay.load_state_dict(state["replay"])
 
 
 def draw_memories(sampler: Sampler) -> tuple[PassRateEstimator, ...]:
@@ -599,17 +547,11 @@ def describe(settings: SamplerSettings) -> str:
     cls = settings.sampler_class
     owner = next(klass for klass in cls.Options.__mro__ if "describe" in vars(klass))
     text = settings.options.describe(settings)
-    replay = (
-        " A prompt whose draws all came back wrong trained on its latest stored correct completion, in place of its "
-        'last kept draw (`replay="successes"`), its advantage weighted by min(1, π_now / π_then) of that completion.'
-        if settings.replay == "successes"
-        else ""
-    )
     if text is not None and (cls.__module__.startswith("trl_ada.") or not owner.__module__.startswith("trl_ada.")):
-        return text + replay
+        return text
     return (
         f"Completions were drawn by the plug-in sampler `{cls.__module__}.{cls.__qualname__}` (registered as "
-        f"`{settings.sampler}`), which does not describe its rule; its settings are listed below." + replay
+        f"`{settings.sampler}`), which does not describe its rule; its settings are listed below."
     )
 
 

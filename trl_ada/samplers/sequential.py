@@ -143,7 +143,7 @@ class SequentialSampler(RunsRoundFree, Sampler):
     def begin(self, num_prompts: int, prompt_keys: Sequence[Hashable] | None = None) -> SamplingStep:
         if self.estimator is not None and prompt_keys is None:
             raise ValueError("round_policy='tracked' needs one stable key per prompt")
-        # The keys also serve a remembered baseline and replayed successes, whatever the round policy.
+        # The keys also serve a remembered baseline, whatever the round policy.
         step = super().begin(num_prompts, prompt_keys)
         if self.estimator is not None:
             step.priors = checked_beta_parameters(self.estimator, self._prior_method, step.keys)

@@ -331,22 +331,6 @@ class SamplerFields:
             "choices": ["raise", "keep_partial"],
         },
     )
-    replay: str = field(
-        default="none",
-        metadata={
-            "help": 'Replayed successes: `"successes"` gives a prompt whose draws all came back wrong its latest '
-            "correct completion from an earlier generation batch, in place of its last kept draw (trained "
-            'on, never counted as a draw); `"none"` replays nothing.',
-            "choices": ["none", "successes"],
-        },
-    )
-    replay_buffer_size: int = field(
-        default=1024,
-        metadata={
-            "help": 'Prompts whose latest correct completion `replay="successes"` keeps, the least recently stored '
-            "forgotten first; each process holds the completions it generated. Must be at least 1.",
-        },
-    )
 
 
 @dataclass
@@ -463,8 +447,6 @@ class SamplerSettings(SamplerFields):
             learned = self.reads("pass_rate_predictor") and self.pass_rate_predictor != "tracker"
             readers = "pass_rate_predictor='learned' or a saved predictor"
             return learned, ("sampler", "round_policy", "pass_rate_predictor"), readers
-        if name == "replay_buffer_size":
-            return self.replay == "successes", ("replay",), "replay='successes'"
         return None
 
     def validated(self) -> SamplerSettings:
@@ -553,8 +535,6 @@ class SamplerSettings(SamplerFields):
             raise ValueError(f"est_epsilon must be a positive finite number, got {self.est_epsilon}.")
         if not self.dapo_max_refills >= 0:
             raise ValueError(f"dapo_max_refills must be non-negative, got {self.dapo_max_refills}.")
-        if not self.replay_buffer_size >= 1:
-            raise ValueError(f"replay_buffer_size must be at least 1, got {self.replay_buffer_size}.")
         if not (self.num_generations is not None and self.num_generations >= 2):
             raise ValueError(
                 f"num_generations must be at least 2 to form a group with a baseline, got {self.num_generations}."
@@ -685,7 +665,6 @@ UNIVERSAL_KNOBS: frozenset[str] = frozenset(
         "normalize_advantages",
         "zero_variance_tolerance",
         "seed",
-        "replay",
     }
 )
 """The knobs every sampler reads (outcomes, baselines, weights, metrics, the downsampling generator)."""

@@ -28,7 +28,6 @@ ADVANTAGE_SETTINGS: Mapping[str, Callable[[SamplerSettings, str], bool]] = {
     # The weight: linear objective, the base class's weight rule (est's residual weight is not), no clip below 1.
     "objective": lambda s, _: s.objective == "linear" and s.sampler_class.weight is Sampler.weight,
     "max_weight": lambda s, _: s.max_weight >= 1.0,
-    "replay": lambda s, _: s.replay == "none",
     "train_on": lambda _, train_on: train_on == "downsample",
     # TRL's three scale_rewards rules are the sampler's, so any of them holds; listed so that the table is complete.
     "scale_rewards": lambda s, _: s.scale_rewards in ("group", "batch", "none"),
@@ -45,7 +44,7 @@ DRAW_SETTINGS: frozenset[str] = frozenset(
         "positive_threshold", "downsample", "round_policy", "round_confidence", "pass_rate_decay",
         "pass_rate_prior_alpha", "pass_rate_prior_beta", "pass_rate_predictor", "pass_rate_predictor_learning_rate",
         "skip_unmixed_above", "est_min_samples", "est_max_samples", "est_mean_samples", "est_train_on",
-        "dapo_refill", "dapo_max_refills", "dapo_on_exhausted", "replay_buffer_size", "num_generations", "seed",
+        "dapo_refill", "dapo_max_refills", "dapo_on_exhausted", "num_generations", "seed",
         # Read by the weight rules only (power objective, est's residual weight, normalisation of the weights): the
         # per-update check sees the weights they give.
         "power_alpha", "normalize_weights", "est_sample_power", "est_epsilon", "zero_variance_tolerance",

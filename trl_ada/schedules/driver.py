@@ -10,7 +10,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from accelerate.utils import gather_object
 
@@ -22,7 +21,6 @@ from ..samplers.streaming import ScheduleStats
 from ..trl_seam.grpo_private import RepeatSampler, train_metrics
 from . import get_schedule, rounds
 from .pools import LocalRow, PoolEntry, moved_fraction, route_kept_rows
-from .replay_rows import forget_unindexed, replay_weights, take_replayed
 from .schedule import RoundResult, prompt_key, prompt_keys
 
 logger = logging.getLogger(__name__)
@@ -79,8 +77,6 @@ class SampledBatch:
     """Every prompt's pool in draw order; the completions themselves stay on the process that generated them."""
     selection: Selection
     stats: ScheduleStats
-    replayed: dict[int, PoolEntry] = dataclasses.field(default_factory=dict)
-    """The stored success each replayed prompt trains on (`replay="successes"`), by prompt index."""
 
 
 def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -120,21 +116,16 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
         multiple = math.lcm(trainer.num_generations, num_processes * trainer.args.steps_per_generation)
         results, left_out = fit_trained_rows(results, multiple, trainer.num_generations)
         train_metrics(trainer)["ada/pool_draws_left_out"].append(float(left_out))
-    corrections = replay_weights(trainer, batches) if trainer.ada_sampler.replay is not None else {}
     kept: list[PoolEntry] = []
     kept_inputs: list[dict[str, Any]] = []
     advantages: list[float] = []
     for (b, g), result in zip(chosen, results, strict=True):
         batch = batches[b]
         pool = batch.pools[g]
-        kept.extend(pool[i] if i < len(pool) else replayed_row(batch.replayed[g]) for i in result.kept)
+        kept.extend(pool[i] for i in result.kept)
         # One copy per row: TRL merges a rollout's per-row extra fields into these dicts in place.
         kept_inputs.extend(dict(batch.group_inputs[g]) for _ in result.kept)
-        # The replayed row (the pool's index past its draws) is weighted by its importance correction.
-        weight = corrections.get((b, g), 1.0)
-        advantages.extend(a * (weight if i >= len(pool) else 1.0) for i, a in zip(result.kept, result.advantages))
-    if trainer.ada_sampler.replay is not None:
-        log_replay(trainer, results, [corrections[key] for key in chosen if key in corrections])
+        advantages.extend(result.advantages)
     # Where the sampler's advantages are GRPO's on these very rows, TRL's own float32 computation stands in, so that
     # `uniform` (and a one-round seq_* batch) reproduces GRPOTrainer bit for bit; everywhere else TRL trains the
     # sampler's (trl_ada.samplers.signal).
@@ -170,27 +161,6 @@ def sample_step(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, An
     ]
 
 
-def log_replay(trainer: Any, results: Sequence[Any], weights: Sequence[float]) -> None:
-    """`ada/replay/share`: the replayed share of the update's rows; `ada/replay/age`: their mean age in generation
-    batches, and `ada/replay/weight` their mean importance correction (logged when the update replays any)."""
-    ages = [result.replayed[0] for result in results if result.replayed is not None]
-    metrics = train_metrics(trainer)
-    metrics["ada/replay/share"].append(len(ages) / max(1, sum(len(result.kept) for result in results)))
-    if ages:
-        metrics["ada/replay/age"].append(sum(ages) / len(ages))
-        metrics["ada/replay/weight"].append(sum(weights) / len(weights))
-
-
-def replayed_row(entry: PoolEntry) -> PoolEntry:
-    """A replayed success as the batch trains it: without the sampling log-probabilities of the engine that drew it,
-    so TRL's vLLM importance sampling leaves the row alone (a NaN reads as a ratio of 1) and the one correction is
-    `replay_weights`'s, whichever engine generated the row."""
-    row = entry.row
-    if row is None or row.logprobs is None:
-        return entry
-    return dataclasses.replace(entry, row=dataclasses.replace(row, logprobs=np.full_like(row.logprobs, np.nan)))
-
-
 def group_rows(trainer: Any, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One dataset row per prompt of the whole generation batch, on every process. TRL's RepeatSampler lays the batch
     out group-major across processes (global rows [g * n, (g + 1) * n) hold prompt g), so only each group's first
@@ -218,12 +188,7 @@ def sample_batch(trainer: Any, group_inputs: list[dict[str, Any]]) -> SampledBat
     metrics = train_metrics(trainer)
     for name, value in scheduled.stats.metrics().items():
         metrics[f"ada/{name}"].append(value)
-    replayed = {}
-    replay = trainer.ada_sampler.replay
-    if replay is not None:
-        replayed = take_replayed(trainer.ada_replay_rows, keys, scheduled.pools, scheduled.selection)
-        forget_unindexed(trainer.ada_replay_rows, replay.stored)
-    return SampledBatch(group_inputs, keys, scheduled.pools, scheduled.selection, scheduled.stats, replayed)
+    return SampledBatch(group_inputs, keys, scheduled.pools, scheduled.selection, scheduled.stats)
 
 
 def refill_walk(trainer: Any) -> RefillWalk:
@@ -342,7 +307,7 @@ def _check_threshold(trainer: Any, selection: Selection) -> None:
 
 def check_memory_can_act(trainer: Any) -> None:
     """Warn once, at the start of training, when a mechanism that acts on what it remembers of a prompt's earlier
-    visits (est's and knapsack's budgets, a gated refill, SPO's priorities, a tracked baseline, replayed successes)
+    visits (est's and knapsack's budgets, a gated refill, SPO's priorities, a tracked baseline)
     will see no prompt twice: the run draws fewer prompts than the dataset holds, so the mechanism does nothing."""
     sampler, args = trainer.ada_sampler, trainer.args
     dataset = trainer.train_dataset
@@ -354,7 +319,6 @@ def check_memory_can_act(trainer: Any) -> None:
         for name, acts in (
             (f"sampler={sampler.name!r}", sampler.estimator is not None and not learned),
             (f"baseline={sampler.settings.baseline!r}", sampler.settings.baseline == "tracked"),
-            ("replay='successes'", sampler.replay is not None),
         )
         if acts
     ]

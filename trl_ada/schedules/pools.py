@@ -43,9 +43,6 @@ class LocalRow:
     """Images returned by tool calls in this completion."""
     prompt: Any = None
     """The prompt as generated, when it is not the dataset row's (an environment's `reset` appended its observation)."""
-    behaviour_logprob: float | None = None
-    """With `replay="successes"`, a stored success's log-probability under the policy that drew it (the trainer's
-    model at its step), against which its replays are corrected (`trl_ada.schedules.replay_rows.replay_weights`)."""
 
     @classmethod
     def from_lists(

@@ -123,22 +123,6 @@ def is_vlm(trainer: Any) -> bool:
     return bool(trainer._is_vlm)
 
 
-def completion_logprobs(trainer: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int) -> Any:
-    """Per-token log-probabilities of the last `logits_to_keep` tokens under the trainer's model, as TRL computes its
-    policy's (`_get_per_token_logps_and_entropies`, at the generation temperature), without gradients."""
-    import torch
-
-    with torch.no_grad():
-        output = trainer._get_per_token_logps_and_entropies(
-            trainer.model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size=trainer.args.per_device_train_batch_size,
-        )
-    return output[0]
-
-
 def micro_step(trainer: Any) -> int:
     """TRL's micro-step counter, on which `_prepare_inputs` regenerates (it restarts at 0 on resume)."""
     return trainer._step
