@@ -260,3 +260,23 @@ def test_a_plugin_that_asks_for_a_second_round_reads_max_rounds_or_is_told_to():
     finally:
         SAMPLERS.pop("retry_test")
         SAMPLERS.pop("retry_rounds_test")
+
+
+def test_an_installed_plug_in_that_fails_to_import_is_left_out_of_listings_but_raises_when_named(
+    registry_snapshot, monkeypatch, caplog
+):
+    class BrokenEntryPoint:
+        name, value = "broken_plugin_test", "no_such_package.samplers"
+
+        def load(self):
+            raise ImportError("No module named 'no_such_package'")
+
+    installed = registry_snapshot._entry_points()
+    monkeypatch.setattr(registry_snapshot, "_entry_points", lambda: [*installed, BrokenEntryPoint()])
+    assert "broken_plugin_test" in sampler_names()  # listed by name without importing it
+    with caplog.at_level("WARNING", logger="trl_ada.samplers.registry"):
+        loaded = registry_snapshot.load_plugins()
+    assert "broken_plugin_test" not in loaded and {"spo", "knapsack", "dapo_gated"} <= set(loaded)
+    assert any("broken_plugin_test" in record.getMessage() for record in caplog.records)
+    with pytest.raises(ImportError, match="no_such_package"):
+        registry_snapshot.sampler_class("broken_plugin_test")

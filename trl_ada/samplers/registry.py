@@ -5,9 +5,12 @@ imports no other sampler module), so `settings` and `base` can look samplers up.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any, TypeVar
+
+logger = logging.getLogger(__name__)
 
 SamplerClass = TypeVar("SamplerClass", bound=type)
 
@@ -158,10 +161,14 @@ def sampler_names() -> list[str]:
 
 def load_plugins() -> dict[str, type]:
     """Import every installed plug-in sampler (entry point group `trl_ada.samplers`) and return [`SAMPLERS`]: for the
-    listings that read every sampler's class (which samplers read a knob, `trl-ada simulate --list`)."""
+    listings that read every sampler's class (which samplers read a knob). A plug-in that fails to import is left out
+    of the listing with a warning; naming it (`sampler_class`) raises its error."""
     for name in sampler_names():
         if name not in SAMPLERS:
-            sampler_class(name)
+            try:
+                sampler_class(name)
+            except Exception as error:  # a listing must not fail for one broken package
+                logger.warning("The sampler plug-in %r could not be imported and is left out: %s", name, error)
     return SAMPLERS
 
 
