@@ -62,8 +62,8 @@ TESTS=(
 # TRL_STAGE_SCOPE=seam: the TRL seam's own checks, which build no trainer: the touchpoint tables, the seam's tests,
 # the async rollout worker's protocols and the install checks. CI uses it for 1.15, the release between the floor
 # (1.14) and the main suite's 1.16, whose GRPOTrainer cannot train on CPU: its fused LM head computes log-probabilities
-# with a Triton kernel only, so trl-ada refuses 1.15 off CUDA/XPU (trl_seam.grpo_private.check_fused_lm_head_runs) and
-# a test that builds a synchronous GRPOTrainer there skips, saying why (tests/conftest.py).
+# with a Triton kernel only, so trl-ada refuses 1.15 off CUDA/XPU (trl_seam.grpo_private.check_fused_lm_head_runs);
+# the trainer files need a GPU there.
 # TRL_STAGE_SCOPE=floor: the seam list plus the single-process trainer files that call TRL's private API (the
 # trainer's overrides, weight sync, rollout_func, the async trainer) and the runs at the floor's accelerate and
 # transformers (two processes over gloo, checkpoint save and resume, the model card), which are what an old stack

@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -87,39 +86,6 @@ def shut_down_distributed() -> None:
     gc.collect()
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
-
-
-@pytest.fixture(autouse=True)
-def _trls_own_grpo_trainer_checks_its_fused_lm_head(monkeypatch):
-    """
-    On a TRL whose fused LM head runs a Triton kernel only (1.15), TRL's own `GRPOTrainer` checks, as `AdaGRPOTrainer`
-    does before anything loads, that the model sits on CUDA/XPU (`trl_seam.grpo_private.check_fused_lm_head_runs`)
-    before putting the head on it; `pytest_pyfunc_call` below then skips the test instead of failing it in Triton.
-    """
-    grpo_trainer, seam = sys.modules.get("trl.trainer.grpo_trainer"), sys.modules.get("trl_ada.trl_seam.grpo_private")
-    if grpo_trainer is None or seam is None or not seam.fused_lm_head_is_triton_only():
-        return
-    add_fused_lm_head = grpo_trainer.add_fused_lm_head
-
-    def checked(model, *args, **kwargs):
-        seam.check_fused_lm_head_runs(next(model.parameters()).device.type)
-        return add_fused_lm_head(model, *args, **kwargs)
-
-    monkeypatch.setattr(grpo_trainer, "add_fused_lm_head", checked)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_pyfunc_call(pyfuncitem):
-    """A test that builds a synchronous GRPOTrainer where the installed TRL's cannot compute log-probabilities (TRL
-    1.15 off CUDA/XPU: `trl_seam.grpo_private.FusedLMHeadNeedsGPUError`) is skipped, with the error's message as the
-    reason."""
-    try:
-        return (yield)
-    except Exception as error:
-        seam = sys.modules.get("trl_ada.trl_seam.grpo_private")
-        if seam is not None and isinstance(error, seam.FusedLMHeadNeedsGPUError):
-            pytest.skip(f"{error}")
-        raise
 
 
 @pytest.fixture(scope="session")
@@ -248,17 +214,7 @@ def run_with_stack_dump(
             f"{command[:8]} timed out after {timeout} s; the stacks of its processes (SIGABRT) follow.\n"
             f"{stdout[-3000:]}\n{stderr[-20000:]}"
         ) from None
-    skip_where_trl_cannot_train(process.returncode, stderr)
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
-
-
-def skip_where_trl_cannot_train(returncode: int, stderr: str) -> None:
-    """Skip the calling test when a process it ran exited on `trl_seam.grpo_private.FusedLMHeadNeedsGPUError` (a
-    synchronous GRPOTrainer built on TRL 1.15 off CUDA/XPU; `pytest_pyfunc_call` skips the same error raised in the
-    test itself)."""
-    refused = re.search(r"FusedLMHeadNeedsGPUError: (.+)", stderr) if returncode != 0 else None
-    if refused is not None:
-        pytest.skip(f"{refused.group(1)} (in a process the test started)")
 
 
 def launch_two_processes(script: Path, out_dir: Path, timeout: float = 420) -> list[dict]:

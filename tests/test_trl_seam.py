@@ -149,6 +149,29 @@ def test_without_a_device_type_the_check_asks_torch_for_cuda_then_xpu(monkeypatc
         grpo_private.check_fused_lm_head_runs()
 
 
+@pytest.mark.parametrize("trainer", ["sync", "async"])
+def test_both_trainers_refuse_a_triton_only_trl_on_the_cpu_before_anything_loads(tmp_path, monkeypatch, trainer):
+    # As on TRL 1.15: the trainers call the check first, so the error names the fix before a model or server is touched.
+    from trl_ada import AdaAsyncGRPOConfig, AdaAsyncGRPOTrainer, AdaGRPOConfig, AdaGRPOTrainer
+
+    monkeypatch.setattr(grpo_private, "fused_lm_head_is_triton_only", lambda: True)
+    common = dict(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none")
+    if trainer == "sync":
+        trainer_class, args = AdaGRPOTrainer, AdaGRPOConfig(**common, num_generations=2)
+    else:
+        trainer_class, args = AdaAsyncGRPOTrainer, AdaAsyncGRPOConfig(**common)
+    loaded = []
+    parent = next(klass for klass in trainer_class.__mro__ if klass.__module__.startswith("trl."))
+    monkeypatch.setattr(parent, "__init__", lambda *args, **kwargs: loaded.append(args))
+
+    def build():
+        return trainer_class("no/such-model", lambda completions, **kwargs: [0.0] * len(completions), args)
+
+    with pytest.raises(grpo_private.FusedLMHeadNeedsGPUError, match="device is 'cpu'"):
+        build()
+    assert not loaded
+
+
 def test_the_installed_trl_is_refused_on_a_cpu_only_if_it_is_1_15():
     # No stand-ins: the installed TRL as it is (1.16 in the main environment, 1.15 and 1.14 in their CI stages).
     on_1_15 = trl.__version__.startswith("1.15.")
